@@ -1,0 +1,64 @@
+"""The contracts between the engine's nodes and the services injected into them.
+
+Nodes never build providers or tool servers themselves: the experiment opens them (once per run for a provider,
+once per task for a tool pool) and hands them to the turn through ``TurnContext``. These protocols are what a
+node may rely on; ``flowllm.providers`` and ``flowllm.tools`` implement them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from flowllm.core.types import Block, Message, ModelResponse, ToolResult, ToolSpec
+
+WireProtocol = Literal["anthropic", "openai_chat", "openai_responses"]
+ToolProtocol = Literal["xml", "native"]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who is calling the model: used for routing (the offline emulator's script), logging and usage."""
+
+    task_id: str
+    turn: int
+    agent: str = "main"
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One configured model endpoint.
+
+    ``build_request`` and ``normalize`` are pure; ``send`` is the only I/O. ``send`` returns the raw reply as a
+    JSON-able dict: the response body for a plain call, ``{"stream": True, "events": [...]}`` for a streamed
+    one, so that ``normalize`` can rebuild the reply from what was saved on disk.
+    """
+
+    name: str
+    protocol: WireProtocol
+    model: str
+    tool_protocol: ToolProtocol
+    supports_cache_control: bool
+
+    def build_request(
+        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
+    ) -> dict[str, Any]: ...
+
+    async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]: ...
+
+    def normalize(self, raw: dict[str, Any]) -> ModelResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ToolBackend(Protocol):
+    """The tools one task may use (a pool of MCP servers, or anything else with the same shape)."""
+
+    async def list_tools(self) -> list[ToolSpec]: ...
+
+    async def call(
+        self, server: str | None, name: str, arguments: dict[str, Any], *, call_id: str, timeout_s: float
+    ) -> ToolResult: ...
+
+    async def aclose(self) -> None: ...
