@@ -1,0 +1,80 @@
+"""What a node receives besides its inputs: the turn's identity, its services, and the runner's fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from flowllm.core.interfaces import CallContext, Provider, ToolBackend
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ItemTimeout(TimeoutError):
+    """A fan-out item did not finish within its own timeout or the turn's."""
+
+
+@dataclass
+class FanOut:
+    """How a runner executes the items of a fan-out node (e.g. one tool call each).
+
+    ``concurrent=False`` runs items one after another (legacy, graph); ``True`` runs them together (graph_parallel).
+    Either way every item gets ``item_timeout_s`` and all of them together ``total_timeout_s``; a failed or
+    timed-out item becomes an exception in its slot and never loses the others' results.
+    """
+
+    concurrent: bool = False
+    item_timeout_s: float = 120.0
+    total_timeout_s: float = 600.0
+
+    async def map(
+        self, fn: Callable[[T], Awaitable[R]], items: Sequence[T], *, item_timeout_s: float | None = None
+    ) -> list[R | BaseException]:
+        per_item = self.item_timeout_s if item_timeout_s is None else min(item_timeout_s, self.item_timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.total_timeout_s
+
+        async def one(item: T) -> R | BaseException:
+            remaining = deadline - loop.time()
+            limit = min(per_item, remaining)
+            if limit <= 0:
+                return ItemTimeout(f"not started: the turn's time limit of {self.total_timeout_s:g}s ran out")
+            try:
+                return await asyncio.wait_for(fn(item), timeout=limit)
+            except TimeoutError:
+                which = "its" if limit == per_item else "the turn's remaining"
+                return ItemTimeout(f"timed out after {limit:g}s ({which} limit)")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a failed item is a result, not the end of the turn
+                return exc
+
+        if not self.concurrent:
+            return [await one(item) for item in items]
+        return list(await asyncio.gather(*(one(item) for item in items)))
+
+
+@dataclass
+class TurnContext:
+    """The services and identity of one turn, handed to every node's ``run``."""
+
+    task_id: str
+    turn: int
+    provider: Provider | None = None
+    tools: ToolBackend | None = None
+    fanout: FanOut = field(default_factory=FanOut)
+    agent: str = "main"
+    # Node-specific settings the agent loop passes down (e.g. the known tool servers).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def call_context(self) -> CallContext:
+        return CallContext(task_id=self.task_id, turn=self.turn, agent=self.agent)
+
+    async def map(
+        self, fn: Callable[[T], Awaitable[R]], items: Sequence[T], *, item_timeout_s: float | None = None
+    ) -> list[R | BaseException]:
+        return await self.fanout.map(fn, items, item_timeout_s=item_timeout_s)
