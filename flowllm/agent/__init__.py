@@ -1,1 +1,1 @@
-
+"""The agent loop and final-answer extraction."""

@@ -109,7 +109,7 @@ class DatasetConfig:
 
 @dataclass
 class ExperimentConfig:
-    name: str = MISSING
+    name: str = "sample"
     max_concurrent: int = 4
     task_timeout_s: float = 900.0
     attempts: int = 1
@@ -127,7 +127,7 @@ class FlowConfig:
     runner: RunnerConfig = MISSING
     repair: RepairConfig = MISSING
     tools: ToolsConfig = MISSING
-    experiment: ExperimentConfig = MISSING
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
@@ -140,8 +140,9 @@ SCHEMAS: dict[str, type] = {
     "runner": RunnerConfig,
     "repair": RepairConfig,
     "tools": ToolsConfig,
-    "experiment": ExperimentConfig,
 }
+# The `experiment` group is different: its files are `# @package _global_` bundles that override several
+# groups at once (`+experiment=gaia`), so they extend no schema of their own.
 
 
 def register_configs(cs: ConfigStore | None = None) -> None:

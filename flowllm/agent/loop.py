@@ -1,0 +1,135 @@
+"""The agent loop: run the turn graph until the model calls no tool, or the turn limit (then a summary turn)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowllm.agent.answer import extract_answer
+from flowllm.core.interfaces import Provider, ToolBackend
+from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
+from flowllm.engine import Pipeline, Runner, TurnContext
+from flowllm.engine.runners import NodeObserver
+from flowllm.tools.textproto import describe_tools_for_prompt
+
+STOP_NO_TOOL_CALLS = "no_tool_calls"
+STOP_MAX_TURNS = "max_turns"
+
+
+@dataclass
+class AgentSettings:
+    max_turns: int = 10
+    system_prompt: str = ""
+    summary_prompt: str = "Give your final answer now, wrapped in \\boxed{}. Do not call any tool."
+
+
+@dataclass
+class AgentResult:
+    answer: str
+    final_text: str
+    turns: int
+    stop: str
+    usage: Usage = field(default_factory=Usage)
+    tool_calls: int = 0
+    bad_tool_calls: int = 0
+    failed_tool_calls: int = 0
+    repairs: dict[str, int] = field(default_factory=dict)  # repair stage -> count ("failed" for failures)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "turns": self.turns,
+            "stop": self.stop,
+            "usage": self.usage.to_dict(),
+            "tool_calls": self.tool_calls,
+            "bad_tool_calls": self.bad_tool_calls,
+            "failed_tool_calls": self.failed_tool_calls,
+            "repairs": dict(sorted(self.repairs.items())),
+        }
+
+
+def build_system_prompt(base: str, tools: list[ToolSpec], tool_protocol: str) -> list[Block]:
+    """The system prompt as blocks: the configured text, plus the tool manual for the text protocol."""
+    parts = [base.strip()] if base.strip() else []
+    if tools and tool_protocol == "xml":
+        parts.append(describe_tools_for_prompt(tools))
+    return [text_block("\n\n".join(parts))] if parts else []
+
+
+def append_user_text(messages: list[Message], text: str) -> list[Message]:
+    """Add a user instruction; joined to a trailing user message so roles keep alternating."""
+    if messages and messages[-1]["role"] == "user":
+        last = messages[-1]
+        merged: Message = {**last, "content": [*last["content"], text_block(text)]}  # type: ignore[typeddict-item]
+        return [*messages[:-1], merged]
+    return [*messages, user_message(text)]
+
+
+class Agent:
+    """Runs one task's conversation through a validated pipeline with a given runner."""
+
+    def __init__(
+        self, pipeline: Pipeline, runner: Runner, settings: AgentSettings, observer: NodeObserver | None = None
+    ) -> None:
+        if settings.max_turns < 1:
+            raise ValueError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
+        self.pipeline = pipeline
+        self.runner = runner
+        self.settings = settings
+        self.observer = observer
+
+    async def run(
+        self, task_id: str, prompt: str, provider: Provider, tools: ToolBackend | None, agent: str = "main"
+    ) -> AgentResult:
+        specs = await tools.list_tools() if tools is not None else []
+        system = build_system_prompt(self.settings.system_prompt, specs, provider.tool_protocol)
+        messages: list[Message] = [user_message(prompt)]
+        usage = Usage()
+        counts: Counter[str] = Counter()
+        repairs: Counter[str] = Counter()
+        response: ModelResponse | None = None
+
+        async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> dict[str, Any]:
+            nonlocal usage, response
+            ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent)
+            state = await self.runner.run(
+                self.pipeline, {"messages": history, "system": system, "tools": specs}, ctx, self.observer
+            )
+            response = state["response"]
+            usage = usage + response.usage
+            prepared = state.get("prepared_calls", [])
+            counts["calls"] += len(prepared)
+            counts["bad"] += len(state.get("bad_tool_calls", []))
+            counts["failed"] += sum(1 for r in state.get("tool_results", []) if r.is_error)
+            for p in prepared:
+                repairs[p.repair_stage or "failed"] += 1
+            return state
+
+        stop = STOP_MAX_TURNS
+        number = 0
+        for number in range(1, self.settings.max_turns + 1):
+            state = await turn(number, messages, tools)
+            messages = state["next_messages"]
+            if not state.get("tool_calls") and not state.get("bad_tool_calls"):
+                stop = STOP_NO_TOOL_CALLS
+                break
+        else:
+            # Out of turns: one more turn, without tools, that asks for the final answer.
+            messages = append_user_text(messages, self.settings.summary_prompt)
+            number += 1
+            await turn(number, messages, None)
+
+        assert response is not None
+        final_text = response.text
+        return AgentResult(
+            answer=extract_answer(final_text),
+            final_text=final_text,
+            turns=number,
+            stop=stop,
+            usage=usage,
+            tool_calls=counts["calls"],
+            bad_tool_calls=counts["bad"],
+            failed_tool_calls=counts["failed"],
+            repairs=dict(repairs),
+        )

@@ -1,0 +1,45 @@
+"""mark_cache: place Anthropic prompt-cache breakpoints on the system prompt and the last user message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowllm.core.types import Block, Message
+from flowllm.engine import Node, TurnContext
+
+
+def _mark_last(blocks: list[Block], marker: dict[str, Any]) -> list[Block]:
+    if not blocks:
+        return blocks
+    marked = list(blocks)
+    marked[-1] = {**blocks[-1], "cache_control": dict(marker)}
+    return marked
+
+
+class MarkCache(Node):
+    """(request_messages, system) -> (prompt_messages, prompt_system), marked only when the provider caches.
+
+    Copies what it marks; the history itself never carries cache markers, so moving breakpoints turn after
+    turn cannot pile up more than the API allows.
+    """
+
+    outputs = ("prompt_messages", "prompt_system")
+
+    def __init__(self, enabled: bool = True, ttl: str = "5m") -> None:
+        if ttl not in ("5m", "1h"):
+            raise ValueError(f"cache ttl must be '5m' or '1h', not '{ttl}'")
+        self.enabled = enabled
+        self.marker: dict[str, Any] = {"type": "ephemeral"}
+        if ttl == "1h":
+            self.marker["ttl"] = "1h"
+
+    def run(self, ctx: TurnContext, request_messages: list[Message], system: list[Block]) -> dict[str, Any]:
+        provider = ctx.provider
+        if not (self.enabled and provider is not None and provider.supports_cache_control):
+            return {"prompt_messages": request_messages, "prompt_system": system}
+        messages = list(request_messages)
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i]["role"] == "user":
+                messages[i] = {**messages[i], "content": _mark_last(messages[i]["content"], self.marker)}
+                break
+        return {"prompt_messages": messages, "prompt_system": _mark_last(system, self.marker)}

@@ -1,0 +1,81 @@
+"""dispatch_tools: run the turn's tool calls and append the reply and the results to the history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowllm.core.types import Block, Message, ModelResponse, ToolResult
+from flowllm.engine import Node, TurnContext
+from flowllm.nodes.toolcalls import PreparedCall
+from flowllm.parsing import BadToolCall
+from flowllm.tools.textproto import format_tool_result
+
+
+def _error(call_id: str, server: str | None, name: str, message: str) -> ToolResult:
+    return ToolResult(call_id=call_id, server=server, name=name, content=message, is_error=True)
+
+
+def results_message(results: list[ToolResult], native: bool) -> Message:
+    """The user message that carries tool results back, in the form the tool protocol expects."""
+    blocks: list[Block]
+    if native:
+        blocks = []
+        for r in results:
+            content: list[Block] = [{"type": "text", "text": r.content}, *r.images]
+            blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
+    else:
+        blocks = [{"type": "text", "text": format_tool_result(r)} for r in results]
+        blocks.extend(image for r in results for image in r.images)
+    return {
+        "role": "user",
+        "content": blocks,
+        "meta": {"kind": "tool_results", "calls": [{"server": r.server, "tool": r.name} for r in results]},
+    }
+
+
+class DispatchTools(Node):
+    """(messages, response, prepared_calls, bad_tool_calls) -> (tool_results, next_messages).
+
+    Calls run through ``ctx.map``: one by one under the serial runners, together under graph_parallel, each
+    with its timeout. Anything that goes wrong (arguments that could not be parsed, an unreadable call block,
+    an unknown tool, a timeout) becomes an error result the model can read and act on; the turn goes on.
+    """
+
+    outputs = ("tool_results", "next_messages")
+
+    def __init__(self, call_timeout_s: float = 60.0) -> None:
+        self.call_timeout_s = call_timeout_s
+
+    async def run(
+        self,
+        ctx: TurnContext,
+        messages: list[Message],
+        response: ModelResponse,
+        prepared_calls: list[PreparedCall],
+        bad_tool_calls: list[BadToolCall],
+    ) -> dict[str, Any]:
+        tools = ctx.tools
+
+        async def execute(p: PreparedCall) -> ToolResult:
+            c = p.call
+            if p.arguments is None:
+                return _error(c.id, c.server, c.name, f"Could not parse your arguments: {p.error}. "
+                              "Send the call again with valid JSON arguments.")
+            if tools is None:
+                return _error(c.id, c.server, c.name, "No tools are available now; answer without calling tools.")
+            return await tools.call(c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s)
+
+        outcomes = await ctx.map(execute, prepared_calls, item_timeout_s=self.call_timeout_s)
+        results: list[ToolResult] = []
+        for p, outcome in zip(prepared_calls, outcomes, strict=True):
+            if isinstance(outcome, ToolResult):
+                results.append(outcome)
+            else:
+                results.append(_error(p.call.id, p.call.server, p.call.name, f"Tool call failed: {outcome}"))
+        for i, bad in enumerate(bad_tool_calls):
+            results.append(_error(f"bad_{i}", None, "unreadable_tool_call",
+                                  f"Your tool call could not be read ({bad.reason}). Use the documented format."))
+        history = [*messages, response.to_message()]
+        if results:
+            history.append(results_message(results, native=bool(response.tool_calls)))
+        return {"tool_results": results, "next_messages": history}
