@@ -138,8 +138,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
 def app(cfg: DictConfig) -> dict[str, Any]:
+    # One line per HTTP request or MCP message drowns the progress bar; our own warnings still show.
+    for noisy in ("httpx2", "httpx", "httpcore2", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         return run(cfg, run_dir)

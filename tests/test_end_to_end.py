@@ -125,7 +125,7 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
         (["provider=nope"], {}, "provider/nope"),
         (["dataset.path=no/such/folder"], {}, "dataset folder 'no/such/folder' does not exist"),
         (["pipeline.nodes.normalize._target_=flowllm.nodes.model.Nope"], {}, "unknown _target_"),
-        (["pipeline.nodes.trim_history.inputs={messages: next_messages}"], {}, "cycle"),
+        (["+pipeline.nodes.trim_history.inputs={messages: next_messages}"], {}, "cycle"),
         (["provider=claude"], {"ANTHROPIC_API_KEY": ""}, "ANTHROPIC_API_KEY"),
         (["agent.max_turns=abc"], {}, "agent.max_turns"),
         (["recorder.snapshot=sometimes"], {}, "recorder.snapshot"),

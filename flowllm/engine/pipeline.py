@@ -6,6 +6,7 @@ produces. Validation rules are small pure functions (``check_*``), each tested o
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,16 +57,34 @@ class Pipeline:
         raise KeyError(name)
 
 
+def locate(target: str) -> object:
+    """Import ``package.module.Name``; raises ImportError with a one-line reason."""
+    parts = target.split(".")
+    if not all(parts):
+        raise ImportError(f"'{target}' is not a dotted path")
+    for cut in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            obj: object = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and not module_name.startswith(exc.name) and exc.name != module_name:
+                raise ImportError(f"importing '{module_name}' failed: {exc}") from None
+            continue
+        for i, attr in enumerate(parts[cut:], start=cut):
+            if not hasattr(obj, attr):
+                raise ImportError(f"'{'.'.join(parts[:i])}' has no attribute '{attr}'")
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(f"no module named '{parts[0]}'")
+
+
 def _locate_target(target: str, name: str, source: str) -> None:
     """Fail with a readable message when a ``_target_`` does not import (Hydra's own error is a traceback)."""
-    from hydra._internal.utils import _locate
-
     try:
-        _locate(target)
-    except Exception as exc:  # ImportError, AttributeError, ValueError from Hydra's locator
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        locate(target)
+    except ImportError as exc:
         raise UnknownTargetError(
-            f"unknown _target_ '{target}' ({reason}). Set _target_ to an importable class path, "
+            f"unknown _target_ '{target}' ({exc}). Set _target_ to an importable class path, "
             "e.g. flowllm.nodes.model.CallModel.",
             node=name,
             source=source,
