@@ -1,0 +1,81 @@
+"""The agent loop's stop conditions, through the real pipeline, the real SDK and the emulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from flowllm.agent.loop import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, Agent, AgentSettings
+from flowllm.app import PROJECT_ROOT
+from flowllm.config.schema import ProviderConfig, register_configs
+from flowllm.engine import Recorder, build_pipeline, make_runner
+from flowllm.engine.recorder import read_json
+from flowllm.providers import open_provider
+
+CALL = """<use_mcp_tool>
+<server_name>tool-math</server_name>
+<tool_name>calculate</tool_name>
+<arguments>{"expression": "1+1"}</arguments>
+</use_mcp_tool>"""
+
+SCRIPT = {
+    "default": [{"text": "out of script \\boxed{none}"}],
+    "tasks": {
+        "answers-at-once": [{"text": "Easy: \\boxed{4}"}],
+        "always-calls": [{"text": CALL}, {"text": CALL}, {"text": CALL}, {"text": "Final: \\boxed{2}"}],
+        "bad-then-answer": [
+            {"text": "<use_mcp_tool><server_name>tool-math</server_name></use_mcp_tool>"},
+            {"text": "Sorry. \\boxed{ok}"},
+        ],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def pipeline_cfg():
+    register_configs()
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config")
+
+
+async def run_task(tmp_path: Path, cfg, task_id: str, max_turns: int = 5):
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump(SCRIPT))
+    provider_cfg = ProviderConfig(name="offline", model="flowllm-emulator", emulator_script=str(script))
+    pipeline = build_pipeline(cfg.pipeline.nodes)
+    with Recorder(tmp_path / "run") as recorder:
+        agent = Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=max_turns), observer=recorder)
+        async with open_provider(provider_cfg) as provider:
+            return await agent.run(task_id, "What is 2+2?", provider, tools=None)
+
+
+async def test_stops_when_the_model_calls_no_tool(tmp_path: Path, pipeline_cfg) -> None:
+    result = await run_task(tmp_path, pipeline_cfg, "answers-at-once")
+    assert (result.turns, result.stop, result.answer) == (1, STOP_NO_TOOL_CALLS, "4")
+    assert result.usage.output_tokens > 0
+
+
+async def test_turn_limit_adds_a_summary_turn_without_tools(tmp_path: Path, pipeline_cfg) -> None:
+    result = await run_task(tmp_path, pipeline_cfg, "always-calls", max_turns=3)
+    assert (result.turns, result.stop, result.answer) == (4, STOP_MAX_TURNS, "2")
+    assert result.tool_calls == 3
+    # No tool backend was given: each call came back as an error the model can read, and nothing crashed.
+    assert result.failed_tool_calls == 3
+    out = read_json(tmp_path / "run" / "tasks" / "always-calls" / "turn_004" / "07_dispatch_tools" / "output.json")
+    assert out["tool_results"] == []
+
+
+async def test_an_unreadable_call_is_answered_and_the_loop_goes_on(tmp_path: Path, pipeline_cfg) -> None:
+    result = await run_task(tmp_path, pipeline_cfg, "bad-then-answer")
+    assert result.bad_tool_calls == 1 and result.turns == 2 and result.answer == "ok"
+    out = read_json(tmp_path / "run" / "tasks" / "bad-then-answer" / "turn_001" / "07_dispatch_tools" / "output.json")
+    assert out["tool_results"][0]["is_error"] is True
+    assert "could not be read" in out["tool_results"][0]["content"]
+
+
+def test_max_turns_must_be_positive(pipeline_cfg) -> None:
+    with pytest.raises(ValueError, match="max_turns"):
+        Agent(build_pipeline(pipeline_cfg.pipeline.nodes), make_runner("graph"), AgentSettings(max_turns=0))
