@@ -61,14 +61,16 @@ def _write(folder: Path, lines: list[str]) -> Path:
 
 def test_loader_selects_by_id_level_and_limit(tmp_path: Path) -> None:
     rows = [
-        json.dumps({"task_id": f"t{i}", "Question": "q", "Level": 1 + i % 2, "Final answer": "a", "file_name": ""})
+        json.dumps(
+            {"task_id": f"t{i}", "Question": "q", "Level": 1 + i % 2, "Final answer": "a", "file_name": ""}
+        )
         for i in range(6)
     ]
     folder = _write(tmp_path / "d", rows)
     assert [t.task_id for t in load_tasks(folder, levels=[2])] == ["t1", "t3", "t5"]
     assert [t.task_id for t in load_tasks(folder, limit=2)] == ["t0", "t1"]
     assert [t.task_id for t in load_tasks(folder, task_ids=["t4", "t2"])] == ["t2", "t4"]
-    with pytest.raises(DatasetError, match="not in .*: nope"):
+    with pytest.raises(DatasetError, match=r"not in .*: nope"):
         load_tasks(folder, task_ids=["nope"])
 
 

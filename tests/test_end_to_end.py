@@ -26,7 +26,9 @@ NODES = [
 ]
 
 
-def flowllm(*overrides: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def flowllm(
+    *overrides: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flowllm", "progress=false", *overrides],
         cwd=ROOT,
@@ -66,7 +68,16 @@ def test_run_directory_layout(runs: dict[str, Path]) -> None:
     result = read_json(task_dir / "result.json")
     assert result["status"] == "completed" and result["correct"] is True
     assert result["answer"] == result["ground_truth"] == "5259.18"
-    assert set(result) >= {"task_id", "status", "answer", "ground_truth", "correct", "turns", "usage", "error"}
+    assert set(result) >= {
+        "task_id",
+        "status",
+        "answer",
+        "ground_truth",
+        "correct",
+        "turns",
+        "usage",
+        "error",
+    }
     turn = task_dir / "turn_001"
     assert sorted(p.name for p in turn.iterdir()) == NODES
     for node in NODES:
@@ -114,7 +125,9 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
     result = read_json(tmp_path / "tasks" / "sample-02-word-count" / "result.json")
     # Turn 1 called a tool, the limit was reached, turn 2 asked for the final answer without tools.
     assert result["turns"] == 2 and result["stop"] == "max_turns"
-    request = read_json(tmp_path / "tasks" / "sample-02-word-count" / "turn_002" / "03_call_model" / "input.json")
+    request = read_json(
+        tmp_path / "tasks" / "sample-02-word-count" / "turn_002" / "03_call_model" / "input.json"
+    )
     last_user = request["prompt_messages"][-1]
     assert "final answer" in last_user["content"][-1]["text"]
 
@@ -131,7 +144,9 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
         (["recorder.snapshot=sometimes"], {}, "recorder.snapshot"),
     ],
 )
-def test_user_errors_are_one_clear_line(overrides: list[str], env: dict[str, str], needle: str, tmp_path: Path) -> None:
+def test_user_errors_are_one_clear_line(
+    overrides: list[str], env: dict[str, str], needle: str, tmp_path: Path
+) -> None:
     proc = flowllm(*overrides, f"hydra.run.dir={tmp_path}", env=env, timeout=60)
     assert proc.returncode != 0
     assert needle in proc.stderr, proc.stderr

@@ -61,7 +61,7 @@ def append_user_text(messages: list[Message], text: str) -> list[Message]:
     """Add a user instruction; joined to a trailing user message so roles keep alternating."""
     if messages and messages[-1]["role"] == "user":
         last = messages[-1]
-        merged: Message = {**last, "content": [*last["content"], text_block(text)]}  # type: ignore[typeddict-item]
+        merged: Message = {**last, "content": [*last["content"], text_block(text)]}
         return [*messages[:-1], merged]
     return [*messages, user_message(text)]
 
@@ -70,7 +70,11 @@ class Agent:
     """Runs one task's conversation through a validated pipeline with a given runner."""
 
     def __init__(
-        self, pipeline: Pipeline, runner: Runner, settings: AgentSettings, observer: NodeObserver | None = None
+        self,
+        pipeline: Pipeline,
+        runner: Runner,
+        settings: AgentSettings,
+        observer: NodeObserver | None = None,
     ) -> None:
         if settings.max_turns < 1:
             raise ValueError(f"agent.max_turns must be at least 1, not {settings.max_turns}")

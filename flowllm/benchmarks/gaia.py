@@ -43,7 +43,9 @@ def _task_from_row(row: dict, dataset_dir: Path, where: str) -> Task:
         task_id = str(row["task_id"])
         question = str(row["Question"])
     except KeyError as exc:
-        raise DatasetError(f"{where}: missing field {exc.args[0]!r} (GAIA rows need task_id and Question)") from None
+        raise DatasetError(
+            f"{where}: missing field {exc.args[0]!r} (GAIA rows need task_id and Question)"
+        ) from None
     level = row.get("Level")
     return Task(
         task_id=task_id,

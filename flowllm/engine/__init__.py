@@ -14,7 +14,14 @@ from flowllm.engine.errors import (
 from flowllm.engine.node import BoundNode, Node, node_ports
 from flowllm.engine.pipeline import Pipeline, build_pipeline
 from flowllm.engine.recorder import Recorder
-from flowllm.engine.runners import RUNNERS, GraphParallelRunner, GraphRunner, LegacyRunner, Runner, make_runner
+from flowllm.engine.runners import (
+    RUNNERS,
+    GraphParallelRunner,
+    GraphRunner,
+    LegacyRunner,
+    Runner,
+    make_runner,
+)
 
 __all__ = [
     "RUNNERS",

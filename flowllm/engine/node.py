@@ -16,21 +16,19 @@ on the turn's shared state; everything else besides ``_target_`` goes to the nod
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from flowllm.engine.context import TurnContext
+from typing import Any, ClassVar
 
 
 class Node:
-    """Base class for nodes. Subclasses set ``outputs`` and define ``run(self, ctx, ...)``."""
+    """Base class for nodes. Subclasses set ``outputs`` and define ``run(self, ctx, <inputs>) -> dict``.
+
+    ``run`` is deliberately not declared here: each node's signature *is* its input declaration, which no
+    single base signature could type. ``node_ports`` checks the contract when the pipeline is built.
+    """
 
     outputs: ClassVar[tuple[str, ...]] = ()
-
-    def run(self, ctx: TurnContext, **inputs: Any) -> dict[str, Any] | Awaitable[dict[str, Any]]:
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)

@@ -101,9 +101,9 @@ def instantiate_nodes(nodes_cfg: Mapping[str, Any] | DictConfig, source: str) ->
         raise PipelineError("the pipeline has no nodes", source=source)
     bound: list[BoundNode] = []
     for index, (name, spec) in enumerate(items, start=1):
-        spec_dict: dict[str, Any] = (
-            OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec or {})
-        )  # type: ignore[assignment]
+        spec_dict: Any = (
+            OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else spec
+        )
         if not isinstance(spec_dict, dict) or "_target_" not in spec_dict:
             raise PipelineError("has no _target_ (the class that implements it)", node=name, source=source)
         target = spec_dict["_target_"]
@@ -132,7 +132,9 @@ def instantiate_nodes(nodes_cfg: Mapping[str, Any] | DictConfig, source: str) ->
     return bound
 
 
-def _check_wiring(name: str, source: str, ports: Iterable[str], mapping: Mapping[str, str], kind: str) -> None:
+def _check_wiring(
+    name: str, source: str, ports: Iterable[str], mapping: Mapping[str, str], kind: str
+) -> None:
     known = set(ports)
     for port in mapping:
         if port not in known:
@@ -215,7 +217,9 @@ def build_pipeline(
     names = [n.name for n in nodes]
     for name in provided:
         if name in names:
-            raise PipelineError(f"a node may not be named like the turn input '{name}'", node=name, source=source)
+            raise PipelineError(
+                f"a node may not be named like the turn input '{name}'", node=name, source=source
+            )
     producers = check_producers(nodes, provided, source)
     check_inputs(nodes, producers, source)
     graph = build_graph(nodes, producers)

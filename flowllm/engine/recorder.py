@@ -32,7 +32,9 @@ from flowllm.engine.node import BoundNode
 
 SNAPSHOT_MODES = ("all", "errors", "none")
 REDACTED = "[redacted]"
-_SECRET_KEY = re.compile(r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I)
+_SECRET_KEY = re.compile(
+    r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I
+)
 _SECRET_HINT = re.compile(rb"authorization|api[-_]?key|secret", re.I)
 _OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
@@ -94,7 +96,9 @@ class Recorder:
 
     def __init__(self, run_dir: Path | str, snapshot: str = "all", secrets: Iterable[str] = ()) -> None:
         if snapshot not in SNAPSHOT_MODES:
-            raise ValueError(f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'")
+            raise ValueError(
+                f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'"
+            )
         self.run_dir = Path(run_dir)
         self.snapshot = snapshot
         self.redactor = Redactor(secrets)
@@ -143,7 +147,9 @@ class Recorder:
         files = [(folder / "input.json", self.redactor.dumps(dict(inputs)))]
         if outputs is not None:
             files.append((folder / "output.json", self.redactor.dumps(dict(outputs))))
-        files.append((folder / "meta.json", self.redactor.dumps({"node": node.name, "turn": ctx.turn, **meta})))
+        files.append(
+            (folder / "meta.json", self.redactor.dumps({"node": node.name, "turn": ctx.turn, **meta}))
+        )
         if self.snapshot == "errors":
             with self._lock:
                 self._held.setdefault(ctx.task_id, []).extend(files)

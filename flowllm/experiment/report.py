@@ -21,7 +21,13 @@ def print_summary(
         mark = "[green]yes" if o.correct else "[red]no"
         answer = o.answer if o.answer is not None else f"[red]{o.error}"
         tasks.add_row(
-            o.task_id, str(o.level), o.status, str(answer)[:60], str(o.ground_truth)[:40], mark, str(o.turns),
+            o.task_id,
+            str(o.level),
+            o.status,
+            str(answer)[:60],
+            str(o.ground_truth)[:40],
+            mark,
+            str(o.turns),
             str(o.tool_calls),
         )
     console.print(tasks)

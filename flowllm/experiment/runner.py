@@ -163,8 +163,16 @@ class Experiment:
         wall = time.perf_counter() - started
         if result is None:
             outcome = TaskOutcome(
-                task_id=task.task_id, status=FAILED, answer=None, ground_truth=task.ground_truth, correct=False,
-                turns=0, usage=Usage(), error=error, level=task.level, wall_seconds=wall,
+                task_id=task.task_id,
+                status=FAILED,
+                answer=None,
+                ground_truth=task.ground_truth,
+                correct=False,
+                turns=0,
+                usage=Usage(),
+                error=error,
+                level=task.level,
+                wall_seconds=wall,
             )
         else:
             outcome = TaskOutcome(
@@ -230,7 +238,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {text}" if not text.startswith(type(cause).__name__) else text
 
 
-def summarize(outcomes: list[TaskOutcome], *, total: int, wall_seconds: float, interrupted: bool) -> dict[str, Any]:
+def summarize(
+    outcomes: list[TaskOutcome], *, total: int, wall_seconds: float, interrupted: bool
+) -> dict[str, Any]:
     """The run's ``summary.json``."""
     completed = [o for o in outcomes if o.status == COMPLETED]
     correct = sum(o.correct for o in outcomes)
@@ -257,7 +267,9 @@ def summarize(outcomes: list[TaskOutcome], *, total: int, wall_seconds: float, i
         "tool_calls": calls,
         "bad_tool_calls": sum(o.bad_tool_calls for o in outcomes),
         "failed_tool_calls": sum(o.failed_tool_calls for o in outcomes),
-        "parse_rate": round((calls - repairs.get("failed", 0)) / (calls + sum(o.bad_tool_calls for o in outcomes)), 4)
+        "parse_rate": round(
+            (calls - repairs.get("failed", 0)) / (calls + sum(o.bad_tool_calls for o in outcomes)), 4
+        )
         if calls
         else None,
         "repairs": dict(sorted(repairs.items())),

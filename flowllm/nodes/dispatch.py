@@ -22,7 +22,9 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
         blocks = []
         for r in results:
             content: list[Block] = [{"type": "text", "text": r.content}, *r.images]
-            blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
+            blocks.append(
+                {"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error}
+            )
     else:
         blocks = [{"type": "text", "text": format_tool_result(r)} for r in results]
         blocks.extend(image for r in results for image in r.images)
@@ -59,11 +61,20 @@ class DispatchTools(Node):
         async def execute(p: PreparedCall) -> ToolResult:
             c = p.call
             if p.arguments is None:
-                return _error(c.id, c.server, c.name, f"Could not parse your arguments: {p.error}. "
-                              "Send the call again with valid JSON arguments.")
+                return _error(
+                    c.id,
+                    c.server,
+                    c.name,
+                    f"Could not parse your arguments: {p.error}. "
+                    "Send the call again with valid JSON arguments.",
+                )
             if tools is None:
-                return _error(c.id, c.server, c.name, "No tools are available now; answer without calling tools.")
-            return await tools.call(c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s)
+                return _error(
+                    c.id, c.server, c.name, "No tools are available now; answer without calling tools."
+                )
+            return await tools.call(
+                c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s
+            )
 
         outcomes = await ctx.map(execute, prepared_calls, item_timeout_s=self.call_timeout_s)
         results: list[ToolResult] = []
@@ -73,8 +84,14 @@ class DispatchTools(Node):
             else:
                 results.append(_error(p.call.id, p.call.server, p.call.name, f"Tool call failed: {outcome}"))
         for i, bad in enumerate(bad_tool_calls):
-            results.append(_error(f"bad_{i}", None, "unreadable_tool_call",
-                                  f"Your tool call could not be read ({bad.reason}). Use the documented format."))
+            results.append(
+                _error(
+                    f"bad_{i}",
+                    None,
+                    "unreadable_tool_call",
+                    f"Your tool call could not be read ({bad.reason}). Use the documented format.",
+                )
+            )
         history = [*messages, response.to_message()]
         if results:
             history.append(results_message(results, native=bool(response.tool_calls)))

@@ -24,7 +24,11 @@ class CallModel(Node):
     outputs = ("raw_request", "raw_response")
 
     async def run(
-        self, ctx: TurnContext, prompt_messages: list[Message], prompt_system: list[Block], tools: list[ToolSpec]
+        self,
+        ctx: TurnContext,
+        prompt_messages: list[Message],
+        prompt_system: list[Block],
+        tools: list[ToolSpec],
     ) -> dict[str, Any]:
         provider = _provider(ctx)
         # The text protocol teaches tools in the system prompt; only the native one sends schemas.

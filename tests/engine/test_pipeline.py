@@ -104,7 +104,7 @@ def test_cycle_is_reported_with_its_path() -> None:
     }
     with pytest.raises(CycleError) as err:
         build(nodes, provided=())
-    assert "cycle" in str(err.value) and "a -> b -> a" in str(err.value) or "b -> a -> b" in str(err.value)
+    assert ("cycle" in str(err.value) and "a -> b -> a" in str(err.value)) or "b -> a -> b" in str(err.value)
 
 
 def test_renaming_an_unknown_port() -> None:

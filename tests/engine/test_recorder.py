@@ -67,7 +67,12 @@ async def _run_turn(rec: Recorder, task: str) -> None:
 
 @pytest.mark.parametrize(
     ("snapshot", "status", "kept"),
-    [("all", "completed", True), ("errors", "completed", False), ("errors", "failed", True), ("none", "failed", False)],
+    [
+        ("all", "completed", True),
+        ("errors", "completed", False),
+        ("errors", "failed", True),
+        ("none", "failed", False),
+    ],
 )
 async def test_snapshot_modes(tmp_path: Path, snapshot: str, status: str, kept: bool) -> None:
     with Recorder(tmp_path, snapshot=snapshot) as rec:

@@ -89,7 +89,10 @@ async def test_turn_timeout_bounds_all_items_together() -> None:
 @pytest.mark.parametrize("runner", RUNNER_NAMES)
 async def test_node_failure_is_recorded_and_raised(runner: str, tmp_path) -> None:
     pipeline = build_pipeline(
-        {"add": {"_target_": f"{T}.Add"}, "broken": {"_target_": f"{T}.Broken", "inputs": {"value": "total"}}},
+        {
+            "add": {"_target_": f"{T}.Add"},
+            "broken": {"_target_": f"{T}.Broken", "inputs": {"value": "total"}},
+        },
         provided=("value",),
     )
     with Recorder(tmp_path) as rec, pytest.raises(NodeExecutionError, match="node 'broken' failed"):

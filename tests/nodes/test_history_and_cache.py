@@ -14,7 +14,9 @@ from flowllm.nodes.history import PLACEHOLDER, TrimHistory
 def xml_results(n: int) -> Message:
     return {
         "role": "user",
-        "content": [{"type": "text", "text": f'<tool_result server="s" tool="t">\nresult {n}\n</tool_result>'}],
+        "content": [
+            {"type": "text", "text": f'<tool_result server="s" tool="t">\nresult {n}\n</tool_result>'}
+        ],
         "meta": {"kind": "tool_results", "calls": [{"server": "s", "tool": "t"}]},
     }
 
@@ -22,7 +24,9 @@ def xml_results(n: int) -> Message:
 def native_results(n: int) -> Message:
     return {
         "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": f"id{n}", "content": [{"type": "text", "text": f"r{n}"}]}],
+        "content": [
+            {"type": "tool_result", "tool_use_id": f"id{n}", "content": [{"type": "text", "text": f"r{n}"}]}
+        ],
     }
 
 
