@@ -1,0 +1,62 @@
+"""Tools over MCP: the built-in servers and the per-task pool (DESIGN.md section 5).
+
+Public API (imported lazily, so that ``python -m flowllm.tools.python`` and the other servers start without
+loading the pool's dependencies):
+
+* ``open_tool_pool(cfg, workspace)``: async context manager yielding a ``ToolPool`` (a ``ToolBackend``).
+* ``ToolPool``: ``list_tools()``, ``call(server, name, arguments, *, call_id, timeout_s)``, ``aclose()``.
+* ``format_tool_result(result)`` and ``describe_tools_for_prompt(tools)``: the text protocol.
+* ``validate_arguments(arguments, schema)``: the JSON Schema subset check the pool applies.
+
+Built-in servers: ``flowllm.tools.python`` (``run_python``), ``flowllm.tools.files`` (``read_file``,
+``list_files``), ``flowllm.tools.math`` (``calculate``).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowllm.tools.pool import (
+        PoolSettings,
+        ServerSpec,
+        ToolCatalog,
+        ToolPool,
+        discover_tools,
+        load_settings,
+        open_tool_pool,
+    )
+    from flowllm.tools.textproto import describe_tools_for_prompt, format_tool_result
+    from flowllm.tools.validation import validate_arguments
+
+_EXPORTS = {
+    "ToolPool": "flowllm.tools.pool",
+    "open_tool_pool": "flowllm.tools.pool",
+    "discover_tools": "flowllm.tools.pool",
+    "ToolCatalog": "flowllm.tools.pool",
+    "load_settings": "flowllm.tools.pool",
+    "PoolSettings": "flowllm.tools.pool",
+    "ServerSpec": "flowllm.tools.pool",
+    "format_tool_result": "flowllm.tools.textproto",
+    "describe_tools_for_prompt": "flowllm.tools.textproto",
+    "validate_arguments": "flowllm.tools.validation",
+}
+
+__all__ = [
+    "PoolSettings",
+    "ServerSpec",
+    "ToolPool",
+    "describe_tools_for_prompt",
+    "format_tool_result",
+    "load_settings",
+    "open_tool_pool",
+    "validate_arguments",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flowllm.tools' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -1,0 +1,87 @@
+"""``tool-python``: an MCP server (stdio) with one tool, ``run_python(code)``.
+
+Run it as ``python -m flowllm.tools.python [--workspace DIR] [--timeout-s 30] [--memory-mb 2048]
+[--allow-network]``. Each call runs the code in a fresh interpreter inside the task's folder under the limits
+of ``flowllm.tools.sandbox``; nothing is kept between calls except the files the code writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
+
+from flowllm.tools.common import add_workspace_argument, workspace_from
+from flowllm.tools.sandbox import SandboxLimits, run_python_code
+
+SERVER_NAME = "tool-python"
+
+
+def _description(limits: SandboxLimits) -> str:
+    network = "Network access is allowed." if limits.allow_network else "There is no network access."
+    memory = f"{limits.memory_mb} MB of memory" if limits.memory_mb else "no memory limit"
+    return (
+        "Run Python 3 code in a fresh interpreter and return what it prints (stdout, then stderr).\n"
+        "The working directory is the task's folder: the task's files are there and can be opened by their "
+        "relative name (e.g. open('data.csv')); files you write there persist for later calls, variables do "
+        "not (each call starts a new process, so re-import and recompute what you need).\n"
+        f"Limits: {limits.timeout_s:g} seconds wall clock, {memory}. {network} "
+        "Only print() output is returned: print the values you need, and keep it short (long output is cut)."
+    )
+
+
+def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:
+    """The ``tool-python`` server for one workspace (also handy in-process in tests)."""
+    server = MCPServer(
+        SERVER_NAME, instructions="Runs Python code inside the task's folder.", log_level="WARNING"
+    )
+
+    async def run_python(code: str) -> CallToolResult:
+        if not code.strip():
+            return CallToolResult(
+                content=[
+                    TextContent(type="text", text="Error: 'code' is empty; pass the Python source to run.")
+                ],
+                is_error=True,
+            )
+        result = await run_python_code(code, workspace, limits)
+        # A failing script is still a successful tool call, but flagging it lets the model (and the recorder)
+        # see at a glance that the code did not do what it meant.
+        return CallToolResult(
+            content=[TextContent(type="text", text=result.render())], is_error=not result.ok
+        )
+
+    server.add_tool(run_python, name="run_python", description=_description(limits))
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m flowllm.tools.python", description=__doc__)
+    add_workspace_argument(parser)
+    defaults = SandboxLimits()
+    parser.add_argument(
+        "--timeout-s", type=float, default=defaults.timeout_s, help="wall-clock limit per call"
+    )
+    parser.add_argument(
+        "--memory-mb", type=int, default=defaults.memory_mb, help="address-space limit; 0: none"
+    )
+    parser.add_argument(
+        "--max-file-mb", type=int, default=defaults.max_file_mb, help="largest file it may write"
+    )
+    parser.add_argument("--max-output-chars", type=int, default=defaults.max_stdout_chars, help="stdout kept")
+    parser.add_argument("--allow-network", action="store_true", help="let the code use the network")
+    args = parser.parse_args(argv)
+    limits = SandboxLimits(
+        timeout_s=args.timeout_s,
+        memory_mb=args.memory_mb,
+        max_file_mb=args.max_file_mb,
+        allow_network=args.allow_network,
+        max_stdout_chars=args.max_output_chars,
+    )
+    build_server(workspace_from(args.workspace), limits).run()
+
+
+if __name__ == "__main__":
+    main()
