@@ -76,7 +76,7 @@ def test_long_files_come_in_pages(attachments: Path) -> None:
     first = text_of(read_file_result(attachments, "long.txt", 0, page_chars=20))
     assert (
         first
-        == "01234567890123456789\n[showing characters 0-20 of 50; call read_file again with offset=20 for more]"  # noqa: E501
+        == "01234567890123456789\n[showing characters 0-20 of 50; call read_file again with offset=20 for more]"
     )
     last = text_of(read_file_result(attachments, "long.txt", 40, page_chars=20))
     assert last == "0123456789\n[showing characters 40-50 of 50; end of file]"
