@@ -46,8 +46,10 @@ _EXPORTS = {
 __all__ = [
     "PoolSettings",
     "ServerSpec",
+    "ToolCatalog",
     "ToolPool",
     "describe_tools_for_prompt",
+    "discover_tools",
     "format_tool_result",
     "load_settings",
     "open_tool_pool",
