@@ -47,6 +47,9 @@ class Block(TypedDict, total=False):
     signature: str
     summary: list[Any]
     encrypted_content: str | None
+    # OpenAI protocols: a tool_use's arguments exactly as the model wrote them, when they differ from
+    # json.dumps(input) (unparsable, or other spacing), so the next request sends back what the model said.
+    arguments_text: str
 
 
 class Message(TypedDict):
@@ -63,6 +66,8 @@ class ToolSpec(TypedDict):
     name: str
     description: str
     input_schema: dict[str, Any]
+    # Set by mark_cache on the last tool (Anthropic's tool-definitions breakpoint), for the native protocol.
+    cache_control: NotRequired[dict[str, Any]]
 
 
 def text_block(text: str) -> Block:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowllm.core.types import Block, Message
+from flowllm.core.types import Block, Message, ToolSpec
 from flowllm.engine import Node, TurnContext
 
 
@@ -17,13 +17,16 @@ def _mark_last(blocks: list[Block], marker: dict[str, Any]) -> list[Block]:
 
 
 class MarkCache(Node):
-    """(request_messages, system) -> (prompt_messages, prompt_system), marked only when the provider caches.
+    """(request_messages, system, tools) -> (prompt_messages, prompt_system, prompt_tools).
+
+    Breakpoints go on the system prompt, the last tool definition and the last user message, only when the
+    provider supports cache control.
 
     Copies what it marks; the history itself never carries cache markers, so moving breakpoints turn after
     turn cannot pile up more than the API allows.
     """
 
-    outputs = ("prompt_messages", "prompt_system")
+    outputs = ("prompt_messages", "prompt_system", "prompt_tools")
 
     def __init__(self, enabled: bool = True, ttl: str = "5m") -> None:
         if ttl not in ("5m", "1h"):
@@ -33,13 +36,22 @@ class MarkCache(Node):
         if ttl == "1h":
             self.marker["ttl"] = "1h"
 
-    def run(self, ctx: TurnContext, request_messages: list[Message], system: list[Block]) -> dict[str, Any]:
+    def run(
+        self, ctx: TurnContext, request_messages: list[Message], system: list[Block], tools: list[ToolSpec]
+    ) -> dict[str, Any]:
         provider = ctx.provider
         if not (self.enabled and provider is not None and provider.supports_cache_control):
-            return {"prompt_messages": request_messages, "prompt_system": system}
+            return {"prompt_messages": request_messages, "prompt_system": system, "prompt_tools": tools}
         messages = list(request_messages)
         for i in range(len(messages) - 1, -1, -1):
             if messages[i]["role"] == "user":
                 messages[i] = {**messages[i], "content": _mark_last(messages[i]["content"], self.marker)}
                 break
-        return {"prompt_messages": messages, "prompt_system": _mark_last(system, self.marker)}
+        marked_tools = list(tools)
+        if marked_tools:
+            marked_tools[-1] = {**marked_tools[-1], "cache_control": dict(self.marker)}
+        return {
+            "prompt_messages": messages,
+            "prompt_system": _mark_last(system, self.marker),
+            "prompt_tools": marked_tools,
+        }

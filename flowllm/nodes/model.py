@@ -19,7 +19,7 @@ def _provider(ctx: TurnContext) -> Provider:
 
 
 class CallModel(Node):
-    """(prompt_messages, prompt_system, tools) -> (raw_request, raw_response) through the provider's SDK."""
+    """(prompt_messages, prompt_system, prompt_tools) -> (raw_request, raw_response) through the provider's SDK."""
 
     outputs = ("raw_request", "raw_response")
 

@@ -77,7 +77,12 @@ def test_mark_cache_marks_system_and_last_user_message() -> None:
     messages = history(xml_results)
     system = [{"type": "text", "text": "sys"}]
     ctx = TurnContext("t", 1, provider=CachingProvider(True))  # type: ignore[arg-type]
-    out = MarkCache(ttl="1h").run(ctx, messages, system)
+    tools = [
+        {"server": "s", "name": n, "description": "", "input_schema": {"type": "object"}} for n in ("a", "b")
+    ]
+    out = MarkCache(ttl="1h").run(ctx, messages, system, tools)
+    assert [t.get("cache_control") for t in out["prompt_tools"]] == [None, {"type": "ephemeral", "ttl": "1h"}]
+    assert "cache_control" not in tools[1]
     assert out["prompt_system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert out["prompt_messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert sum("cache_control" in b for m in out["prompt_messages"] for b in m["content"]) == 1
@@ -87,5 +92,5 @@ def test_mark_cache_marks_system_and_last_user_message() -> None:
 def test_mark_cache_leaves_providers_without_cache_control_alone() -> None:
     messages = history(xml_results)
     ctx = TurnContext("t", 1, provider=CachingProvider(False))  # type: ignore[arg-type]
-    out = MarkCache().run(ctx, messages, [])
+    out = MarkCache().run(ctx, messages, [], [])
     assert out["prompt_messages"] is messages

@@ -1,0 +1,174 @@
+"""The emulator's script: which reply each task gets on each turn.
+
+    default:                       # used when the task has no entry, or the turn runs past its entry
+      - text: "I could not solve this task. \\boxed{none}"
+    tasks:
+      <task_id>:
+        - text: "reply for turn 1"
+        - thinking: "optional"     # emitted as a thinking block (with a signature) / reasoning item
+          text: "The answer is \\boxed{${last_tool_result}}"
+          tool_calls: [{name: tool-math-calculate, input: {expression: "2+2"}}]
+          stop_reason: end_turn    # default end_turn (tool_use when tool_calls)
+
+Templates use ``string.Template.safe_substitute``: ``${last_tool_result}`` and ``${tool_result_N}`` (1-based),
+the stripped contents of the tool results found in the request. Selection depends only on (task id, turn, tool
+results), which keeps the emulator stateless and every rerun identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import yaml  # PyYAML comes with hydra-core / omegaconf
+
+NO_SCRIPTED_REPLY = "(no scripted reply)"
+_ENTRY_KEYS = {"text", "thinking", "redacted_thinking", "tool_calls", "stop_reason"}
+
+
+class ScriptError(ValueError):
+    """The script file is malformed; the message names the task and entry."""
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScriptEntry:
+    text: str = ""
+    thinking: str | None = None
+    # Opaque data of a redacted_thinking block (Anthropic), to exercise its verbatim round trip.
+    redacted_thinking: str | None = None
+    tool_calls: tuple[ScriptedCall, ...] = ()
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A rendered entry: what the model says on this turn, before any wire encoding."""
+
+    text: str
+    thinking: str | None
+    redacted_thinking: str | None
+    tool_calls: tuple[ScriptedCall, ...]
+    stop_reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "thinking": self.thinking,
+            "redacted_thinking": self.redacted_thinking,
+            "tool_calls": [{"name": c.name, "input": c.input} for c in self.tool_calls],
+            "stop_reason": self.stop_reason,
+        }
+
+
+@dataclass
+class Script:
+    default: list[ScriptEntry] = field(default_factory=list)
+    tasks: dict[str, list[ScriptEntry]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, source: str | Path | dict[str, Any]) -> Script:
+        if isinstance(source, dict):
+            data: Any = source
+            where = "<dict>"
+        else:
+            path = Path(source)
+            where = str(path)
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except OSError as exc:
+                raise ScriptError(f"cannot read emulator script {where}: {exc}") from exc
+            except yaml.YAMLError as exc:
+                raise ScriptError(f"emulator script {where} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ScriptError(f"emulator script {where}: the top level must be a mapping")
+        unknown = set(data) - {"default", "tasks"}
+        if unknown:
+            raise ScriptError(f"emulator script {where}: unknown top-level keys {sorted(unknown)}")
+        tasks = data.get("tasks") or {}
+        if not isinstance(tasks, dict):
+            raise ScriptError(f"emulator script {where}: 'tasks' must map task ids to lists of replies")
+        return cls(
+            default=_entries(data.get("default") or [], f"{where}: default"),
+            tasks={str(k): _entries(v or [], f"{where}: tasks.{k}") for k, v in tasks.items()},
+        )
+
+    def entry(self, task_id: str | None, turn: int) -> ScriptEntry | None:
+        """The entry for ``turn`` (1-based) of ``task_id``; past the task's list, ``default``'s entries."""
+        entries = self.tasks.get(task_id, []) if task_id is not None else []
+        if 1 <= turn <= len(entries):
+            return entries[turn - 1]
+        if not self.default:
+            return None
+        past = max(turn - len(entries), 1)  # 1 = the first turn beyond the task's own entries
+        return self.default[min(past, len(self.default)) - 1]
+
+    def reply(self, task_id: str | None, turn: int, tool_results: list[str]) -> Reply:
+        entry = self.entry(task_id, turn)
+        if entry is None:
+            return Reply(NO_SCRIPTED_REPLY, None, None, (), "end_turn")
+        values = template_values(tool_results)
+        calls = tuple(ScriptedCall(c.name, _render(c.input, values)) for c in entry.tool_calls)
+        stop = entry.stop_reason or ("tool_use" if calls else "end_turn")
+        return Reply(
+            text=Template(entry.text).safe_substitute(values),
+            thinking=None if entry.thinking is None else Template(entry.thinking).safe_substitute(values),
+            redacted_thinking=entry.redacted_thinking,
+            tool_calls=calls,
+            stop_reason=stop,
+        )
+
+
+def template_values(tool_results: list[str]) -> dict[str, str]:
+    values = {f"tool_result_{i}": r.strip() for i, r in enumerate(tool_results, start=1)}
+    values["last_tool_result"] = tool_results[-1].strip() if tool_results else ""
+    return values
+
+
+def _render(value: Any, values: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return Template(value).safe_substitute(values)
+    if isinstance(value, dict):
+        return {k: _render(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render(v, values) for v in value]
+    return value
+
+
+def _entries(raw: Any, where: str) -> list[ScriptEntry]:
+    if not isinstance(raw, list):
+        raise ScriptError(f"{where}: expected a list of replies")
+    out: list[ScriptEntry] = []
+    for i, item in enumerate(raw, start=1):
+        if isinstance(item, str):
+            item = {"text": item}
+        if not isinstance(item, dict):
+            raise ScriptError(f"{where}[{i}]: a reply must be a mapping with 'text'")
+        unknown = set(item) - _ENTRY_KEYS
+        if unknown:
+            raise ScriptError(f"{where}[{i}]: unknown keys {sorted(unknown)} (allowed: {sorted(_ENTRY_KEYS)})")
+        calls = []
+        for j, call in enumerate(item.get("tool_calls") or [], start=1):
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise ScriptError(f"{where}[{i}].tool_calls[{j}]: needs a 'name' string and an 'input' mapping")
+            args = call.get("input") or {}
+            if not isinstance(args, dict):
+                raise ScriptError(f"{where}[{i}].tool_calls[{j}]: 'input' must be a mapping")
+            calls.append(ScriptedCall(call["name"], args))
+        out.append(
+            ScriptEntry(
+                text=str(item.get("text") or ""),
+                thinking=None if item.get("thinking") is None else str(item["thinking"]),
+                redacted_thinking=None if item.get("redacted_thinking") is None else str(item["redacted_thinking"]),
+                tool_calls=tuple(calls),
+                stop_reason=item.get("stop_reason"),
+            )
+        )
+    return out

@@ -1,0 +1,269 @@
+"""The loopback emulator: a Starlette app speaking three wire protocols, run by uvicorn in a background
+thread.
+
+    with Emulator("script.yaml") as emu:          # or: base = emu.start(); ...; emu.stop()
+        AsyncAnthropic(base_url=emu.base_url, api_key="x")  # POST /v1/messages
+        AsyncOpenAI(base_url=emu.openai_base_url, api_key="x")  # POST /v1/chat/completions, /v1/responses
+
+Each request is answered from the request body and the ``X-Flowllm-Task`` header alone (stateless), so
+concurrent tasks and reruns see identical replies. The request log (``Emulator.requests``) keeps what tests
+need to check routing (path, task, agent, auth scheme, status), never a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
+from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply
+from flowllm.emulator.script import Script
+
+SSEEvent = tuple[str | None, Any]  # (event name or None, data dict or the literal "[DONE]")
+
+
+@dataclass(frozen=True)
+class WireProtocol:
+    name: str
+    path: str
+    call_prefix: str
+    module: ModuleType
+    reply_json: Callable[[Plan, ParsedRequest], dict[str, Any]]
+    reply_events: Callable[[Plan, ParsedRequest], list[SSEEvent]]
+
+
+PROTOCOLS: dict[str, WireProtocol] = {
+    "anthropic": WireProtocol(
+        "anthropic",
+        "/v1/messages",
+        "toolu_",
+        anthropic_wire,
+        anthropic_wire.message_json,
+        anthropic_wire.message_events,
+    ),
+    "openai_chat": WireProtocol(
+        "openai_chat",
+        "/v1/chat/completions",
+        "call_",
+        openai_chat_wire,
+        openai_chat_wire.completion_json,
+        openai_chat_wire.completion_events,
+    ),
+    "openai_responses": WireProtocol(
+        "openai_responses",
+        "/v1/responses",
+        "call_",
+        openai_responses_wire,
+        openai_responses_wire.response_json,
+        openai_responses_wire.response_events,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    protocol: str
+    task_id: str | None
+    agent: str | None
+    auth: str  # "bearer" | "x-api-key" | "none" | "both"
+    turn: int | None
+    status: int
+    stream: bool
+
+
+def _auth_scheme(request: Request) -> str:
+    bearer = request.headers.get("authorization", "").lower().startswith("bearer ")
+    api_key = bool(request.headers.get("x-api-key"))
+    if bearer and api_key:
+        return "both"
+    return "bearer" if bearer else ("x-api-key" if api_key else "none")
+
+
+def _sse_bytes(events: list[SSEEvent]) -> list[bytes]:
+    out = []
+    for name, data in events:
+        payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        head = f"event: {name}\n" if name else ""
+        out.append(f"{head}data: {payload}\n\n".encode())
+    return out
+
+
+class EmulatorApp:
+    """The request handling, separate from the thread and server plumbing so tests can drive it directly."""
+
+    def __init__(self, script: Script, *, log_size: int = 1000) -> None:
+        self.script = script
+        self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
+        routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
+        routes.append(Route("/health", self._health, methods=["GET"]))
+        self.app = Starlette(routes=routes)
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    def _endpoint(self, proto: WireProtocol) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            return await self.handle(proto, request)
+
+        return endpoint
+
+    def _error(self, proto: WireProtocol, err: RequestError, request_id: str) -> Response:
+        return JSONResponse(
+            proto.module.error_body(err, request_id),
+            status_code=err.status,
+            headers={"request-id": request_id, "x-request-id": request_id},
+        )
+
+    async def handle(self, proto: WireProtocol, request: Request) -> Response:
+        raw = await request.body()
+        request_id = "req_" + hashlib.sha256(raw).hexdigest()[:24]
+        task_id = request.headers.get("x-flowllm-task")
+        agent = request.headers.get("x-flowllm-agent")
+        auth = _auth_scheme(request)
+        parsed: ParsedRequest | None = None
+
+        def log(status: int) -> None:
+            self.requests.append(
+                RequestRecord(
+                    proto.name,
+                    task_id,
+                    agent,
+                    auth,
+                    parsed.turn if parsed else None,
+                    status,
+                    bool(parsed and parsed.stream),
+                )
+            )
+
+        try:
+            if auth == "none":
+                raise RequestError(
+                    "authentication required: send an API key",
+                    status=401,
+                    error_type="authentication_error",
+                    code="invalid_api_key",
+                )
+            if auth == "both":
+                raise RequestError(
+                    "send the key once: either `x-api-key` or `Authorization`, not both",
+                    error_type="invalid_request_error",
+                )
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                raise RequestError(f"There was an error parsing the body: {exc}") from exc
+            parsed = proto.module.parse_request(body)
+        except RequestError as err:
+            log(err.status)
+            return self._error(proto, err, request_id)
+        reply = self.script.reply(task_id, parsed.turn, parsed.tool_results)
+        plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
+        # Fault injection (a later issue) belongs here: a policy that, given (task, turn, plan), answers with
+        # an
+        # error status, an error event mid-stream, a delay or a truncated body instead of the plan below.
+        log(200)
+        headers = {"request-id": request_id, "x-request-id": request_id}
+        if parsed.stream:
+            events = _sse_bytes(proto.reply_events(plan, parsed))
+
+            async def body_iter() -> AsyncIterator[bytes]:
+                for chunk in events:
+                    yield chunk
+
+            return StreamingResponse(
+                body_iter(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
+            )
+        return JSONResponse(proto.reply_json(plan, parsed), headers=headers)
+
+
+class Emulator:
+    """The emulator on a free 127.0.0.1 port, served from a background thread with its own event loop."""
+
+    def __init__(self, script: str | Path | dict[str, Any] | Script, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.script = script if isinstance(script, Script) else Script.load(script)
+        self.host = host
+        self.port = port
+        self._app = EmulatorApp(self.script)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def requests(self) -> collections.deque[RequestRecord]:
+        return self._app.requests
+
+    @property
+    def base_url(self) -> str:
+        """The root URL; the Anthropic SDK appends ``/v1/messages`` to it."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """The OpenAI SDK wants the ``/v1`` prefix in its base URL."""
+        return self.base_url + "/v1"
+
+    def start(self, timeout_s: float = 10.0) -> str:
+        if self._thread is not None:
+            return self.base_url
+        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted connections whose listening socket
+        # says proto=IPPROTO_TCP; with the default proto=0, Nagle and delayed ACKs cost ~45 ms per request.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))  # port 0: the kernel picks a free port, no race with other runs
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+
+        def run() -> None:
+            try:
+                asyncio.run(server.serve(sockets=[sock]))
+            except BaseException as exc:  # reported to start() instead of dying silently in the thread
+                self._error = exc
+            finally:
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name=f"flowllm-emulator-{self.port}", daemon=True)
+        self._thread.start()
+        ready = threading.Event()
+        for _ in range(int(timeout_s / 0.01)):
+            if server.started or self._error is not None or not self._thread.is_alive():
+                break
+            ready.wait(0.01)
+        if not server.started:
+            self.stop()
+            raise RuntimeError(f"the emulator did not start on {self.host}: {self._error!r}")
+        return self.base_url
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._thread = None
+        self._server = None
+
+    def __enter__(self) -> Emulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

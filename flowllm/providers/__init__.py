@@ -1,0 +1,41 @@
+"""The provider layer: one ``ModelResponse`` and one history format whatever the wire protocol.
+
+    async with open_provider(cfg.provider) as provider:
+        request = provider.build_request(system=..., messages=..., tools=...)
+        raw = await provider.send(request, context=CallContext(task_id, turn))
+        response = provider.normalize(raw)
+
+Protocols: ``anthropic`` (Messages), ``openai_chat`` (Chat Completions), ``openai_responses`` (Responses); any
+compatible endpoint is one YAML file in ``conf/provider/``.
+"""
+
+from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.errors import (
+    ProviderCallError,
+    ProviderConfigError,
+    ProviderError,
+    ProviderResponseError,
+    classify_exception,
+)
+from flowllm.providers.factory import (
+    build_provider,
+    check_provider_config,
+    known_protocols,
+    open_provider,
+    register_protocol,
+)
+
+__all__ = [
+    "BaseProvider",
+    "ProviderCallError",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderResponseError",
+    "as_provider_config",
+    "build_provider",
+    "check_provider_config",
+    "classify_exception",
+    "known_protocols",
+    "open_provider",
+    "register_protocol",
+]

@@ -1,0 +1,268 @@
+"""What the three wire protocols share: config coercion, the call skeleton, tool naming, token estimates.
+
+A provider has three halves (DESIGN.md section 3): ``build_request`` (pure), ``send`` (the only I/O: the
+official SDK, streamed or not) and ``normalize`` (pure). ``BaseProvider`` implements ``send`` and
+``normalize`` once:
+
+* ``send`` splits the wire dict into the SDK method's named parameters and ``extra_body`` (so vendor keys from
+  ``provider.extra_body`` reach the server untouched), adds the task headers, and returns either the response
+  body or ``{"stream": True, "events": [...]}``.
+* ``normalize`` folds saved stream events back into the non-streamed body shape first (``streaming.py``), then
+  reads that body. One reader for both paths is what makes streamed and plain calls of the same reply equal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from flowllm.config.schema import ProviderConfig
+from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
+from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
+from flowllm.providers.errors import ProviderConfigError, ProviderResponseError, classify_exception
+
+PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
+TASK_HEADER = "X-Flowllm-Task"
+AGENT_HEADER = "X-Flowllm-Agent"
+# Keys a cache breakpoint may carry on a canonical block; only the Anthropic protocol sends them.
+CACHE_KEY = "cache_control"
+# Added to a raw reply only when the server sent no usage at all, so the estimate can count the prompt too.
+PROMPT_CHARS_KEY = "flowllm_prompt_chars"
+
+
+def as_provider_config(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> ProviderConfig:
+    """The typed ``ProviderConfig`` of a dataclass, a (structured or plain) DictConfig, or a dict."""
+    if isinstance(cfg, ProviderConfig):
+        return cfg
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(ProviderConfig), cfg)
+        obj = OmegaConf.to_object(merged)
+    except Exception as exc:  # omegaconf raises several error types; all mean "this config is wrong"
+        raise ProviderConfigError(f"invalid provider config: {exc}".splitlines()[0]) from exc
+    assert isinstance(obj, ProviderConfig)
+    return obj
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic stand-in for a tokenizer: about four characters per token."""
+    return math.ceil(len(text) / 4) if text else 0
+
+
+def wire_tool_name(spec: ToolSpec) -> str:
+    """The name a tool is offered under natively: ``server-name`` (the parser splits it after the server)."""
+    return f"{spec['server']}-{spec['name']}" if spec.get("server") else spec["name"]
+
+
+def dump_arguments(arguments: Any) -> str:
+    """Tool-call arguments as JSON text (Anthropic gives a dict; the contract wants the text)."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def parse_arguments(text: str) -> tuple[dict[str, Any], bool]:
+    """(the arguments as a dict, whether ``text`` was a clean JSON object).
+
+    Canonical ``tool_use`` blocks hold a dict; when a server sends arguments that do not parse, the block
+    keeps ``{}`` and the raw text under ``arguments_text`` so the exact text can be sent back and repaired
+    later.
+    """
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}, False
+    return (value, True) if isinstance(value, dict) else ({}, False)
+
+
+def strip_cache_control(value: Any) -> Any:
+    """A deep copy of ``value`` without any ``cache_control`` key (for protocols that do not know it)."""
+    if isinstance(value, dict):
+        return {k: strip_cache_control(v) for k, v in value.items() if k != CACHE_KEY}
+    if isinstance(value, list):
+        return [strip_cache_control(v) for v in value]
+    return value
+
+
+def system_text(system: list[Block]) -> str:
+    return "\n\n".join(b.get("text", "") for b in system if b.get("type", "text") == "text" and b.get("text"))
+
+
+def image_data_url(block: Block) -> str:
+    return f"data:{block.get('media_type', 'image/png')};base64,{block.get('data', '')}"
+
+
+def tool_result_text(block: Block) -> str:
+    """The text of a canonical tool_result's content (a string is tolerated as well as a block list)."""
+    content = block.get("content", [])
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def tool_result_images(block: Block) -> list[Block]:
+    content = block.get("content", [])
+    return [] if isinstance(content, str) else [b for b in content if b.get("type") == "image"]
+
+
+@dataclass
+class _Signature:
+    params: frozenset[str]
+
+
+class BaseProvider:
+    """The shared half of every provider; subclasses supply the protocol-specific parts.
+
+    Subclass hooks: ``_method`` (the SDK coroutine function to call), ``build_request``, ``assemble_stream``
+    (saved events -> body) and ``read_body`` (body -> ModelResponse).
+    """
+
+    protocol: WireProtocol  # set by each subclass; an attribute, as the Provider protocol expects
+
+    def __init__(self, cfg: ProviderConfig, client: Any) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.name: str = cfg.name
+        self.model: str = cfg.model
+        self.tool_protocol: ToolProtocol = "native" if cfg.tool_protocol == "native" else "xml"
+        self.supports_cache_control: bool = False
+        self._signature: _Signature | None = None
+
+    # ----- hooks -----------------------------------------------------------------------------------------
+    def _method(self) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def assemble_stream(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def check_stream_events(self, events: list[dict[str, Any]]) -> None:
+        """Raise for error events the SDK passed through as ordinary events (the Responses ``error``
+        event)."""
+
+    def read_body(self, body: dict[str, Any]) -> tuple[ModelResponse, Usage | None]:
+        """The reply, and the server's usage (None when it reported none: normalize then estimates)."""
+        raise NotImplementedError
+
+    # ----- shared ----------------------------------------------------------------------------------------
+    def _split(self, request: dict[str, Any]) -> dict[str, Any]:
+        """SDK keyword arguments: named parameters as such, every other key through ``extra_body``.
+
+        The SDKs type their parameters; keys they do not know (``temperature`` is not a named parameter of
+        anthropic 2.x, vendor flags like ``enable_thinking``) would be rejected as keyword arguments.
+        """
+        if self._signature is None:
+            params = inspect.signature(self._method()).parameters
+            self._signature = _Signature(frozenset(p for p in params if not p.startswith("extra_")))
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in request.items():
+            (kwargs if key in self._signature.params else extra)[key] = value
+        if extra:
+            kwargs["extra_body"] = extra
+        return kwargs
+
+    @staticmethod
+    def context_headers(context: CallContext) -> dict[str, str]:
+        return {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent}
+
+    async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
+        kwargs = self._split(request)
+        kwargs["extra_headers"] = self.context_headers(context)
+        try:
+            if request.get("stream"):
+                events: list[dict[str, Any]] = []
+                stream = await self._method()(**kwargs)
+                try:
+                    async for event in _aiter(stream):
+                        events.append(_to_json(event))
+                finally:
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        await close()
+                self.check_stream_events(events)
+                raw: dict[str, Any] = {"stream": True, "events": events}
+            else:
+                raw = _to_json(await self._method()(**kwargs))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise classify_exception(exc, provider=self.name) from exc
+        if not _has_usage(raw):
+            # Some compatible servers report no usage; keep the prompt size so normalize can estimate it.
+            raw[PROMPT_CHARS_KEY] = len(json.dumps(request, ensure_ascii=False))
+        return raw
+
+    def normalize(self, raw: dict[str, Any]) -> ModelResponse:
+        try:
+            body = self.assemble_stream(raw.get("events", [])) if raw.get("stream") else raw
+            response, usage = self.read_body(body)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ProviderResponseError(
+                f"cannot read the {self.protocol} response: {type(exc).__name__}: {exc}",
+                kind="bad_response",
+                provider=self.name,
+            ) from exc
+        if not response.text and not response.tool_calls and not response.content_blocks:
+            raise ProviderResponseError(
+                f"the model returned an empty reply (stop_reason={response.stop_reason!r})",
+                kind="empty_reply",
+                provider=self.name,
+            )
+        response.usage = usage_or_estimate(usage, prompt_chars=int(raw.get(PROMPT_CHARS_KEY, 0)), reply=response)
+        return response
+
+    async def aclose(self) -> None:
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            await close()
+
+    def __repr__(self) -> str:  # never shows the client (and with it the key)
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, protocol={self.protocol!r})"
+
+
+def _to_json(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return obj
+    to_dict = getattr(obj, "to_dict", None)
+    if to_dict is None:
+        raise ProviderResponseError(f"unexpected SDK object {type(obj).__name__}", kind="bad_response")
+    result = to_dict(mode="json")
+    assert isinstance(result, dict)
+    return result
+
+
+def _has_usage(value: Any) -> bool:
+    if isinstance(value, dict):
+        if isinstance(value.get("usage"), dict):
+            return True
+        return any(_has_usage(v) for v in value.values() if isinstance(v, dict | list))
+    if isinstance(value, list):
+        return any(_has_usage(v) for v in value)
+    return False
+
+
+async def _aiter(stream: Any) -> AsyncIterator[Any]:
+    async for item in stream:
+        yield item
+
+
+def usage_or_estimate(usage: Usage | None, *, prompt_chars: int, reply: ModelResponse) -> Usage:
+    """The server's usage, or an estimate marked ``estimated`` when the server reported none."""
+    if usage is not None:
+        return usage
+    out = len(reply.text) + len(reply.thinking) + sum(len(c.arguments) + len(c.name) for c in reply.tool_calls)
+    return Usage(
+        input_tokens=math.ceil(prompt_chars / 4),
+        output_tokens=math.ceil(out / 4),
+        reasoning_tokens=estimate_tokens(reply.thinking),
+        estimated=True,
+    )

@@ -1,0 +1,200 @@
+"""Errors of the provider layer, and the one place SDK exceptions are classified.
+
+Both SDKs raise their own exception trees; the rest of flowllm only sees two kinds of error:
+
+* ``ProviderConfigError``: the configuration cannot work (unknown protocol, missing key variable). Raised
+  before any task starts, by ``check_provider_config``; its message is one line that says what to do.
+* ``ProviderCallError``: one call failed. ``kind`` says why in words a retry policy can act on
+  (``retryable``, ``retry_after``), ``status`` keeps the HTTP status when there was one.
+
+Classification looks at the error *type* in the body before the status code, because an Anthropic stream can
+fail after HTTP 200 (``event: error`` with ``overloaded_error``), which the SDK raises with status 200.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Error types of the Anthropic and OpenAI bodies -> our kinds.
+_TYPE_KINDS: dict[str, str] = {
+    "overloaded_error": "overloaded",
+    "rate_limit_error": "rate_limit",
+    "rate_limit_exceeded": "rate_limit",
+    "insufficient_quota": "quota",
+    "api_error": "server",
+    "server_error": "server",
+    "internal_server_error": "server",
+    "timeout_error": "timeout",
+    "invalid_request_error": "bad_request",
+    "request_too_large": "bad_request",
+    "context_length_exceeded": "bad_request",
+    "authentication_error": "auth",
+    "invalid_api_key": "auth",
+    "permission_error": "permission",
+    "not_found_error": "not_found",
+    "model_not_found": "not_found",
+    "billing_error": "quota",
+}
+
+_STATUS_KINDS: dict[int, str] = {
+    400: "bad_request",
+    401: "auth",
+    403: "permission",
+    404: "not_found",
+    408: "timeout",
+    409: "conflict",
+    413: "bad_request",
+    422: "bad_request",
+    429: "rate_limit",
+    529: "overloaded",
+}
+
+# Kinds worth retrying: transient by nature. 400/401/403/404 never are (DESIGN.md section 3).
+RETRYABLE_KINDS = frozenset({"overloaded", "rate_limit", "server", "timeout", "connection", "conflict"})
+
+
+class ProviderError(Exception):
+    """Base of every error raised by ``flowllm.providers``."""
+
+
+class ProviderConfigError(ProviderError, ValueError):
+    """The provider configuration cannot work; the message says how to fix it."""
+
+
+class ProviderCallError(ProviderError):
+    """One model call failed.
+
+    ``kind``: connection | timeout | rate_limit | overloaded | server | conflict | quota | bad_request | auth
+    | permission | not_found | bad_response | empty_reply | stream_error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        provider: str = "",
+        status: int | None = None,
+        retry_after: float | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.provider = provider
+        self.status = status
+        self.retry_after = retry_after
+        self.error_type = error_type
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE_KINDS
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the recorder writes into meta.json (never a header or key)."""
+        return {
+            "error": type(self).__name__,
+            "kind": self.kind,
+            "message": self.message,
+            "provider": self.provider,
+            "status": self.status,
+            "retryable": self.retryable,
+            "retry_after": self.retry_after,
+            "error_type": self.error_type,
+        }
+
+    def __str__(self) -> str:
+        where = f"{self.provider}: " if self.provider else ""
+        status = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{where}{self.kind}{status}: {self.message}"
+
+
+class ProviderResponseError(ProviderCallError):
+    """The reply arrived but cannot be used: unparseable, or empty."""
+
+
+def _body_error(body: Any) -> tuple[str | None, str | None]:
+    """(error type, message) from an Anthropic or OpenAI error body, in any of the shapes the SDKs hand
+    over."""
+    if not isinstance(body, dict):
+        return None, body if isinstance(body, str) and body else None
+    err = body.get("error", body)
+    if isinstance(err, dict):
+        etype = err.get("type") or err.get("code")
+        message = err.get("message")
+        return (str(etype) if etype else None), (str(message) if message else None)
+    return None, None
+
+
+def _retry_after(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return float(ms) / 1000.0
+        value = headers.get("retry-after")
+        if value is not None:
+            return float(value)
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def classify_error_type(error_type: str | None) -> str:
+    """Our kind for an error type or code found in a body or a stream event."""
+    return _TYPE_KINDS.get(error_type or "", "stream_error")
+
+
+def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallError:
+    """Turn any SDK (or transport) exception into a ``ProviderCallError``.
+
+    Works on both SDKs by duck typing (``status_code``, ``body``, ``response``) so one function serves the
+    Anthropic and OpenAI exception trees alike.
+    """
+    if isinstance(exc, ProviderCallError):
+        return exc
+    import anthropic
+    import openai
+
+    name = type(exc).__name__
+    if isinstance(exc, anthropic.APITimeoutError | openai.APITimeoutError):
+        return ProviderCallError(f"request timed out ({name})", kind="timeout", provider=provider)
+    if isinstance(exc, anthropic.APIConnectionError | openai.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f": {cause}" if cause else ""
+        return ProviderCallError(
+            f"cannot connect to the endpoint{detail} (check provider.base_url)",
+            kind="connection",
+            provider=provider,
+        )
+    if isinstance(exc, anthropic.APIResponseValidationError | openai.APIResponseValidationError):
+        return ProviderResponseError(
+            f"the SDK could not parse the response: {exc}", kind="bad_response", provider=provider
+        )
+    status: int | None = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    etype, emsg = _body_error(body)
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if isinstance(exc, anthropic.APIError | openai.APIError):
+        kind = _TYPE_KINDS.get(etype or "") if etype else None
+        if kind is None and status is not None and status != 200:
+            kind = _STATUS_KINDS.get(status) or ("server" if status >= 500 else "bad_request")
+        if kind is None:
+            # An error event inside a 200 stream with a type we do not know: the reply is unusable.
+            kind = "stream_error"
+        message = emsg or str(exc)
+        return ProviderCallError(
+            message,
+            kind=kind,
+            provider=provider,
+            status=status,
+            retry_after=_retry_after(headers),
+            error_type=etype,
+        )
+    if isinstance(exc, ValueError):  # json decoding of a broken body, a malformed SSE event
+        return ProviderResponseError(f"unusable response: {exc}", kind="bad_response", provider=provider)
+    return ProviderCallError(
+        f"{name}: {exc}", kind="connection" if isinstance(exc, OSError) else "server", provider=provider
+    )

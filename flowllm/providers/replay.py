@@ -1,0 +1,296 @@
+"""The replay provider: a saved run's model replies, served again, so the rest of the pipeline can change.
+
+    python -m flowllm provider=replay provider.run_dir=runs/2026-12-02/08-49-59 repair=strict
+
+Each ``send`` is keyed by the ``CallContext`` (task, agent, turn) and answers with the ``raw_response`` that
+the old run's ``call_model`` node saved for that turn, byte for byte. Everything after ``call_model`` runs for
+real (normalize, parsing, repair, tools), so a changed parser or repair chain re-scores the whole run without
+calling any API.
+
+The replies are read with the protocol that produced them: the old run's ``.hydra/config.yaml`` names its
+provider config, and that protocol's provider is built with an SDK client that is never used (so no network,
+no key). Its ``build_request`` also builds the new requests, which keeps the new run's ``raw_request``
+comparable with the old one.
+
+What replay cannot do is invent a reply. When the new pipeline asks for a turn the old run never made (a
+changed parser saw a tool call the old one missed, or a task the old run did not have), ``send`` raises
+``ReplayMissError`` naming the task and the turn; the experiment records that task as failed and goes on
+with the others. When the request differs from the saved one (the conversation changed earlier: a repaired
+argument gave another tool result) the saved reply is still served, and the first difference is logged once
+per task, because the reply was written for the old conversation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowllm.config.schema import ProviderConfig
+from flowllm.core.interfaces import CallContext, Provider, ToolProtocol, WireProtocol
+from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
+from flowllm.inspect.artifacts import MAIN_AGENT, NodeRecord, TurnRecord, read_turns
+from flowllm.inspect.jsondiff import first_difference
+from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.errors import ProviderConfigError, ProviderError
+
+log = logging.getLogger(__name__)
+
+REPLAY_PROTOCOL = "replay"
+CALL_NODE = "call_model"
+# A replay of a replay points at another run; more than a few hops means a loop in the run_dir settings.
+MAX_CHAIN = 16
+# The SDK client of the inner provider is never used; if it ever were, it would hit a closed local port
+# rather than a real API.
+UNUSED_BASE_URL = "http://127.0.0.1:9"
+
+
+class ReplayMissError(ProviderError):
+    """The new pipeline asked for a model call the replayed run cannot answer."""
+
+    def __init__(self, message: str, *, task_id: str, turn: int, agent: str = MAIN_AGENT) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.turn = turn
+        self.agent = agent
+
+
+@dataclass(frozen=True)
+class SavedCall:
+    """What the old run's call_model node recorded for one turn."""
+
+    raw_request: dict[str, Any] | None
+    raw_response: dict[str, Any]
+    path: Path
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def resolve_run_dir(value: str | Path) -> Path:
+    """``provider.run_dir`` as given (relative to the working directory), else relative to the project."""
+    path = Path(value).expanduser()
+    if path.is_dir() or path.is_absolute():
+        return path
+    candidate = _project_root() / path
+    return candidate if candidate.is_dir() else path
+
+
+def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
+    """The ``provider`` section of a run's saved config, with interpolations resolved against that config."""
+    from omegaconf import OmegaConf
+
+    config_path = run_dir / ".hydra" / "config.yaml"
+    if not config_path.is_file():
+        raise ProviderConfigError(
+            f"provider.run_dir: {run_dir} has no .hydra/config.yaml, so the protocol that produced its replies "
+            "is unknown (only runs made by `python -m flowllm` can be replayed)"
+        )
+    try:
+        root = OmegaConf.load(config_path)
+        provider = OmegaConf.to_container(root.provider, resolve=True)  # type: ignore[union-attr]
+    except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
+        raise ProviderConfigError(
+            f"provider.run_dir: cannot read {config_path}: {str(exc).splitlines()[0]}"
+        ) from exc
+    if not isinstance(provider, dict):
+        raise ProviderConfigError(f"provider.run_dir: {config_path} has no provider section")
+    return provider  # type: ignore[return-value]
+
+
+def source_provider_config(run_dir: Path) -> tuple[ProviderConfig, list[Path]]:
+    """The provider config that produced ``run_dir``'s replies, following replays of replays to the origin.
+
+    Returns the config and the chain of run directories visited (the first is ``run_dir``).
+    """
+    chain = [run_dir]
+    while True:
+        raw = _saved_provider_config(chain[-1])
+        if raw.get("protocol") != REPLAY_PROTOCOL:
+            # emulator_script and keys do not matter here: only build_request and normalize will be used.
+            raw = {**raw, "emulator_script": None, "run_dir": None}
+            return as_provider_config(raw), chain
+        if not raw.get("run_dir"):
+            raise ProviderConfigError(f"{chain[-1]} is a replay run whose provider.run_dir is not recorded")
+        nxt = resolve_run_dir(str(raw["run_dir"]))
+        if nxt in chain or len(chain) >= MAX_CHAIN:
+            raise ProviderConfigError(
+                f"provider.run_dir: the replay chain loops ({' -> '.join(str(p) for p in [*chain, nxt])})"
+            )
+        chain.append(nxt)
+
+
+@dataclass
+class _TaskIndex:
+    turns: dict[int, TurnRecord]
+    notes: list[str] = field(default_factory=list)
+
+
+class ReplayProvider:
+    """Serves saved replies by (task, agent, turn); builds requests and normalizes with the source protocol."""
+
+    def __init__(self, cfg: ProviderConfig, run_dir: Path, inner: BaseProvider) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.inner = inner
+        self.name: str = cfg.name
+        self.protocol: WireProtocol = inner.protocol
+        self.model: str = inner.model
+        self.tool_protocol: ToolProtocol = inner.tool_protocol
+        self.supports_cache_control: bool = inner.supports_cache_control
+        self.served = 0
+        self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
+        self._index: dict[tuple[str, str], _TaskIndex] = {}
+        self._lock = threading.Lock()
+
+    # ----- pure halves: the source protocol's ------------------------------------------------------------
+    def build_request(
+        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
+    ) -> dict[str, Any]:
+        return self.inner.build_request(system=system, messages=messages, tools=tools)
+
+    def normalize(self, raw: dict[str, Any]) -> ModelResponse:
+        return self.inner.normalize(raw)
+
+    # ----- the saved replies -----------------------------------------------------------------------------
+    def _turns(self, task_id: str, agent: str) -> _TaskIndex:
+        key = (task_id, agent)
+        with self._lock:
+            index = self._index.get(key)
+        if index is not None:
+            return index
+        base = self.run_dir / "tasks" / task_id
+        if agent != MAIN_AGENT:
+            base = base / "agents" / agent
+        turns, notes = read_turns(base)
+        index = _TaskIndex({t.number: t for t in turns}, notes)
+        with self._lock:
+            self._index[key] = index
+        return index
+
+    @staticmethod
+    def _call_node(turn: TurnRecord) -> NodeRecord | None:
+        named = [n for n in turn.nodes if n.name == CALL_NODE]
+        if named:
+            return named[0]
+        # A pipeline may name the node differently: the one whose output holds a raw_response is it.
+        for node in turn.nodes:
+            out = node.output()
+            if out.ok and isinstance(out.value, dict) and "raw_response" in out.value:
+                return node
+        return None
+
+    def saved_call(self, context: CallContext) -> SavedCall:
+        """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
+        task, turn_no, agent = context.task_id, context.turn, context.agent
+        who = f"task '{task}'" + (f" (sub-agent '{agent}')" if agent != MAIN_AGENT else "")
+        task_dir = self.run_dir / "tasks" / task
+        if not task_dir.is_dir():
+            raise ReplayMissError(
+                f"replay: {who} turn {turn_no}: the replayed run {self.run_dir} has no such task",
+                task_id=task, turn=turn_no, agent=agent,
+            )
+        index = self._turns(task, agent)
+        turn = index.turns.get(turn_no)
+        if turn is None:
+            made = sorted(index.turns)
+            what = f"it made turns {made[0]}-{made[-1]}" if made else "it recorded no turns for it"
+            raise ReplayMissError(
+                f"replay: {who} turn {turn_no}: the replayed run never made this turn ({what}); the new "
+                "pipeline took another path earlier (a parser or repair change can add a turn)",
+                task_id=task, turn=turn_no, agent=agent,
+            )
+        node = self._call_node(turn)
+        if node is None:
+            raise ReplayMissError(
+                f"replay: {who} turn {turn_no}: no {CALL_NODE} record in {turn.path}",
+                task_id=task, turn=turn_no, agent=agent,
+            )
+        output = node.output()
+        if not output.ok:
+            if output.missing and node.status == "error":
+                reason = f"the original call failed: {node.error}"
+            elif output.missing:
+                reason = "its output.json is missing (recorder.snapshot=errors or none keeps no reply)"
+            else:
+                reason = output.error or "its output.json is unreadable"
+            raise ReplayMissError(
+                f"replay: {who} turn {turn_no}: cannot serve {node.folder}: {reason}",
+                task_id=task, turn=turn_no, agent=agent,
+            )
+        value = output.value
+        raw = value.get("raw_response") if isinstance(value, dict) else None
+        if not isinstance(raw, dict):
+            raise ReplayMissError(
+                f"replay: {who} turn {turn_no}: {node.path / 'output.json'} holds no raw_response",
+                task_id=task, turn=turn_no, agent=agent,
+            )
+        request = value.get("raw_request")
+        return SavedCall(request if isinstance(request, dict) else None, raw, node.path)
+
+    async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
+        # File reads are small and local (one output.json); no thread hop needed.
+        saved = self.saved_call(context)
+        if saved.raw_request is not None:
+            diff = first_difference(saved.raw_request, request)
+            if diff is not None:
+                key = context.task_id + (f"/{context.agent}" if context.agent != MAIN_AGENT else "")
+                with self._lock:
+                    first = key not in self.diverged
+                    if first:
+                        self.diverged[key] = f"turn {context.turn}: {diff.describe(160)}"
+                if first:
+                    log.warning(
+                        "replay: task %s turn %d: the request differs from the saved one (%s); serving the saved "
+                        "reply, which was written for the old conversation",
+                        key, context.turn, diff.describe(160),
+                    )
+        with self._lock:
+            self.served += 1
+        return saved.raw_response
+
+    async def aclose(self) -> None:
+        if self.diverged:
+            log.info(
+                "replay: served %d saved replies from %s; %d task(s) asked with a changed conversation: %s",
+                self.served, self.run_dir, len(self.diverged), ", ".join(sorted(self.diverged)),
+            )
+        await self.inner.aclose()
+
+    def __repr__(self) -> str:
+        return f"ReplayProvider(run_dir={str(self.run_dir)!r}, protocol={self.protocol!r}, model={self.model!r})"
+
+
+def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
+    """Check ``provider.run_dir`` and build the provider; raises ``ProviderConfigError`` with what to do."""
+    pcfg = as_provider_config(cfg)
+    if not pcfg.run_dir:
+        raise ProviderConfigError(
+            "provider=replay needs the run to replay: add provider.run_dir=<run directory> (e.g. runs/<date>/<time>)"
+        )
+    run_dir = resolve_run_dir(pcfg.run_dir)
+    if not run_dir.is_dir():
+        raise ProviderConfigError(f"provider.run_dir: {run_dir} is not a directory")
+    if not (run_dir / "tasks").is_dir():
+        raise ProviderConfigError(
+            f"provider.run_dir: {run_dir} is not a flowllm run (no tasks/ folder); for a multirun, pick one job "
+            "folder (…/multirun/<date>/<time>/<job number>)"
+        )
+    source, _chain = source_provider_config(run_dir)
+    # Imported here: the factory imports this module to register it.
+    from flowllm.providers.factory import build_provider
+
+    try:
+        inner = build_provider(source, base_url=UNUSED_BASE_URL)
+    except ProviderConfigError as exc:
+        raise ProviderConfigError(f"provider.run_dir: the replayed run's provider cannot be rebuilt: {exc}") from exc
+    return ReplayProvider(pcfg, run_dir, inner)
+
+
+async def open_replay(cfg: ProviderConfig) -> Provider:
+    """The ``register_protocol`` opener for ``protocol: replay``."""
+    return build_replay_provider(cfg)
+
