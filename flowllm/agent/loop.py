@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from flowllm.agent.answer import extract_answer
+from flowllm.agent.subagents import SubAgentSpec, SubAgentTools
 from flowllm.core.interfaces import Provider, ToolBackend
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
@@ -35,6 +37,7 @@ class AgentResult:
     bad_tool_calls: int = 0
     failed_tool_calls: int = 0
     repairs: dict[str, int] = field(default_factory=dict)  # repair stage -> count ("failed" for failures)
+    subagent_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +49,7 @@ class AgentResult:
             "bad_tool_calls": self.bad_tool_calls,
             "failed_tool_calls": self.failed_tool_calls,
             "repairs": dict(sorted(self.repairs.items())),
+            "subagent_calls": self.subagent_calls,
         }
 
 
@@ -75,19 +79,62 @@ class Agent:
         runner: Runner,
         settings: AgentSettings,
         observer: NodeObserver | None = None,
+        subagents: dict[str, SubAgentSpec] | None = None,
     ) -> None:
         if settings.max_turns < 1:
             raise ValueError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
+        for spec in (subagents or {}).values():
+            if spec.max_turns < 1:
+                raise ValueError(f"subagents.{spec.name}.max_turns must be at least 1, not {spec.max_turns}")
         self.pipeline = pipeline
         self.runner = runner
         self.settings = settings
         self.observer = observer
+        self.subagents = dict(subagents or {})
 
-    async def run(
-        self, task_id: str, prompt: str, provider: Provider, tools: ToolBackend | None, agent: str = "main"
+    async def run(self, task_id: str, prompt: str, provider: Provider, tools: ToolBackend | None) -> AgentResult:
+        """Run the main agent on a task; its sub-agents (if configured) are offered as tools."""
+        if not self.subagents:
+            return await self._converse(task_id, prompt, provider, tools, self.settings)
+        current_turn = 0
+
+        async def run_subagent(
+            spec: SubAgentSpec, subtask: str, sub_tools: ToolBackend | None, scope: str
+        ) -> AgentResult:
+            settings = AgentSettings(
+                max_turns=spec.max_turns, system_prompt=spec.system_prompt, summary_prompt=self.settings.summary_prompt
+            )
+            return await self._converse(task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope)
+
+        def on_turn(turn: int) -> None:
+            nonlocal current_turn
+            current_turn = turn
+
+        backend = SubAgentTools(
+            tools,
+            self.subagents,
+            run_subagent,
+            record_dir=lambda name, call_id: f"turn_{current_turn:03d}/subagents/{name}-{call_id}",
+        )
+        result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn)
+        result.usage = result.usage + backend.usage  # a sub-agent's tokens are the task's tokens
+        result.subagent_calls = backend.calls
+        return result
+
+    async def _converse(
+        self,
+        task_id: str,
+        prompt: str,
+        provider: Provider,
+        tools: ToolBackend | None,
+        settings: AgentSettings,
+        *,
+        agent: str = "main",
+        scope: str = "",
+        on_turn: Callable[[int], None] | None = None,
     ) -> AgentResult:
         specs = await tools.list_tools() if tools is not None else []
-        system = build_system_prompt(self.settings.system_prompt, specs, provider.tool_protocol)
+        system = build_system_prompt(settings.system_prompt, specs, provider.tool_protocol)
         messages: list[Message] = [user_message(prompt)]
         usage = Usage()
         counts: Counter[str] = Counter()
@@ -96,7 +143,9 @@ class Agent:
 
         async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> dict[str, Any]:
             nonlocal usage, response
-            ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent)
+            if on_turn is not None:
+                on_turn(number)
+            ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent, scope=scope)
             state = await self.runner.run(
                 self.pipeline, {"messages": history, "system": system, "tools": specs}, ctx, self.observer
             )
@@ -112,7 +161,7 @@ class Agent:
 
         stop = STOP_MAX_TURNS
         number = 0
-        for number in range(1, self.settings.max_turns + 1):
+        for number in range(1, settings.max_turns + 1):
             state = await turn(number, messages, tools)
             messages = state["next_messages"]
             if not state.get("tool_calls") and not state.get("bad_tool_calls"):
@@ -120,7 +169,7 @@ class Agent:
                 break
         else:
             # Out of turns: one more turn, without tools, that asks for the final answer.
-            messages = append_user_text(messages, self.settings.summary_prompt)
+            messages = append_user_text(messages, settings.summary_prompt)
             number += 1
             await turn(number, messages, None)
 

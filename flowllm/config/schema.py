@@ -57,8 +57,8 @@ class RepairConfig:
 @dataclass
 class RunnerConfig:
     name: str = MISSING  # legacy | graph | graph_parallel
-    item_timeout_s: float = 120.0  # per fan-out item (one tool call)
-    turn_timeout_s: float = 600.0  # all fan-out items of one node together
+    item_timeout_s: float = 900.0  # per fan-out item (one tool call or sub-agent): a safety net
+    turn_timeout_s: float = 1800.0  # all fan-out items of one node together
 
 
 @dataclass
@@ -100,11 +100,24 @@ class AgentConfig:
 
 
 @dataclass
+class SubAgentConfig:
+    """A sub-agent, offered to the main agent as the tool ``agent-<name>.execute_subtask(subtask)``."""
+
+    description: str = MISSING
+    system_prompt: str = ""
+    max_turns: int = 5
+    servers: list[str] | None = None  # tool servers it may use (None: all of the task's)
+    timeout_s: float = 600.0  # the whole sub-agent conversation, as one tool call
+
+
+@dataclass
 class DatasetConfig:
     path: str = MISSING
     limit: int | None = None
     levels: list[int] | None = None
     task_ids: list[str] | None = None
+    # auto: metadata.jsonl (GAIA's own) if present, else standardized_data.jsonl; or gaia | standardized.
+    format: str = "auto"
 
 
 @dataclass
@@ -112,7 +125,9 @@ class ExperimentConfig:
     name: str = "sample"
     max_concurrent: int = 4
     task_timeout_s: float = 900.0
-    attempts: int = 1
+    attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct answer
+    resume: bool = True  # skip tasks whose result.json says completed (rerun into the same hydra.run.dir)
+    pricing: str = "conf/pricing.yaml"  # USD per million tokens, per model; relative to cwd, else the project
 
 
 @dataclass
@@ -131,6 +146,7 @@ class FlowConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
+    subagents: dict[str, SubAgentConfig] = field(default_factory=dict)
     progress: bool = True
 
 

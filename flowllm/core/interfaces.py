@@ -23,6 +23,9 @@ class CallContext:
     task_id: str
     turn: int
     agent: str = "main"
+    # Where this conversation is recorded under the task folder: "" for the main agent, e.g.
+    # "turn_002/subagents/researcher-call_0" for a sub-agent. Unique within a task, unlike ``agent``.
+    scope: str = ""
 
 
 @runtime_checkable

@@ -67,12 +67,13 @@ class TurnContext:
     tools: ToolBackend | None = None
     fanout: FanOut = field(default_factory=FanOut)
     agent: str = "main"
+    scope: str = ""  # see CallContext.scope
     # Node-specific settings the agent loop passes down (e.g. the known tool servers).
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def call_context(self) -> CallContext:
-        return CallContext(task_id=self.task_id, turn=self.turn, agent=self.agent)
+        return CallContext(task_id=self.task_id, turn=self.turn, agent=self.agent, scope=self.scope)
 
     async def map(
         self, fn: Callable[[T], Awaitable[R]], items: Sequence[T], *, item_timeout_s: float | None = None

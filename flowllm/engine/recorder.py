@@ -5,6 +5,7 @@ Layout under the run directory:
     tasks/<task_id>/turn_<NNN>/<NN>_<node>/input.json    what the node received
     tasks/<task_id>/turn_<NNN>/<NN>_<node>/output.json   what it produced (nothing run-specific)
     tasks/<task_id>/turn_<NNN>/<NN>_<node>/meta.json     start, duration, status, error and traceback
+    tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...  a sub-agent's turns
     tasks/<task_id>/result.json
     summary.json
 
@@ -112,10 +113,11 @@ class Recorder:
     def task_dir(self, task_id: str) -> Path:
         return self.run_dir / "tasks" / task_id
 
-    def node_dir(self, task_id: str, turn: int, node: BoundNode, agent: str = "main") -> Path:
+    def node_dir(self, task_id: str, turn: int, node: BoundNode, scope: str = "") -> Path:
+        """``scope`` places a sub-agent's turns under the parent turn that called it."""
         base = self.task_dir(task_id)
-        if agent != "main":
-            base = base / "agents" / agent
+        if scope:
+            base = base / scope
         return base / f"turn_{turn:03d}" / node.folder
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -143,7 +145,7 @@ class Recorder:
     ) -> None:
         if self.snapshot == "none":
             return
-        folder = self.node_dir(ctx.task_id, ctx.turn, node, ctx.agent)
+        folder = self.node_dir(ctx.task_id, ctx.turn, node, ctx.scope)
         files = [(folder / "input.json", self.redactor.dumps(dict(inputs)))]
         if outputs is not None:
             files.append((folder / "output.json", self.redactor.dumps(dict(outputs))))

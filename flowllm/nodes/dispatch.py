@@ -76,7 +76,9 @@ class DispatchTools(Node):
                 c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s
             )
 
-        outcomes = await ctx.map(execute, prepared_calls, item_timeout_s=self.call_timeout_s)
+        # Each tool layer enforces its own limit (the pool: call_timeout_s; a sub-agent: its timeout_s); the
+        # runner's item and turn timeouts are the outer safety net.
+        outcomes = await ctx.map(execute, prepared_calls)
         results: list[ToolResult] = []
         for p, outcome in zip(prepared_calls, outcomes, strict=True):
             if isinstance(outcome, ToolResult):
