@@ -7,7 +7,7 @@ from typing import Any
 
 from flowllm.core.types import ModelResponse, ToolSpec
 from flowllm.engine import Node, TurnContext
-from flowllm.parsing import ToolCall, parse_tool_calls, repair_arguments, validate_stages
+from flowllm.parsing import ToolCall, parse_tool_calls, repair_arguments, validate_formats, validate_stages
 
 
 @dataclass
@@ -38,6 +38,8 @@ class ParseToolCalls(Node):
     outputs = ("tool_calls", "bad_tool_calls")
 
     def __init__(self, formats: list[str] | None = None) -> None:
+        if formats:
+            validate_formats(list(formats))
         self.formats = list(formats) if formats else None
 
     def run(self, ctx: TurnContext, response: ModelResponse, tools: list[ToolSpec]) -> dict[str, Any]:

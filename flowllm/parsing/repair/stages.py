@@ -1,0 +1,303 @@
+"""The repair stages, one small function each, and the named chains ``conf/repair/*.yaml`` pick from.
+
+A stage takes the current text (and the field name the text is the value of, if any) and returns one of:
+
+* ``Found(value)``: the stage read the text; the chain stops and records this stage's name;
+* a string: a rewritten text. The chain tries a strict parse of it at once (success is credited to this stage).
+  If that fails, an *extracting* stage (``carries``) hands its text to the stages after it, while a *fixing*
+  stage's rewrite is dropped, so a guess that did not work cannot mislead the stages that follow;
+* ``None``: nothing for this stage to do.
+
+Stages never raise on purpose; the chain still guards every call, so a bug in one stage costs that stage only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import json5
+import orjson
+
+from flowllm.parsing.pyliteral import parse_python_literal
+from flowllm.parsing.repair.lenient import CODE_FIELDS, parse_lenient
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    value: Any
+
+
+StageResult = Found | str | None
+StageFn = Callable[[str, "str | None"], StageResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    fn: StageFn
+    carries: bool  # an unparsed rewrite goes on to the next stages (extraction), or is dropped (a fix attempt)
+    summary: str
+
+
+def _has_float(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is float:
+            return True
+        if t is dict:
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+    return False
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` semantics, with orjson's speed for the common case."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # orjson refuses what Python's json accepts in a few corners (NaN, lone surrogates): json.loads has
+        # the last word, so "strict" means exactly what the standard library means.
+        return json.loads(text)
+    if type(value) in (dict, list, float) and _has_float(value):
+        # orjson reads integers beyond 64 bits as floats (losing digits); telling those from real floats would
+        # cost more than letting the standard library read the (rare) documents that hold any float at all.
+        return json.loads(text)
+    return value
+
+
+def _strict(text: str, key: str | None) -> StageResult:
+    try:
+        return Found(loads_strict(text))
+    except (ValueError, RecursionError):
+        return None
+
+
+_FENCE = re.compile(r"`{3,}[ \t]*[A-Za-z0-9_+.-]*[ \t]*\n?(.*?)`{3,}", re.S)
+_FENCE_OPEN = re.compile(r"`{3,}[ \t]*[A-Za-z0-9_+.-]*[ \t]*\n?")
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _fences(text: str, key: str | None) -> StageResult:
+    """The value inside a markdown fence, or between the prose before and after it."""
+    s = text.strip()
+    if not s:
+        return None
+    if s[0] in "{[":
+        # A complete value followed by prose or a stray bracket ('{"a": 1}\n}', '{"a": 1} Hope this helps'),
+        # but not by a second value (',' or an opening bracket): several values are the structural stage's call.
+        try:
+            value, end = _DECODER.raw_decode(s)
+        except ValueError:
+            pass
+        else:
+            rest = s[end:].lstrip()
+            if rest[:1] not in ("", ",", "{", "["):
+                return Found(value)
+    if s[0] in "{[" and s[-1] in "}]":
+        return None
+    fence_at = s.find("```")
+    if fence_at >= 0 and "{" not in s[:fence_at] and "[" not in s[:fence_at]:
+        blocks = [m.group(1).strip() for m in _FENCE.finditer(s, fence_at)]
+        blocks = [b for b in blocks if b[:1] in ("{", "[", "(")]
+        if len(blocks) == 1:
+            return blocks[0]
+        if len(blocks) > 1:
+            return None  # several values: the structural stage decides how they combine
+        m = _FENCE_OPEN.match(s, fence_at)
+        if m is not None and s[m.end() : m.end() + 1] in ("{", "["):
+            return s[m.end() :].strip()  # a fence opened and never closed (truncated output)
+    start = min((p for p in (s.find("{"), s.find("[")) if p >= 0), default=-1)
+    if start < 0:
+        return None
+    end = max(s.rfind("}"), s.rfind("]"))
+    if end < start:
+        return s[start:] if start > 0 else None
+    if start == 0 and end == len(s) - 1:
+        return None
+    if balanced_end(s, start) != end + 1:
+        # The value does not close where the last bracket is (truncated, or quotes that break the scan):
+        # what follows it may be part of it ('{"k": "```json{}"', "re.compile(r'{}')"), so only cut the front.
+        end = len(s) - 1
+    if start == 0 and end == len(s) - 1:
+        return None
+    return s[start : end + 1]
+
+
+_BRACKET_SCAN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.S)
+
+
+def balanced_end(text: str, start: int) -> int:
+    """The index just past the bracket that closes the one at ``start`` (string-aware), or -1."""
+    depth = 0
+    for m in _BRACKET_SCAN.finditer(text, start):
+        tok = m.group()
+        if tok in "{[":
+            depth += 1
+        elif tok in "}]":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    return -1
+
+
+def _double_encoded(text: str, key: str | None) -> StageResult:
+    """JSON text that was encoded again as a string, with or without its outer quotes: ``{\\"a\\": 1}``."""
+    s = text.strip()
+    if len(s) < 2 or '\\"' not in s:
+        return None
+    if s[0] == '"' and s[-1] == '"':
+        candidate = s
+    elif s[0] in "{[":
+        candidate = '"' + s + '"'
+    else:
+        return None
+    try:
+        inner = json.loads(candidate)
+    except ValueError:
+        return None
+    return inner if isinstance(inner, str) and inner.strip()[:1] in ("{", "[") else None
+
+
+def _doubled_braces(text: str, key: str | None) -> StageResult:
+    """``{{"a": 1}}``: braces doubled by a template engine."""
+    s = text.strip()
+    if s.startswith("{{") and s.endswith("}}"):
+        return s.replace("{{", "{").replace("}}", "}")
+    return None
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BAD_IN_STRING = re.compile(r'[\x00-\x1f]|\\u(?![0-9a-fA-F]{4})|\\(?!["\\/bfnrtu])(.)?', re.S)
+_QUOTE_LIKE = frozenset("'\u201e\u201c\u201d\u2018\u2019")
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _fix_bad(m: re.Match[str]) -> str:
+    t = m.group()
+    if len(t) == 1 and t != "\\":
+        return _CONTROL.get(t, f"\\u{ord(t):04x}")
+    if t[1:] in _QUOTE_LIKE:
+        return t[1:]  # \' or \„ escapes a quote JSON does not need escaped
+    nxt = t[1:]
+    if nxt and nxt < " ":
+        return "\\\\" + _CONTROL.get(nxt, f"\\u{ord(nxt):04x}")
+    return "\\\\" + nxt  # an unknown escape keeps its backslash (C:\Users, \d in a regex)
+
+
+_CODE_KEY_BEFORE = re.compile(r'"(?:' + "|".join(sorted(CODE_FIELDS)) + r')"\s*:\s*\Z')
+
+
+def _escapes(text: str, key: str | None) -> StageResult:
+    """Raw newlines, tabs and control characters inside strings, and invalid escapes such as ``\\d``."""
+    if not _BAD_IN_STRING.search(text):
+        return None
+
+    def fix(m: re.Match[str]) -> str:
+        t = m.group()
+        body = t[1:-1]
+        trimmed = body.rstrip()
+        # A raw line break just before the closing quote is layout, except in code, which keeps every byte.
+        if (
+            len(trimmed) != len(body)
+            and "\n" in body[len(trimmed) :]
+            and not _CODE_KEY_BEFORE.search(text, max(0, m.start() - 40), m.start())
+        ):
+            body = trimmed
+        return '"' + _BAD_IN_STRING.sub(_fix_bad, body) + '"'
+
+    return _JSON_STRING.sub(fix, text)
+
+
+def _python(text: str, key: str | None) -> StageResult:
+    """Python literal syntax: ``None``/``True``/``False``, single quotes, tuples and sets."""
+    s = text.strip()
+    if not s or s[0] not in "{[(":
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes warn in ast.parse; they are kept as written
+            value = parse_python_literal(s)
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    if s[0] != "(" and _top_is_bare_tuple(s):
+        return None  # {"a": 1}, [] is two values, not a tuple: the structural stage combines them
+    if _ADJACENT_QUOTES.search(s) and _has_implicit_concatenation(s):
+        return None  # ["a" "b"] is two strings with a missing comma, not Python's "ab"
+    return Found(value)
+
+
+_ADJACENT_QUOTES = re.compile(r"[\"']\s*[\"']")
+
+
+def _top_is_bare_tuple(s: str) -> bool:
+    import ast
+
+    try:
+        return isinstance(ast.parse(s, mode="eval").body, ast.Tuple)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+
+
+def _has_implicit_concatenation(s: str) -> bool:
+    import io
+    import tokenize
+
+    previous = None
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(s).readline):
+            if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if tok.type == tokenize.STRING and previous == tokenize.STRING:
+                return True
+            previous = tok.type
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return True
+    return False
+
+
+def _json5(text: str, key: str | None) -> StageResult:
+    """JSON5 via the json5 library: single quotes, unquoted keys, trailing commas, comments, hex, +1, .5."""
+    try:
+        return Found(json5.loads(text))
+    except (ValueError, TypeError, RecursionError, IndexError, KeyError):
+        return None
+
+
+def _lenient(text: str, key: str | None) -> StageResult:
+    """The structural parser: truncation, unescaped quotes by structure, missing commas, anything left."""
+    ok, value = parse_lenient(text, key)
+    return Found(value) if ok else None
+
+
+STAGE_LIST: tuple[Stage, ...] = (
+    Stage("strict", _strict, False, "json.loads, the fast path"),
+    Stage("fences", _fences, True, "markdown fences and prose around the value"),
+    Stage("double_encoded", _double_encoded, True, "JSON encoded again as a string"),
+    Stage("doubled_braces", _doubled_braces, False, "{{ }} from a template"),
+    Stage("escapes", _escapes, False, "raw control characters and invalid escapes inside strings"),
+    Stage("python", _python, False, "Python literals: None/True/False, single quotes, tuples"),
+    Stage("json5", _json5, False, "the JSON5 grammar (json5 library)"),
+    Stage("lenient", _lenient, False, "structural repair of everything else"),
+)
+STAGE_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGE_LIST}
+
+# The chains conf/repair/*.yaml name; the YAML files list the same stages so a sweep shows what each one ran.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "none": ("strict",),
+    "strict": ("strict", "fences", "escapes"),
+    "json5_only": ("strict", "json5"),
+    "full": ("strict", "fences", "double_encoded", "doubled_braces", "escapes", "python", "lenient"),
+}
+FULL_CHAIN: tuple[str, ...] = PRESETS["full"]

@@ -1,0 +1,192 @@
+"""Tool calls out of a model reply, whatever form they arrive in (DESIGN.md section 4).
+
+    parse_tool_calls(payload, servers=None, formats=None, tools=None) -> Parsed(calls, bad, content, formats)
+
+``payload`` is model text, an OpenAI Chat ``tool_calls`` list (dicts or SDK objects), a Responses
+``function_call`` item / output list / response, Anthropic ``tool_use`` blocks, or a ``ModelResponse`` (its
+native calls when it has any, else its text). ``formats`` restricts text parsing to some of ``FORMATS``
+(None: detect). ``tools`` (ToolSpecs, or a mapping of tool name to input schema) types the values of XML
+formats and turns calls to unknown tools into bad calls.
+
+Text formats with a marker of their own are tried first; the markerless ones (pythonic lists, plain JSON)
+only when none of those found anything. Calls parsed from text are numbered ``call_0``, ``call_1``, ... in
+order of appearance, so the same text always gives the same output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache
+from typing import Any
+
+from flowllm.core.types import ModelResponse
+from flowllm.parsing.toolcalls import markerless, mcp_xml, special, tagged
+from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, split_server
+from flowllm.parsing.toolcalls.native import native_item, native_items
+from flowllm.parsing.types import BadToolCall, Parsed, ToolCall
+
+Scanner = Callable[[str, Context, bool, frozenset[str]], list[Hit]]
+
+# name -> (scanner, markers that must appear in the text for it to run; empty: markerless)
+_TEXT_FORMATS: dict[str, tuple[Scanner, tuple[str, ...]]] = {
+    "mcp_xml": (lambda t, c, f, fm: mcp_xml.scan(t, c, f), (mcp_xml.MARKER,)),
+    "kimi_k2": (lambda t, c, f, fm: special.scan_kimi(t, c, f), special.KIMI_MARKERS),
+    "deepseek_v3": (lambda t, c, f, fm: special.scan_deepseek(t, c, f), special.DEEPSEEK_MARKERS),
+    "mistral": (lambda t, c, f, fm: special.scan_mistral(t, c, f), (special.MISTRAL,)),
+    # One scanner reads every <tool_call> block and tells the three apart by content.
+    "hermes": (tagged.scan, tagged.MARKERS),
+    "qwen3_coder": (tagged.scan, tagged.MARKERS),
+    "glm4": (tagged.scan, tagged.MARKERS),
+    "pythonic": (lambda t, c, f, fm: markerless.scan_pythonic(t, c, f), ()),
+    "json": (lambda t, c, f, fm: markerless.scan_json(t, c, f), ()),
+}
+_EMPTY_CONTEXT = Context()
+NATIVE_FORMATS = ("openai_chat", "openai_responses", "anthropic")
+FORMATS: tuple[str, ...] = (*_TEXT_FORMATS, *NATIVE_FORMATS)
+_TAGGED = frozenset({"hermes", "qwen3_coder", "glm4"})
+
+
+def validate_formats(formats: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming unknown format names and the valid ones."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown tool-call format(s) {', '.join(map(repr, unknown))}; valid: {', '.join(FORMATS)}")
+
+
+_MCP_ANY_CASE = re.compile(re.escape(mcp_xml.MARKER), re.I)
+
+
+def _marker_present(text: str, markers: tuple[str, ...]) -> bool:
+    for m in markers:
+        if m in text:
+            return True
+        if m is mcp_xml.MARKER and _MCP_ANY_CASE.search(text):  # <USE_MCP_TOOL> is fine too
+            return True
+    return False
+
+
+@cache
+def _plan(enabled: frozenset[str]) -> tuple[tuple[str, Scanner, tuple[str, ...]], ...]:
+    """The scanners to run for a set of enabled formats, in priority order (the <tool_call> one once)."""
+    plan = []
+    tagged_done = False
+    for name, (scanner, markers) in _TEXT_FORMATS.items():
+        if name not in enabled:
+            continue
+        if name in _TAGGED:
+            if tagged_done:
+                continue
+            tagged_done = True
+        plan.append((name, scanner, markers))
+    return tuple(plan)
+
+
+def scan_text(text: str, ctx: Context, enabled: frozenset[str], final: bool) -> tuple[list[Hit], list[str]]:
+    """All hits in ``text``, ordered and without overlaps, and the formats that produced them."""
+    hits: list[Hit] = []
+    used: list[str] = []
+    marked_found = False
+    for name, scanner, markers in _plan(enabled):
+        if not markers:
+            if marked_found:
+                break
+        elif not _marker_present(text, markers):
+            continue
+        found = scanner(text, ctx, final, enabled)
+        if hits:  # a later format never claims text an earlier one has read
+            found = [h for h in found if not any(h.start < o.end and o.start < h.end for o in hits if o.start != o.end)]
+        fresh = found
+        if any(h.call or h.bad_reason or not h.complete for h in fresh):
+            if markers:
+                marked_found = True
+            label = name if name not in _TAGGED else "tagged"
+            used.append(label)
+        hits.extend(fresh)
+    hits.sort(key=lambda h: (h.start, h.end))
+    return hits, used
+
+
+def build_parsed(text: str, hits: Iterable[Hit], ctx: Context, used: list[str], first_index: int = 0) -> Parsed:
+    calls: list[ToolCall] = []
+    bad: list[BadToolCall] = []
+    pieces: list[str] = []
+    cursor = 0
+    index = first_index
+    for h in hits:
+        if not h.keep_text and h.start >= cursor:
+            pieces.append(text[cursor : h.start])
+            cursor = h.end
+        elif not h.keep_text and h.end > cursor:
+            cursor = h.end
+        if h.call is not None:
+            call = _finish_call(h.call, ctx, f"call_{index}", native=False)
+            index += 1
+            if isinstance(call, BadToolCall):
+                call.raw = text[h.start : h.end]
+                bad.append(call)
+            else:
+                calls.append(call)
+        elif h.bad_reason is not None:
+            bad.append(BadToolCall(h.bad_reason, text[h.start : h.end]))
+    pieces.append(text[cursor:])
+    return Parsed(calls, bad, "".join(pieces), used)
+
+
+def _finish_call(raw: RawCall, ctx: Context, default_id: str, *, native: bool) -> ToolCall | BadToolCall:
+    server = raw.server
+    name = raw.name
+    if server is None:
+        server, name = split_server(name, ctx, native=native)
+    if ctx.known_tools is not None and name not in ctx.known_tools and raw.name not in ctx.known_tools:
+        return BadToolCall(f"unknown tool {name!r}; known tools: {', '.join(sorted(ctx.known_tools))}", "")
+    return ToolCall(raw.id or default_id, server, name, raw.arguments_text)
+
+
+def parse_tool_calls(
+    payload: Any,
+    servers: Iterable[str] | None = None,
+    formats: Sequence[str] | None = None,
+    tools: Any = None,
+) -> Parsed:
+    """Every tool call in ``payload`` (see the module docstring). Never raises on malformed input."""
+    ctx = _EMPTY_CONTEXT if servers is None and tools is None else Context.build(servers, tools)
+    enabled = frozenset(FORMATS if formats is None else formats)
+    if isinstance(payload, ModelResponse):
+        if payload.tool_calls:
+            parsed = _parse_native(payload.tool_calls, ctx)
+            parsed.content = payload.text
+            return parsed
+        payload = payload.text
+    if payload is None:
+        return Parsed()
+    if isinstance(payload, bytes | bytearray):
+        payload = bytes(payload).decode("utf-8", "replace")
+    if isinstance(payload, str):
+        hits, used = scan_text(payload, ctx, enabled, final=True)
+        return build_parsed(payload, hits, ctx, used)
+    return _parse_native(payload, ctx)
+
+
+def _parse_native(payload: Any, ctx: Context) -> Parsed:
+    calls: list[ToolCall] = []
+    bad: list[BadToolCall] = []
+    for i, item in enumerate(native_items(payload)):
+        raw, reason = native_item(item)
+        if raw is None:
+            if reason:
+                bad.append(BadToolCall(reason, repr(item)[:2000]))
+            continue
+        if not raw.name:
+            bad.append(BadToolCall("tool call without a name", repr(item)[:2000]))
+            continue
+        call = _finish_call(raw, ctx, f"call_{i}", native=True)
+        if isinstance(call, BadToolCall):
+            call.raw = repr(item)[:2000]
+            bad.append(call)
+        else:
+            calls.append(call)
+    return Parsed(calls, bad, "", ["native"] if calls or bad else [])
+
+
+__all__ = ["FORMATS", "parse_tool_calls", "scan_text", "validate_formats"]
