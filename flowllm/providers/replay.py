@@ -91,7 +91,7 @@ def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
         )
     try:
         root = OmegaConf.load(config_path)
-        provider = OmegaConf.to_container(root.provider, resolve=True)  # type: ignore[union-attr]
+        provider = OmegaConf.to_container(root.provider, resolve=True)
     except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
         raise ProviderConfigError(
             f"provider.run_dir: cannot read {config_path}: {str(exc).splitlines()[0]}"
@@ -156,15 +156,16 @@ class ReplayProvider:
         return self.inner.normalize(raw)
 
     # ----- the saved replies -----------------------------------------------------------------------------
-    def _turns(self, task_id: str, agent: str) -> _TaskIndex:
-        key = (task_id, agent)
+    def _turns(self, task_id: str, scope: str) -> _TaskIndex:
+        """The saved turns of one conversation: the task's own (scope "") or a sub-agent call's."""
+        key = (task_id, scope)
         with self._lock:
             index = self._index.get(key)
         if index is not None:
             return index
         base = self.run_dir / "tasks" / task_id
-        if agent != MAIN_AGENT:
-            base = base / "agents" / agent
+        if scope:
+            base = base / scope
         turns, notes = read_turns(base)
         index = _TaskIndex({t.number: t for t in turns}, notes)
         with self._lock:
@@ -193,7 +194,7 @@ class ReplayProvider:
                 f"replay: {who} turn {turn_no}: the replayed run {self.run_dir} has no such task",
                 task_id=task, turn=turn_no, agent=agent,
             )
-        index = self._turns(task, agent)
+        index = self._turns(task, context.scope)
         turn = index.turns.get(turn_no)
         if turn is None:
             made = sorted(index.turns)
@@ -237,7 +238,7 @@ class ReplayProvider:
         if saved.raw_request is not None:
             diff = first_difference(saved.raw_request, request)
             if diff is not None:
-                key = context.task_id + (f"/{context.agent}" if context.agent != MAIN_AGENT else "")
+                key = context.task_id + (f"/{context.scope}" if context.scope else "")
                 with self._lock:
                     first = key not in self.diverged
                     if first:

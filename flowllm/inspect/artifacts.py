@@ -1,0 +1,415 @@
+"""Reading a saved run back: the one place that knows the recorder's layout from the reader's side.
+
+    <run>/summary.json, <run>/.hydra/config.yaml
+    <run>/tasks/<task_id>/result.json
+    <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
+    <run>/tasks/<task_id>/agents/<agent>/turn_<NNN>/...        (sub-agents)
+
+Everything here is tolerant by design: a run is read to find out what went wrong, so a truncated file, a
+missing ``meta.json`` or a task that never wrote its ``result.json`` becomes a *problem* attached to the
+record (and shown to the user), never an exception that hides the rest of the run. Only a folder that is not
+a run at all raises ``NotARunError``. Node inputs and outputs are read lazily: they hold whole histories and
+a run can have thousands of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+TURN_RE = re.compile(r"^turn_(\d+)$")
+NODE_RE = re.compile(r"^(\d+)_(.+)$")
+MAIN_AGENT = "main"
+ARTIFACT_FILES = ("input.json", "output.json", "meta.json")
+
+
+class NotARunError(Exception):
+    """The folder is not a flowllm run (or multirun); the message says what was expected."""
+
+
+@dataclass
+class Artifact:
+    """One JSON file: its value, or why it could not be read (``error`` is None when it was read)."""
+
+    path: Path
+    value: Any = None
+    error: str | None = None
+    missing: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def read_artifact(path: Path) -> Artifact:
+    """Read a JSON artifact without raising: a missing, empty, truncated or non-JSON file is described."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Artifact(path, error=f"{path.name} is missing", missing=True)
+    except OSError as exc:
+        return Artifact(path, error=f"{path.name} cannot be read: {exc.strerror or exc}")
+    if not data.strip():
+        return Artifact(path, error=f"{path.name} is empty (the write was cut short)")
+    try:
+        return Artifact(path, value=orjson.loads(data))
+    except orjson.JSONDecodeError as exc:
+        return Artifact(path, error=f"{path.name} is not valid JSON ({len(data)} bytes; truncated?): {exc}")
+
+
+@dataclass
+class NodeRecord:
+    """One node of one turn: ``folder`` is the artifact folder name (``03_call_model``)."""
+
+    path: Path
+    index: int | None
+    name: str
+
+    @property
+    def folder(self) -> str:
+        return self.path.name
+
+    @cached_property
+    def meta(self) -> Artifact:
+        return read_artifact(self.path / "meta.json")
+
+    def input(self) -> Artifact:
+        return read_artifact(self.path / "input.json")
+
+    def output(self) -> Artifact:
+        return read_artifact(self.path / "output.json")
+
+    @property
+    def status(self) -> str:
+        """ok | error | unknown (no readable meta.json: an older layout, or a crash mid-write)."""
+        if not self.meta.ok or not isinstance(self.meta.value, dict):
+            return "unknown"
+        return str(self.meta.value.get("status") or "unknown")
+
+    @property
+    def duration_s(self) -> float | None:
+        value = self.meta.value.get("duration_s") if isinstance(self.meta.value, dict) else None
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def started_at(self) -> str | None:
+        value = self.meta.value.get("started_at") if isinstance(self.meta.value, dict) else None
+        return str(value) if value else None
+
+    @property
+    def error(self) -> str | None:
+        value = self.meta.value.get("error") if isinstance(self.meta.value, dict) else None
+        if value is None:
+            return None
+        if isinstance(value, dict):  # a provider error's to_dict()
+            return str(value.get("message") or value)
+        return str(value)
+
+    @property
+    def traceback(self) -> str | None:
+        value = self.meta.value.get("traceback") if isinstance(self.meta.value, dict) else None
+        return str(value) if value else None
+
+    def matches(self, key: str) -> bool:
+        """``call_model``, ``03``, ``3`` and ``03_call_model`` all name the same node."""
+        key = key.strip()
+        if key in (self.folder, self.name):
+            return True
+        return key.isdigit() and self.index is not None and int(key) == self.index
+
+
+@dataclass
+class TurnRecord:
+    number: int
+    path: Path
+    nodes: list[NodeRecord]
+
+    def node(self, key: str) -> NodeRecord | None:
+        found = next((n for n in self.nodes if n.matches(key)), None)
+        if found is None:
+            # An unambiguous start of a name is enough (``repair`` for ``repair_arguments``).
+            hits = [n for n in self.nodes if n.name.startswith(key)]
+            found = hits[0] if len(hits) == 1 else None
+        return found
+
+    @property
+    def duration_s(self) -> float:
+        return sum(n.duration_s or 0.0 for n in self.nodes)
+
+
+def _sort_key(path: Path) -> tuple[int, str]:
+    match = NODE_RE.match(path.name)
+    return (int(match.group(1)), path.name) if match else (10**6, path.name)
+
+
+def read_turns(base: Path) -> tuple[list[TurnRecord], list[str]]:
+    """The ``turn_<N>`` folders under ``base`` in turn order, and notes about anything odd in them."""
+    turns: list[TurnRecord] = []
+    notes: list[str] = []
+    if not base.is_dir():
+        return turns, notes
+    for child in base.iterdir():
+        match = TURN_RE.match(child.name)
+        if not match or not child.is_dir():
+            continue
+        nodes = []
+        for node_dir in sorted((p for p in child.iterdir() if p.is_dir()), key=_sort_key):
+            m = NODE_RE.match(node_dir.name)
+            if m:
+                nodes.append(NodeRecord(node_dir, int(m.group(1)), m.group(2)))
+            else:
+                # Before node folders carried their YAML position the folder was the bare node name.
+                nodes.append(NodeRecord(node_dir, None, node_dir.name))
+        turns.append(TurnRecord(int(match.group(1)), child, nodes))
+    turns.sort(key=lambda t: t.number)
+    if any(len(t.path.name) != len("turn_000") for t in turns):
+        notes.append(f"{base.name}: turn folders are not numbered turn_NNN (an older layout); read anyway")
+    return turns, notes
+
+
+@dataclass
+class TaskRecord:
+    """One task of a run. ``result`` may be missing (the task never finished) or corrupt."""
+
+    task_id: str
+    path: Path
+    result: Artifact
+    turns: list[TurnRecord]
+    agents: dict[str, list[TurnRecord]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def field(self, name: str, default: Any = None) -> Any:
+        value = self.result.value
+        return value.get(name, default) if isinstance(value, dict) else default
+
+    @property
+    def status(self) -> str:
+        if not self.result.ok:
+            return "unfinished" if self.result.missing else "unreadable"
+        return str(self.field("status", "unknown"))
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.field("correct", False))
+
+    @property
+    def level(self) -> int | None:
+        value = self.field("level")
+        return int(value) if isinstance(value, (int, float)) or (isinstance(value, str) and value.isdigit()) else None
+
+    @property
+    def error(self) -> str | None:
+        if not self.result.ok:
+            return self.result.error
+        value = self.field("error")
+        return str(value) if value else None
+
+    def turns_of(self, agent: str = MAIN_AGENT) -> list[TurnRecord]:
+        if agent == MAIN_AGENT:
+            return self.turns
+        if agent not in self.agents:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise KeyError(f"task '{self.task_id}' has no sub-agent '{agent}' (sub-agents: {known})")
+        return self.agents[agent]
+
+    def turn(self, number: int, agent: str = MAIN_AGENT) -> TurnRecord | None:
+        return next((t for t in self.turns_of(agent) if t.number == number), None)
+
+    def all_turns(self) -> Iterator[tuple[str, TurnRecord]]:
+        """(agent, turn) for the main agent and every sub-agent."""
+        for t in self.turns:
+            yield MAIN_AGENT, t
+        for agent, turns in sorted(self.agents.items()):
+            for t in turns:
+                yield agent, t
+
+
+def read_task(path: Path) -> TaskRecord:
+    turns, notes = read_turns(path)
+    agents: dict[str, list[TurnRecord]] = {}
+    agents_dir = path / "agents"
+    if agents_dir.is_dir():
+        for agent_dir in sorted(p for p in agents_dir.iterdir() if p.is_dir()):
+            agents[agent_dir.name], more = read_turns(agent_dir)
+            notes.extend(more)
+    result = read_artifact(path / "result.json")
+    problems = list(notes)
+    if not result.ok:
+        problems.append(
+            "no result.json: the task did not finish (interrupted, or still running)"
+            if result.missing
+            else result.error or "result.json unreadable"
+        )
+    return TaskRecord(path.name, path, result, turns, agents, problems)
+
+
+@dataclass
+class RunRecord:
+    """A run directory, read tolerantly. ``problems`` lists what could not be read."""
+
+    path: Path
+    summary: Artifact
+    tasks: list[TaskRecord]
+    config: dict[str, Any] | None = None
+    overrides: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def task(self, task_id: str) -> TaskRecord:
+        for t in self.tasks:
+            if t.task_id == task_id:
+                return t
+        # A prefix is enough when it is unambiguous: task ids are long.
+        hits = [t for t in self.tasks if t.task_id.startswith(task_id)]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise KeyError(f"task '{task_id}' is ambiguous: {', '.join(t.task_id for t in hits)}")
+        raise KeyError(f"no task '{task_id}' in {self.path} (tasks: {', '.join(t.task_id for t in self.tasks)})")
+
+    def setting(self, dotted: str) -> Any:
+        """A value of the run's summary, else of its saved config (``provider.model``...)."""
+        if self.summary.ok and isinstance(self.summary.value, dict):
+            flat = {"provider.name": "provider", "provider.model": "model", "runner.name": "runner",
+                    "repair.name": "repair", "experiment.name": "experiment"}
+            key = flat.get(dotted)
+            if key and key in self.summary.value:
+                return self.summary.value[key]
+        node: Any = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+
+def _load_config(run_dir: Path) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """The saved composed config (plain, unresolved), the Hydra overrides, and a problem if any."""
+    hydra_dir = run_dir / ".hydra"
+    config_path = hydra_dir / "config.yaml"
+    if not config_path.is_file():
+        return None, [], "no .hydra/config.yaml: the run's configuration is unknown"
+    import yaml  # PyYAML comes with Hydra; imported here so the layout code stays light
+
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+        return None, [], f".hydra/config.yaml cannot be read: {str(exc).splitlines()[0]}"
+    overrides: list[str] = []
+    overrides_path = hydra_dir / "overrides.yaml"
+    if overrides_path.is_file():
+        try:
+            loaded = yaml.safe_load(overrides_path.read_text(encoding="utf-8"))
+            overrides = [str(o) for o in loaded or []]
+        except (yaml.YAMLError, OSError, UnicodeDecodeError):
+            pass  # overrides are a label only; the config itself was read
+    return (config if isinstance(config, dict) else None), overrides, None
+
+
+def _task_dirs(run_dir: Path) -> tuple[list[Path], str | None]:
+    tasks_dir = run_dir / "tasks"
+    if tasks_dir.is_dir():
+        return sorted(p for p in tasks_dir.iterdir() if p.is_dir()), None
+    # An older layout kept task folders at the top of the run directory.
+    legacy = sorted(
+        p for p in run_dir.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and any(TURN_RE.match(c.name) for c in p.iterdir())
+    )
+    if legacy:
+        return legacy, "older layout: task folders sit at the top of the run directory (no tasks/ folder)"
+    return [], None
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "summary.json").is_file() or (path / "tasks").is_dir())
+
+
+def multirun_jobs(path: Path) -> list[Path]:
+    """The job folders of a Hydra multirun directory (``0``, ``1``...), in job order; empty if not one."""
+    if not path.is_dir():
+        return []
+    jobs = [p for p in path.iterdir() if p.is_dir() and is_run_dir(p)]
+    return sorted(jobs, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))
+
+
+def open_run(path: Path | str) -> RunRecord:
+    """Read a run directory; raises ``NotARunError`` (with what to do) only when it is not a run at all."""
+    run_dir = Path(path).expanduser()
+    if not run_dir.exists():
+        raise NotARunError(f"{run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise NotARunError(f"{run_dir} is a file, not a run directory")
+    task_dirs, layout_note = _task_dirs(run_dir)
+    summary = read_artifact(run_dir / "summary.json")
+    if not task_dirs and summary.missing and not (run_dir / "tasks").is_dir():
+        jobs = multirun_jobs(run_dir)
+        if jobs:
+            raise NotARunError(
+                f"{run_dir} is a multirun folder with {len(jobs)} runs ({', '.join(j.name for j in jobs[:8])}"
+                f"{'...' if len(jobs) > 8 else ''}): inspect one of them, or use "
+                f"`python -m flowllm.inspect report {run_dir}` for the sweep comparison"
+            )
+        raise NotARunError(
+            f"{run_dir} is not a flowllm run: expected summary.json and a tasks/ folder (a run directory is "
+            "what hydra.run.dir names, e.g. runs/<date>/<time>)"
+        )
+    problems: list[str] = []
+    if layout_note:
+        problems.append(layout_note)
+    if summary.missing:
+        problems.append("no summary.json: the run was interrupted or is still running; figures come from the tasks")
+    elif not summary.ok:
+        problems.append(f"{summary.error}; figures come from the tasks")
+    config, overrides, config_problem = _load_config(run_dir)
+    if config_problem:
+        problems.append(config_problem)
+    tasks = [read_task(p) for p in task_dirs]
+    return RunRecord(run_dir, summary, tasks, config, overrides, problems)
+
+
+def task_summary(run: RunRecord) -> dict[str, Any]:
+    """The run's headline figures: summary.json when readable, else computed from the tasks' results."""
+    if run.summary.ok and isinstance(run.summary.value, dict):
+        return dict(run.summary.value)
+    results = [t for t in run.tasks if t.result.ok]
+    correct = sum(t.correct for t in run.tasks)
+    total = len(run.tasks)
+    repairs: Counter[str] = Counter()
+    for t in results:
+        value = t.field("repairs")
+        if isinstance(value, dict):
+            repairs.update({str(k): int(v) for k, v in value.items() if isinstance(v, int)})
+    usage: Counter[str] = Counter()
+    for t in results:
+        value = t.field("usage")
+        if isinstance(value, dict):
+            usage.update({str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)})
+    calls = sum(int(t.field("tool_calls", 0) or 0) for t in run.tasks)
+    bad = sum(int(t.field("bad_tool_calls", 0) or 0) for t in run.tasks)
+    return {
+        "tasks": total,
+        "finished": len(results),
+        "completed": sum(1 for t in run.tasks if t.status == "completed"),
+        "failed": sum(1 for t in run.tasks if t.status == "failed"),
+        "correct": correct,
+        "accuracy": round(correct / total, 4) if total else 0.0,
+        "turns": sum(int(t.field("turns", 0) or 0) for t in run.tasks),
+        "tool_calls": calls,
+        "bad_tool_calls": bad,
+        "failed_tool_calls": sum(int(t.field("failed_tool_calls", 0) or 0) for t in run.tasks),
+        # The same definition as the experiment's summary.json.
+        "parse_rate": round((calls - repairs.get("failed", 0)) / (calls + bad), 4) if calls else None,
+        "repairs": dict(sorted(repairs.items())),
+        "usage": dict(usage),
+        "computed": True,
+    }

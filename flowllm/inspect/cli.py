@@ -1,0 +1,518 @@
+"""``python -m flowllm.inspect``: a saved run in the terminal.
+
+    python -m flowllm.inspect RUN_DIR                     summary: settings, figures, what went wrong
+    python -m flowllm.inspect RUN_DIR tasks [--status failed] [--level 2]
+    python -m flowllm.inspect RUN_DIR task TASK_ID        turns, tool calls, repairs, errors, the answer
+    python -m flowllm.inspect RUN_DIR node TASK TURN NODE [--only input|output|meta] [--raw]
+    python -m flowllm.inspect RUN_DIR grep TEXT [--regex]
+    python -m flowllm.inspect RUN_DIR failures [--kind bad_tool_call]
+    python -m flowllm.inspect diff RUN_A RUN_B [--all]
+    python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
+
+Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
+for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
+from flowllm.inspect.diff import diff_runs
+from flowllm.inspect.views import (
+    Failure,
+    first_line,
+    grep_run,
+    result_row,
+    run_failures,
+    task_failures,
+    task_turn_views,
+)
+
+PROG = "python -m flowllm.inspect"
+FAILURE_KINDS = ("task_failed", "wrong_answer", "bad_tool_call", "repair_failed", "tool_error", "node_error",
+                 "unreadable")
+
+
+class UsageError(Exception):
+    """Bad arguments, or a folder that is not a run: exit status 2."""
+
+
+class NotFound(Exception):
+    """A task, turn or node that the run does not have: exit status 1."""
+
+
+def make_console() -> Console:
+    # Piped output (a file, a test, less) would default to 80 columns and squeeze the tables unreadably.
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=140)
+    return console
+
+
+def esc(value: Any) -> str:
+    """Data inside a markup string: paths and ids may contain [brackets]."""
+    return escape(str(value))
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+# ----- rendering helpers ------------------------------------------------------------------------------------
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+    return str(value)
+
+
+def _status_style(status: str, correct: bool | None = None) -> str:
+    if status == "completed":
+        return "green" if correct or correct is None else "yellow"
+    return "red"
+
+
+def to_yaml(value: Any) -> str:
+    """Readable rendering of a JSON value: multi-line strings (code, prompts, replies) as YAML blocks."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    _Dumper.add_representer(str, _str)
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)
+
+
+def _kv_table(rows: Sequence[tuple[str, Any]], title: str | None = None) -> Table:
+    table = Table(box=box.SIMPLE, show_header=False, title=title, title_justify="left", pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        # Text, never a markup string: values are data and may contain [brackets].
+        table.add_row(key, value if isinstance(value, Text) else Text(_fmt(value)))
+    return table
+
+
+# ----- commands on one run ----------------------------------------------------------------------------------
+def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
+    figures = task_summary(run)
+    failures = run_failures(run)
+    settings = {
+        "experiment": run.setting("experiment.name"),
+        "provider": run.setting("provider.name"),
+        "model": run.setting("provider.model"),
+        "protocol": run.setting("provider.protocol"),
+        "runner": run.setting("runner.name"),
+        "repair": run.setting("repair.name"),
+        "overrides": run.overrides,
+    }
+    if as_json:
+        emit_json({"run": str(run.path), "settings": settings, "summary": figures, "problems": run.problems,
+                   "failures": [asdict(f) for f in failures]})
+        return 0
+    console.print(Panel.fit(f"[bold]{esc(run.path)}[/bold]", title="flowllm run", border_style="cyan"))
+    console.print(_kv_table([(k, " ".join(v) if isinstance(v, list) else v) for k, v in settings.items()],
+                            title="settings"))
+    usage = figures.get("usage") or {}
+    accuracy = figures.get("accuracy")
+    rows: list[tuple[str, Any]] = [
+        ("accuracy", f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
+         if isinstance(accuracy, (int, float)) else accuracy),
+        ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
+        ("turns", figures.get("turns")),
+        ("tool calls / bad blocks / failed", f"{figures.get('tool_calls')} / {figures.get('bad_tool_calls')} / "
+                                             f"{figures.get('failed_tool_calls')}"),
+        ("parse rate", figures.get("parse_rate")),
+        ("repairs by stage", figures.get("repairs")),
+        ("tokens in / out", f"{usage.get('input_tokens', '-')} / {usage.get('output_tokens', '-')}" if usage else None),
+        ("wall time (s)", figures.get("wall_seconds")),
+    ]
+    if figures.get("by_level"):
+        rows.append(("by level", ", ".join(
+            f"L{lvl}: {v.get('correct')}/{v.get('tasks')}" for lvl, v in figures["by_level"].items()
+        )))
+    if figures.get("computed"):
+        rows.append(("note", "computed from the tasks (summary.json unreadable or missing)"))
+    console.print(_kv_table(rows, title="figures"))
+    if run.problems:
+        console.print(Panel("\n".join(f"- {p}" for p in run.problems), title="problems reading the run",
+                            border_style="yellow"))
+    bad_tasks = [t for t in run.tasks if t.status != "completed" or not t.correct]
+    if bad_tasks:
+        table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
+        table.add_column("task", no_wrap=True)
+        table.add_column("status")
+        table.add_column("why", overflow="fold")
+        for task in bad_tasks:
+            why = next((f.reason for f in failures if f.task_id == task.task_id), task.error or "")
+            table.add_row(task.task_id, Text(task.status if task.status != "completed" else "wrong",
+                                             style=_status_style(task.status, False)), why)
+        console.print(table)
+        where = esc(run.path)
+        console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} "
+                      "failures[/dim]")
+    else:
+        console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
+    return 0
+
+
+def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | None, level: int | None) -> int:
+    rows = [result_row(t) for t in run.tasks]
+    if status:
+        wanted = status.lower()
+        rows = [r for r in rows if r["status"] == wanted
+                or (wanted == "wrong" and r["status"] == "completed" and not r["correct"])
+                or (wanted == "correct" and r["correct"])]
+    if level is not None:
+        rows = [r for r in rows if r["level"] == level]
+    if as_json:
+        emit_json(rows)
+        return 0
+    table = Table(title=f"tasks of {run.path} ({len(rows)} of {len(run.tasks)})", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for name, kwargs in (("task", {"no_wrap": True}), ("level", {}), ("status", {}), ("correct", {}),
+                         ("answer", {"overflow": "fold", "max_width": 28}),
+                         ("expected", {"overflow": "fold", "max_width": 28}), ("turns", {"justify": "right"}),
+                         ("calls", {"justify": "right"}), ("bad", {"justify": "right"}),
+                         ("failed", {"justify": "right"}), ("repairs", {"overflow": "fold"}),
+                         ("error", {"overflow": "fold", "max_width": 50})):
+        table.add_column(name, **kwargs)
+    for r in rows:
+        table.add_row(
+            r["task_id"], _fmt(r["level"]), Text(r["status"], style=_status_style(r["status"], r["correct"])),
+            Text(_fmt(r["correct"]), style="green" if r["correct"] else "red"), _fmt(r["answer"]),
+            _fmt(r["ground_truth"]), _fmt(r["turns"]), _fmt(r["tool_calls"]), _fmt(r["bad_tool_calls"]),
+            _fmt(r["failed_tool_calls"]), _fmt(r["repairs"]), first_line(r["error"] or "", 120) or "",
+        )
+    console.print(table)
+    return 0
+
+
+def _find_task(run: RunRecord, task_id: str) -> Any:
+    try:
+        return run.task(task_id)
+    except KeyError as exc:
+        raise NotFound(exc.args[0]) from None
+
+
+def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full: bool) -> int:
+    task = _find_task(run, task_id)
+    views = task_turn_views(task)
+    failures = task_failures(task, views)
+    row = result_row(task)
+    if as_json:
+        emit_json({"result": row, "turns": [v.to_dict() for v in views],
+                   "failures": [asdict(f) for f in failures]})
+        return 0
+    limit = None if full else 600
+    title = Text.assemble((task.task_id, "bold"), "  ", (row["status"], _status_style(row["status"], row["correct"])))
+    console.print(Panel(_kv_table([
+        ("answer", row["answer"]), ("expected", row["ground_truth"]),
+        ("correct", Text(_fmt(row["correct"]), style="green" if row["correct"] else "red")),
+        ("turns / stop", f"{row['turns']} / {_fmt(row['stop'])}"), ("level", row["level"]),
+        ("tool calls / bad / failed", f"{row['tool_calls']} / {row['bad_tool_calls']} / {row['failed_tool_calls']}"),
+        ("repairs", row["repairs"]), ("wall time (s)", row["wall_seconds"]),
+        ("error", Text(row["error"], style="red") if row["error"] else None),
+    ]), title=title, title_align="left", border_style=_status_style(row["status"], row["correct"])))
+    for problem in task.problems:
+        console.print(f"[yellow]! {esc(problem)}[/yellow]")
+    for view in views:
+        who = f"turn {view.number}" + (f" (agent {view.agent})" if view.agent != MAIN_AGENT else "")
+        parts: list[Any] = []
+        timeline = Text()
+        for n in view.nodes:
+            style = {"ok": "green", "error": "bold red"}.get(n.status, "yellow")
+            timeline.append(f"{n.name}", style=style)
+            timeline.append(f" {n.duration_s:.3f}s" if n.duration_s is not None else " ?s", style="dim")
+            timeline.append("  ")
+        parts.append(timeline)
+        if view.text is not None:
+            parts.append(Text("model: ", style="bold").append(_clip(view.text, limit), style=""))
+        for call in view.calls:
+            line = Text("call ", style="bold")
+            line.append(call.label, style="cyan")
+            if call.repair_error:
+                line.append(f"  arguments NOT repaired: {call.repair_error}", style="red")
+            else:
+                quiet = call.repair_stage == "strict"  # clean JSON: nothing to look at
+                line.append(f"  repair: {call.repair_stage}", style="dim" if quiet else "yellow")
+            parts.append(line)
+            if call.arguments is not None:
+                parts.append(Syntax(_clip(to_yaml(call.arguments), limit).rstrip(), "yaml", word_wrap=True))
+            else:
+                parts.append(Text(_clip(call.arguments_text, limit), style="dim"))
+            if call.result is not None:
+                parts.append(Text("result: ", style="bold").append(
+                    _clip(call.result, limit), style="red" if call.result_error else ""))
+        for bad in view.bad_calls:
+            parts.append(Text(f"bad tool call: {bad.reason}", style="bold red"))
+            parts.append(Text(_clip(bad.raw, limit), style="dim"))
+        for node in view.errors:
+            parts.append(Text(f"{node.folder} failed: {node.error}", style="bold red"))
+        for problem in view.problems:
+            parts.append(Text(f"! {problem}", style="yellow"))
+        console.print(Panel(Group(*parts), title=f"{who}  {view.duration_s:.3f}s", title_align="left",
+                            border_style="red" if view.errors or view.bad_calls else "blue"))
+    if failures:
+        console.print(_failure_table(failures, title="what went wrong"))
+    console.print(
+        f"[dim]a node's input and output: {PROG} {esc(run.path)} node {esc(task.task_id)} <turn> <node>[/dim]"
+    )
+    return 0
+
+
+def _clip(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"... [{len(text) - limit} more characters; --full shows all]"
+
+
+def cmd_node(run: RunRecord, console: Console, as_json: bool, task_id: str, turn: str, node_key: str,
+             agent: str, only: str | None, raw: bool) -> int:
+    task = _find_task(run, task_id)
+    number_text = turn.removeprefix("turn_").lstrip("0") or "0"
+    if not number_text.isdigit():
+        raise UsageError(f"turn must be a number (1, 2...) or turn_NNN, not '{turn}'")
+    try:
+        record = task.turn(int(number_text), agent)
+    except KeyError as exc:
+        raise NotFound(exc.args[0]) from None
+    if record is None:
+        known = ", ".join(str(t.number) for t in task.turns_of(agent)) or "none"
+        raise NotFound(f"task '{task.task_id}' has no turn {number_text} (turns: {known})")
+    node = record.node(node_key)
+    if node is None:
+        raise NotFound(f"turn {record.number} of '{task.task_id}' has no node '{node_key}' "
+                       f"(nodes: {', '.join(n.folder for n in record.nodes)})")
+    parts = {"meta": node.meta, "input": node.input(), "output": node.output()}
+    if only:
+        parts = {only: parts[only]}
+    if as_json:
+        emit_json({"path": str(node.path), **{k: a.value if a.ok else {"error": a.error} for k, a in parts.items()}})
+        return 0
+    console.print(Panel.fit(f"[bold]{esc(task.task_id)}[/bold] / turn {record.number} / "
+                            f"[bold]{esc(node.folder)}[/bold]\n"
+                            f"[dim]{esc(node.path)}[/dim]", border_style="cyan"))
+    for name, artifact in parts.items():
+        if not artifact.ok:
+            console.print(Panel(Text(artifact.error or "unreadable", style="yellow"), title=name, title_align="left"))
+            continue
+        value = artifact.value
+        if name == "meta" and isinstance(value, dict) and value.get("traceback") and not raw:
+            value = {k: v for k, v in value.items() if k != "traceback"}
+            body: Any = Group(Syntax(to_yaml(value).rstrip(), "yaml", word_wrap=True),
+                              Text(str(artifact.value["traceback"]).rstrip(), style="red"))
+        elif raw:
+            body = Syntax(json.dumps(value, indent=2, ensure_ascii=False), "json", word_wrap=True)
+        else:
+            body = Syntax(to_yaml(value).rstrip(), "yaml", word_wrap=True)
+        console.print(Panel(body, title=name, title_align="left"))
+    return 0
+
+
+def cmd_grep(run: RunRecord, console: Console, as_json: bool, pattern: str, regex: bool, limit: int) -> int:
+    hits = grep_run(run, pattern, regex=regex, limit=limit)
+    if as_json:
+        emit_json([asdict(h) for h in hits])
+        return 0
+    more = " (limit reached)" if len(hits) >= limit else ""
+    table = Table(title=f"'{pattern}' in {run.path}: {len(hits)} hit(s){more}",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("task", "turn", "node", "file", "where", "text"):
+        table.add_column(name, overflow="fold", no_wrap=name == "task")
+    for h in hits:
+        turn = "-" if h.turn is None else (str(h.turn) if h.agent == MAIN_AGENT else f"{h.agent}:{h.turn}")
+        table.add_row(h.task_id, turn, h.node or "-", h.file, h.path, h.snippet)
+    console.print(table)
+    return 0
+
+
+def _failure_table(failures: list[Failure], title: str) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("where", overflow="fold")
+    table.add_column("reason", overflow="fold")
+    for f in failures:
+        style = "yellow" if f.kind in ("wrong_answer", "unreadable") else "red"
+        table.add_row(Text(f.kind, style=style), f.where, f.reason)
+    return table
+
+
+def cmd_failures(run: RunRecord, console: Console, as_json: bool, kind: str | None) -> int:
+    failures = run_failures(run)
+    if kind:
+        failures = [f for f in failures if f.kind == kind]
+    if as_json:
+        emit_json([asdict(f) for f in failures])
+        return 0
+    if not failures:
+        console.print("[green]nothing failed[/green]")
+        return 0
+    console.print(_failure_table(failures, title=f"failures in {run.path} ({len(failures)})"))
+    return 0
+
+
+# ----- diff and report ---------------------------------------------------------------------------------------
+def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all: bool) -> int:
+    a, b = _open(a_path), _open(b_path)
+    result = diff_runs(a, b)
+    if as_json:
+        emit_json(result.to_dict())
+        return 0
+    console.print(Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff",
+                            border_style="cyan"))
+    if result.settings_changes:
+        console.print(_kv_table([(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in result.settings_changes.items()],
+                                title="settings that differ"))
+    if result.summary_changes:
+        console.print(_kv_table([(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in result.summary_changes.items()],
+                                title="figures that differ"))
+    if not result.tasks:
+        console.print(f"[green]no task differs ({len(result.unchanged)} compared)[/green]")
+        return 0
+    for t in result.tasks:
+        if t.only_in:
+            console.print(f"[yellow]{esc(t.task_id)}[/yellow]: only in {t.only_in}")
+            continue
+        rows: list[tuple[str, Any]] = [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in t.changes.items()]
+        rows += [("tool calls", c) for c in t.call_changes]
+        if t.divergence:
+            rows.append(("first divergence", Text(t.divergence.describe(), style="magenta")))
+        console.print(Panel(_kv_table(rows), title=t.task_id, title_align="left", border_style="yellow"))
+    console.print(f"{len(result.tasks)} task(s) differ, {len(result.unchanged)} unchanged"
+                  + (f": {', '.join(result.unchanged)}" if show_all and result.unchanged else ""))
+    return 0
+
+
+def cmd_report(path: str, output: str | None, max_chars: int, console: Console, as_json: bool) -> int:
+    from flowllm.inspect.report import write_report
+
+    target = Path(path).expanduser()
+    try:
+        written, info = write_report(target, Path(output) if output else None, max_chars=max_chars)
+    except NotARunError as exc:
+        raise UsageError(str(exc)) from None
+    if as_json:
+        emit_json({"report": str(written), **info})
+    else:
+        size = f"{info['bytes'] / 1024:.0f} KB"
+        console.print(f"report written: [bold]{esc(written)}[/bold] ({size}, {info['runs']} run(s), "
+                      f"{info['tasks']} task(s)); open it in any browser, no server needed")
+    return 0
+
+
+def _open(path: str) -> RunRecord:
+    try:
+        return open_run(path)
+    except NotARunError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# ----- argument parsing ----------------------------------------------------------------------------------------
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"{PROG} RUN_DIR", description="Look at a saved flowllm run.")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("summary", help="settings, figures and what went wrong (the default)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p = sub.add_parser("tasks", help="one line per task")
+    p.add_argument("--status", help="completed | failed | unfinished | wrong | correct")
+    p.add_argument("--level", type=int)
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p = sub.add_parser("task", help="one task: turns, tool calls, repairs, errors, the answer")
+    p.add_argument("task_id")
+    p.add_argument("--full", action="store_true", help="do not shorten long texts")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p = sub.add_parser("node", help="one node's input, output and meta")
+    p.add_argument("task_id")
+    p.add_argument("turn")
+    p.add_argument("node", help="call_model, 03 or 03_call_model")
+    p.add_argument("--agent", default=MAIN_AGENT, help="a sub-agent's name (default: the main agent)")
+    p.add_argument("--only", choices=("input", "output", "meta"))
+    p.add_argument("--raw", action="store_true", help="JSON as saved instead of the readable form")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p = sub.add_parser("grep", help="find text in every artifact of the run (case-insensitive)")
+    p.add_argument("pattern")
+    p.add_argument("--regex", action="store_true")
+    p.add_argument("--limit", type=int, default=200)
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p = sub.add_parser("failures", help="every failed task, bad tool call, failed repair and tool error")
+    p.add_argument("--kind", choices=FAILURE_KINDS)
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    console = make_console()
+    try:
+        if not args or args[0] in ("-h", "--help"):
+            sys.stdout.write((__doc__ or "").split("\n\n", 1)[1])
+            return 0 if args else 2
+        if args[0] == "diff":
+            parser = argparse.ArgumentParser(prog=f"{PROG} diff", description="Compare two runs task by task.")
+            parser.add_argument("run_a")
+            parser.add_argument("run_b")
+            parser.add_argument("--all", action="store_true", help="also name the unchanged tasks")
+            parser.add_argument("--json", action="store_true")
+            ns = parser.parse_args(args[1:])
+            return cmd_diff(ns.run_a, ns.run_b, console, ns.json, ns.all)
+        if args[0] == "report":
+            parser = argparse.ArgumentParser(prog=f"{PROG} report", description="Write a self-contained HTML report.")
+            parser.add_argument("path", help="a run directory or a multirun directory")
+            parser.add_argument("-o", "--output", help="the HTML file (default: <dir>/report.html)")
+            parser.add_argument("--max-chars", type=int, default=20000,
+                                help="longest text kept per value in the report (default 20000)")
+            parser.add_argument("--json", action="store_true")
+            ns = parser.parse_args(args[1:])
+            return cmd_report(ns.path, ns.output, ns.max_chars, console, ns.json)
+        run_path, rest = args[0], args[1:]
+        ns = _run_parser().parse_args(rest)
+        run = _open(run_path)
+        as_json = bool(ns.json)
+        command = ns.command or "summary"
+        if command == "summary":
+            return cmd_summary(run, console, as_json)
+        if command == "tasks":
+            return cmd_tasks(run, console, as_json, ns.status, ns.level)
+        if command == "task":
+            return cmd_task(run, console, as_json, ns.task_id, ns.full)
+        if command == "node":
+            return cmd_node(run, console, as_json, ns.task_id, ns.turn, ns.node, ns.agent, ns.only, ns.raw)
+        if command == "grep":
+            return cmd_grep(run, console, as_json, ns.pattern, ns.regex, ns.limit)
+        if command == "failures":
+            return cmd_failures(run, console, as_json, ns.kind)
+        raise UsageError(f"unknown command '{command}'")
+    except UsageError as exc:
+        print(f"flowllm.inspect: error: {exc}", file=sys.stderr)
+        return 2
+    except NotFound as exc:
+        print(f"flowllm.inspect: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
+        return 0

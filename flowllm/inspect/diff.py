@@ -1,0 +1,197 @@
+"""Comparing two runs task by task: what changed in the results, and the first node where the runs part.
+
+The first divergence is searched turn by turn, node by node (in pipeline order), input before output, with
+values that differ between any two live runs ignored (server ids, clocks: ``jsondiff.VOLATILE_KEYS``). For a
+replay with another repair chain it lands on the node that changed (``repair_arguments``' output); for two live
+runs of a model, on the first reply that differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, task_summary
+from flowllm.inspect.jsondiff import VOLATILE_KEYS, first_difference, short
+from flowllm.inspect.views import CallView, task_turn_views
+
+# result.json fields compared, in the order changes are reported.
+RESULT_FIELDS = ("status", "correct", "answer", "turns", "stop", "tool_calls", "bad_tool_calls",
+                 "failed_tool_calls", "repairs", "error")
+SUMMARY_FIELDS = ("accuracy", "correct", "completed", "failed", "turns", "tool_calls", "bad_tool_calls",
+                  "failed_tool_calls", "parse_rate", "repairs")
+
+
+@dataclass
+class Divergence:
+    """Where two tasks' artifacts first differ."""
+
+    turn: int | None
+    agent: str
+    node: str | None
+    file: str | None
+    detail: str
+
+    def describe(self) -> str:
+        where = []
+        if self.agent != "main":
+            where.append(f"agent {self.agent}")
+        if self.turn is not None:
+            where.append(f"turn {self.turn}")
+        if self.node:
+            where.append(self.node)
+        if self.file:
+            where.append(self.file)
+        return f"{' / '.join(where)}: {self.detail}" if where else self.detail
+
+
+@dataclass
+class TaskDiff:
+    task_id: str
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    call_changes: list[str] = field(default_factory=list)
+    divergence: Divergence | None = None
+    only_in: str | None = None  # "A" or "B" when the task is in one run only
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.changes or self.call_changes or self.only_in)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["changes"] = {k: {"a": a, "b": b} for k, (a, b) in self.changes.items()}
+        data["divergence"] = self.divergence.describe() if self.divergence else None
+        return data
+
+
+@dataclass
+class RunDiff:
+    a: Path
+    b: Path
+    tasks: list[TaskDiff]
+    unchanged: list[str]
+    summary_changes: dict[str, tuple[Any, Any]]
+    settings_changes: dict[str, tuple[Any, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a": str(self.a),
+            "b": str(self.b),
+            "settings": {k: {"a": a, "b": b} for k, (a, b) in self.settings_changes.items()},
+            "summary": {k: {"a": a, "b": b} for k, (a, b) in self.summary_changes.items()},
+            "tasks": [t.to_dict() for t in self.tasks],
+            "unchanged": self.unchanged,
+        }
+
+
+def _value(artifact: Artifact) -> Any:
+    if artifact.ok:
+        return artifact.value
+    return None if artifact.missing else f"<unreadable: {artifact.error}>"
+
+
+def _call_signature(call: CallView) -> str:
+    stage = f"failed: {call.repair_error}" if call.repair_error else (call.repair_stage or "none")
+    outcome = "tool error" if call.result_error else "ok"
+    return f"{call.label} [repair: {stage}, {outcome}]"
+
+
+def compare_calls(a: TaskRecord, b: TaskRecord) -> list[str]:
+    """The tool calls that differ, turn by turn, in words."""
+    calls_a = {(v.agent, v.number): v.calls for v in task_turn_views(a)}
+    calls_b = {(v.agent, v.number): v.calls for v in task_turn_views(b)}
+    changes: list[str] = []
+    for key in sorted(set(calls_a) | set(calls_b), key=lambda k: (k[0] != "main", k[0], k[1])):
+        agent, number = key
+        where = f"turn {number}" + (f" (agent {agent})" if agent != "main" else "")
+        left, right = calls_a.get(key), calls_b.get(key)
+        if left is None or right is None:
+            present = "A" if right is None else "B"
+            calls = left if right is None else right
+            if calls:
+                changes.append(f"{where}: only in {present}: {', '.join(_call_signature(c) for c in calls or [])}")
+            continue
+        for i in range(max(len(left), len(right))):
+            ca = left[i] if i < len(left) else None
+            cb = right[i] if i < len(right) else None
+            if ca is None or cb is None:
+                only = cb if ca is None else ca
+                assert only is not None
+                changes.append(f"{where}: call {i + 1} only in {'B' if ca is None else 'A'}: {_call_signature(only)}")
+                continue
+            sa, sb = _call_signature(ca), _call_signature(cb)
+            if sa != sb or ca.arguments != cb.arguments:
+                if sa != sb:
+                    detail = f"{sa} -> {sb}"
+                else:
+                    detail = f"{sa}: arguments {short(ca.arguments, 80)} -> {short(cb.arguments, 80)}"
+                changes.append(f"{where}: call {i + 1}: {detail}")
+    return changes
+
+
+def _nodes_by_folder(nodes: list[NodeRecord]) -> dict[str, NodeRecord]:
+    return {n.folder: n for n in nodes}
+
+
+def first_divergence(a: TaskRecord, b: TaskRecord) -> Divergence | None:
+    turns_a = {(agent, t.number): t for agent, t in a.all_turns()}
+    turns_b = {(agent, t.number): t for agent, t in b.all_turns()}
+    for key in sorted(set(turns_a) | set(turns_b), key=lambda k: (k[0] != "main", k[0], k[1])):
+        agent, number = key
+        ta, tb = turns_a.get(key), turns_b.get(key)
+        if ta is None or tb is None:
+            return Divergence(number, agent, None, None, f"this turn exists only in {'A' if tb is None else 'B'}")
+        nodes_a, nodes_b = _nodes_by_folder(ta.nodes), _nodes_by_folder(tb.nodes)
+        order = [n.folder for n in ta.nodes] + [f for f in (n.folder for n in tb.nodes) if f not in nodes_a]
+        for folder in order:
+            na, nb = nodes_a.get(folder), nodes_b.get(folder)
+            if na is None or nb is None:
+                return Divergence(number, agent, folder, None, f"this node exists only in {'A' if nb is None else 'B'}")
+            for name, reader in (("input.json", NodeRecord.input), ("output.json", NodeRecord.output)):
+                diff = first_difference(_value(reader(na)), _value(reader(nb)), VOLATILE_KEYS)
+                if diff is not None:
+                    return Divergence(number, agent, folder, name, diff.describe(160))
+            if na.status != nb.status:
+                return Divergence(number, agent, folder, "meta.json", f"status {na.status} vs {nb.status}")
+    return None
+
+
+def diff_tasks(a: TaskRecord, b: TaskRecord) -> TaskDiff:
+    result = TaskDiff(a.task_id)
+    for name in RESULT_FIELDS:
+        va, vb = a.field(name), b.field(name)
+        if name == "status":
+            va, vb = a.status, b.status
+        if va != vb:
+            result.changes[name] = (va, vb)
+    result.call_changes = compare_calls(a, b)
+    if result.differs:
+        result.divergence = first_divergence(a, b)
+    return result
+
+
+def _settings(run: RunRecord) -> dict[str, Any]:
+    keys = ("provider.name", "provider.model", "provider.protocol", "runner.name", "repair.name",
+            "pipeline.name", "tools.name", "agent.max_turns", "experiment.name")
+    return {k: run.setting(k) for k in keys}
+
+
+def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
+    by_id_b = {t.task_id: t for t in b.tasks}
+    ids_a = {t.task_id for t in a.tasks}
+    tasks: list[TaskDiff] = []
+    unchanged: list[str] = []
+    for task in a.tasks:
+        other = by_id_b.get(task.task_id)
+        if other is None:
+            tasks.append(TaskDiff(task.task_id, only_in="A"))
+            continue
+        d = diff_tasks(task, other)
+        (tasks.append(d) if d.differs else unchanged.append(task.task_id))
+    tasks.extend(TaskDiff(t.task_id, only_in="B") for t in b.tasks if t.task_id not in ids_a)
+    sa, sb = task_summary(a), task_summary(b)
+    summary_changes = {k: (sa.get(k), sb.get(k)) for k in SUMMARY_FIELDS if sa.get(k) != sb.get(k)}
+    set_a, set_b = _settings(a), _settings(b)
+    settings_changes = {k: (set_a[k], set_b[k]) for k in set_a if set_a[k] != set_b[k]}
+    return RunDiff(a.path, b.path, tasks, unchanged, summary_changes, settings_changes)

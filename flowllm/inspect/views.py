@@ -1,0 +1,323 @@
+"""What a person wants from a turn, pulled out of its node artifacts: the reply, the calls, what went wrong.
+
+Nodes are found by the names their *outputs* carry (``response``, ``tool_calls``, ``prepared_calls``,
+``tool_results``), not by folder names, so a pipeline that renames or reorders nodes still reads. These views
+are plain data: the terminal commands, ``--json`` and the HTML report all render the same ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowllm.inspect.artifacts import (
+    ARTIFACT_FILES,
+    MAIN_AGENT,
+    NodeRecord,
+    RunRecord,
+    TaskRecord,
+    TurnRecord,
+    read_artifact,
+)
+
+# Node folders whose outputs never hold what the views look for, and can be large (whole raw exchanges or
+# histories): skipped when digging for replies and calls.
+_BULKY = frozenset({"call_model", "trim_history", "mark_cache"})
+
+
+@dataclass
+class CallView:
+    """One tool call of a turn: as parsed, as repaired, and what the tool said."""
+
+    id: str
+    server: str | None
+    name: str
+    arguments_text: str
+    arguments: dict[str, Any] | None
+    repair_stage: str | None
+    repair_error: str | None
+    result: str | None = None
+    result_error: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.server}.{self.name}" if self.server else self.name
+
+    @property
+    def ok(self) -> bool:
+        return self.repair_error is None and not self.result_error
+
+
+@dataclass
+class BadCallView:
+    reason: str
+    raw: str
+
+
+@dataclass
+class NodeView:
+    folder: str
+    name: str
+    status: str
+    duration_s: float | None
+    started_at: str | None
+    error: str | None
+
+
+@dataclass
+class TurnView:
+    agent: str
+    number: int
+    duration_s: float
+    text: str | None = None
+    stop_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    calls: list[CallView] = field(default_factory=list)
+    bad_calls: list[BadCallView] = field(default_factory=list)
+    nodes: list[NodeView] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[NodeView]:
+        return [n for n in self.nodes if n.status == "error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def node_view(node: NodeRecord) -> NodeView:
+    return NodeView(node.folder, node.name, node.status, node.duration_s, node.started_at, node.error)
+
+
+def _outputs(turn: TurnRecord, problems: list[str]) -> dict[str, Any]:
+    """Every output key of the turn's non-bulky nodes, merged (later nodes do not overwrite earlier keys)."""
+    merged: dict[str, Any] = {}
+    for node in turn.nodes:
+        if node.name in _BULKY:
+            continue
+        out = node.output()
+        if not out.ok:
+            if not out.missing:
+                problems.append(f"{node.folder}: {out.error}")
+            continue
+        if isinstance(out.value, dict):
+            for key, value in out.value.items():
+                merged.setdefault(key, value)
+    return merged
+
+
+def turn_view(turn: TurnRecord, agent: str = MAIN_AGENT) -> TurnView:
+    view = TurnView(agent=agent, number=turn.number, duration_s=round(turn.duration_s, 6))
+    view.nodes = [node_view(n) for n in turn.nodes]
+    for n in turn.nodes:
+        if not n.meta.ok and not n.meta.missing:
+            view.problems.append(f"{n.folder}: {n.meta.error}")
+    outs = _outputs(turn, view.problems)
+    response = outs.get("response")
+    if isinstance(response, dict):
+        view.text = str(response.get("text") or "")
+        view.stop_reason = response.get("stop_reason")
+        view.usage = response.get("usage") if isinstance(response.get("usage"), dict) else None
+    results = {
+        str(r.get("call_id")): r for r in outs.get("tool_results") or [] if isinstance(r, dict)
+    }
+    prepared = outs.get("prepared_calls")
+    parsed = outs.get("tool_calls")
+    if isinstance(prepared, list):
+        for p in prepared:
+            if not isinstance(p, dict):
+                continue
+            call = p.get("call") or {}
+            view.calls.append(
+                CallView(
+                    id=str(call.get("id", "")),
+                    server=call.get("server"),
+                    name=str(call.get("name", "")),
+                    arguments_text=str(call.get("arguments_text", "")),
+                    arguments=p.get("arguments") if isinstance(p.get("arguments"), dict) else None,
+                    repair_stage=p.get("repair_stage"),
+                    repair_error=p.get("error") or (None if p.get("arguments") is not None else "not repaired"),
+                )
+            )
+    elif isinstance(parsed, list):  # a pipeline without repair_arguments
+        for c in parsed:
+            if isinstance(c, dict):
+                view.calls.append(
+                    CallView(str(c.get("id", "")), c.get("server"), str(c.get("name", "")),
+                             str(c.get("arguments_text", "")), None, None, None)
+                )
+    for call in view.calls:
+        result = results.get(call.id)
+        if result is not None:
+            call.result = str(result.get("content", ""))
+            call.result_error = bool(result.get("is_error"))
+    for bad in outs.get("bad_tool_calls") or []:
+        if isinstance(bad, dict):
+            view.bad_calls.append(BadCallView(str(bad.get("reason", "")), str(bad.get("raw", ""))))
+    return view
+
+
+def task_turn_views(task: TaskRecord) -> list[TurnView]:
+    return [turn_view(t, agent) for agent, t in task.all_turns()]
+
+
+def result_row(task: TaskRecord) -> dict[str, Any]:
+    """The task's result.json fields a table shows, with safe defaults for unfinished or unreadable tasks."""
+    usage = task.field("usage") or {}
+    return {
+        "task_id": task.task_id,
+        "level": task.level,
+        "status": task.status,
+        "correct": task.correct,
+        "answer": task.field("answer"),
+        "ground_truth": task.field("ground_truth"),
+        "turns": task.field("turns", len(task.turns)),
+        "stop": task.field("stop"),
+        "tool_calls": task.field("tool_calls", 0),
+        "bad_tool_calls": task.field("bad_tool_calls", 0),
+        "failed_tool_calls": task.field("failed_tool_calls", 0),
+        "repairs": task.field("repairs") or {},
+        "error": task.error,
+        "wall_seconds": task.field("wall_seconds"),
+        "input_tokens": usage.get("input_tokens") if isinstance(usage, dict) else None,
+        "output_tokens": usage.get("output_tokens") if isinstance(usage, dict) else None,
+        "problems": list(task.problems),
+    }
+
+
+@dataclass
+class Failure:
+    """One thing that went wrong, located: what kind, where, and why."""
+
+    kind: str  # task_failed | wrong_answer | bad_tool_call | repair_failed | tool_error | node_error | unreadable
+    task_id: str
+    reason: str
+    agent: str = MAIN_AGENT
+    turn: int | None = None
+    node: str | None = None
+    detail: str | None = None
+
+    @property
+    def where(self) -> str:
+        parts = [self.task_id]
+        if self.agent != MAIN_AGENT:
+            parts.append(f"agent {self.agent}")
+        if self.turn is not None:
+            parts.append(f"turn {self.turn}")
+        if self.node:
+            parts.append(self.node)
+        return " / ".join(parts)
+
+
+def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list[Failure]:
+    out: list[Failure] = []
+    tid = task.task_id
+    if task.status not in ("completed",):
+        out.append(Failure("task_failed", tid, task.error or f"status {task.status}"))
+    elif not task.correct and task.field("ground_truth") is not None:
+        out.append(
+            Failure("wrong_answer", tid, f"answered {task.field('answer')!r}, expected {task.field('ground_truth')!r}")
+        )
+    for problem in task.problems:
+        if "result.json" not in problem:  # already reported as the task's failure
+            out.append(Failure("unreadable", tid, problem))
+    for view in turns if turns is not None else task_turn_views(task):
+        for node in view.errors:
+            out.append(Failure("node_error", tid, node.error or "error", view.agent, view.number, node.folder))
+        for bad in view.bad_calls:
+            out.append(Failure("bad_tool_call", tid, bad.reason, view.agent, view.number, detail=bad.raw))
+        for call in view.calls:
+            if call.repair_error:
+                out.append(
+                    Failure("repair_failed", tid, f"{call.label}: {call.repair_error}", view.agent, view.number,
+                            detail=call.arguments_text)
+                )
+            elif call.result_error:
+                out.append(
+                    Failure("tool_error", tid, f"{call.label}: {first_line(call.result or '')}", view.agent,
+                            view.number, detail=call.result)
+                )
+        for problem in view.problems:
+            out.append(Failure("unreadable", tid, problem, view.agent, view.number))
+    return out
+
+
+def run_failures(run: RunRecord) -> list[Failure]:
+    return [f for task in run.tasks for f in task_failures(task)]
+
+
+def first_line(text: str, limit: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@dataclass
+class GrepHit:
+    task_id: str
+    agent: str
+    turn: int | None
+    node: str | None
+    file: str
+    path: str
+    snippet: str
+
+
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key_path = f"{path}.{k}" if path else str(k)
+            yield key_path, str(k)
+            yield from _strings(v, key_path)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+    elif value is not None and not isinstance(value, bool):
+        yield path, str(value)
+
+
+def _snippet(text: str, start: int, end: int, width: int = 60) -> str:
+    left = max(0, start - width)
+    right = min(len(text), end + width)
+    body = text[left:right].replace("\n", "\\n")
+    return ("..." if left else "") + body + ("..." if right < len(text) else "")
+
+
+def grep_run(run: RunRecord, pattern: str, *, regex: bool = False, limit: int = 200) -> list[GrepHit]:
+    """Occurrences of ``pattern`` (case-insensitive) in the string values of every artifact of the run.
+
+    Values are searched decoded, so a newline or a quote matches as itself, not as its JSON escape. An
+    unreadable file is searched as raw text so that a corrupt artifact can still be found.
+    """
+    rx = re.compile(pattern if regex else re.escape(pattern), re.IGNORECASE)
+    hits: list[GrepHit] = []
+
+    def search(task: TaskRecord, agent: str, turn: int | None, node: str | None, path: Path) -> bool:
+        art = read_artifact(path)
+        if art.missing:
+            return True
+        pairs: Iterator[tuple[str, str]]
+        if art.ok:
+            pairs = _strings(art.value)
+        else:
+            pairs = iter([("(unreadable file)", path.read_bytes().decode("utf-8", "replace"))])
+        for json_path, text in pairs:
+            for m in rx.finditer(text):
+                hits.append(GrepHit(task.task_id, agent, turn, node, path.name, json_path,
+                                    _snippet(text, m.start(), m.end())))
+                if len(hits) >= limit:
+                    return False
+                break  # one hit per value is enough to point at it
+        return True
+
+    for task in run.tasks:
+        if not search(task, MAIN_AGENT, None, None, task.path / "result.json"):
+            return hits
+        for agent, turn in task.all_turns():
+            for node in turn.nodes:
+                for name in ARTIFACT_FILES:
+                    if not search(task, agent, turn.number, node.folder, node.path / name):
+                        return hits
+    return hits

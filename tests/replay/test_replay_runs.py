@@ -1,0 +1,87 @@
+"""Replay end to end: ``python -m flowllm provider=replay provider.run_dir=...`` against a real saved run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowllm.engine.recorder import read_json
+from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, RUNNERS, TASKS, FixtureRuns
+
+# Fields of result.json that may differ between two runs of the same conversation.
+TIMING = {"wall_seconds"}
+
+
+def _result(run_dir: Path, task_id: str) -> dict:
+    return {k: v for k, v in read_json(run_dir / "tasks" / task_id / "result.json").items() if k not in TIMING}
+
+
+def _artifacts(run_dir: Path) -> dict[str, bytes]:
+    """Every node's input.json and output.json, by path relative to the run (meta.json holds timings)."""
+    tasks = run_dir / "tasks"
+    return {
+        str(p.relative_to(tasks)): p.read_bytes()
+        for p in sorted(tasks.rglob("*.json"))
+        if p.name in ("input.json", "output.json")
+    }
+
+
+def test_the_original_run_scores_both_tasks(runs: FixtureRuns) -> None:
+    for task in TASKS:
+        assert runs.original.result(task)["correct"] is True
+    assert runs.original.result(LENIENT_TASK)["repairs"] == {"lenient": 1}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_replay_reproduces_the_original_run_exactly(runs: FixtureRuns, runner: str) -> None:
+    replay = runs.replays[runner].check()
+    for task in TASKS:
+        assert _result(replay.run_dir, task) == _result(runs.original.run_dir, task)
+    # Not just the scores: every node saw and produced the same thing, the raw exchange included.
+    original, replayed = _artifacts(runs.original.run_dir), _artifacts(replay.run_dir)
+    assert replayed.keys() == original.keys()
+    changed = [name for name in original if original[name] != replayed[name]]
+    assert changed == []
+    summary = read_json(replay.run_dir / "summary.json")
+    assert summary["runner"] == runner
+    assert summary["provider"] == "replay"
+    assert summary["correct"] == 2 and summary["failed"] == 0
+    assert "request differs" not in replay.app_log
+
+
+def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: FixtureRuns) -> None:
+    strict = runs.strict.check()
+    # The clean call is read by the strict stage under both configs: nothing changes for that task.
+    assert _result(strict.run_dir, CLEAN_TASK) == _result(runs.original.run_dir, CLEAN_TASK)
+    before, after = _result(runs.original.run_dir, LENIENT_TASK), _result(strict.run_dir, LENIENT_TASK)
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {"repairs", "failed_tool_calls"}
+    assert after["repairs"] == {"failed": 1}
+    assert after["failed_tool_calls"] == 1
+    prepared = read_json(strict.run_dir / "tasks" / LENIENT_TASK / "turn_001" / "06_repair_arguments" / "output.json")
+    assert prepared["prepared_calls"][0]["arguments"] is None
+    # The model never saw the failure in the old run: the log says the served reply was for another conversation.
+    assert f"replay: task {LENIENT_TASK} turn 2: the request differs from the saved one" in strict.app_log
+    assert f"task {CLEAN_TASK} turn" not in strict.app_log
+    assert read_json(strict.run_dir / "summary.json")["repair"] == "strict"
+
+
+def test_a_turn_the_old_run_never_made_fails_that_task_and_no_other(runs: FixtureRuns) -> None:
+    missing = runs.missing_turn.check()
+    failed = missing.result(LENIENT_TASK)
+    assert failed["status"] == "failed"
+    assert f"task '{LENIENT_TASK}' turn 2" in failed["error"]
+    assert "never made this turn" in failed["error"]
+    other = missing.result(CLEAN_TASK)
+    assert other["status"] == "completed"
+    assert other["answer"] == runs.original.result(CLEAN_TASK)["answer"]
+    summary = read_json(missing.run_dir / "summary.json")
+    assert (summary["completed"], summary["failed"]) == (1, 1)
+
+
+def test_replay_without_a_run_dir_is_one_clear_line(runs: FixtureRuns) -> None:
+    finished = runs.no_run_dir
+    assert finished.returncode == 2
+    assert "provider=replay needs the run to replay: add provider.run_dir=" in finished.stderr
+    assert "Traceback" not in finished.stderr
