@@ -71,7 +71,8 @@ async def test_a_call_the_old_run_cannot_answer_names_task_and_turn(
 ) -> None:
     provider = build_replay_provider(replay_cfg(runs.original.run_dir))
     with pytest.raises(ReplayMissError, match=expected) as info:
-        await provider.send({}, context=CallContext(task, turn, agent))
+        scope = "" if agent == "main" else f"turn_001/subagents/{agent}-call_0"
+        await provider.send({}, context=CallContext(task, turn, agent, scope))
     assert (info.value.task_id, info.value.turn, info.value.agent) == (task, turn, agent)
     await provider.aclose()
 
