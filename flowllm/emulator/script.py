@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml  # PyYAML comes with hydra-core / omegaconf
 
+from flowllm.emulator.faults import FaultConfigError, FaultPlan
+
 NO_SCRIPTED_REPLY = "(no scripted reply)"
 _ENTRY_KEYS = {"text", "thinking", "redacted_thinking", "tool_calls", "stop_reason"}
 
@@ -72,6 +74,8 @@ class Reply:
 class Script:
     default: list[ScriptEntry] = field(default_factory=list)
     tasks: dict[str, list[ScriptEntry]] = field(default_factory=dict)
+    # The `faults:` section as written (see faults.py); validated at load, parsed by the emulator.
+    faults: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, source: str | Path | dict[str, Any]) -> Script:
@@ -89,15 +93,21 @@ class Script:
                 raise ScriptError(f"emulator script {where} is not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ScriptError(f"emulator script {where}: the top level must be a mapping")
-        unknown = set(data) - {"default", "tasks"}
+        unknown = set(data) - {"default", "tasks", "faults"}
         if unknown:
             raise ScriptError(f"emulator script {where}: unknown top-level keys {sorted(unknown)}")
         tasks = data.get("tasks") or {}
         if not isinstance(tasks, dict):
             raise ScriptError(f"emulator script {where}: 'tasks' must map task ids to lists of replies")
+        faults = data.get("faults") or {}
+        try:
+            FaultPlan.parse(faults, f"{where}: faults")
+        except FaultConfigError as exc:
+            raise ScriptError(str(exc)) from exc
         return cls(
             default=_entries(data.get("default") or [], f"{where}: default"),
             tasks={str(k): _entries(v or [], f"{where}: tasks.{k}") for k, v in tasks.items()},
+            faults=dict(faults),
         )
 
     def entry(self, task_id: str | None, turn: int) -> ScriptEntry | None:

@@ -32,7 +32,8 @@ from starlette.routing import Route
 
 from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply
-from flowllm.emulator.script import Script
+from flowllm.emulator.faults import Draw, FaultPlan, FaultRule
+from flowllm.emulator.script import Reply, Script
 
 SSEEvent = tuple[str | None, Any]  # (event name or None, data dict or the literal "[DONE]")
 
@@ -84,6 +85,8 @@ class RequestRecord:
     turn: int | None
     status: int
     stream: bool
+    fault: str | None = None  # the injected fault ("status:429", "reset", ...), None for a normal answer
+    attempt: int | None = None  # the n-th request for this (task, agent, turn)
 
 
 def _auth_scheme(request: Request) -> str:
@@ -92,6 +95,43 @@ def _auth_scheme(request: Request) -> str:
     if bearer and api_key:
         return "both"
     return "bearer" if bearer else ("x-api-key" if api_key else "none")
+
+
+def _api_key(request: Request) -> str | None:
+    """The key the client sent (only to match a fault rule's ``api_keys``; never logged)."""
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+TRANSPORT_SCOPE_KEY = "flowllm.transport"
+
+
+def _expose_transport(app: Any) -> Any:
+    """An ASGI wrapper that puts the connection's transport in the scope, so a ``reset`` fault can drop the
+    connection without any response (uvicorn's ``send`` is a method of its request cycle, which holds it)."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            scope[TRANSPORT_SCOPE_KEY] = getattr(getattr(send, "__self__", None), "transport", None)
+        await app(scope, receive, send)
+
+    return asgi
+
+
+def _stream_error_event(protocol: str, rule: FaultRule, sequence: int) -> SSEEvent:
+    etype = rule.error_type or "overloaded_error"
+    message = rule.message or f"injected fault: {etype} in the middle of the stream"
+    if protocol == "anthropic":
+        return ("error", {"type": "error", "error": {"type": etype, "message": message}})
+    if protocol == "openai_responses":
+        return (
+            "error",
+            {"type": "error", "code": etype, "message": message, "param": None, "sequence_number": sequence},
+        )
+    # Chat Completions servers send an error object as a data line (the SDK raises on a top-level "error").
+    return (None, {"error": {"message": message, "type": etype, "param": None, "code": rule.code}})
 
 
 def _sse_bytes(events: list[SSEEvent]) -> list[bytes]:
@@ -106,12 +146,16 @@ def _sse_bytes(events: list[SSEEvent]) -> list[bytes]:
 class EmulatorApp:
     """The request handling, separate from the thread and server plumbing so tests can drive it directly."""
 
-    def __init__(self, script: Script, *, log_size: int = 1000) -> None:
+    def __init__(self, script: Script, *, faults: FaultPlan | None = None, log_size: int = 1000) -> None:
         self.script = script
+        self.faults = faults if faults is not None else FaultPlan.parse(script.faults)
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
+        # Requests seen per (task, agent, turn): the attempt number fault rules can be scheduled on. The
+        # handlers run on the emulator's one event loop, so this needs no lock.
+        self.attempts: collections.Counter[tuple[str | None, str | None, int]] = collections.Counter()
         routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
         routes.append(Route("/health", self._health, methods=["GET"]))
-        self.app = Starlette(routes=routes)
+        self.app = _expose_transport(Starlette(routes=routes))
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -136,8 +180,9 @@ class EmulatorApp:
         agent = request.headers.get("x-flowllm-agent")
         auth = _auth_scheme(request)
         parsed: ParsedRequest | None = None
+        attempt: int | None = None
 
-        def log(status: int) -> None:
+        def log(status: int, fault: str | None = None) -> None:
             self.requests.append(
                 RequestRecord(
                     proto.name,
@@ -147,6 +192,8 @@ class EmulatorApp:
                     parsed.turn if parsed else None,
                     status,
                     bool(parsed and parsed.stream),
+                    fault,
+                    attempt,
                 )
             )
 
@@ -171,15 +218,33 @@ class EmulatorApp:
         except RequestError as err:
             log(err.status)
             return self._error(proto, err, request_id)
-        reply = self.script.reply(task_id, parsed.turn, parsed.tool_results)
-        plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
-        # Fault injection (a later issue) belongs here: a policy that, given (task, turn, plan), answers with
-        # an
-        # error status, an error event mid-stream, a delay or a truncated body instead of the plan below.
-        log(200)
+        self.attempts[(task_id, agent, parsed.turn)] += 1
+        attempt = self.attempts[(task_id, agent, parsed.turn)]
+        rule = self.faults.pick(
+            Draw(task_id, agent, parsed.turn, attempt, proto.name, parsed.stream, _api_key(request))
+        )
         headers = {"request-id": request_id, "x-request-id": request_id}
+        if rule is not None and rule.fault == "delay":
+            await asyncio.sleep(rule.delay_s)  # then answer normally: late, not wrong
+        elif rule is not None and rule.fault not in ("truncate", "stream_error", "malformed", "empty"):
+            return await self._fault_response(proto, request, rule, request_id, log)
+        if rule is not None and rule.fault == "empty":
+            reply = Reply("", None, None, (), "end_turn")
+        else:
+            reply = self.script.reply(task_id, parsed.turn, parsed.tool_results)
+        plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
+        log(200, _fault_name(rule))
         if parsed.stream:
-            events = _sse_bytes(proto.reply_events(plan, parsed))
+            sse = proto.reply_events(plan, parsed)
+            if rule is not None and rule.fault in ("truncate", "stream_error"):
+                cut = len(sse) // 2 if rule.after_events is None else min(rule.after_events, len(sse) - 1)
+                sse = sse[:cut]
+                if rule.fault == "stream_error":
+                    sse.append(_stream_error_event(proto.name, rule, cut))
+            events = _sse_bytes(sse)
+            if rule is not None and rule.fault == "malformed":
+                middle = len(events) // 2
+                events[middle] = events[middle][: max(len(events[middle]) // 2, 8)].rstrip(b"\n") + b"\n\n"
 
             async def body_iter() -> AsyncIterator[bytes]:
                 for chunk in events:
@@ -188,17 +253,67 @@ class EmulatorApp:
             return StreamingResponse(
                 body_iter(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
             )
+        if rule is not None and rule.fault == "malformed":
+            text = json.dumps(proto.reply_json(plan, parsed), ensure_ascii=False)
+            return Response(text[: len(text) // 2], media_type="application/json", headers=headers)
         return JSONResponse(proto.reply_json(plan, parsed), headers=headers)
+
+    async def _fault_response(
+        self,
+        proto: WireProtocol,
+        request: Request,
+        rule: FaultRule,
+        request_id: str,
+        log: Callable[[int, str | None], None],
+    ) -> Response:
+        if rule.fault == "reset":
+            log(0, "reset")
+            transport = request.scope.get(TRANSPORT_SCOPE_KEY)
+            if transport is not None:
+                transport.abort()  # the client sees the connection drop before any response byte
+                await asyncio.sleep(0)  # let uvicorn notice, so it does not write to the dead socket
+                return Response(status_code=500)
+
+            async def broken() -> AsyncIterator[bytes]:
+                raise ConnectionResetError("injected reset")
+                yield b""  # pragma: no cover - makes this an async generator
+
+            return StreamingResponse(broken(), media_type="application/json")
+        err = RequestError(
+            rule.message_for(),
+            status=rule.status,
+            error_type=rule.error_type_for(),
+            code=rule.code,
+        )
+        log(rule.status, _fault_name(rule))
+        return JSONResponse(
+            proto.module.error_body(err, request_id),
+            status_code=rule.status,
+            headers={"request-id": request_id, "x-request-id": request_id, **rule.headers()},
+        )
+
+
+def _fault_name(rule: FaultRule | None) -> str | None:
+    if rule is None:
+        return None
+    return f"status:{rule.status}" if rule.fault == "status" else rule.fault
 
 
 class Emulator:
     """The emulator on a free 127.0.0.1 port, served from a background thread with its own event loop."""
 
-    def __init__(self, script: str | Path | dict[str, Any] | Script, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        script: str | Path | dict[str, Any] | Script,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        faults: FaultPlan | None = None,
+    ) -> None:
         self.script = script if isinstance(script, Script) else Script.load(script)
         self.host = host
         self.port = port
-        self._app = EmulatorApp(self.script)
+        self._app = EmulatorApp(self.script, faults=faults)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -206,6 +321,10 @@ class Emulator:
     @property
     def requests(self) -> collections.deque[RequestRecord]:
         return self._app.requests
+
+    @property
+    def faults(self) -> FaultPlan:
+        return self._app.faults
 
     @property
     def base_url(self) -> str:

@@ -6,7 +6,8 @@
         response = provider.normalize(raw)
 
 Protocols: ``anthropic`` (Messages), ``openai_chat`` (Chat Completions), ``openai_responses`` (Responses); any
-compatible endpoint is one YAML file in ``conf/provider/``.
+compatible endpoint is one YAML file in ``conf/provider/``. ``open_provider`` wraps them in the resilience
+layer (``resilient.py``): retries, key pools, fallback chains with circuit breakers, the usage ledger.
 """
 
 from flowllm.providers.base import BaseProvider, as_provider_config
@@ -22,8 +23,11 @@ from flowllm.providers.factory import (
     check_provider_config,
     known_protocols,
     open_provider,
+    provider_secrets,
     register_protocol,
 )
+from flowllm.providers.ledger import UsageLedger
+from flowllm.providers.resilient import ResilientProvider
 
 __all__ = [
     "BaseProvider",
@@ -31,11 +35,14 @@ __all__ = [
     "ProviderConfigError",
     "ProviderError",
     "ProviderResponseError",
+    "ResilientProvider",
+    "UsageLedger",
     "as_provider_config",
     "build_provider",
     "check_provider_config",
     "classify_exception",
     "known_protocols",
     "open_provider",
+    "provider_secrets",
     "register_protocol",
 ]

@@ -129,6 +129,9 @@ class AnthropicProvider(BaseProvider):
         return request
 
     # ----- wire -> canonical -----------------------------------------------------------------------------
+    def stream_complete(self, events: list[dict[str, Any]]) -> bool:
+        return any(e.get("type") == "message_stop" for e in events)
+
     def assemble_stream(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         return assemble_anthropic(events)
 

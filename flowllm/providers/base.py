@@ -26,7 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
-from flowllm.providers.errors import ProviderConfigError, ProviderResponseError, classify_exception
+from flowllm.providers.errors import (
+    ProviderCallError,
+    ProviderConfigError,
+    ProviderResponseError,
+    classify_exception,
+)
 
 PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
 TASK_HEADER = "X-Flowllm-Task"
@@ -148,6 +153,11 @@ class BaseProvider:
         """Raise for error events the SDK passed through as ordinary events (the Responses ``error``
         event)."""
 
+    def stream_complete(self, events: list[dict[str, Any]]) -> bool:
+        """Whether the stream reached the protocol's final event. A stream cut short by a proxy or a dying
+        server ends without an error; reading its events anyway would hand the agent half a reply."""
+        return True
+
     def read_body(self, body: dict[str, Any]) -> tuple[ModelResponse, Usage | None]:
         """The reply, and the server's usage (None when it reported none: normalize then estimates)."""
         raise NotImplementedError
@@ -189,6 +199,14 @@ class BaseProvider:
                     if close is not None:
                         await close()
                 self.check_stream_events(events)
+                if not self.stream_complete(events):
+                    last = events[-1].get("type") or events[-1].get("object") if events else None
+                    raise ProviderCallError(
+                        f"the stream ended before its final event ({len(events)} events, last: {last})",
+                        kind="truncated",
+                        provider=self.name,
+                        status=200,
+                    )
                 raw: dict[str, Any] = {"stream": True, "events": events}
             else:
                 raw = _to_json(await self._method()(**kwargs))

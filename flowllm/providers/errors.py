@@ -27,7 +27,7 @@ _TYPE_KINDS: dict[str, str] = {
     "timeout_error": "timeout",
     "invalid_request_error": "bad_request",
     "request_too_large": "bad_request",
-    "context_length_exceeded": "bad_request",
+    "context_length_exceeded": "context_length",
     "authentication_error": "auth",
     "invalid_api_key": "auth",
     "permission_error": "permission",
@@ -49,8 +49,24 @@ _STATUS_KINDS: dict[int, str] = {
     529: "overloaded",
 }
 
-# Kinds worth retrying: transient by nature. 400/401/403/404 never are (DESIGN.md section 3).
-RETRYABLE_KINDS = frozenset({"overloaded", "rate_limit", "server", "timeout", "connection", "conflict"})
+# Kinds worth retrying: transient by nature. 400/401/403/404 never are (DESIGN.md section 3); neither is a
+# prompt too long for the model's context (``context_length``): the same request fails the same way again.
+# ``truncated`` is a stream that stopped before its final event (a proxy or server cut it).
+RETRYABLE_KINDS = frozenset({"overloaded", "rate_limit", "server", "timeout", "connection", "conflict", "truncated"})
+# Kinds that are the request's fault (or the account's): no retry, whatever a policy says.
+NEVER_RETRY_KINDS = frozenset({"bad_request", "context_length", "auth", "permission", "not_found", "quota"})
+ALL_KINDS = frozenset({*RETRYABLE_KINDS, *NEVER_RETRY_KINDS, "bad_response", "empty_reply", "stream_error"})
+
+# How servers say "the prompt does not fit": Anthropic has no dedicated type (invalid_request_error with this
+# message), OpenAI-compatible servers use the code or similar wording.
+_CONTEXT_LENGTH_HINTS = (
+    "context_length_exceeded",
+    "prompt is too long",
+    "maximum context length",
+    "context length",
+    "context window",
+    "too many tokens",
+)
 
 
 class ProviderError(Exception):
@@ -64,8 +80,8 @@ class ProviderConfigError(ProviderError, ValueError):
 class ProviderCallError(ProviderError):
     """One model call failed.
 
-    ``kind``: connection | timeout | rate_limit | overloaded | server | conflict | quota | bad_request | auth
-    | permission | not_found | bad_response | empty_reply | stream_error.
+    ``kind``: connection | timeout | rate_limit | overloaded | server | conflict | truncated | quota |
+    bad_request | context_length | auth | permission | not_found | bad_response | empty_reply | stream_error.
     """
 
     def __init__(
@@ -113,17 +129,27 @@ class ProviderResponseError(ProviderCallError):
     """The reply arrived but cannot be used: unparseable, or empty."""
 
 
-def _body_error(body: Any) -> tuple[str | None, str | None]:
-    """(error type, message) from an Anthropic or OpenAI error body, in any of the shapes the SDKs hand
+def _body_error(body: Any) -> tuple[str | None, str | None, str | None]:
+    """(error type, code, message) from an Anthropic or OpenAI error body, in any of the shapes the SDKs hand
     over."""
     if not isinstance(body, dict):
-        return None, body if isinstance(body, str) and body else None
+        return None, None, body if isinstance(body, str) and body else None
     err = body.get("error", body)
     if isinstance(err, dict):
-        etype = err.get("type") or err.get("code")
+        code = err.get("code")
+        etype = err.get("type") or code
         message = err.get("message")
-        return (str(etype) if etype else None), (str(message) if message else None)
-    return None, None
+        return (
+            (str(etype) if etype else None),
+            (str(code) if code else None),
+            (str(message) if message else None),
+        )
+    return None, None, None
+
+
+def is_context_length(*texts: str | None) -> bool:
+    """Whether an error type, code or message says the prompt exceeds the model's context window."""
+    return any(hint in text.lower() for text in texts if text for hint in _CONTEXT_LENGTH_HINTS)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -174,7 +200,7 @@ def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallErro
         )
     status: int | None = getattr(exc, "status_code", None)
     body = getattr(exc, "body", None)
-    etype, emsg = _body_error(body)
+    etype, code, emsg = _body_error(body)
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     if isinstance(exc, anthropic.APIError | openai.APIError):
@@ -185,6 +211,9 @@ def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallErro
             # An error event inside a 200 stream with a type we do not know: the reply is unusable.
             kind = "stream_error"
         message = emsg or str(exc)
+        if kind == "bad_request" and is_context_length(etype, code, message):
+            # Recorded as its own kind: never retried, and a sign to trim the history, not a flowllm bug.
+            kind = "context_length"
         return ProviderCallError(
             message,
             kind=kind,

@@ -1,8 +1,11 @@
-"""Opening a configured provider: key lookup, the offline emulator, the SDK client.
+"""Opening a configured provider: key lookup, the offline emulator, the SDK clients, the resilience layer.
 
 ``check_provider_config`` runs before any task starts and raises ``ProviderConfigError`` with one line that
-says what to do. ``open_provider`` is the async context manager the experiment holds for the whole run; with
-``emulator_script`` set it also runs the loopback emulator for that lifetime and points the SDK at it.
+says what to do: for the provider and for every provider its fallbacks, aliases and agent models name (an
+unknown name, a cycle, a key pool with no key, an invalid retry or breaker setting). ``open_provider`` is the
+async context manager the experiment holds for the whole run: a ``ResilientProvider`` (retries, key pools,
+fallbacks, breakers, the usage ledger) over one SDK client per key and provider; with ``emulator_script`` set
+it also runs the loopback emulator (with its fault injection) for that lifetime and points the SDK at it.
 
 A new wire protocol is one ``register_protocol`` call (the replay provider plugs in the same way).
 """
@@ -10,9 +13,9 @@ A new wire protocol is one ``register_protocol`` call (the replay provider plugs
 from __future__ import annotations
 
 import asyncio
-import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,20 @@ from omegaconf import DictConfig
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import Provider
 from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
 from flowllm.providers.errors import ProviderConfigError
+from flowllm.providers.keys import (
+    KeyPool,
+    KeySlot,
+    check_key_pool,
+    check_key_pool_config,
+    load_keys,
+    secret_values,
+)
+from flowllm.providers.ledger import UsageLedger
+from flowllm.providers.registry import Resolver, RoutePlan, plan_routes
+from flowllm.providers.resilient import ResilientProvider, Route, breaker_listener
+from flowllm.providers.retry import RetryPolicy
 
 # Sent instead of a key to servers that need none (the emulator, a local vLLM/SGLang/Ollama): the SDKs insist
 # on having one.
@@ -115,9 +131,30 @@ def _needs_key(cfg: ProviderConfig) -> bool:
     return not cfg.emulator_script and cfg.name not in NO_KEY_PROVIDERS and bool(cfg.api_key_env)
 
 
-def check_provider_config(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> None:
-    """Raise ``ProviderConfigError`` if ``cfg`` cannot work; opens nothing, calls nothing."""
+def check_provider_config(
+    cfg: ProviderConfig | DictConfig | dict[str, Any], *, resolve: Resolver | None = None
+) -> RoutePlan | None:
+    """Raise ``ProviderConfigError`` if ``cfg`` (or any provider it falls back to) cannot work; opens
+    nothing, calls nothing. Returns the resolved chains (None for a custom protocol such as replay)."""
     pcfg = as_provider_config(cfg)
+    _check_one(pcfg)
+    if pcfg.protocol in _CUSTOM:
+        return None
+    plan = plan_routes(pcfg, resolve)
+    for member in plan.members.values():
+        if member.cfg.protocol in _CUSTOM:
+            raise ProviderConfigError(
+                f"provider '{member.id}' (protocol {member.cfg.protocol}) cannot be a fallback or an alias target"
+            )
+        if member.cfg is not pcfg:
+            try:
+                _check_one(member.cfg)
+            except ProviderConfigError as exc:
+                raise ProviderConfigError(f"fallback/alias '{member.id}': {exc}") from None
+    return plan
+
+
+def _check_one(pcfg: ProviderConfig) -> None:
     if pcfg.protocol not in _BUILDERS and pcfg.protocol not in _CUSTOM:
         raise ProviderConfigError(
             f"provider '{pcfg.name}': unknown protocol '{pcfg.protocol}' (expected one of "
@@ -135,17 +172,39 @@ def check_provider_config(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> 
         raise ProviderConfigError(f"provider.auth must be bearer or x-api-key, not '{pcfg.auth}'")
     if pcfg.cache.ttl not in ("5m", "1h"):
         raise ProviderConfigError(f"provider.cache.ttl must be 5m or 1h, not '{pcfg.cache.ttl}'")
+    RetryPolicy.from_config(pcfg.retry, provider=pcfg.name)
+    check_breaker_config(pcfg.breaker, provider=pcfg.name)
+    check_key_pool_config(pcfg.key_pool, provider=pcfg.name)
     if pcfg.emulator_script:
-        resolve_script(pcfg.emulator_script)
+        from flowllm.emulator.faults import FaultConfigError, FaultPlan
+        from flowllm.emulator.script import Script, ScriptError
+
+        try:
+            script = Script.load(resolve_script(pcfg.emulator_script))
+            FaultPlan.parse(FaultPlan.merge(script.faults, pcfg.emulator_faults), "provider.emulator_faults")
+        except (ScriptError, FaultConfigError) as exc:
+            raise ProviderConfigError(str(exc)) from None
         return
-    if _needs_key(pcfg) and not os.environ.get(str(pcfg.api_key_env)):
-        raise ProviderConfigError(
-            f"provider '{pcfg.name}' needs an API key: the environment variable {pcfg.api_key_env} is not "
-            f"set (export {pcfg.api_key_env}=<your key>, or point provider.api_key_env at the variable that "
-            "holds it)"
-        )
+    if pcfg.emulator_faults:
+        raise ProviderConfigError(f"provider '{pcfg.name}': emulator_faults needs provider.emulator_script")
+    if _needs_key(pcfg):
+        check_key_pool(pcfg.api_key_env, pcfg.name)
     if pcfg.name == "local" and not pcfg.base_url:
         raise ProviderConfigError("provider 'local' needs provider.base_url (e.g. http://127.0.0.1:8000/v1)")
+
+
+def provider_secrets(
+    cfg: ProviderConfig | DictConfig | dict[str, Any], *, resolve: Resolver | None = None
+) -> list[str]:
+    """Every API key the run may send (the provider's pool and those of its fallbacks, aliases and agent
+    models), one by one: what the recorder must mask."""
+    pcfg = as_provider_config(cfg)
+    plan = check_provider_config(pcfg, resolve=resolve)
+    configs = [pcfg] if plan is None else [pcfg, *(m.cfg for m in plan.members.values())]
+    values: list[str] = []
+    for member in configs:
+        values.extend(v for v in secret_values(member.api_key_env) if v not in values)
+    return values
 
 
 def build_provider(
@@ -163,13 +222,27 @@ def build_provider(
 
 
 @asynccontextmanager
-async def open_provider(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> AsyncIterator[Provider]:
-    """The configured provider, open for the lifetime of the context (and the emulator with it, if
-    scripted)."""
+async def open_provider(
+    cfg: ProviderConfig | DictConfig | dict[str, Any],
+    *,
+    ledger: UsageLedger | None = None,
+    resolve: Resolver | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> AsyncIterator[Provider]:
+    """The configured provider, open for the lifetime of the context (and the emulators with it, if
+    scripted).
+
+    ``ledger``: where every attempt is written (``UsageLedger(run_dir / "usage.jsonl", prices=...)``); without
+    one the ledger is kept in memory (``provider.ledger``). ``resolve`` maps a provider name to its config
+    (default: Hydra's ``provider=<name>``, see ``registry.py``); ``clock`` and ``sleep`` drive breakers, key
+    cooldowns and retry waits.
+    """
     pcfg = as_provider_config(cfg)
-    check_provider_config(pcfg)
+    plan = check_provider_config(pcfg, resolve=resolve)
     custom = _CUSTOM.get(pcfg.protocol)
-    if custom is not None:
+    if custom is not None or plan is None:
+        assert custom is not None
         provider = await custom(pcfg)
         try:
             yield provider
@@ -177,26 +250,68 @@ async def open_provider(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> As
             await provider.aclose()
         return
 
-    emulator = None
-    base_url: str | None
-    api_key: str | None
-    if pcfg.emulator_script:
-        from flowllm.emulator import Emulator
+    ledger = ledger if ledger is not None else UsageLedger(None)
+    async with AsyncExitStack() as stack:
+        routes: dict[str, Route] = {}
+        for member_id, member in plan.members.items():
+            routes[member_id] = await stack.enter_async_context(
+                _open_route(member_id, member.cfg, ledger=ledger, clock=clock, sleep=sleep)
+            )
+        yield ResilientProvider(plan, routes, ledger=ledger, clock=clock, sleep=sleep)
 
-        emulator = Emulator(resolve_script(pcfg.emulator_script))
+
+def _route_keys(cfg: ProviderConfig) -> list[KeySlot]:
+    """The key pool of a provider: its configured keys, else the placeholder key servers without auth get."""
+    slots, _ = load_keys(cfg.api_key_env)  # check_provider_config made sure a provider that needs one has one
+    return slots or [KeySlot("(no key)", DUMMY_KEY)]
+
+
+@asynccontextmanager
+async def _open_route(
+    member_id: str,
+    cfg: ProviderConfig,
+    *,
+    ledger: UsageLedger,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[Any]],
+) -> AsyncIterator[Route]:
+    emulator = None
+    base_url = cfg.base_url
+    if cfg.emulator_script:
+        from flowllm.emulator import Emulator
+        from flowllm.emulator.faults import FaultPlan
+        from flowllm.emulator.script import Script
+
+        script = Script.load(resolve_script(cfg.emulator_script))
+        faults = FaultPlan.parse(FaultPlan.merge(script.faults, cfg.emulator_faults), "provider.emulator_faults")
+        emulator = Emulator(script, faults=faults)
         await asyncio.to_thread(emulator.start)
-        base_url = emulator.base_url if pcfg.protocol == "anthropic" else emulator.openai_base_url
-        api_key = DUMMY_KEY
-    else:
-        base_url = pcfg.base_url
-        api_key = os.environ.get(str(pcfg.api_key_env)) if pcfg.api_key_env else None
+        base_url = emulator.base_url if cfg.protocol == "anthropic" else emulator.openai_base_url
+    providers: dict[str, BaseProvider] = {}
     try:
-        built = build_provider(pcfg, base_url=base_url, api_key=api_key or DUMMY_KEY)
-        try:
-            yield built
-        finally:
-            await built.aclose()
+        slots = _route_keys(cfg)
+        for slot in slots:
+            providers[slot.label] = build_provider(cfg, base_url=base_url, api_key=slot.value)
+        policy = RetryPolicy.from_config(cfg.retry, provider=member_id)
+        yield Route(
+            id=member_id,
+            cfg=cfg,
+            providers=providers,
+            pool=KeyPool(
+                slots,
+                cfg.key_pool,
+                provider=member_id,
+                max_retry_after_s=policy.max_retry_after_s,
+                clock=clock,
+                sleep=sleep,
+                on_event=ledger.write,
+            ),
+            breaker=CircuitBreaker(member_id, cfg.breaker, clock=clock, on_transition=breaker_listener(ledger)),
+            policy=policy,
+        )
     finally:
+        for provider in providers.values():
+            await provider.aclose()
         if emulator is not None:
             await asyncio.to_thread(emulator.stop)
 

@@ -160,6 +160,10 @@ class OpenAIChatProvider(BaseProvider):
         return request
 
     # ----- wire -> canonical -----------------------------------------------------------------------------
+    def stream_complete(self, events: list[dict[str, Any]]) -> bool:
+        # Every choice ends with a finish_reason; the usage-only chunk that may follow carries no choices.
+        return any(c.get("finish_reason") for e in events for c in e.get("choices") or [])
+
     def assemble_stream(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         return assemble_chat(events)
 

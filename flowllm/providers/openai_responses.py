@@ -163,6 +163,9 @@ class OpenAIResponsesProvider(BaseProvider):
             error_type=code,
         )
 
+    def stream_complete(self, events: list[dict[str, Any]]) -> bool:
+        return any(e.get("type") in ("response.completed", "response.incomplete") for e in events)
+
     def assemble_stream(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         return assemble_responses(events)
 

@@ -129,3 +129,40 @@ def test_command_line(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_injected_faults_follow_the_schedule_and_are_logged() -> None:
+    from flowllm.emulator.faults import FaultPlan
+
+    faults = FaultPlan.parse(
+        {"rules": [{"fault": "status", "status": 429, "retry_after_s": 1.5, "tasks": ["t1"], "attempts": [1, 2]}]}
+    )
+    with Emulator(SCRIPT, faults=faults) as emu:
+        first = post(emu, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert first.status_code == 429
+        assert first.headers["retry-after-ms"] == "1500" and first.headers["retry-after"] == "2"
+        assert first.json()["error"]["type"] == "rate_limit_error"
+        second = post(emu, "/v1/messages", anthropic_body())
+        third = post(emu, "/v1/messages", anthropic_body())
+        other = post(emu, "/v1/messages", anthropic_body(), task="t2")
+        assert (second.status_code, third.status_code, other.status_code) == (429, 200, 200)
+        log = [(r.task_id, r.attempt, r.status, r.fault) for r in emu.requests]
+    assert log == [
+        ("t1", 1, 429, "status:429"),
+        ("t1", 2, 429, "status:429"),
+        ("t1", 3, 200, None),
+        ("t2", 1, 200, None),
+    ]
+
+
+def test_a_script_can_carry_its_faults_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    from flowllm.emulator import ScriptError
+    from flowllm.emulator.script import Script
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SCRIPT, "faults": {"seed": 2, "rules": [{"fault": "reset", "rate": 0.5}]}}))
+    with Emulator(path) as emu:
+        assert emu.faults.seed == 2 and emu.faults.rules[0].fault == "reset"
+    path.write_text(yaml.safe_dump({**SCRIPT, "faults": {"rules": [{"fault": "reset", "rate": 2}]}}))
+    with pytest.raises(ScriptError, match="rate must be between 0 and 1"):
+        Script.load(path)

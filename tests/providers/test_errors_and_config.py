@@ -88,7 +88,7 @@ def test_every_shipped_provider_yaml_composes() -> None:
         with initialize_config_dir(config_dir=tmp, version_base="1.3"):
             for name in names:
                 cfg = as_provider_config(compose(config_name="root", overrides=[f"provider={name}"]).provider)
-                assert cfg.protocol in ("anthropic", "openai_chat", "openai_responses"), name
+                assert cfg.protocol in ("anthropic", "openai_chat", "openai_responses", "replay"), name
                 assert cfg.model, name
 
 

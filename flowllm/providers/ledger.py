@@ -1,0 +1,273 @@
+"""The usage ledger: every attempt at a model call, one JSON line each, in ``<run dir>/usage.jsonl``.
+
+Line types (``type``):
+
+* ``attempt``: one request sent to one provider with one key: provider, protocol, model, agent, task, turn,
+  the call it belongs to, attempt number, key label (never the key), outcome (``ok`` or the error kind), HTTP
+  status, retry-after, latency, tokens by kind (``estimated`` when the server reported none), cost in USD
+  from the price table, whether a fallback provider served it.
+* ``call``: how one ``send`` ended: which provider answered (or the error), how many attempts, fallback taken.
+* ``skip``: a provider passed over without sending (its breaker open, no usable key, request not portable).
+* ``breaker`` and ``key``: circuit-breaker transitions, key cooldowns and retirements.
+
+Lines are appended and flushed one by one, so a crash loses nothing written before it, and a resumed run
+appends to the same file. ``summary()`` gives the totals for ``summary.json``: per provider, model and agent,
+fallbacks taken, breaker transitions, key use, and hourly buckets (calls, successes, failures, total and max
+latency, tokens by kind) per model, agent and user. ``UsageLedger.read(path)`` rebuilds the same summary from
+the file alone.
+"""
+
+from __future__ import annotations
+
+import getpass
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from flowllm.core.types import Usage
+
+TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
+class PricedModel(Protocol):
+    def cost(self, usage: Usage) -> float: ...
+
+
+class PriceLookup(Protocol):
+    """What the ledger needs of a price table (``flowllm.experiment.pricing.PriceTable`` fits)."""
+
+    def lookup(self, model: str | None) -> PricedModel | None: ...
+
+
+def hour_bucket(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:00Z")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name in some containers
+        return "unknown"
+
+
+@dataclass
+class _Tally:
+    """Counts of attempts, for one provider, model, agent or hourly bucket."""
+
+    attempts: int = 0
+    successes: int = 0
+    failures: int = 0
+    latency_s_total: float = 0.0
+    latency_s_max: float = 0.0
+    tokens: Counter[str] = field(default_factory=Counter)
+    estimated: int = 0  # successful attempts whose token counts were estimated
+    cost_usd: float = 0.0
+    unpriced: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def add(self, line: dict[str, Any]) -> None:
+        self.attempts += 1
+        ok = line["outcome"] == "ok"
+        self.successes += ok
+        self.failures += not ok
+        self.outcomes[line["outcome"]] += 1
+        latency = float(line.get("latency_s") or 0.0)
+        self.latency_s_total += latency
+        self.latency_s_max = max(self.latency_s_max, latency)
+        usage = line.get("usage") or {}
+        for kind in TOKEN_KINDS:
+            self.tokens[kind] += int(usage.get(kind, 0))
+        self.estimated += bool(ok and usage.get("estimated"))
+        if line.get("cost_usd") is None:
+            self.unpriced += ok
+        else:
+            self.cost_usd += float(line["cost_usd"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempts": self.attempts,
+            "successes": self.successes,
+            "failures": self.failures,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "latency_s_total": round(self.latency_s_total, 6),
+            "latency_s_max": round(self.latency_s_max, 6),
+            "tokens": {k: self.tokens[k] for k in TOKEN_KINDS},
+            "estimated_calls": self.estimated,
+            "cost_usd": round(self.cost_usd, 6),
+            "unpriced_calls": self.unpriced,
+        }
+
+
+class UsageLedger:
+    """Appends ledger lines to ``path`` (None: memory only) and keeps the running totals."""
+
+    def __init__(self, path: Path | str | None = None, *, prices: PriceLookup | None = None, user: str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.prices = prices
+        self.user = user or _user()
+        self.lines: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._file = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("ab")
+
+    # ----- writing -----------------------------------------------------------------------------------------
+    def next_call_id(self) -> int:
+        with self._lock:
+            self._calls += 1
+            return self._calls
+
+    def write(self, line: dict[str, Any]) -> dict[str, Any]:
+        line.setdefault("ts", round(time.time(), 6))
+        with self._lock:
+            self.lines.append(line)
+            if self._file is not None:
+                self._file.write(orjson.dumps(line) + b"\n")
+                self._file.flush()
+        return line
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        if self.prices is None:
+            return None
+        price = self.prices.lookup(model)
+        return None if price is None else round(price.cost(usage), 8)
+
+    def attempt(
+        self,
+        *,
+        call: int,
+        provider: str,
+        protocol: str,
+        model: str,
+        task_id: str,
+        agent: str,
+        turn: int,
+        attempt: int,
+        key: str | None,
+        started: float,
+        latency_s: float,
+        usage: Usage | None = None,
+        error: Any = None,
+        fallback: bool = False,
+    ) -> dict[str, Any]:
+        usage = usage or Usage()
+        line: dict[str, Any] = {
+            "type": "attempt",
+            "ts": round(started, 6),
+            "hour": hour_bucket(started),
+            "call": call,
+            "task_id": task_id,
+            "agent": agent,
+            "turn": turn,
+            "user": self.user,
+            "provider": provider,
+            "protocol": protocol,
+            "model": model,
+            "attempt": attempt,
+            "key": key,
+            "fallback": fallback,
+            "outcome": "ok" if error is None else error.kind,
+            "status": None if error is None else error.status,
+            "retry_after_s": None if error is None else error.retry_after,
+            "error": None if error is None else str(error.message)[:500],
+            "latency_s": round(latency_s, 6),
+            "usage": usage.to_dict(),
+            "cost_usd": self.cost(model, usage) if error is None else 0.0,
+        }
+        return self.write(line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> UsageLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- reading -----------------------------------------------------------------------------------------
+    @classmethod
+    def read(cls, path: Path | str) -> UsageLedger:
+        """A memory-only ledger holding the lines of ``path`` (for summaries of a finished run)."""
+        ledger = cls(None)
+        for raw in Path(path).read_bytes().splitlines():
+            if raw.strip():
+                ledger.lines.append(orjson.loads(raw))
+        return ledger
+
+    def attempts(self) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line.get("type") == "attempt"]
+
+    def usage(self) -> Usage:
+        """Tokens of every successful attempt: what the run was billed for."""
+        total = Usage()
+        for line in self.attempts():
+            if line["outcome"] == "ok":
+                total = total + Usage.from_dict(line["usage"])
+        return total
+
+    def summary(self) -> dict[str, Any]:
+        """The ``providers`` block of ``summary.json``."""
+        attempts = self.attempts()
+        calls = [line for line in self.lines if line.get("type") == "call"]
+        by: dict[str, dict[str, _Tally]] = {"provider": {}, "model": {}, "agent": {}}
+        hourly: dict[tuple[str, str, str, str], _Tally] = {}
+        total = _Tally()
+        for line in attempts:
+            total.add(line)
+            for dim, tallies in by.items():
+                tallies.setdefault(str(line[dim]), _Tally()).add(line)
+            key = (line["hour"], line["model"], line["agent"], line.get("user", ""))
+            hourly.setdefault(key, _Tally()).add(line)
+        answered: Counter[str] = Counter(str(c["provider"]) for c in calls if c["outcome"] == "ok")
+        breaker: dict[str, list[dict[str, Any]]] = {}
+        for line in self.lines:
+            if line.get("type") == "breaker":
+                breaker.setdefault(line["provider"], []).append(
+                    {"from": line["from"], "to": line["to"], "reason": line["reason"], "ts": line["ts"]}
+                )
+        skips: dict[str, Counter[str]] = {}
+        for line in self.lines:
+            if line.get("type") == "skip":
+                skips.setdefault(line["provider"], Counter())[line["reason"]] += 1
+        keys: dict[str, Counter[str]] = {}
+        for line in self.lines:
+            if line.get("type") == "key":
+                keys.setdefault(f"{line['provider']}/{line['key']}", Counter())[line["event"]] += 1
+        providers = {}
+        for name, tally in sorted(by["provider"].items()):
+            entry = tally.to_dict()
+            entry["answered_calls"] = answered.get(name, 0)
+            providers[name] = entry
+        usage = self.usage()
+        return {
+            "calls": len(calls),
+            "calls_ok": sum(1 for c in calls if c["outcome"] == "ok"),
+            "calls_failed": sum(1 for c in calls if c["outcome"] != "ok"),
+            "fallbacks_taken": sum(1 for c in calls if c["outcome"] == "ok" and c.get("fallback")),
+            "attempts": total.attempts,
+            "retries": total.attempts - len(calls) if calls else 0,
+            **{k: v for k, v in total.to_dict().items() if k != "attempts"},
+            "usage": usage.to_dict(),
+            "by_provider": providers,
+            "by_model": {k: v.to_dict() for k, v in sorted(by["model"].items())},
+            "by_agent": {k: v.to_dict() for k, v in sorted(by["agent"].items())},
+            "breaker_transitions": breaker,
+            "skips": {k: dict(v) for k, v in sorted(skips.items())},
+            "key_events": {k: dict(v) for k, v in sorted(keys.items())},
+            "hourly": [
+                {"hour": h, "model": m, "agent": a, "user": u, **tally.to_dict()}
+                for (h, m, a, u), tally in sorted(hourly.items())
+            ],
+        }
