@@ -11,8 +11,9 @@ import logging
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -21,18 +22,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.benchmarks.gaia import load_tasks
-from flowllm.config.schema import register_configs
+from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.engine import FlowError, Recorder, build_pipeline, make_runner
-from flowllm.engine.recorder import atomic_write
+from flowllm.engine.recorder import Redactor, atomic_write
+from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import Experiment, ExperimentSettings, summarize
+from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
+from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import ProviderConfigError, check_provider_config, open_provider
 
 log = logging.getLogger("flowllm")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 register_configs()
+# ${flowllm_abspath:...}: launchers that run elsewhere (Ray) need absolute folders; hydra.sweep.dir is relative.
+OmegaConf.register_new_resolver("flowllm_abspath", lambda p: str(Path(str(p)).resolve()), replace=True)
 
 
 class ConfigError(FlowError):
@@ -69,23 +74,27 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(f"recorder.snapshot must be all, errors or none, not '{cfg.recorder.snapshot}'")
     if cfg.experiment.max_concurrent < 1:
         raise ConfigError("experiment.max_concurrent must be at least 1")
+    if cfg.experiment.attempts < 1:
+        raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
     source = f"conf/pipeline/{_choice('pipeline', cfg)}.yaml"
     pipeline = build_pipeline(cfg.pipeline.nodes, source=source)
     runner = make_runner(cfg.runner.name, cfg.runner.item_timeout_s, cfg.runner.turn_timeout_s)
     runner.validate(pipeline)
-    provider_cfg = OmegaConf.to_object(cfg.provider)
-    if provider_cfg.emulator_script:  # type: ignore[attr-defined]
-        script = resolve_path(provider_cfg.emulator_script, "provider.emulator_script")  # type: ignore[attr-defined]
+    provider_cfg = cast(ProviderConfig, OmegaConf.to_object(cfg.provider))
+    if provider_cfg.emulator_script:
+        script = resolve_path(provider_cfg.emulator_script, "provider.emulator_script")
         if not script.is_file():
             raise ConfigError(f"provider.emulator_script '{script}' does not exist")
-        provider_cfg.emulator_script = str(script)  # type: ignore[attr-defined]
+        provider_cfg.emulator_script = str(script)
     check_provider_config(provider_cfg)
     tasks = load_tasks(
         resolve_path(cfg.dataset.path, "dataset.path"),
         limit=cfg.dataset.limit,
         levels=cfg.dataset.levels,
         task_ids=cfg.dataset.task_ids,
+        fmt=cfg.dataset.format,
     )
+    prices = PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing"))
     settings = AgentSettings(
         max_turns=cfg.agent.max_turns,
         system_prompt=cfg.agent.system_prompt,
@@ -93,10 +102,17 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     )
     if settings.max_turns < 1:
         raise ConfigError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
-    return {"pipeline": pipeline, "runner": runner, "provider_cfg": provider_cfg, "tasks": tasks, "settings": settings}
+    return {
+        "pipeline": pipeline,
+        "runner": runner,
+        "provider_cfg": provider_cfg,
+        "tasks": tasks,
+        "settings": settings,
+        "prices": prices,
+    }
 
 
-async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder) -> tuple[list[Any], bool]:
+async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder) -> RunResult:
     agent = Agent(parts["pipeline"], parts["runner"], parts["settings"], observer=recorder)
     progress = ProgressReporter(enabled=bool(cfg.progress))
     async with open_provider(parts["provider_cfg"]) as provider:
@@ -108,34 +124,71 @@ async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder)
             settings=ExperimentSettings(
                 max_concurrent=cfg.experiment.max_concurrent,
                 task_timeout_s=cfg.experiment.task_timeout_s,
+                resume=cfg.experiment.resume,
+                attempts=cfg.experiment.attempts,
             ),
             progress=progress,
         )
         return await experiment.run(parts["tasks"])
 
 
+def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
+    if not resume:
+        return 0
+    return sum(1 for o in load_outcomes(run_dir, tasks) if o.status == "completed")
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
     parts = prepare(cfg)
+    tasks = parts["tasks"]
     started = time.perf_counter()
+    resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=key_values(cfg.provider.api_key_env))
     try:
-        outcomes, interrupted = asyncio.run(_run_async(cfg, parts, recorder))
+        result = asyncio.run(_run_async(cfg, parts, recorder))
     except KeyboardInterrupt:
-        outcomes, interrupted = [], True
+        # A second Ctrl-C, or one before the loop could cancel cleanly: what finished is on disk.
+        result = None
     finally:
         recorder.close()
+    if result is None:
+        result = RunResult(load_outcomes(run_dir, tasks), interrupted=True, resumed=resumed)
     summary = summarize(
-        outcomes, total=len(parts["tasks"]), wall_seconds=time.perf_counter() - started, interrupted=interrupted
+        result.outcomes,
+        total=len(tasks),
+        wall_seconds=time.perf_counter() - started,
+        interrupted=result.interrupted,
+        resumed=result.resumed,
+        model=cfg.provider.model,
+        prices=parts["prices"],
+        attempts=cfg.experiment.attempts,
     )
+    summary["status"] = "interrupted" if result.interrupted else "finished"
     summary["experiment"] = cfg.experiment.name
     summary["provider"] = cfg.provider.name
     summary["model"] = cfg.provider.model
     summary["runner"] = cfg.runner.name
     summary["repair"] = cfg.repair.name
+    summary["dataset"] = str(cfg.dataset.path)
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
-    print_summary(summary, outcomes, run_dir)
+    print_summary(summary, result.outcomes, run_dir)
     return summary
+
+
+def _job_error(cfg: DictConfig, run_dir: Path, message: str) -> dict[str, Any]:
+    """A multirun job that could not run: its folder says why, and the sweep summary shows the row."""
+    status = {"status": "error", "error": message}
+    secrets = key_values(OmegaConf.select(cfg, "provider.api_key_env", default=None))
+    atomic_write(run_dir / "summary.json", Redactor(secrets).dumps(status))
+    return status
+
+
+def _refresh_sweep(hydra_cfg: Any) -> None:
+    try:
+        build_sweep_summary(Path(str(hydra_cfg.sweep.dir)))
+    except Exception as exc:  # the job's own results are saved; the comparison can be rebuilt later
+        log.warning("flowllm: could not refresh the sweep summary: %s", exc)
 
 
 @hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
@@ -143,18 +196,38 @@ def app(cfg: DictConfig) -> dict[str, Any]:
     # One line per HTTP request or MCP message drowns the progress bar; our own warnings still show.
     for noisy in ("httpx2", "httpx", "httpcore2", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        return run(cfg, run_dir)
+        summary = run(cfg, run_dir)
     except (FlowError, ProviderConfigError) as exc:
         message = f"flowllm: error: {exc}"
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # A raising job would stop Hydra from calling on_multirun_end: report and move on.
-            print(message, file=sys.stderr)
-            return {"status": "error", "error": str(exc)}
         print(message, file=sys.stderr)
-        sys.exit(2)
+        if not multirun:
+            sys.exit(2)
+        # A raising job would stop Hydra from calling on_multirun_end: report and move on.
+        status = _job_error(cfg, run_dir, str(exc))
+        _refresh_sweep(hydra_cfg)
+        return status
+    except Exception as exc:
+        if not multirun:
+            raise  # a traceback means a bug in flowllm: show it
+        traceback.print_exc()
+        status = _job_error(cfg, run_dir, f"{type(exc).__name__}: {exc}")
+        _refresh_sweep(hydra_cfg)
+        return status
+    if multirun:
+        _refresh_sweep(hydra_cfg)
+        return {"status": summary["status"], "accuracy": summary["accuracy"], "cost_usd": summary["cost_usd"]}
+    if summary["interrupted"]:
+        sys.exit(130)  # the shell's code for Ctrl-C; the summary and finished results are saved
+    return summary
 
 
 def main() -> None:
+    # Ray (hydra/launcher=ray) reads these when it starts a local instance: no usage reporting, no token
+    # authentication between the processes of one machine. A user who needs either sets the variable.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     app()

@@ -47,9 +47,31 @@ def test_extract_answer_falls_back_to_the_text() -> None:
         ("St. Petersburg", "Saint Petersburg", False),
         ("  the  OPERATIONS! ", "the operations", True),  # strings: case, spaces, punctuation ignored
         (None, "x", False),
+        # numbers: the ground truth decides the rule; units and words around the number are not stripped
+        ("1,000,000", "1000000", True),
+        ("$17", "17", True),
+        ("17 dollars", "17", False),
+        ("0.50", ".5", True),
+        ("-3", "-3.0", True),
+        ("3e2", "300", True),
+        ("", "0", False),
+        # lists: ',' and ';' both separate; same length; numbers by value, strings without spaces, case-blind
+        ("1;2;3", "1, 2, 3", True),
+        ("$1, 2%, 3", "1, 2, 3", True),
+        ("1, 2", "1, 2, 3", False),
+        ("1, 2, 3, 4", "1, 2, 3", False),
+        ("New York, SAN Francisco", "new york, san francisco", True),
+        ("a, b.", "a, b", False),  # inside a list punctuation counts (GAIA keeps it)
+        ("apple, 3", "apple, 3.0", True),
+        ("apple, three", "apple, 3", False),
+        # strings: case, whitespace and punctuation are ignored, nothing else
+        ("Saint-Petersburg!", "saint petersburg", True),
+        ("The Beatles", "Beatles", False),
+        ("", "", True),
+        ("x", None, False),
     ],
 )
-def test_question_scorer(answer: str | None, truth: str, ok: bool) -> None:
+def test_question_scorer(answer: str | None, truth: str | None, ok: bool) -> None:
     assert question_scorer(answer, truth) is ok
 
 

@@ -26,6 +26,53 @@ class CacheConfig:
     ttl: str = "5m"  # 5m | 1h (Anthropic)
 
 
+def _default_retry_on() -> list[str]:
+    # Transient failures, plus replies that arrived broken (a malformed body, a cut stream, an empty reply):
+    # asking again usually works. Never 400/401/403/404, quota or context length (refused at start-up).
+    return [
+        "connection",
+        "timeout",
+        "rate_limit",
+        "overloaded",
+        "server",
+        "conflict",
+        "truncated",
+        "stream_error",
+        "bad_response",
+        "empty_reply",
+    ]
+
+
+@dataclass
+class RetryConfig:
+    """One retry policy for every SDK (theirs are off): exponential backoff with full jitter, or the server's
+    ``retry-after`` when it sends one."""
+
+    max_attempts: int = 4  # per provider and call, the first try included
+    base_delay_s: float = 1.0  # backoff: a random wait in [0, base x 2^(attempt-1)]
+    max_delay_s: float = 30.0  # cap of one backoff wait
+    max_retry_after_s: float = 60.0  # cap of a server's retry-after / retry-after-ms
+    max_total_s: float = 600.0  # stop retrying this provider after this long (then fall back)
+    retry_on: list[str] = field(default_factory=_default_retry_on)
+    check_reply: bool = True  # read the reply inside send, so a malformed or empty one is retried too
+
+
+@dataclass
+class BreakerConfig:
+    """A circuit breaker per provider: open after ``failure_threshold`` consecutive failed attempts, one trial
+    call after ``recovery_timeout_s``; closed again when the trial succeeds."""
+
+    enabled: bool = True
+    failure_threshold: int = 5
+    recovery_timeout_s: float = 30.0
+
+
+@dataclass
+class KeyPoolConfig:
+    cooldown_s: float = 60.0  # how long a key rests after a 429 that names no retry-after
+    max_wait_s: float = 60.0  # longest wait for a resting key before this provider counts as unavailable
+
+
 @dataclass
 class ProviderConfig:
     name: str = MISSING
@@ -46,6 +93,23 @@ class ProviderConfig:
     emulator_script: str | None = None
     # Replay: the run directory whose saved call_model outputs are served.
     run_dir: str | None = None
+    # Resilience (flowllm/providers/resilient.py). api_key_env may list several variables, comma-separated, and
+    # a variable may hold several keys, comma-separated: together they are the key pool.
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    key_pool: KeyPoolConfig = field(default_factory=KeyPoolConfig)
+    # Other provider configs (conf/provider/<name>.yaml, optionally "<name>:<model>") tried in order when this
+    # one fails or its breaker is open; their own fallbacks follow theirs (a cycle is refused at start-up).
+    fallbacks: list[str] = field(default_factory=list)
+    # Model registry: alias -> "<provider>[:<model>]" ("" provider = this one). provider.model may be an alias.
+    aliases: dict[str, str] = field(default_factory=dict)
+    # The model of each agent or sub-agent (CallContext.agent): an alias or "<provider>[:<model>]".
+    agent_models: dict[str, str] = field(default_factory=dict)
+    # Where provider configs named by fallbacks/aliases are read (default: Hydra's search path under the app,
+    # else the project's conf/provider).
+    config_dir: str | None = None
+    # Emulator fault injection (flowllm/emulator/faults.py), merged over the script's own `faults:` section.
+    emulator_faults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +130,14 @@ class PipelineConfig:
     name: str = MISSING
     # Node name -> node config ({_target_: ..., inputs?: {port: state_key}, outputs?: {port: state_key}, ...}).
     nodes: dict[str, Any] = MISSING
+    # Hooks (flowllm/engine/hooks.py): hook point -> nodes inserted there, each a name from hook_nodes or an
+    # inline node config, e.g. pipeline.hooks.before_model=[log_requests].
+    hooks: dict[str, list[Any]] = field(default_factory=dict)
+    # Named hook nodes ({point, enabled?, _target_, ...}); those with enabled: true are inserted without being
+    # listed in hooks (memory, compaction).
+    hook_nodes: dict[str, Any] = field(default_factory=dict)
+    # Hook point -> the state keys it sits on; merged over flowllm.engine.hooks.DEFAULT_POINTS.
+    hook_points: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,12 +158,58 @@ class ToolsConfig:
     call_timeout_s: float = 60.0
     max_result_chars: int = 20000
     scope: str = "task"  # task | run: how long a server process lives
+    # Hand the per-task key-value store (flowllm/tools/state.py) to tools that ask for it.
+    task_state: bool = False
+
+
+@dataclass
+class CompactionConfig:
+    """compact_history (flowllm/nodes/compaction.py): past a threshold, older turns become a model-written
+    summary."""
+
+    enabled: bool = False
+    threshold_tokens: int | None = None  # compact when the context passes this many tokens...
+    threshold_fraction: float = 0.8  # ...or, when null, this fraction of agent.max_context_tokens
+    keep_turns: int = 2  # the latest assistant turns kept verbatim
+    agent: str = "compactor"  # CallContext.agent of the summary call: route it with provider.agent_models
+    max_result_chars: int = 2000  # of each tool result, in the transcript the summariser reads
+    max_summary_tokens: int = 1024
+
+
+@dataclass
+class EmbeddingConfig:
+    kind: str = "hashing"  # hashing (offline, no download) | openai (any OpenAI-compatible /embeddings)
+    dim: int = 512  # hashing: vector size; openai: requested dimensions when set by `dimensions`
+    model: str = "text-embedding-3-small"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    dimensions: int | None = None
+    timeout_s: float = 30.0
+
+
+@dataclass
+class MemoryConfig:
+    """Long-term memory (flowllm/memory): recall_memory before the model, remember at the end of a task."""
+
+    enabled: bool = False
+    path: str = "runs/memory.sqlite"  # the persistent store, relative to the working directory
+    namespace: str = "default"
+    top_k: int = 5
+    min_score: float = 0.25  # cosine similarity a memory needs to be recalled
+    include_current_run: bool = False  # recall memories written by this run's other tasks (order-dependent)
+    remember: list[str] = field(default_factory=lambda: ["answer", "tagged"])
+    max_block_chars: int = 4000
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
 
 
 @dataclass
 class AgentConfig:
     max_turns: int = 10
     keep_tool_result: int = -1  # how many of the latest tool results trim_history keeps; -1 keeps all
+    # The prompt's token budget: trim_history blanks the oldest tool results (then drops the oldest turns) until
+    # the request fits. null: no budget.
+    max_context_tokens: int | None = None
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
     system_prompt: str = ""
     summary_prompt: str = (
         "You have reached the turn limit. Do not call any tool. Give your final answer now, "
@@ -147,6 +265,7 @@ class FlowConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
     subagents: dict[str, SubAgentConfig] = field(default_factory=dict)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     progress: bool = True
 
 

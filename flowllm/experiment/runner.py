@@ -196,6 +196,8 @@ class Experiment:
         task_dir = self.recorder.task_dir(safe_task_dir_name(task.task_id))
         for stale in (*task_dir.glob("turn_*"), task_dir / "workspace", task_dir / ATTEMPTS_DIR, task_dir / "agents"):
             shutil.rmtree(stale, ignore_errors=True)
+        for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
+            partial.unlink(missing_ok=True)
         (task_dir / "result.json").unlink(missing_ok=True)
 
     def _workspace(self, task: Task) -> Path:

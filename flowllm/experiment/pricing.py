@@ -1,0 +1,130 @@
+"""What a run cost: token counts times the per-model prices of ``conf/pricing.yaml``.
+
+Usage follows DESIGN.md section 3: ``input_tokens`` counts every prompt token, cached or not, so the uncached
+part is what is left after the cache reads and writes; counting all three at full price would bill cached
+tokens twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml  # PyYAML comes with hydra-core / omegaconf
+
+from flowllm.core.types import Usage
+from flowllm.engine.errors import FlowError
+
+PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
+PER_TOKENS = 1_000_000
+
+
+class PricingError(FlowError):
+    """The price table cannot be read; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+
+    def cost(self, usage: Usage) -> float:
+        return cost_breakdown(usage, self)["total"]
+
+
+def uncached_input(usage: Usage) -> int:
+    return max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
+
+
+def cost_breakdown(usage: Usage, price: Price) -> dict[str, float]:
+    """Cost in USD by kind of token, and the total."""
+    parts = {
+        "input": uncached_input(usage) * price.input / PER_TOKENS,
+        "cache_read": usage.cache_read_tokens * price.cache_read / PER_TOKENS,
+        "cache_write": usage.cache_write_tokens * price.cache_write / PER_TOKENS,
+        "output": usage.output_tokens * price.output / PER_TOKENS,
+    }
+    parts["total"] = sum(parts.values())
+    return {k: round(v, 6) for k, v in parts.items()}
+
+
+@dataclass
+class PriceTable:
+    prices: dict[str, Price] = field(default_factory=dict)
+    source: str = "<dict>"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "<dict>") -> PriceTable:
+        models = data.get("models", data) if isinstance(data, Mapping) else None
+        if not isinstance(models, Mapping):
+            raise PricingError(f"{source}: expected a mapping 'models: {{<model>: {{input: ..., output: ...}}}}'")
+        prices: dict[str, Price] = {}
+        for model, entry in models.items():
+            if not isinstance(entry, Mapping):
+                raise PricingError(f"{source}: models.{model} must be a mapping of prices")
+            unknown = sorted(set(entry) - set(PRICE_FIELDS))
+            if unknown:
+                raise PricingError(f"{source}: models.{model} has unknown field(s) {', '.join(unknown)}")
+            values: dict[str, float] = {}
+            for name in PRICE_FIELDS:
+                # A model without cache prices bills cached tokens like any input token.
+                raw = entry.get(name, entry.get("input") if name.startswith("cache") else None)
+                if raw is None:
+                    raise PricingError(f"{source}: models.{model} needs '{name}' (USD per million tokens)")
+                try:
+                    value = float(raw)
+                except (TypeError, ValueError):
+                    raise PricingError(f"{source}: models.{model}.{name} must be a number, not {raw!r}") from None
+                if value < 0:
+                    raise PricingError(f"{source}: models.{model}.{name} cannot be negative")
+                values[name] = value
+            prices[str(model)] = Price(**values)
+        return cls(prices, source)
+
+    @classmethod
+    def load(cls, path: Path | str) -> PriceTable:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PricingError(f"price table '{path}' does not exist (experiment.pricing)") from None
+        except yaml.YAMLError as exc:
+            raise PricingError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        return cls.from_mapping(data or {}, str(path))
+
+    def lookup(self, model: str | None) -> Price | None:
+        """The price of ``model``: exact name, then the longest entry it starts with, also without a router
+        prefix (``anthropic/claude-sonnet-4.5``), case-insensitively."""
+        if not model:
+            return None
+        lowered = {k.lower(): v for k, v in self.prices.items()}
+        for name in dict.fromkeys([model.lower(), model.rsplit("/", 1)[-1].lower()]):
+            if name in lowered:
+                return lowered[name]
+            prefixes = [k for k in lowered if name.startswith(k)]
+            if prefixes:
+                return lowered[max(prefixes, key=len)]
+        return None
+
+
+def cost_summary(usage: Usage, model: str | None, table: PriceTable | None) -> dict[str, Any]:
+    """The ``cost`` block of a summary: USD by kind and total, or why there is none."""
+    if table is None:
+        return {"total_usd": None, "model": model, "note": "no price table"}
+    price = table.lookup(model)
+    if price is None:
+        return {"total_usd": None, "model": model, "note": f"no price for '{model}' in {table.source}"}
+    parts = cost_breakdown(usage, price)
+    return {
+        "total_usd": parts["total"],
+        "model": model,
+        "by_kind_usd": {k: v for k, v in parts.items() if k != "total"},
+        "price_per_million": {name: getattr(price, name) for name in PRICE_FIELDS},
+        "estimated_tokens": usage.estimated,
+    }

@@ -1,0 +1,60 @@
+"""A minimal MCP tool server over stdio for the interrupt tests: one tool, ``wait``, that sleeps and answers 42.
+
+It speaks newline-delimited JSON-RPC directly instead of importing the MCP SDK, so it starts in milliseconds:
+the tests measure flowllm's resume logic, not tool server start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+TOOL = {
+    "name": "wait",
+    "description": "Wait for the given number of seconds, then print the answer.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"seconds": {"type": "number"}},
+        "required": ["seconds"],
+    },
+}
+
+
+def reply(request_id: object, result: dict) -> None:
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        method = message.get("method")
+        if "id" not in message:  # a notification: nothing to answer
+            continue
+        params = message.get("params") or {}
+        if method == "initialize":
+            reply(message["id"], {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "tool-sleep", "version": "1.0"},
+            })
+        elif method == "tools/list":
+            reply(message["id"], {"tools": [TOOL]})
+        elif method == "tools/call":
+            time.sleep(float((params.get("arguments") or {}).get("seconds", 0)))
+            reply(message["id"], {"content": [{"type": "text", "text": "42"}], "isError": False})
+        elif method == "ping":
+            reply(message["id"], {})
+        else:
+            sys.stdout.write(json.dumps({
+                "jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32601, "message": f"method not found: {method}"},
+            }) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Shared helpers of the experiment tests: the fixture datasets and the app in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+GAIA = DATA / "gaia"
+STANDARDIZED = DATA / "standardized"
+SLOW = DATA / "slow"
+# Test-only config groups, added to a run with hydra.searchpath (tools=sleep).
+TEST_CONF = Path(__file__).resolve().parent / "conf"
+
+# The fixture's task ids, by what the emulator makes of them (see data/gaia/script.yaml).
+CSV_TASK = "8f1c2a4e-1d3b-4c55-9a0e-3f7b6c2d9e10"  # level 1, attachment, Python: correct
+MATH_TASK = "2b7e9d10-6a4f-4e8b-b1c3-5d2f8a7e6c21"  # level 1, Python prints 150.0: correct by the number rule
+MISSING_FILE_TASK = "c4d8e2f6-9b1a-4f3e-8d7c-1a2b3c4d5e6f"  # level 2, its attachment is not there: fails
+LIST_TASK = "5e6f7a8b-2c3d-4e5f-9a0b-7c8d9e0f1a2b"  # level 2, no tools, a list: correct
+WRONG_TASK = "9a0b1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"  # level 3, no tools: wrong answer
+
+
+def gaia_overrides(*extra: str) -> list[str]:
+    return [
+        "+experiment=gaia",
+        "progress=false",
+        f"dataset.path={GAIA}",
+        f"provider.emulator_script={GAIA / 'script.yaml'}",
+        *extra,
+    ]
+
+
+def run_flowllm(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flowllm", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def start_flowllm(*args: str, log: Path) -> subprocess.Popen[Any]:
+    """The app in the background, output to ``log`` (a pipe nobody reads could fill up and block it)."""
+    handle = log.open("w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "flowllm", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT
+    )

@@ -1,0 +1,113 @@
+"""The app as a user runs it, stopped the hard ways: Ctrl-C (SIGINT) and SIGKILL, then resumed.
+
+The slow fixture's tasks each call a tool that takes a second, so a signal lands while tasks are in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from flowllm.engine.recorder import read_json
+from tests.experiment.helpers import SLOW, TEST_CONF, run_flowllm, start_flowllm
+
+ALL_TASKS = [f"slow-{i:02d}" for i in range(1, 7)]  # the first six of the fixture
+
+
+def slow_args(run_dir: Path, *extra: str) -> list[str]:
+    return [
+        "progress=false",
+        f"dataset.path={SLOW}",
+        f"provider.emulator_script={SLOW / 'script.yaml'}",
+        # The test tool set: a sleep server that starts in milliseconds (data/slow/sleep_server.py).
+        f"hydra.searchpath=[file://{TEST_CONF}]",
+        "tools=sleep",
+        "experiment.max_concurrent=2",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+    ]
+
+
+def completed(run_dir: Path) -> dict[str, bytes]:
+    """Task id -> result.json bytes, for the tasks whose result says completed."""
+    found = {}
+    for path in (run_dir / "tasks").glob("*/result.json"):
+        data = path.read_bytes()
+        if json.loads(data)["status"] == "completed":
+            found[path.parent.name] = data
+    return found
+
+
+def wait_for_results(proc: subprocess.Popen, run_dir: Path, count: int, log: Path, limit_s: float = 120) -> None:
+    deadline = time.monotonic() + limit_s
+    while len(completed(run_dir)) < count:
+        assert proc.poll() is None, f"the run ended before {count} results:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"no {count} results in {limit_s}s:\n{log.read_text()}"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_cancels_running_tasks_and_saves_the_rest(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    log = tmp_path / "log.txt"
+    proc = start_flowllm(*slow_args(run_dir, "dataset.limit=4"), log=log)
+    try:
+        wait_for_results(proc, run_dir, 1, log)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert code == 130, output
+    assert "Traceback" not in output
+    summary = read_json(run_dir / "summary.json")
+    assert summary["interrupted"] is True and summary["status"] == "interrupted"
+    assert "interrupted" in output and "rerun with the same hydra.run.dir" in output
+    done = completed(run_dir)
+    # Everything that finished is in the summary; what was cancelled left no result and counts as unfinished.
+    assert summary["finished"] == len(list((run_dir / "tasks").glob("*/result.json"))) >= 1
+    assert summary["completed"] == len(done) and summary["unfinished"] == 4 - summary["finished"] > 0
+
+
+def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    log = tmp_path / "log.txt"
+    proc = start_flowllm(*slow_args(run_dir, "dataset.limit=6"), log=log)
+    try:
+        wait_for_results(proc, run_dir, 2, log)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    survived = completed(run_dir)
+    assert 2 <= len(survived) < len(ALL_TASKS), "the kill should land mid-run"
+    assert not (run_dir / "summary.json").exists()
+    mtimes = {t: (run_dir / "tasks" / t / "result.json").stat().st_mtime_ns for t in survived}
+
+    again = run_flowllm(*slow_args(run_dir, "dataset.limit=6"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    summary = read_json(run_dir / "summary.json")
+    assert summary["tasks"] == summary["completed"] == summary["correct"] == len(ALL_TASKS)
+    assert summary["resumed"] == len(survived) and summary["interrupted"] is False
+    # Not lost: every task has exactly one completed result. Not repeated: results that survived the kill
+    # are byte-for-byte the same files, untouched by the rerun.
+    assert sorted(completed(run_dir)) == ALL_TASKS
+    for task_id, data in survived.items():
+        path = run_dir / "tasks" / task_id / "result.json"
+        assert path.read_bytes() == data and path.stat().st_mtime_ns == mtimes[task_id]
+    for task_id in ALL_TASKS:
+        task_dir = run_dir / "tasks" / task_id
+        result = read_json(task_dir / "result.json")
+        # The records match the result: no turn of the killed attempt is left beside the new ones.
+        assert len(list(task_dir.glob("turn_*"))) == result["turns"] == 2, task_id
+        assert not list(task_dir.rglob(".*.tmp")), task_id
+    # The usage of the whole run is that of 6 tasks once each (every task's conversation is identical).
+    per_task = {read_json(run_dir / "tasks" / t / "result.json")["usage"]["output_tokens"] for t in ALL_TASKS}
+    assert len(per_task) == 1
+    assert summary["usage"]["output_tokens"] == len(ALL_TASKS) * per_task.pop()
