@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.subagents import SubAgentSpec
 from flowllm.benchmarks.gaia import load_tasks
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.engine import FlowError, Recorder, build_pipeline, make_runner
@@ -30,7 +31,7 @@ from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
-from flowllm.providers import ProviderConfigError, check_provider_config, open_provider
+from flowllm.providers import ProviderConfigError, UsageLedger, check_provider_config, open_provider, provider_secrets
 
 log = logging.getLogger("flowllm")
 
@@ -109,13 +110,31 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         "tasks": tasks,
         "settings": settings,
         "prices": prices,
+        "subagents": subagent_specs(cfg),
     }
 
 
-async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder) -> RunResult:
-    agent = Agent(parts["pipeline"], parts["runner"], parts["settings"], observer=recorder)
+def subagent_specs(cfg: DictConfig) -> dict[str, SubAgentSpec]:
+    """``subagents.<name>`` configs as the agent loop's specs."""
+    specs: dict[str, SubAgentSpec] = {}
+    for name, sub in (cfg.get("subagents") or {}).items():
+        specs[str(name)] = SubAgentSpec(
+            name=str(name),
+            description=sub.description,
+            system_prompt=sub.system_prompt,
+            max_turns=sub.max_turns,
+            servers=tuple(sub.servers) if sub.servers is not None else None,
+            timeout_s=sub.timeout_s,
+        )
+    return specs
+
+
+async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
+    agent = Agent(
+        parts["pipeline"], parts["runner"], parts["settings"], observer=recorder, subagents=parts["subagents"]
+    )
     progress = ProgressReporter(enabled=bool(cfg.progress))
-    async with open_provider(parts["provider_cfg"]) as provider:
+    async with open_provider(parts["provider_cfg"], ledger=ledger) as provider:
         experiment = Experiment(
             agent=agent,
             provider=provider,
@@ -144,14 +163,18 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     tasks = parts["tasks"]
     started = time.perf_counter()
     resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
-    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=key_values(cfg.provider.api_key_env))
+    # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
+    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts["provider_cfg"]))
+    # One line per attempt, appended across resumed sessions: what was really spent, failures included.
+    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"])
     try:
-        result = asyncio.run(_run_async(cfg, parts, recorder))
+        result = asyncio.run(_run_async(cfg, parts, recorder, ledger))
     except KeyboardInterrupt:
         # A second Ctrl-C, or one before the loop could cancel cleanly: what finished is on disk.
         result = None
     finally:
         recorder.close()
+        ledger.close()
     if result is None:
         result = RunResult(load_outcomes(run_dir, tasks), interrupted=True, resumed=resumed)
     summary = summarize(
@@ -171,6 +194,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     summary["runner"] = cfg.runner.name
     summary["repair"] = cfg.repair.name
     summary["dataset"] = str(cfg.dataset.path)
+    # Calls per provider, retries, fallbacks, breaker events and the billed tokens of every attempt (failed
+    # tasks included, unlike `usage`, which counts the tasks' recorded results), from the whole ledger.
+    summary["providers"] = UsageLedger.read(run_dir / "usage.jsonl").summary()
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
     print_summary(summary, result.outcomes, run_dir)
     return summary

@@ -172,7 +172,8 @@ class ResilientProvider:
                     "protocol": route.protocol,
                     "model": route.cfg.model,
                     "fallback": position > 0,
-                    "call": call,
+                    # No call number here: it depends on how concurrent tasks interleave, and the raw reply is
+                    # recorded in output.json, which must not change between runs. usage.jsonl has it.
                 }
                 if wire is not request:
                     raw[ROUTE_KEY]["request"] = dict(wire)  # what was really sent, next to the primary's request

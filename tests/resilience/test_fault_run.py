@@ -9,7 +9,6 @@ is one deterministic sequence, which the test rebuilds from the ledger with its 
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from flowllm.app import PROJECT_ROOT
 from flowllm.config.schema import register_configs
 from flowllm.core.types import Usage
 from flowllm.emulator.faults import Draw, FaultPlan
-from flowllm.providers import open_provider
 from flowllm.providers.ledger import UsageLedger
 
 N_TASKS = 200
@@ -129,18 +127,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = root / "run"
 
-    # Until the app opens the ledger itself (see the report for the two lines), give it one here.
-    @functools.wraps(open_provider)
-    def with_ledger(cfg: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("ledger", UsageLedger(run_dir / "usage.jsonl"))
-        return open_provider(cfg, **kwargs)
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(app_module, "open_provider", with_ledger)
-    try:
-        summary = app_module.run(cfg, run_dir)
-    finally:
-        patch.undo()
+    summary = app_module.run(cfg, run_dir)
     return {"summary": summary, "run_dir": run_dir, "ledger": UsageLedger.read(run_dir / "usage.jsonl")}
 
 
