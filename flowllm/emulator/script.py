@@ -3,6 +3,8 @@
     default:                       # used when the task has no entry, or the turn runs past its entry
       - text: "I could not solve this task. \\boxed{none}"
     tasks:
+      <task_id>/<agent>:           # a sub-agent's conversation within that task (X-Flowllm-Agent header)
+        - text: "..."
       <task_id>:
         - text: "reply for turn 1"
         - thinking: "optional"     # emitted as a thinking block (with a signature) / reasoning item
@@ -109,6 +111,12 @@ class Script:
             tasks={str(k): _entries(v or [], f"{where}: tasks.{k}") for k, v in tasks.items()},
             faults=dict(faults),
         )
+
+    def key(self, task_id: str | None, agent: str | None) -> str | None:
+        """Which entry answers: a sub-agent's conversation reads ``tasks["<task_id>/<agent>"]``."""
+        if task_id is not None and agent and agent != "main":
+            return f"{task_id}/{agent}"
+        return task_id
 
     def entry(self, task_id: str | None, turn: int) -> ScriptEntry | None:
         """The entry for ``turn`` (1-based) of ``task_id``; past the task's list, ``default``'s entries."""

@@ -231,7 +231,7 @@ class EmulatorApp:
         if rule is not None and rule.fault == "empty":
             reply = Reply("", None, None, (), "end_turn")
         else:
-            reply = self.script.reply(task_id, parsed.turn, parsed.tool_results)
+            reply = self.script.reply(self.script.key(task_id, agent), parsed.turn, parsed.tool_results)
         plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
         log(200, _fault_name(rule))
         if parsed.stream:
