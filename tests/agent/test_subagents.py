@@ -33,7 +33,10 @@ MATH = """<use_mcp_tool>
 
 SCRIPT = {
     "tasks": {
-        "delegate": [{"text": DELEGATE}, {"text": "The analyst says ${last_tool_result}. \\boxed{${last_tool_result}}"}],
+        "delegate": [
+            {"text": DELEGATE},
+            {"text": "The analyst says ${last_tool_result}. \\boxed{${last_tool_result}}"},
+        ],
         # The sub-agent first tries a server it was not given, then uses Python, then answers.
         "delegate/analyst": [{"text": MATH}, {"text": PYTHON}, {"text": "${last_tool_result}"}],
     }
