@@ -17,6 +17,12 @@ from flowllm.tools.textproto import describe_tools_for_prompt
 
 STOP_NO_TOOL_CALLS = "no_tool_calls"
 STOP_MAX_TURNS = "max_turns"
+# An optional turn input: the usage of the previous model call, given only to pipelines that read it (so a
+# pipeline without such a node records exactly what it always did).
+LAST_USAGE = "last_usage"
+# Nodes besides call_model that call a model (compaction) report it under an output port of this name; the
+# loop adds it to the task's usage.
+MODEL_USAGE_PORT = "model_usage"
 
 
 @dataclass
@@ -91,6 +97,10 @@ class Agent:
         self.settings = settings
         self.observer = observer
         self.subagents = dict(subagents or {})
+        self.wants_last_usage = any(LAST_USAGE in n.consumes for n in pipeline.nodes)
+        self.model_usage_keys = tuple(
+            n.output_key(MODEL_USAGE_PORT) for n in pipeline.nodes if MODEL_USAGE_PORT in n.ports.outputs
+        )
 
     async def run(self, task_id: str, prompt: str, provider: Provider, tools: ToolBackend | None) -> AgentResult:
         """Run the main agent on a task; its sub-agents (if configured) are offered as tools."""
@@ -146,11 +156,16 @@ class Agent:
             if on_turn is not None:
                 on_turn(number)
             ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent, scope=scope)
-            state = await self.runner.run(
-                self.pipeline, {"messages": history, "system": system, "tools": specs}, ctx, self.observer
-            )
+            inputs: dict[str, Any] = {"messages": history, "system": system, "tools": specs}
+            if self.wants_last_usage and response is not None:
+                inputs[LAST_USAGE] = response.usage
+            state = await self.runner.run(self.pipeline, inputs, ctx, self.observer)
             response = state["response"]
             usage = usage + response.usage
+            for key in self.model_usage_keys:
+                extra = state.get(key)
+                if isinstance(extra, Usage):
+                    usage = usage + extra
             prepared = state.get("prepared_calls", [])
             counts["calls"] += len(prepared)
             counts["bad"] += len(state.get("bad_tool_calls", []))

@@ -99,37 +99,40 @@ def instantiate_nodes(nodes_cfg: Mapping[str, Any] | DictConfig, source: str) ->
         items = [(str(k), v) for k, v in dict(nodes_cfg).items()]
     if not items:
         raise PipelineError("the pipeline has no nodes", source=source)
-    bound: list[BoundNode] = []
-    for index, (name, spec) in enumerate(items, start=1):
-        spec_dict: Any = (
-            OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else spec
-        )
-        if not isinstance(spec_dict, dict) or "_target_" not in spec_dict:
-            raise PipelineError("has no _target_ (the class that implements it)", node=name, source=source)
-        target = spec_dict["_target_"]
-        if not isinstance(target, str):
-            # Already-built objects are allowed in Python-built pipelines (tests, embedding).
-            node_obj = target
-        else:
-            _locate_target(target, name, source)
-            ctor = {k: v for k, v in spec_dict.items() if k not in WIRING_KEYS}
-            try:
-                node_obj = instantiate(ctor, _convert_="all")
-            except Exception as exc:
-                cause = exc.__cause__ or exc
-                raise PipelineError(
-                    f"could not build '{target}': {type(cause).__name__}: {cause}", node=name, source=source
-                ) from None
+    return [instantiate_node(name, spec, index, source) for index, (name, spec) in enumerate(items, start=1)]
+
+
+def instantiate_node(
+    name: str, spec: Any, index: int, source: str, wiring_keys: Iterable[str] = WIRING_KEYS
+) -> BoundNode:
+    """Build one node from its config; ``wiring_keys`` are the keys that do not go to its constructor."""
+    spec_dict: Any = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else spec
+    if not isinstance(spec_dict, dict) or "_target_" not in spec_dict:
+        raise PipelineError("has no _target_ (the class that implements it)", node=name, source=source)
+    target = spec_dict["_target_"]
+    if not isinstance(target, str):
+        # Already-built objects are allowed in Python-built pipelines (tests, embedding).
+        node_obj = target
+    else:
+        _locate_target(target, name, source)
+        skip = set(wiring_keys)
+        ctor = {k: v for k, v in spec_dict.items() if k not in skip}
         try:
-            ports = node_ports(node_obj)
-        except TypeError as exc:
-            raise PipelineError(str(exc), node=name, source=source) from None
-        input_map = dict(spec_dict.get("inputs") or {})
-        output_map = dict(spec_dict.get("outputs") or {})
-        _check_wiring(name, source, ports.required + ports.optional, input_map, "input")
-        _check_wiring(name, source, ports.outputs, output_map, "output")
-        bound.append(BoundNode(name, index, node_obj, ports, input_map, output_map))
-    return bound
+            node_obj = instantiate(ctor, _convert_="all")
+        except Exception as exc:
+            cause = exc.__cause__ or exc
+            raise PipelineError(
+                f"could not build '{target}': {type(cause).__name__}: {cause}", node=name, source=source
+            ) from None
+    try:
+        ports = node_ports(node_obj)
+    except TypeError as exc:
+        raise PipelineError(str(exc), node=name, source=source) from None
+    input_map = dict(spec_dict.get("inputs") or {})
+    output_map = dict(spec_dict.get("outputs") or {})
+    _check_wiring(name, source, ports.required + ports.optional, input_map, "input")
+    _check_wiring(name, source, ports.outputs, output_map, "output")
+    return BoundNode(name, index, node_obj, ports, input_map, output_map)
 
 
 def _check_wiring(
@@ -210,10 +213,25 @@ def build_pipeline(
     *,
     provided: Iterable[str] = ("messages", "system", "tools"),
     source: str = "<pipeline>",
+    hooks: Mapping[str, Any] | DictConfig | None = None,
+    hook_nodes: Mapping[str, Any] | DictConfig | None = None,
+    hook_points: Mapping[str, Any] | DictConfig | None = None,
 ) -> Pipeline:
-    """Instantiate, wire and validate a turn graph. Raises a ``PipelineError`` subclass when it is wrong."""
+    """Instantiate, wire and validate a turn graph. Raises a ``PipelineError`` subclass when it is wrong.
+
+    ``hooks``/``hook_nodes``/``hook_points`` insert nodes at hook points (flowllm/engine/hooks.py). When
+    ``nodes_cfg`` is the ``nodes`` of a composed pipeline config and they are not given, they are read from
+    that pipeline config (``pipeline.hooks`` ...), so a config override alone switches hooks on.
+    """
+    from flowllm.engine.hooks import HookConfig, insert_hooks
+
     provided = tuple(provided)
     nodes = instantiate_nodes(nodes_cfg, source)
+    hook_cfg = HookConfig.from_config(
+        nodes_cfg, hooks=hooks, hook_nodes=hook_nodes, hook_points=hook_points, source=source
+    )
+    if hook_cfg.active:
+        nodes = insert_hooks(nodes, hook_cfg, provided, source)
     names = [n.name for n in nodes]
     for name in provided:
         if name in names:

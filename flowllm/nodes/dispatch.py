@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolResult
@@ -35,6 +36,14 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
     }
 
 
+def _takes_state(tools: Any) -> bool:
+    """Whether a backend's ``call`` accepts the task state (the pool does; a sub-agent wrapper does not)."""
+    try:
+        return "state" in inspect.signature(tools.call).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class DispatchTools(Node):
     """(messages, response, prepared_calls, bad_tool_calls) -> (tool_results, next_messages).
 
@@ -45,8 +54,11 @@ class DispatchTools(Node):
 
     outputs = ("tool_results", "next_messages")
 
-    def __init__(self, call_timeout_s: float = 60.0) -> None:
+    def __init__(self, call_timeout_s: float = 60.0, task_state: bool = False) -> None:
         self.call_timeout_s = call_timeout_s
+        # tools.task_state: hand the task's key-value store (flowllm/tools/state.py) to the backend, which
+        # passes it on to the tools that ask for it.
+        self.task_state = task_state
 
     async def run(
         self,
@@ -57,6 +69,11 @@ class DispatchTools(Node):
         bad_tool_calls: list[BadToolCall],
     ) -> dict[str, Any]:
         tools = ctx.tools
+        extra: dict[str, Any] = {}
+        if self.task_state and tools is not None and _takes_state(tools):
+            store = getattr(tools, "task_state", None)
+            if store is not None:
+                extra["state"] = store
 
         async def execute(p: PreparedCall) -> ToolResult:
             c = p.call
@@ -73,7 +90,7 @@ class DispatchTools(Node):
                     c.id, c.server, c.name, "No tools are available now; answer without calling tools."
                 )
             return await tools.call(
-                c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s
+                c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s, **extra
             )
 
         # Each tool layer enforces its own limit (the pool: call_timeout_s; a sub-agent: its timeout_s); the

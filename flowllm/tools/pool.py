@@ -48,6 +48,7 @@ import flowllm
 from flowllm.config.schema import ToolsConfig
 from flowllm.core.types import Block, ToolResult, ToolSpec
 from flowllm.tools.common import WORKSPACE_ENV, scrub_workspace, workspace_spellings
+from flowllm.tools.state import STATE_META_KEY, TaskState, result_state_update, tool_asks_for_state
 from flowllm.tools.validation import describe_signature, validate_arguments
 
 log = logging.getLogger(__name__)
@@ -362,7 +363,9 @@ class _ServerHandle:
 
     # -- calls
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    ) -> types.CallToolResult:
         """Call with one restart-and-retry if the server is gone; raise ``_ServerFailure`` otherwise."""
         for attempt in range(2):
             conn, generation = self.conn, self.generation
@@ -370,7 +373,7 @@ class _ServerHandle:
                 await self.restart(generation)
                 continue
             try:
-                result = await conn.session.call_tool(name, arguments)
+                result = await conn.session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
             except MCPError as exc:
                 if exc.code != types.CONNECTION_CLOSED:
                     raise _ServerFailure(
@@ -517,6 +520,7 @@ class ToolPool:
         self._unavailable: dict[str, str] = {}  # server -> why (disabled for a missing key, failed to start)
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._task_state: TaskState | None = None
         for spec in settings.servers:
             missing = spec.missing_env()
             if missing:
@@ -600,10 +604,28 @@ class ToolPool:
         where = f" on server '{server}'" if server else ""
         return f"unknown tool '{name}'{where}. Available tools: {available or 'none'}"
 
+    @property
+    def task_state(self) -> TaskState:
+        """The task's key-value store (flowllm/tools/state.py), next to the workspace; a new pool (a new attempt)
+        starts it empty."""
+        if self._task_state is None:
+            self._task_state = TaskState.for_workspace(self.workspace, fresh=True)
+        return self._task_state
+
     async def call(
-        self, server: str | None, name: str, arguments: dict[str, Any], *, call_id: str, timeout_s: float
+        self,
+        server: str | None,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str,
+        timeout_s: float,
+        state: TaskState | None = None,
     ) -> ToolResult:
-        """Run one tool call; every tool-side problem comes back as an error result (see the module doc)."""
+        """Run one tool call; every tool-side problem comes back as an error result (see the module doc).
+
+        ``state``: the task's store, handed only to tools that ask for it (their ``_meta``); their changes come
+        back in the result and are applied to it."""
         if self._closed:
             return _error(call_id, server, name, "the tool pool is closed")
         routed = self._route(server, name)
@@ -627,9 +649,11 @@ class ToolPool:
             return _error(call_id, server, name, scrub_workspace(str(exc), self._spellings))
         limits = [t for t in (timeout_s, handle.spec.timeout_s) if t and t > 0]
         limit = min(limits) if limits else None
+        stateful = state is not None and tool_asks_for_state(tool)
+        meta = {STATE_META_KEY: state.values(server)} if state is not None and stateful else None
         try:
             async with asyncio.timeout(limit):
-                result = await handle.call_tool(name, arguments)
+                result = await handle.call_tool(name, arguments, meta)
         except TimeoutError:
             self._spawn(handle.check_health())
             return _error(
@@ -641,6 +665,12 @@ class ToolPool:
             )
         except _ServerFailure as exc:
             return _error(call_id, server, name, scrub_workspace(str(exc), self._spellings))
+        update = result_state_update(result) if stateful else None
+        if state is not None and update:
+            try:
+                state.apply(server, update)
+            except ValueError as exc:
+                return _error(call_id, server, name, f"{server}.{name} sent an unusable state update: {exc}")
         text, images = convert_result(result)
         if not text and not images:
             text = "(the tool returned no content)"
