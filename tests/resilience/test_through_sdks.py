@@ -200,7 +200,6 @@ async def test_fallback_to_another_protocol_with_breaker_open_half_open_closed(t
             "protocol": "openai_responses",
             "model": "flowllm-emulator",
             "fallback": True,
-            "call": 1,
             "request": None,
         }
         assert raw[ROUTE_KEY]["request"]["input"]  # the Responses request really sent, kept with the reply
