@@ -89,6 +89,13 @@ class RequestRecord:
     attempt: int | None = None  # the n-th request for this (task, agent, turn)
 
 
+def _script_turn(request: Request, counted: int) -> int:
+    """The agent's own turn number when the client sends it: counting assistant messages goes wrong once a
+    history was compacted or trimmed of whole turns."""
+    value = request.headers.get("x-flowllm-turn", "")
+    return int(value) if value.isdigit() and int(value) > 0 else counted
+
+
 def _auth_scheme(request: Request) -> str:
     bearer = request.headers.get("authorization", "").lower().startswith("bearer ")
     api_key = bool(request.headers.get("x-api-key"))
@@ -231,7 +238,9 @@ class EmulatorApp:
         if rule is not None and rule.fault == "empty":
             reply = Reply("", None, None, (), "end_turn")
         else:
-            reply = self.script.reply(self.script.key(task_id, agent), parsed.turn, parsed.tool_results)
+            reply = self.script.reply(
+                self.script.key(task_id, agent), _script_turn(request, parsed.turn), parsed.tool_results
+            )
         plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
         log(200, _fault_name(rule))
         if parsed.stream:

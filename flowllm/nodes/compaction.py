@@ -157,7 +157,13 @@ class CompactHistory(Node):
         request = provider.build_request(
             system=[text_block(SUMMARY_SYSTEM)], messages=[user_message("\n\n".join(prompt))], tools=[]
         )
-        context = CallContext(task_id=ctx.task_id, turn=ctx.turn, agent=self.agent, scope=ctx.scope)
+        # A one-turn conversation of its own: turn 1, scoped under the turn that compacted, so the emulator's
+        # script and the ledger see it apart from the agent's turns (and replay reports it as a miss, not as
+        # some other turn's reply).
+        prefix = f"{ctx.scope}/" if ctx.scope else ""
+        context = CallContext(
+            task_id=ctx.task_id, turn=1, agent=self.agent, scope=f"{prefix}turn_{ctx.turn:03d}/{self.agent}"
+        )
         raw = await provider.send(request, context=context)
         reply = provider.normalize(raw)
         summary = _TOOL_MARKUP.sub("", reply.text).strip()[: self.max_summary_chars]

@@ -36,6 +36,7 @@ from flowllm.providers.errors import (
 PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
 TASK_HEADER = "X-Flowllm-Task"
 AGENT_HEADER = "X-Flowllm-Agent"
+TURN_HEADER = "X-Flowllm-Turn"
 # Keys a cache breakpoint may carry on a canonical block; only the Anthropic protocol sends them.
 CACHE_KEY = "cache_control"
 # Added to a raw reply only when the server sent no usage at all, so the estimate can count the prompt too.
@@ -182,7 +183,7 @@ class BaseProvider:
 
     @staticmethod
     def context_headers(context: CallContext) -> dict[str, str]:
-        return {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent}
+        return {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent, TURN_HEADER: str(context.turn)}
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         kwargs = self._split(request)

@@ -166,3 +166,23 @@ def test_a_script_can_carry_its_faults_and_bad_ones_are_refused(tmp_path: Path) 
     path.write_text(yaml.safe_dump({**SCRIPT, "faults": {"rules": [{"fault": "reset", "rate": 2}]}}))
     with pytest.raises(ScriptError, match="rate must be between 0 and 1"):
         Script.load(path)
+
+
+def test_the_clients_turn_and_agent_choose_the_scripted_reply() -> None:
+    script = {
+        "tasks": {
+            "t": [{"text": "one"}, {"text": "two"}, {"text": "three"}],
+            "t/helper": [{"text": "helper one"}],
+        }
+    }
+    with Emulator(script) as emulator:
+
+        def text(headers: dict[str, str]) -> str:
+            return post(emulator, "/v1/messages", anthropic_body(), "t", headers).json()["content"][0]["text"]
+
+        # One user message, no assistant message: counted, that is turn 1; a compacted history says otherwise.
+        assert text({}) == "one"
+        assert text({"x-flowllm-turn": "3"}) == "three"
+        assert text({"x-flowllm-turn": "nonsense"}) == "one"
+        assert text({"x-flowllm-agent": "helper"}) == "helper one"
+        assert text({"x-flowllm-agent": "main"}) == "one"
