@@ -3,7 +3,8 @@
     <run>/summary.json, <run>/.hydra/config.yaml
     <run>/tasks/<task_id>/result.json
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
-    <run>/tasks/<task_id>/agents/<agent>/turn_<NNN>/...        (sub-agents)
+    <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   (sub-agents; --agent takes
+                                                           the path from turn_<NNN>, or the older agents/<name>)
 
 Everything here is tolerant by design: a run is read to find out what went wrong, so a truncated file, a
 missing ``meta.json`` or a task that never wrote its ``result.json`` becomes a *problem* attached to the
@@ -234,7 +235,11 @@ class TaskRecord:
 def read_task(path: Path) -> TaskRecord:
     turns, notes = read_turns(path)
     agents: dict[str, list[TurnRecord]] = {}
-    agents_dir = path / "agents"
+    # A sub-agent's conversation sits under the turn that called it; its id is that path (its scope).
+    for agent_dir in sorted(p for p in path.glob("turn_*/subagents/*") if p.is_dir()):
+        agents[agent_dir.relative_to(path).as_posix()], more = read_turns(agent_dir)
+        notes.extend(more)
+    agents_dir = path / "agents"  # the layout before sub-agents were scoped under their turn
     if agents_dir.is_dir():
         for agent_dir in sorted(p for p in agents_dir.iterdir() if p.is_dir()):
             agents[agent_dir.name], more = read_turns(agent_dir)

@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from flowllm.app import PROJECT_ROOT, run
 from flowllm.config.schema import register_configs
 from flowllm.engine.recorder import read_json
+from flowllm.inspect import open_run
 
 DELEGATE = """I'll hand the computation to the analyst.
 <use_mcp_tool>
@@ -86,3 +87,8 @@ def test_a_subagent_solves_a_delegated_subtask(tmp_path: Path) -> None:
 
     assert result["usage"]["output_tokens"] == output_tokens(task) + output_tokens(sub)
     assert output_tokens(sub) > 0
+
+    # inspect finds the sub-agent's conversation under the turn that called it.
+    record = open_run(tmp_path / "run").task("delegate")
+    assert list(record.agents) == ["turn_001/subagents/analyst-call_0"]
+    assert len(record.agents["turn_001/subagents/analyst-call_0"]) == 3
