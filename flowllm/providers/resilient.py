@@ -217,6 +217,23 @@ class ResilientProvider:
         policy = route.policy
         state = _Attempts()
 
+        def record(key: str, started_wall: float, started: float, **outcome: Any) -> None:
+            self.ledger.attempt(
+                call=call,
+                provider=route.id,
+                protocol=route.protocol,
+                model=route.cfg.model,
+                task_id=context.task_id,
+                agent=context.agent,
+                turn=context.turn,
+                attempt=state.number,
+                key=key,
+                started=started_wall,
+                latency_s=time.perf_counter() - started,
+                fallback=fallback,
+                **outcome,
+            )
+
         async def attempt() -> dict[str, Any]:
             state.number += 1
             state.slot = None
@@ -234,38 +251,10 @@ class ResilientProvider:
             except ProviderCallError as error:
                 route.pool.report(slot, error)
                 route.breaker.record_failure(error)
-                self.ledger.attempt(
-                    call=call,
-                    provider=route.id,
-                    protocol=route.protocol,
-                    model=route.cfg.model,
-                    task_id=context.task_id,
-                    agent=context.agent,
-                    turn=context.turn,
-                    attempt=state.number,
-                    key=slot.label,
-                    started=started_wall,
-                    latency_s=time.perf_counter() - started,
-                    error=error,
-                    fallback=fallback,
-                )
+                record(slot.label, started_wall, started, error=error)
                 raise
             route.breaker.record_success()
-            self.ledger.attempt(
-                call=call,
-                provider=route.id,
-                protocol=route.protocol,
-                model=route.cfg.model,
-                task_id=context.task_id,
-                agent=context.agent,
-                turn=context.turn,
-                attempt=state.number,
-                key=slot.label,
-                started=started_wall,
-                latency_s=time.perf_counter() - started,
-                usage=usage,
-                fallback=fallback,
-            )
+            record(slot.label, started_wall, started, usage=usage)
             return raw
 
         def should_retry(error: BaseException) -> bool:
