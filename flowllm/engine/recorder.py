@@ -10,19 +10,23 @@ Layout under the run directory:
     summary.json
 
 Serialisation (orjson) happens on the caller's thread, at once, so later mutation cannot change what was
-recorded; file writes go to one background thread so the event loop never waits on the disk. Every file is
-written atomically (temp file in the same folder, then rename). Secrets never reach disk: the values of the
-configured key variables are masked wherever they appear, and any mapping key that names a credential
-(``authorization``, ``x-api-key``, ``api_key``...) has its value masked.
+recorded; file writes go to one background thread so the event loop never waits on the disk. The caller's
+side is a few microseconds per node (serialise, append to a queue); the writer drains the queue in batches and
+remembers which folders it made, so the disk, not Python, sets the pace (creating a file costs 100 us or more on
+many disks). Writes keep their order (one FIFO writer), so a task's ``result.json`` lands after its node
+records. Every file is written atomically (temp file in the same folder, then rename). Secrets never reach
+disk: the values of the configured key variables are masked wherever they appear, and any mapping key that names
+a credential (``authorization``, ``x-api-key``, ``api_key``...) has its value masked.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,18 @@ REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(
     r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I
 )
-_SECRET_HINT = re.compile(rb"authorization|api[-_]?key|secret", re.I)
+
+
+def _mentions_credential(data: bytes) -> bool:
+    """Whether serialised JSON mentions authorization, api[-_]key or secret in any case.
+
+    What a case-insensitive regex search answered, ~20x faster: it runs on every recorded file, and a regex
+    scan of a few KB cost ~50 us where one lowercase copy and a few substring searches cost ~3 us.
+    """
+    low = data.lower()
+    if b"authorization" in low or b"secret" in low:
+        return True
+    return b"key" in low and (b"api_key" in low or b"apikey" in low or b"api-key" in low)
 _OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -71,9 +86,11 @@ class Redactor:
             return [self._scrub(v) for v in value]
         return value
 
-    def dumps(self, value: Any) -> bytes:
+    def dumps(self, value: Any, *, scrub_fields: bool = True) -> bytes:
+        """``value`` as indented JSON with secrets masked. ``scrub_fields=False`` skips the credential-field
+        check, for payloads whose keys are known (a node's meta); secret values are masked either way."""
         data = orjson.dumps(value, default=_default, option=_OPTIONS)
-        if _SECRET_HINT.search(data):
+        if scrub_fields and _mentions_credential(data):
             # Rare: only payloads that mention a credential field pay for the walk.
             data = orjson.dumps(self._scrub(orjson.loads(data)), option=_OPTIONS)
         for secret in self.secrets:
@@ -92,6 +109,80 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+log = logging.getLogger(__name__)
+
+# One queued write: (folder, file name, bytes). A folder is a str: pathlib's joins cost microseconds per call.
+_Write = tuple[str, str, bytes]
+
+
+def _write_in(folder: str, name: str, data: bytes) -> None:
+    """``atomic_write`` for the writer thread: os-level calls and no mkdir (the caller made the folder)."""
+    tmp = f"{folder}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, f"{folder}/{name}")
+
+
+class _Writer:
+    """One background thread writing queued files in order; ``flush`` waits until the queue is on disk."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[_Write] | threading.Event | None] = queue.SimpleQueue()
+        self._made: set[str] = set()  # folders this writer created or found (saves a mkdir per file)
+        self.errors = 0
+        self._thread = threading.Thread(target=self._loop, name="flowllm-recorder", daemon=True)
+        self._thread.start()
+
+    def put(self, files: list[_Write]) -> None:
+        self._queue.put(files)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            for folder, name, data in item:
+                self._write(folder, name, data)
+
+    def _write(self, folder: str, name: str, data: bytes) -> None:
+        try:
+            if folder not in self._made:
+                os.makedirs(folder, exist_ok=True)
+                self._made.add(folder)
+            try:
+                _write_in(folder, name, data)
+            except FileNotFoundError:
+                # The folder was removed or moved since we made it (a task rerun, a shelved attempt): remake it.
+                os.makedirs(folder, exist_ok=True)
+                _write_in(folder, name, data)
+        except Exception:  # a failed artifact must not stop the run; say which and go on
+            self.errors += 1
+            log.exception("recorder: could not write %s/%s", folder, name)
+
+    def flush(self) -> None:
+        if not self._thread.is_alive():
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+
 class Recorder:
     """Writes a run's artifacts. One instance per run; thread-safe; ``close()`` waits for pending writes."""
 
@@ -101,13 +192,24 @@ class Recorder:
                 f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'"
             )
         self.run_dir = Path(run_dir)
+        self._tasks_root = str(self.run_dir / "tasks")
         self.snapshot = snapshot
         self.redactor = Redactor(secrets)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowllm-recorder")
-        self._pending: set[Future[None]] = set()
+        self._writer = _Writer()
+        self._closed = False
         self._lock = threading.Lock()
         # snapshot=errors keeps a task's node records in memory until we know whether the task failed.
-        self._held: dict[str, list[tuple[Path, bytes]]] = {}
+        self._held: dict[str, list[_Write]] = {}
+
+    @property
+    def records_nodes(self) -> bool:
+        """False under snapshot=none: the runners then skip timing and meta for nodes nobody records."""
+        return self.snapshot != "none"
+
+    @property
+    def write_errors(self) -> int:
+        """Files that could not be written so far (each one was logged with its path and cause)."""
+        return self._writer.errors
 
     # -- paths ------------------------------------------------------------------------------------------
     def task_dir(self, task_id: str) -> Path:
@@ -115,25 +217,22 @@ class Recorder:
 
     def node_dir(self, task_id: str, turn: int, node: BoundNode, scope: str = "") -> Path:
         """``scope`` places a sub-agent's turns under the parent turn that called it."""
-        base = self.task_dir(task_id)
-        if scope:
-            base = base / scope
-        return base / f"turn_{turn:03d}" / node.folder
+        return Path(self._node_folder(task_id, turn, node, scope))
+
+    def _node_folder(self, task_id: str, turn: int, node: BoundNode, scope: str) -> str:
+        base = f"{self._tasks_root}/{task_id}/{scope}/" if scope else f"{self._tasks_root}/{task_id}/"
+        return f"{base}turn_{turn:03d}/{node.folder}"
 
     # -- writing ----------------------------------------------------------------------------------------
     def write_json(self, path: Path, value: Any) -> None:
         """Serialise now, write in the background."""
-        self._submit(path, self.redactor.dumps(value))
+        path = Path(path)
+        self._submit([(str(path.parent), path.name, self.redactor.dumps(value))])
 
-    def _submit(self, path: Path, data: bytes) -> None:
-        future = self._writer.submit(atomic_write, path, data)
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._done)
-
-    def _done(self, future: Future[None]) -> None:
-        with self._lock:
-            self._pending.discard(future)
+    def _submit(self, files: list[_Write]) -> None:
+        if self._closed:
+            raise RuntimeError("the recorder is closed")
+        self._writer.put(files)
 
     def on_node(
         self,
@@ -145,27 +244,25 @@ class Recorder:
     ) -> None:
         if self.snapshot == "none":
             return
-        folder = self.node_dir(ctx.task_id, ctx.turn, node, ctx.scope)
-        files = [(folder / "input.json", self.redactor.dumps(dict(inputs)))]
+        folder = self._node_folder(ctx.task_id, ctx.turn, node, ctx.scope)
+        dumps = self.redactor.dumps
+        files: list[_Write] = [(folder, "input.json", dumps(dict(inputs)))]
         if outputs is not None:
-            files.append((folder / "output.json", self.redactor.dumps(dict(outputs))))
-        files.append(
-            (folder / "meta.json", self.redactor.dumps({"node": node.name, "turn": ctx.turn, **meta}))
-        )
+            files.append((folder, "output.json", dumps(dict(outputs))))
+        # The meta's keys are the runner's own (status, timings, error text): no credential field to look for.
+        files.append((folder, "meta.json", dumps({"node": node.name, "turn": ctx.turn, **meta}, scrub_fields=False)))
         if self.snapshot == "errors":
             with self._lock:
                 self._held.setdefault(ctx.task_id, []).extend(files)
             return
-        for path, data in files:
-            self._submit(path, data)
+        self._submit(files)
 
     def finish_task(self, task_id: str, result: Mapping[str, Any]) -> None:
         """Write a task's ``result.json``; under snapshot=errors, keep its node records only if it failed."""
         with self._lock:
             held = self._held.pop(task_id, [])
-        if result.get("status") != "completed":
-            for path, data in held:
-                self._submit(path, data)
+        if held and result.get("status") != "completed":
+            self._submit(held)
         self.write_json(self.task_dir(task_id) / "result.json", dict(result))
 
     def discard_task(self, task_id: str) -> None:
@@ -175,17 +272,11 @@ class Recorder:
 
     def flush(self) -> None:
         """Block until every submitted write is on disk."""
-        while True:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return
-            for future in pending:
-                future.result()
+        self._writer.flush()
 
     def close(self) -> None:
-        self.flush()
-        self._writer.shutdown(wait=True)
+        self._closed = True
+        self._writer.close()
 
     def __enter__(self) -> Recorder:
         return self

@@ -17,7 +17,8 @@ import asyncio
 import inspect
 import time
 import traceback
-from collections.abc import Mapping
+import weakref
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
@@ -41,31 +42,176 @@ class NodeObserver(Protocol):
     ) -> None: ...
 
 
+class _Step:
+    """A BoundNode compiled for the hot loop: its ports resolved to state keys once, not on every turn.
+
+    A turn of trivial nodes costs a few microseconds per node, so property lookups, set building and method calls
+    per port are most of the engine's overhead; this keeps them out of the loop.
+    """
+
+    __slots__ = ("index", "is_async", "name", "node", "optional", "outputs", "renames", "required", "run")
+
+    def __init__(self, node: BoundNode) -> None:
+        self.node = node
+        self.name = node.name
+        self.index = node.index
+        self.run = node.node.run
+        self.is_async = node.ports.is_async
+        self.required = tuple((p, node.input_key(p)) for p in node.ports.required)
+        self.optional = tuple((p, node.input_key(p)) for p in node.ports.optional)
+        self.outputs = frozenset(node.ports.outputs)
+        renames = {p: node.output_key(p) for p in node.ports.outputs}
+        self.renames = None if all(p == k for p, k in renames.items()) else renames
+
+    def gather(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        kwargs = {port: state[key] for port, key in self.required}
+        for port, key in self.optional:
+            if key in state:
+                kwargs[port] = state[key]
+        return kwargs
+
+    def check(self, result: Any) -> None:
+        if (type(result) is dict or isinstance(result, Mapping)) and result.keys() == self.outputs:
+            return
+        got = sorted(result) if isinstance(result, Mapping) else type(result).__name__
+        raise NodeContractError(
+            f"returned {got}, but declares outputs {list(self.node.ports.outputs)}", node=self.name
+        )
+
+    def keyed(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """The outputs keyed by state key (a fresh dict: the node may hand out the same one every time)."""
+        if self.renames is None:
+            return dict(result)
+        return {self.renames[port]: value for port, value in result.items()}
+
+
+class _Plan:
+    """A pipeline compiled for the runners: steps in YAML order, in topological order, and the graph's edges."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.steps = [_Step(n) for n in pipeline.nodes]
+        by_name = {s.name: s for s in self.steps}
+        self.topological = [by_name[n.name] for n in pipeline.topological]
+        self.waiting = {s.name: len(pipeline.predecessors[s.name]) for s in self.steps}
+        self.successors = {s.name: tuple(by_name[n] for n in pipeline.successors[s.name]) for s in self.steps}
+
+
+# Compiled plans by pipeline identity; the weak reference tells a live pipeline from a new one at a reused id.
+_PLANS: dict[int, tuple[weakref.ref[Pipeline], _Plan]] = {}
+
+
+def _plan(pipeline: Pipeline) -> _Plan:
+    entry = _PLANS.get(id(pipeline))
+    if entry is not None and entry[0]() is pipeline:
+        return entry[1]
+    plan = _Plan(pipeline)
+    key = id(pipeline)
+    _PLANS[key] = (weakref.ref(pipeline, lambda _ref: _PLANS.pop(key, None)), plan)
+    return plan
+
+
 async def execute_node(
     node: BoundNode, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
 ) -> dict[str, Any]:
     """Run one node on the state; return its outputs keyed by state key. Raises NodeExecutionError."""
-    inputs = node.gather_inputs(state)
+    return await _execute(_Step(node), state, ctx, observer, runner)
+
+
+async def _execute(
+    step: _Step, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
+) -> dict[str, Any]:
+    inputs = step.gather(state)
+    if observer is None:
+        # Nobody records this node: no clocks, no meta.
+        try:
+            result = step.run(ctx, **inputs)
+            if step.is_async or inspect.isawaitable(result):
+                result = await result
+            step.check(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise NodeExecutionError(step.name, exc) from exc
+        return step.keyed(result)
     started = time.time()
     t0 = time.perf_counter()
     try:
-        result = node.node.run(ctx, **inputs)
-        if inspect.isawaitable(result):
+        result = step.run(ctx, **inputs)
+        if step.is_async or inspect.isawaitable(result):
             result = await result
-        if not isinstance(result, Mapping) or set(result) != set(node.ports.outputs):
-            got = sorted(result) if isinstance(result, Mapping) else type(result).__name__
-            raise NodeContractError(
-                f"returned {got}, but declares outputs {list(node.ports.outputs)}", node=node.name
-            )
+        step.check(result)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        observer.on_node(ctx, step.node, inputs, None, _meta(started, t0, runner, exc))
+        raise NodeExecutionError(step.name, exc) from exc
+    observer.on_node(ctx, step.node, inputs, result, _meta(started, t0, runner, None))
+    return step.keyed(result)
+
+
+class _Pending:
+    """A node declared sync whose ``run`` returned an awaitable (a callable object wrapping a coroutine)."""
+
+    __slots__ = ("awaitable", "inputs", "started", "t0")
+
+    def __init__(self, awaitable: Any, inputs: dict[str, Any], started: float, t0: float) -> None:
+        self.awaitable = awaitable
+        self.inputs = inputs
+        self.started = started
+        self.t0 = t0
+
+
+def _execute_sync(
+    step: _Step, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
+) -> dict[str, Any] | _Pending:
+    """``_execute`` for a node whose ``run`` is a plain function, without a coroutine per node.
+
+    If ``run`` returns an awaitable after all, that is handed back as a ``_Pending`` for ``_finish`` to await
+    (``run`` is never called twice).
+    """
+    inputs = step.gather(state)
+    started = time.time() if observer is not None else 0.0
+    t0 = time.perf_counter() if observer is not None else 0.0
+    try:
+        result = step.run(ctx, **inputs)
+        if inspect.isawaitable(result):
+            return _Pending(result, inputs, started, t0)
+        step.check(result)
+    except Exception as exc:
+        if observer is not None:
+            observer.on_node(ctx, step.node, inputs, None, _meta(started, t0, runner, exc))
+        raise NodeExecutionError(step.name, exc) from exc
+    if observer is not None:
+        observer.on_node(ctx, step.node, inputs, result, _meta(started, t0, runner, None))
+    return step.keyed(result)
+
+
+async def _finish(
+    step: _Step, pending: _Pending, ctx: TurnContext, observer: NodeObserver | None, runner: str
+) -> dict[str, Any]:
+    try:
+        result = await pending.awaitable
+        step.check(result)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         if observer is not None:
-            observer.on_node(ctx, node, inputs, None, _meta(started, t0, runner, exc))
-        raise NodeExecutionError(node.name, exc) from exc
+            observer.on_node(ctx, step.node, pending.inputs, None, _meta(pending.started, pending.t0, runner, exc))
+        raise NodeExecutionError(step.name, exc) from exc
     if observer is not None:
-        observer.on_node(ctx, node, inputs, result, _meta(started, t0, runner, None))
-    return {node.output_key(port): value for port, value in result.items()}
+        observer.on_node(ctx, step.node, pending.inputs, result, _meta(pending.started, pending.t0, runner, None))
+    return step.keyed(result)
+
+
+async def _execute_any(
+    step: _Step, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
+) -> dict[str, Any]:
+    if step.is_async:
+        return await _execute(step, state, ctx, observer, runner)
+    out = _execute_sync(step, state, ctx, observer, runner)
+    if isinstance(out, _Pending):
+        return await _finish(step, out, ctx, observer, runner)
+    return out
 
 
 def _meta(started: float, t0: float, runner: str, exc: BaseException | None) -> dict[str, Any]:
@@ -79,6 +225,14 @@ def _meta(started: float, t0: float, runner: str, exc: BaseException | None) -> 
         meta["error"] = f"{type(exc).__name__}: {exc}"
         meta["traceback"] = "".join(traceback.format_exception(exc))
     return meta
+
+
+def _active(observer: NodeObserver | None) -> NodeObserver | None:
+    """The observer, or None when it says it records no node (a recorder with snapshot=none): then no meta is
+    built for it. An observer without ``records_nodes`` always receives every node."""
+    if observer is None or getattr(observer, "records_nodes", True):
+        return observer
+    return None
 
 
 class Runner:
@@ -114,6 +268,9 @@ class _SerialRunner(Runner):
     def order(self, pipeline: Pipeline) -> list[BoundNode]:
         raise NotImplementedError
 
+    def _steps(self, plan: _Plan) -> list[_Step]:
+        raise NotImplementedError
+
     async def run(
         self,
         pipeline: Pipeline,
@@ -122,9 +279,10 @@ class _SerialRunner(Runner):
         observer: NodeObserver | None = None,
     ) -> dict[str, Any]:
         ctx = self.prepare(ctx)
+        observer = _active(observer)
         state = dict(inputs)
-        for node in self.order(pipeline):
-            state.update(await execute_node(node, state, ctx, observer, self.name))
+        for step in self._steps(_plan(pipeline)):
+            state.update(await _execute_any(step, state, ctx, observer, self.name))
         return state
 
 
@@ -149,6 +307,9 @@ class LegacyRunner(_SerialRunner):
     def order(self, pipeline: Pipeline) -> list[BoundNode]:
         return pipeline.nodes
 
+    def _steps(self, plan: _Plan) -> list[_Step]:
+        return plan.steps
+
 
 class GraphRunner(_SerialRunner):
     """Serial, in the graph's topological order (computed once per pipeline)."""
@@ -158,9 +319,18 @@ class GraphRunner(_SerialRunner):
     def order(self, pipeline: Pipeline) -> list[BoundNode]:
         return pipeline.topological
 
+    def _steps(self, plan: _Plan) -> list[_Step]:
+        return plan.topological
+
 
 class GraphParallelRunner(Runner):
-    """Each node starts when its producers are done; independent nodes and fan-out items overlap."""
+    """Each node starts when its producers are done; independent nodes and fan-out items overlap.
+
+    Only what can overlap gets an asyncio task: a plain (sync) node runs at once when it is ready, since it would
+    hold the event loop in a task just the same, and an async node that is the only work left is awaited
+    directly. Several ready async nodes run as concurrent tasks. Ready nodes start in YAML order and finished
+    tasks are applied in YAML order, so the state and what starts next do not depend on timing.
+    """
 
     name = "graph_parallel"
     concurrent_fanout = True
@@ -173,33 +343,50 @@ class GraphParallelRunner(Runner):
         observer: NodeObserver | None = None,
     ) -> dict[str, Any]:
         ctx = self.prepare(ctx)
+        observer = _active(observer)
+        plan = _plan(pipeline)
         state = dict(inputs)
-        waiting = {name: len(preds) for name, preds in pipeline.predecessors.items()}
-        by_name = {n.name: n for n in pipeline.nodes}
-        running: dict[asyncio.Task[dict[str, Any]], str] = {}
+        waiting = dict(plan.waiting)
+        ready = [s for s in plan.steps if waiting[s.name] == 0]  # kept in YAML order
+        running: dict[asyncio.Future[dict[str, Any]], _Step] = {}
 
-        def start(name: str) -> None:
-            task = asyncio.ensure_future(execute_node(by_name[name], state, ctx, observer, self.name))
-            running[task] = name
+        def finished(step: _Step, outputs: dict[str, Any]) -> None:
+            state.update(outputs)
+            added = False
+            for succ in plan.successors[step.name]:
+                waiting[succ.name] -= 1
+                if waiting[succ.name] == 0:
+                    ready.append(succ)
+                    added = True
+            if added:
+                ready.sort(key=lambda s: s.index)
 
-        # Start roots in YAML order so equal-priority work begins deterministically.
-        for node in pipeline.nodes:
-            if waiting[node.name] == 0:
-                start(node.name)
         try:
-            while running:
+            while ready or running:
+                while ready:
+                    step = ready.pop(0)
+                    work: Awaitable[dict[str, Any]]
+                    if step.is_async:
+                        work = _execute(step, state, ctx, observer, self.name)
+                    else:
+                        out = _execute_sync(step, state, ctx, observer, self.name)
+                        if not isinstance(out, _Pending):
+                            finished(step, out)
+                            continue
+                        work = _finish(step, out, ctx, observer, self.name)
+                    if not ready and not running:
+                        # The only work left: nothing to overlap it with, so no task.
+                        finished(step, await work)
+                        continue
+                    running[asyncio.ensure_future(work)] = step
+                if not running:
+                    break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                # Apply finished nodes in YAML order: the state and what starts next do not depend on timing.
-                for task in sorted(done, key=lambda t: by_name[running[t]].index):
-                    name = running.pop(task)
-                    state.update(task.result())
-                    for succ in pipeline.successors[name]:
-                        waiting[succ] -= 1
-                        if waiting[succ] == 0:
-                            start(succ)
+                for fut in sorted(done, key=lambda f: running[f].index):
+                    finished(running.pop(fut), fut.result())
         finally:
-            for task in running:
-                task.cancel()
+            for fut in running:
+                fut.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
         return state

@@ -1,0 +1,96 @@
+"""The benchmark script runs end to end with tiny sizes and writes a complete results file.
+
+Smoke only: the figures of a --quick run mean nothing, so nothing here asserts on a timing. What is asserted is
+what a user of ``python -m benchmarks`` would notice if it broke: a section missing, a reference row missing,
+a workload that stopped completing its tasks, a table that does not render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from benchmarks import overhead, run
+from benchmarks.common import Sizes, Stat, md_table
+from benchmarks.turn_fixture import trivial_pipeline, turn_inputs, typical_turn
+from flowllm.engine import TurnContext, make_runner
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory: pytest.TempPathFactory) -> str:
+    output = tmp_path_factory.mktemp("bench") / "results.md"
+    assert run.main(["--quick", "--output", str(output)]) == 0
+    return output.read_text(encoding="utf-8")
+
+
+def test_results_file_has_every_section_and_the_machine(quick_results: str) -> None:
+    for heading in (
+        "# flowllm benchmarks",
+        "## Machine",
+        "## Targets",
+        "## Engine overhead per node",
+        "## Parallel tool dispatch",
+        "## Concurrency",
+        "## Replay throughput",
+        "## Parsing",
+    ):
+        assert heading in quick_results, heading
+    assert "| cores |" in quick_results and "| python |" in quick_results
+    assert "--quick sizes" in quick_results  # a smoke file never passes for a measurement
+
+
+def test_references_are_measured_next_to_flowllm(quick_results: str) -> None:
+    assert "plain Python loop (reference)" in quick_results
+    for runner in ("legacy", "graph", "graph_parallel"):
+        assert f"flowllm runner={runner}" in quick_results
+    # Peers are optional dev dependencies: either measured or reported as missing, never silently dropped.
+    assert "LangGraph" in quick_results and "Haystack" in quick_results
+
+
+def test_end_to_end_workloads_complete_every_task(quick_results: str) -> None:
+    # The concurrency and replay tables end each row with "all" when every task finished with the right answer.
+    concurrency = quick_results.split("## Concurrency", 1)[1].split("## Replay", 1)[0]
+    replay = quick_results.split("## Replay throughput", 1)[1].split("## Parsing", 1)[0]
+    for table in (concurrency, replay):
+        rows = [line for line in table.splitlines() if line.startswith("| ") and line.rstrip().endswith("|")]
+        data_rows = [r for r in rows if r.split("|")[1].strip()[:1].isdigit() or "snapshot=" in r]
+        assert data_rows, table
+        assert all(r.rstrip(" |").endswith("all") for r in data_rows), data_rows
+
+
+def test_trivial_graph_matches_the_real_turn_graph_ports() -> None:
+    from omegaconf import OmegaConf
+
+    from benchmarks.common import ROOT
+    from benchmarks.turn_fixture import NODE_NAMES
+
+    real = OmegaConf.load(ROOT / "conf" / "pipeline" / "agent_turn.yaml")
+    assert tuple(real.nodes.keys()) == NODE_NAMES
+    pipeline = trivial_pipeline()
+    assert [n.name for n in pipeline.topological] == list(NODE_NAMES)
+
+
+def test_plain_loop_and_runners_compute_the_same_state() -> None:
+    values = typical_turn()
+    pipeline = trivial_pipeline(values)
+    ctx = TurnContext(task_id="t", turn=1)
+    expected = overhead.plain_loop(pipeline, ctx)(turn_inputs(values))
+    for name in ("legacy", "graph", "graph_parallel"):
+        state = asyncio.run(make_runner(name).run(pipeline, turn_inputs(values), ctx))
+        assert state.keys() == expected.keys()
+        assert state["next_messages"] == expected["next_messages"]
+
+
+def test_stat_and_table_helpers() -> None:
+    stat = Stat.of([3.0, 1.0, 2.0])
+    assert (stat.median, stat.min, stat.max, stat.runs) == (2.0, 1.0, 3.0, 3)
+    assert stat.fmt(1, " ms") == "2.0 ms (1.0-3.0)"
+    assert md_table(["a", "b"], [[1, 2]]).splitlines() == ["| a | b |", "| :-- | --: |", "| 1 | 2 |"]
+    assert Sizes.quick().in_process and not Sizes.full().in_process
+
+
+def test_script_entry_points_exist() -> None:
+    root = Path(run.__file__).parent
+    assert (root / "__main__.py").is_file() and (root / "run.py").is_file()
