@@ -29,12 +29,12 @@ def _cache(block: dict[str, Any], source: Block | ToolSpec, enabled: bool) -> di
 class AnthropicProvider(BaseProvider):
     protocol: WireProtocol = "anthropic"
 
-    def __init__(self, cfg: Any, client: Any) -> None:
-        super().__init__(cfg, client)
+    def __init__(self, cfg: Any, client: Any, *more_clients: Any) -> None:
+        super().__init__(cfg, client, *more_clients)
         self.supports_cache_control = bool(cfg.cache.enabled)
 
-    def _method(self) -> Callable[..., Any]:
-        return self.client.messages.create
+    def _method(self, client: Any = None) -> Callable[..., Any]:
+        return (client or self.client).messages.create
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _block(self, block: Block) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import json
 import math
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -131,9 +132,13 @@ class BaseProvider:
 
     protocol: WireProtocol  # set by each subclass; an attribute, as the Provider protocol expects
 
-    def __init__(self, cfg: ProviderConfig, client: Any) -> None:
+    def __init__(self, cfg: ProviderConfig, client: Any, *more_clients: Any) -> None:
         self.cfg = cfg
         self.client = client
+        # Several SDK clients, each with its own connection pool, a task always on the same one: the HTTP
+        # pool scans every connection it holds on each request, which at hundreds of concurrent tasks costs
+        # more CPU than everything else in a turn (benchmarks/concurrency.py). Shards keep each pool small.
+        self.clients: tuple[Any, ...] = (client, *more_clients)
         self.name: str = cfg.name
         self.model: str = cfg.model
         self.tool_protocol: ToolProtocol = "native" if cfg.tool_protocol == "native" else "xml"
@@ -141,8 +146,15 @@ class BaseProvider:
         self._signature: _Signature | None = None
 
     # ----- hooks -----------------------------------------------------------------------------------------
-    def _method(self) -> Callable[..., Any]:
+    def _method(self, client: Any = None) -> Callable[..., Any]:
+        """The SDK coroutine function to call, on ``client`` (default: the first one)."""
         raise NotImplementedError
+
+    def client_for(self, context: CallContext) -> Any:
+        """The client that carries this task's calls (stable per task, so its connections get reused)."""
+        if len(self.clients) == 1:
+            return self.client
+        return self.clients[zlib.crc32(context.task_id.encode()) % len(self.clients)]
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         raise NotImplementedError
@@ -188,10 +200,11 @@ class BaseProvider:
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         kwargs = self._split(request)
         kwargs["extra_headers"] = self.context_headers(context)
+        method = self._method(self.client_for(context))
         try:
             if request.get("stream"):
                 events: list[dict[str, Any]] = []
-                stream = await self._method()(**kwargs)
+                stream = await method(**kwargs)
                 try:
                     async for event in _aiter(stream):
                         events.append(_to_json(event))
@@ -210,7 +223,7 @@ class BaseProvider:
                     )
                 raw: dict[str, Any] = {"stream": True, "events": events}
             else:
-                raw = _to_json(await self._method()(**kwargs))
+                raw = _to_json(await method(**kwargs))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -240,9 +253,10 @@ class BaseProvider:
         return response
 
     async def aclose(self) -> None:
-        close = getattr(self.client, "close", None)
-        if close is not None:
-            await close()
+        for client in self.clients:
+            close = getattr(client, "close", None)
+            if close is not None:
+                await close()
 
     def __repr__(self) -> str:  # never shows the client (and with it the key)
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, protocol={self.protocol!r})"

@@ -58,6 +58,10 @@ class Endpoint:
 
 
 ProviderBuilder = Callable[[ProviderConfig, Endpoint], BaseProvider]
+
+# SDK clients per provider, tasks spread over them by id (see BaseProvider.clients): at 500 concurrent tasks,
+# about 30 connections per pool instead of 500.
+CLIENT_SHARDS = 16
 CustomOpener = Callable[[ProviderConfig], Awaitable[Provider]]
 
 
@@ -74,27 +78,47 @@ def _build_anthropic(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
         kwargs["default_headers"] = {"x-api-key": endpoint.api_key, "Authorization": anthropic.Omit()}
     else:
         kwargs["api_key"] = endpoint.api_key
-    return AnthropicProvider(cfg, anthropic.AsyncAnthropic(**kwargs))
+    tls = _tls_context()
+    return AnthropicProvider(
+        cfg,
+        *(
+            anthropic.AsyncAnthropic(**kwargs, http_client=anthropic.DefaultAsyncHttpxClient(verify=tls))
+            for _ in range(CLIENT_SHARDS)
+        ),
+    )
 
 
-def _openai_client(cfg: ProviderConfig, endpoint: Endpoint) -> Any:
+def _tls_context() -> Any:
+    """One TLS context for all of a provider's client shards: loading the CA store costs tens of ms each."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
+
+
+def _openai_client(cfg: ProviderConfig, endpoint: Endpoint, tls: Any) -> Any:
     import openai
 
     return openai.AsyncOpenAI(
-        api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, timeout=cfg.timeout_s
+        api_key=endpoint.api_key,
+        base_url=endpoint.base_url,
+        max_retries=0,
+        timeout=cfg.timeout_s,
+        http_client=openai.DefaultAsyncHttpxClient(verify=tls),
     )
 
 
 def _build_openai_chat(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
     from flowllm.providers.openai_chat import OpenAIChatProvider
 
-    return OpenAIChatProvider(cfg, _openai_client(cfg, endpoint))
+    tls = _tls_context()
+    return OpenAIChatProvider(cfg, *(_openai_client(cfg, endpoint, tls) for _ in range(CLIENT_SHARDS)))
 
 
 def _build_openai_responses(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
     from flowllm.providers.openai_responses import OpenAIResponsesProvider
 
-    return OpenAIResponsesProvider(cfg, _openai_client(cfg, endpoint))
+    tls = _tls_context()
+    return OpenAIResponsesProvider(cfg, *(_openai_client(cfg, endpoint, tls) for _ in range(CLIENT_SHARDS)))
 
 
 _BUILDERS: dict[str, ProviderBuilder] = {

@@ -83,8 +83,8 @@ def tool_use_block(call_id: str, name: str, arguments: str) -> Block:
 class OpenAIChatProvider(BaseProvider):
     protocol: WireProtocol = "openai_chat"
 
-    def _method(self) -> Callable[..., Any]:
-        return self.client.chat.completions.create
+    def _method(self, client: Any = None) -> Callable[..., Any]:
+        return (client or self.client).chat.completions.create
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _messages(self, system: list[Block], messages: list[Message]) -> list[dict[str, Any]]:

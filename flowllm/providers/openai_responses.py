@@ -43,8 +43,8 @@ def _user_parts(blocks: list[Block]) -> list[dict[str, Any]]:
 class OpenAIResponsesProvider(BaseProvider):
     protocol: WireProtocol = "openai_responses"
 
-    def _method(self) -> Callable[..., Any]:
-        return self.client.responses.create
+    def _method(self, client: Any = None) -> Callable[..., Any]:
+        return (client or self.client).responses.create
 
     @property
     def _store(self) -> bool:
