@@ -23,6 +23,7 @@ per task, because the reply was written for the old conversation.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,9 +185,38 @@ class ReplayProvider:
                 return node
         return None
 
+    def _direct_call_node(self, context: CallContext) -> NodeRecord | None:
+        """The fast path: ``turn_NNN/<NN>_call_model`` of this conversation, found with one directory scan.
+
+        None when the layout is anything else (an older run, a renamed node, a missing turn): ``saved_call``
+        then indexes the conversation's folders and explains what it finds.
+        """
+        base = self.run_dir / "tasks" / context.task_id
+        if context.scope:
+            base = base / context.scope
+        turn_dir = base / f"turn_{context.turn:03d}"
+        suffix = f"_{CALL_NODE}"
+        try:
+            with os.scandir(turn_dir) as entries:
+                names = [e.name for e in entries if e.name.endswith(suffix) and e.is_dir()]
+        except OSError:
+            return None
+        if len(names) != 1:
+            return None
+        index, _, name = names[0].partition("_")
+        return NodeRecord(turn_dir / names[0], int(index) if index.isdigit() else None, name)
+
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
         task, turn_no, agent = context.task_id, context.turn, context.agent
+        direct = self._direct_call_node(context)
+        if direct is not None:
+            output = direct.output()
+            value = output.value if output.ok else None
+            raw = value.get("raw_response") if isinstance(value, dict) else None
+            if isinstance(raw, dict):
+                request = value.get("raw_request")  # type: ignore[union-attr]
+                return SavedCall(request if isinstance(request, dict) else None, raw, direct.path)
         who = f"task '{task}'" + (f" (sub-agent '{agent}')" if agent != MAIN_AGENT else "")
         task_dir = self.run_dir / "tasks" / task
         if not task_dir.is_dir():
