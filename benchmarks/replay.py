@@ -130,14 +130,12 @@ The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} 
     targets = [Target("replay, recorder off, one core", f">= {TARGET_TPS:,.0f} turns/s", f"{none:,.0f} turns/s",
                       none >= TARGET_TPS)]
     notes = [
-        "Where a replayed turn's time goes (cProfile of this benchmark, recorder off): about half in "
-        "`ReplayProvider.send` (`flowllm/providers/replay.py`): per task a directory walk of the saved turns "
-        "(`inspect.artifacts.read_turns`), per turn a read of the saved `call_model` output and a "
-        "`first_difference` walk comparing the new request with the saved one; the rest in the turn's nodes "
-        "(normalize, parse, repair, dispatch), the agent loop and the experiment's per-task set-up (workspace "
-        "folder). The engine's own scheduling is a few microseconds per node (first section). Reaching 2,000 "
-        "turns/s needs the replay provider to index the run once when it opens and to compare requests only "
-        "when asked (or by hash).",
+        "Where a replayed turn's time goes (cProfile, recorder off): the saved reply is one directory scan and "
+        "one `output.json` read away (`ReplayProvider.send` goes straight to `turn_NNN/NN_call_model`, and "
+        "compares the new request with the saved one by plain equality, walking the difference only when they "
+        "differ); most of the rest is the turn's own nodes (normalize, parse, repair, dispatch), the agent loop "
+        "and the experiment's per-task set-up (workspace folder). The engine's own scheduling is a few "
+        "microseconds per node (first section).",
         f"With the recorder on, each turn writes {results['source_files'] // max(results['source_turns'], 1)} "
         "files atomically; on this machine's disk that, not Python, bounds the rate (see the recorder rows of the "
         "engine-overhead table for the disk's own pace)."
