@@ -171,10 +171,8 @@ async def run_experiment(
 ) -> RunFigures:
     """One experiment as ``flowllm.app`` runs it, tools in process; the wall time covers the tasks only (not
     opening the provider and its emulator)."""
-    from flowllm.agent.loop import Agent
-    from flowllm.app import prepare
+    from flowllm.app import build_experiment, prepare
     from flowllm.engine import Recorder
-    from flowllm.experiment.runner import Experiment, ExperimentSettings
     from flowllm.providers import open_provider
 
     parts = prepare(cfg)
@@ -184,20 +182,8 @@ async def run_experiment(
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra" / "config.yaml")
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot)
     try:
-        agent = Agent(parts["pipeline"], parts["runner"], parts["settings"], observer=recorder)
         async with open_provider(parts["provider_cfg"]) as provider:
-            experiment = Experiment(
-                agent=agent,
-                provider=provider,
-                tools_cfg=cfg.tools,
-                recorder=recorder,
-                settings=ExperimentSettings(
-                    max_concurrent=cfg.experiment.max_concurrent,
-                    task_timeout_s=cfg.experiment.task_timeout_s,
-                    resume=False,
-                ),
-                open_tools=open_tools,
-            )
+            experiment = build_experiment(cfg, parts, provider, recorder, open_tools=open_tools)
             t0 = time.perf_counter()
             cpu0 = time.process_time()
             result = await experiment.run(parts["tasks"])

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import ProviderConfigError, UsageLedger, check_provider_config, open_provider, provider_secrets
+from flowllm.tools import open_tool_pool
 
 log = logging.getLogger("flowllm")
 
@@ -129,25 +131,42 @@ def subagent_specs(cfg: DictConfig) -> dict[str, SubAgentSpec]:
     return specs
 
 
-async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
+def build_experiment(
+    cfg: DictConfig,
+    parts: dict[str, Any],
+    provider: Any,
+    recorder: Recorder,
+    *,
+    progress: ProgressReporter | None = None,
+    open_tools: Callable[..., Any] = open_tool_pool,
+) -> Experiment:
+    """The agent and the experiment of a prepared run (``prepare``), on an open provider.
+
+    One place for the wiring, so that what the benchmarks measure is what ``python -m flowllm`` runs.
+    """
     agent = Agent(
         parts["pipeline"], parts["runner"], parts["settings"], observer=recorder, subagents=parts["subagents"]
     )
+    return Experiment(
+        agent=agent,
+        provider=provider,
+        tools_cfg=cfg.tools,
+        recorder=recorder,
+        settings=ExperimentSettings(
+            max_concurrent=cfg.experiment.max_concurrent,
+            task_timeout_s=cfg.experiment.task_timeout_s,
+            resume=cfg.experiment.resume,
+            attempts=cfg.experiment.attempts,
+        ),
+        progress=progress,
+        open_tools=open_tools,
+    )
+
+
+async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
     progress = ProgressReporter(enabled=bool(cfg.progress))
     async with open_provider(parts["provider_cfg"], ledger=ledger) as provider:
-        experiment = Experiment(
-            agent=agent,
-            provider=provider,
-            tools_cfg=cfg.tools,
-            recorder=recorder,
-            settings=ExperimentSettings(
-                max_concurrent=cfg.experiment.max_concurrent,
-                task_timeout_s=cfg.experiment.task_timeout_s,
-                resume=cfg.experiment.resume,
-                attempts=cfg.experiment.attempts,
-            ),
-            progress=progress,
-        )
+        experiment = build_experiment(cfg, parts, provider, recorder, progress=progress)
         return await experiment.run(parts["tasks"])
 
 
