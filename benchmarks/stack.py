@@ -6,7 +6,7 @@ answer), with the emulator's own ``delay`` fault standing in for a model's laten
 ``prepare`` as ``python -m flowllm`` (Hydra config, pipeline, runner, provider checks), the real SDK, the emulator
 and the experiment runner. Tools are served in process (``InProcessTools``): the benchmarks measure flowllm,
 and hundreds of concurrent MCP server processes would measure process start-up instead (the tool layer has its
-own benchmark: ``python -m flowllm.tools.benchmark``).
+own benchmark: ``python -m benchmarks.tools``).
 """
 
 from __future__ import annotations

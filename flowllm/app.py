@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
-from flowllm.benchmarks.gaia import load_tasks
+from flowllm.datasets.gaia import load_tasks
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.engine import FlowError, Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write

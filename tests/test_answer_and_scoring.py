@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flowllm.agent.answer import extract_answer, last_boxed
-from flowllm.benchmarks.gaia import DatasetError, load_tasks, question_scorer
+from flowllm.datasets.gaia import DatasetError, load_tasks, question_scorer
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.agent.loop import Agent, AgentResult
-from flowllm.benchmarks.gaia import Task, question_scorer, task_prompt
+from flowllm.datasets.gaia import Task, question_scorer, task_prompt
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
 from flowllm.engine import Recorder

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.benchmarks.gaia import (
+from flowllm.datasets.gaia import (
     DatasetError,
     attachment_kind,
     load_tasks,

@@ -1,6 +1,6 @@
 """The fast paths the benchmarks led to in the engine (runners.py, recorder.py) keep the engine's behaviour.
 
-They live here because they were written with the benchmark work; they test engine behaviour only.
+They were written with the benchmark work; they test engine behaviour only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Measure the tool layer: server start and stop, per-call overhead, parallel against serial calls.
 
-    python -m flowllm.tools.benchmark [--calls 50]
+    python -m benchmarks.tools [--calls 50]
 
 Runs the three built-in servers on a throw-away folder and prints one line per figure. Timings depend on the
 machine's load; the parallel figure is the one the engine's ``graph_parallel`` runner relies on (three one-
@@ -77,7 +77,7 @@ async def run(calls: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m flowllm.tools.benchmark", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tools", description=__doc__)
     parser.add_argument("--calls", type=int, default=50, help="round trips measured per tool")
     asyncio.run(run(parser.parse_args().calls))
 
