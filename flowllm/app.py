@@ -23,16 +23,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
-from flowllm.datasets.gaia import load_tasks
 from flowllm.config.schema import ProviderConfig, register_configs
-from flowllm.engine import FlowError, Recorder, build_pipeline, make_runner
+from flowllm.datasets.gaia import load_tasks
+from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
+from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
-from flowllm.providers import ProviderConfigError, UsageLedger, check_provider_config, open_provider, provider_secrets
+from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.tools import open_tool_pool
 
 log = logging.getLogger("flowllm")
@@ -41,10 +42,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 register_configs()
 # ${flowllm_abspath:...}: launchers that run elsewhere (Ray) need absolute folders; hydra.sweep.dir is relative.
 OmegaConf.register_new_resolver("flowllm_abspath", lambda p: str(Path(str(p)).resolve()), replace=True)
-
-
-class ConfigError(FlowError):
-    """A setting is invalid; the message names it."""
 
 
 def resolve_path(value: str, setting: str) -> Path:
@@ -246,7 +243,7 @@ def app(cfg: DictConfig) -> dict[str, Any]:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         summary = run(cfg, run_dir)
-    except (FlowError, ProviderConfigError) as exc:
+    except FlowError as exc:
         message = f"flowllm: error: {exc}"
         print(message, file=sys.stderr)
         if not multirun:

@@ -212,8 +212,7 @@ class AgentConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     system_prompt: str = ""
     summary_prompt: str = (
-        "You have reached the turn limit. Do not call any tool. Give your final answer now, "
-        "wrapped in \\boxed{}."
+        "You have reached the turn limit. Do not call any tool. Give your final answer now, wrapped in \\boxed{}."
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowllm.engine.errors import FlowError
+from flowllm.errors import BuildError
 
 METADATA = "metadata.jsonl"
 STANDARDIZED = "standardized_data.jsonl"
@@ -37,7 +37,7 @@ GAIA_HINT = (
 )
 
 
-class DatasetError(FlowError):
+class DatasetError(BuildError):
     """The dataset cannot be read; the message says where and how to fix it."""
 
 
@@ -136,9 +136,7 @@ def _gaia_row(row: dict[str, Any], folder: Path, where: str) -> Task:
 def _standardized_row(row: dict[str, Any], folder: Path, where: str) -> Task:
     missing = [k for k in ("task_id", "task_question") if k not in row]
     if missing:
-        raise DatasetError(
-            f"{where}: missing field {missing[0]!r} (standardized rows need task_id and task_question)"
-        )
+        raise DatasetError(f"{where}: missing field {missing[0]!r} (standardized rows need task_id and task_question)")
     meta = row.get("metadata") or {}
     if not isinstance(meta, dict):
         raise DatasetError(f"{where}: metadata must be a JSON object, not {type(meta).__name__}")

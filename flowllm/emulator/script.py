@@ -27,12 +27,13 @@ from typing import Any
 import yaml  # PyYAML comes with hydra-core / omegaconf
 
 from flowllm.emulator.faults import FaultConfigError, FaultPlan
+from flowllm.errors import BuildError
 
 NO_SCRIPTED_REPLY = "(no scripted reply)"
 _ENTRY_KEYS = {"text", "thinking", "redacted_thinking", "tool_calls", "stop_reason"}
 
 
-class ScriptError(ValueError):
+class ScriptError(BuildError, ValueError):
     """The script file is malformed; the message names the task and entry."""
 
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from flowllm.errors import BuildError, FlowError, RunError
 
-class FlowError(Exception):
-    """Base of every error flowllm reports to a user as one line (no traceback)."""
+__all__ = [
+    "CycleError",
+    "DuplicateProducerError",
+    "FlowError",
+    "MissingInputError",
+    "NodeContractError",
+    "NodeExecutionError",
+    "PipelineError",
+    "UnknownTargetError",
+]
 
 
-class PipelineError(FlowError):
+class PipelineError(BuildError):
     """The pipeline config is wrong; raised while building the graph, before any model is called."""
 
     def __init__(self, message: str, *, node: str | None = None, source: str | None = None) -> None:
@@ -42,7 +51,7 @@ class NodeContractError(PipelineError):
     """A node returned something other than the outputs it declared."""
 
 
-class NodeExecutionError(FlowError):
+class NodeExecutionError(RunError):
     """A node raised while running a turn; the cause is chained."""
 
     def __init__(self, node: str, cause: BaseException) -> None:

@@ -135,9 +135,7 @@ def instantiate_node(
     return BoundNode(name, index, node_obj, ports, input_map, output_map)
 
 
-def _check_wiring(
-    name: str, source: str, ports: Iterable[str], mapping: Mapping[str, str], kind: str
-) -> None:
+def _check_wiring(name: str, source: str, ports: Iterable[str], mapping: Mapping[str, str], kind: str) -> None:
     known = set(ports)
     for port in mapping:
         if port not in known:
@@ -235,9 +233,7 @@ def build_pipeline(
     names = [n.name for n in nodes]
     for name in provided:
         if name in names:
-            raise PipelineError(
-                f"a node may not be named like the turn input '{name}'", node=name, source=source
-            )
+            raise PipelineError(f"a node may not be named like the turn input '{name}'", node=name, source=source)
     producers = check_producers(nodes, provided, source)
     check_inputs(nodes, producers, source)
     graph = build_graph(nodes, producers)

@@ -37,9 +37,7 @@ from flowllm.engine.node import BoundNode
 
 SNAPSHOT_MODES = ("all", "errors", "none")
 REDACTED = "[redacted]"
-_SECRET_KEY = re.compile(
-    r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I
-)
+_SECRET_KEY = re.compile(r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I)
 
 
 def _mentions_credential(data: bytes) -> bool:
@@ -52,6 +50,8 @@ def _mentions_credential(data: bytes) -> bool:
     if b"authorization" in low or b"secret" in low:
         return True
     return b"key" in low and (b"api_key" in low or b"apikey" in low or b"api-key" in low)
+
+
 _OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -122,7 +122,7 @@ def _write_in(folder: str, name: str, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
@@ -188,9 +188,7 @@ class Recorder:
 
     def __init__(self, run_dir: Path | str, snapshot: str = "all", secrets: Iterable[str] = ()) -> None:
         if snapshot not in SNAPSHOT_MODES:
-            raise ValueError(
-                f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'"
-            )
+            raise ValueError(f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'")
         self.run_dir = Path(run_dir)
         self._tasks_root = str(self.run_dir / "tasks")
         self.snapshot = snapshot

@@ -74,9 +74,7 @@ class _Step:
         if (type(result) is dict or isinstance(result, Mapping)) and result.keys() == self.outputs:
             return
         got = sorted(result) if isinstance(result, Mapping) else type(result).__name__
-        raise NodeContractError(
-            f"returned {got}, but declares outputs {list(self.node.ports.outputs)}", node=self.name
-        )
+        raise NodeContractError(f"returned {got}, but declares outputs {list(self.node.ports.outputs)}", node=self.name)
 
     def keyed(self, result: Mapping[str, Any]) -> dict[str, Any]:
         """The outputs keyed by state key (a fresh dict: the node may hand out the same one every time)."""
@@ -399,7 +397,5 @@ def make_runner(name: str, item_timeout_s: float = 120.0, turn_timeout_s: float 
     try:
         cls = RUNNERS[name]
     except KeyError:
-        raise PipelineError(
-            f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)"
-        ) from None
+        raise PipelineError(f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)") from None
     return cls(item_timeout_s=item_timeout_s, turn_timeout_s=turn_timeout_s)

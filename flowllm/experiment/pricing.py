@@ -15,13 +15,13 @@ from typing import Any
 import yaml  # PyYAML comes with hydra-core / omegaconf
 
 from flowllm.core.types import Usage
-from flowllm.engine.errors import FlowError
+from flowllm.errors import BuildError
 
 PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
 PER_TOKENS = 1_000_000
 
 
-class PricingError(FlowError):
+class PricingError(BuildError):
     """The price table cannot be read; the message names the file and the entry."""
 
 

@@ -42,8 +42,14 @@ def task_table(outcomes: Sequence[Any]) -> Table:
         answer = o.answer if o.answer is not None else f"[red]{o.error}"
         attempts = f" ({o.attempts} tries)" if getattr(o, "attempts", 1) > 1 else ""
         table.add_row(
-            o.task_id, str(o.level), o.status + attempts, str(answer)[:60], str(o.ground_truth)[:40], mark,
-            str(o.turns), str(o.tool_calls),
+            o.task_id,
+            str(o.level),
+            o.status + attempts,
+            str(answer)[:60],
+            str(o.ground_truth)[:40],
+            mark,
+            str(o.turns),
+            str(o.tool_calls),
         )
     return table
 
@@ -70,11 +76,13 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     rate = f" ({summary['parse_rate']:.1%})" if summary.get("parse_rate") is not None else ""
     rows.append(("tool calls made / parsed", f"{made} / {parsed}{rate}"))
     rows.append(("repairs by stage", ", ".join(f"{k}: {v}" for k, v in summary["repairs"].items()) or "-"))
-    rows.append((
-        "tokens in (uncached) / out",
-        f"{usage['input_tokens']:,} ({tokens.get('input_uncached', usage['input_tokens']):,}) / "
-        f"{usage['output_tokens']:,}",
-    ))
+    rows.append(
+        (
+            "tokens in (uncached) / out",
+            f"{usage['input_tokens']:,} ({tokens.get('input_uncached', usage['input_tokens']):,}) / "
+            f"{usage['output_tokens']:,}",
+        )
+    )
     rows.append(("cache read / write", f"{usage['cache_read_tokens']:,} / {usage['cache_write_tokens']:,}"))
     if usage.get("reasoning_tokens"):
         rows.append(("reasoning (part of out)", f"{usage['reasoning_tokens']:,}"))

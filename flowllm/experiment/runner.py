@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.agent.loop import Agent, AgentResult
-from flowllm.datasets.gaia import Task, question_scorer, task_prompt
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
+from flowllm.datasets.gaia import Task, question_scorer, task_prompt
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import read_json
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
@@ -241,8 +241,16 @@ class Experiment:
         wall = time.perf_counter() - started
         if result is None:
             return TaskOutcome(
-                task_id=task.task_id, status=FAILED, answer=None, ground_truth=task.ground_truth, correct=False,
-                turns=0, usage=Usage(), error=error, level=task.level, wall_seconds=wall,
+                task_id=task.task_id,
+                status=FAILED,
+                answer=None,
+                ground_truth=task.ground_truth,
+                correct=False,
+                turns=0,
+                usage=Usage(),
+                error=error,
+                level=task.level,
+                wall_seconds=wall,
             )
         return TaskOutcome(
             task_id=task.task_id,

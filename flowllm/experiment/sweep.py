@@ -186,17 +186,19 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
         accuracy = _pct(j.accuracy)
         if j.correct is not None and j.tasks is not None:
             accuracy += f" ({j.correct}/{j.tasks})"
-        rows.append([
-            j.job,
-            j.label,
-            j.status if j.status != "error" else f"error: {(j.error or '')[:120]}",
-            accuracy,
-            _pct(j.parse_rate),
-            _int(j.input_tokens),
-            _int(j.output_tokens),
-            format_usd(j.cost_usd),
-            "-" if j.wall_seconds is None else f"{j.wall_seconds:.1f}s",
-        ])
+        rows.append(
+            [
+                j.job,
+                j.label,
+                j.status if j.status != "error" else f"error: {(j.error or '')[:120]}",
+                accuracy,
+                _pct(j.parse_rate),
+                _int(j.input_tokens),
+                _int(j.output_tokens),
+                format_usd(j.cost_usd),
+                "-" if j.wall_seconds is None else f"{j.wall_seconds:.1f}s",
+            ]
+        )
     return rows
 
 
@@ -242,8 +244,7 @@ def plot_accuracy_vs_cost(summary: SweepSummary, path: Path) -> Path | None:
         return None
     priced = all(j.cost_usd is not None for j in points)
     # Unpriced models have no cost: fall back to tokens, which every job has.
-    xs = [float(j.cost_usd or 0.0) if priced else float((j.input_tokens or 0) + (j.output_tokens or 0))
-          for j in points]
+    xs = [float(j.cost_usd or 0.0) if priced else float((j.input_tokens or 0) + (j.output_tokens or 0)) for j in points]
     ys = [100.0 * float(j.accuracy or 0.0) for j in points]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     try:

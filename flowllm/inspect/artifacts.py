@@ -281,8 +281,13 @@ class RunRecord:
     def setting(self, dotted: str) -> Any:
         """A value of the run's summary, else of its saved config (``provider.model``...)."""
         if self.summary.ok and isinstance(self.summary.value, dict):
-            flat = {"provider.name": "provider", "provider.model": "model", "runner.name": "runner",
-                    "repair.name": "repair", "experiment.name": "experiment"}
+            flat = {
+                "provider.name": "provider",
+                "provider.model": "model",
+                "runner.name": "runner",
+                "repair.name": "repair",
+                "experiment.name": "experiment",
+            }
             key = flat.get(dotted)
             if key and key in self.summary.value:
                 return self.summary.value[key]
@@ -327,7 +332,8 @@ def _task_dirs(run_dir: Path) -> tuple[list[Path], str | None]:
         return sorted(p for p in tasks_dir.iterdir() if p.is_dir()), None
     # An older layout kept task folders at the top of the run directory.
     legacy = sorted(
-        p for p in run_dir.iterdir()
+        p
+        for p in run_dir.iterdir()
         if p.is_dir() and not p.name.startswith(".") and any(TURN_RE.match(c.name) for c in p.iterdir())
     )
     if legacy:

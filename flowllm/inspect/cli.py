@@ -44,8 +44,15 @@ from flowllm.inspect.views import (
 )
 
 PROG = "python -m flowllm.inspect"
-FAILURE_KINDS = ("task_failed", "wrong_answer", "bad_tool_call", "repair_failed", "tool_error", "node_error",
-                 "unreadable")
+FAILURE_KINDS = (
+    "task_failed",
+    "wrong_answer",
+    "bad_tool_call",
+    "repair_failed",
+    "tool_error",
+    "node_error",
+    "unreadable",
+)
 
 
 class UsageError(Exception):
@@ -131,36 +138,54 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         "overrides": run.overrides,
     }
     if as_json:
-        emit_json({"run": str(run.path), "settings": settings, "summary": figures, "problems": run.problems,
-                   "failures": [asdict(f) for f in failures]})
+        emit_json(
+            {
+                "run": str(run.path),
+                "settings": settings,
+                "summary": figures,
+                "problems": run.problems,
+                "failures": [asdict(f) for f in failures],
+            }
+        )
         return 0
     console.print(Panel.fit(f"[bold]{esc(run.path)}[/bold]", title="flowllm run", border_style="cyan"))
-    console.print(_kv_table([(k, " ".join(v) if isinstance(v, list) else v) for k, v in settings.items()],
-                            title="settings"))
+    console.print(
+        _kv_table([(k, " ".join(v) if isinstance(v, list) else v) for k, v in settings.items()], title="settings")
+    )
     usage = figures.get("usage") or {}
     accuracy = figures.get("accuracy")
     rows: list[tuple[str, Any]] = [
-        ("accuracy", f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
-         if isinstance(accuracy, (int, float)) else accuracy),
+        (
+            "accuracy",
+            f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
+            if isinstance(accuracy, (int, float))
+            else accuracy,
+        ),
         ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
         ("turns", figures.get("turns")),
-        ("tool calls / bad blocks / failed", f"{figures.get('tool_calls')} / {figures.get('bad_tool_calls')} / "
-                                             f"{figures.get('failed_tool_calls')}"),
+        (
+            "tool calls / bad blocks / failed",
+            f"{figures.get('tool_calls')} / {figures.get('bad_tool_calls')} / {figures.get('failed_tool_calls')}",
+        ),
         ("parse rate", figures.get("parse_rate")),
         ("repairs by stage", figures.get("repairs")),
         ("tokens in / out", f"{usage.get('input_tokens', '-')} / {usage.get('output_tokens', '-')}" if usage else None),
         ("wall time (s)", figures.get("wall_seconds")),
     ]
     if figures.get("by_level"):
-        rows.append(("by level", ", ".join(
-            f"L{lvl}: {v.get('correct')}/{v.get('tasks')}" for lvl, v in figures["by_level"].items()
-        )))
+        rows.append(
+            (
+                "by level",
+                ", ".join(f"L{lvl}: {v.get('correct')}/{v.get('tasks')}" for lvl, v in figures["by_level"].items()),
+            )
+        )
     if figures.get("computed"):
         rows.append(("note", "computed from the tasks (summary.json unreadable or missing)"))
     console.print(_kv_table(rows, title="figures"))
     if run.problems:
-        console.print(Panel("\n".join(f"- {p}" for p in run.problems), title="problems reading the run",
-                            border_style="yellow"))
+        console.print(
+            Panel("\n".join(f"- {p}" for p in run.problems), title="problems reading the run", border_style="yellow")
+        )
     bad_tasks = [t for t in run.tasks if t.status != "completed" or not t.correct]
     if bad_tasks:
         table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
@@ -169,12 +194,14 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         table.add_column("why", overflow="fold")
         for task in bad_tasks:
             why = next((f.reason for f in failures if f.task_id == task.task_id), task.error or "")
-            table.add_row(task.task_id, Text(task.status if task.status != "completed" else "wrong",
-                                             style=_status_style(task.status, False)), why)
+            table.add_row(
+                task.task_id,
+                Text(task.status if task.status != "completed" else "wrong", style=_status_style(task.status, False)),
+                why,
+            )
         console.print(table)
         where = esc(run.path)
-        console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} "
-                      "failures[/dim]")
+        console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} failures[/dim]")
     else:
         console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
     return 0
@@ -184,29 +211,50 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
     rows = [result_row(t) for t in run.tasks]
     if status:
         wanted = status.lower()
-        rows = [r for r in rows if r["status"] == wanted
-                or (wanted == "wrong" and r["status"] == "completed" and not r["correct"])
-                or (wanted == "correct" and r["correct"])]
+        rows = [
+            r
+            for r in rows
+            if r["status"] == wanted
+            or (wanted == "wrong" and r["status"] == "completed" and not r["correct"])
+            or (wanted == "correct" and r["correct"])
+        ]
     if level is not None:
         rows = [r for r in rows if r["level"] == level]
     if as_json:
         emit_json(rows)
         return 0
-    table = Table(title=f"tasks of {run.path} ({len(rows)} of {len(run.tasks)})", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-    for name, kwargs in (("task", {"no_wrap": True}), ("level", {}), ("status", {}), ("correct", {}),
-                         ("answer", {"overflow": "fold", "max_width": 28}),
-                         ("expected", {"overflow": "fold", "max_width": 28}), ("turns", {"justify": "right"}),
-                         ("calls", {"justify": "right"}), ("bad", {"justify": "right"}),
-                         ("failed", {"justify": "right"}), ("repairs", {"overflow": "fold"}),
-                         ("error", {"overflow": "fold", "max_width": 50})):
+    table = Table(
+        title=f"tasks of {run.path} ({len(rows)} of {len(run.tasks)})", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    for name, kwargs in (
+        ("task", {"no_wrap": True}),
+        ("level", {}),
+        ("status", {}),
+        ("correct", {}),
+        ("answer", {"overflow": "fold", "max_width": 28}),
+        ("expected", {"overflow": "fold", "max_width": 28}),
+        ("turns", {"justify": "right"}),
+        ("calls", {"justify": "right"}),
+        ("bad", {"justify": "right"}),
+        ("failed", {"justify": "right"}),
+        ("repairs", {"overflow": "fold"}),
+        ("error", {"overflow": "fold", "max_width": 50}),
+    ):
         table.add_column(name, **kwargs)
     for r in rows:
         table.add_row(
-            r["task_id"], _fmt(r["level"]), Text(r["status"], style=_status_style(r["status"], r["correct"])),
-            Text(_fmt(r["correct"]), style="green" if r["correct"] else "red"), _fmt(r["answer"]),
-            _fmt(r["ground_truth"]), _fmt(r["turns"]), _fmt(r["tool_calls"]), _fmt(r["bad_tool_calls"]),
-            _fmt(r["failed_tool_calls"]), _fmt(r["repairs"]), first_line(r["error"] or "", 120) or "",
+            r["task_id"],
+            _fmt(r["level"]),
+            Text(r["status"], style=_status_style(r["status"], r["correct"])),
+            Text(_fmt(r["correct"]), style="green" if r["correct"] else "red"),
+            _fmt(r["answer"]),
+            _fmt(r["ground_truth"]),
+            _fmt(r["turns"]),
+            _fmt(r["tool_calls"]),
+            _fmt(r["bad_tool_calls"]),
+            _fmt(r["failed_tool_calls"]),
+            _fmt(r["repairs"]),
+            first_line(r["error"] or "", 120) or "",
         )
     console.print(table)
     return 0
@@ -225,19 +273,33 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
     failures = task_failures(task, views)
     row = result_row(task)
     if as_json:
-        emit_json({"result": row, "turns": [v.to_dict() for v in views],
-                   "failures": [asdict(f) for f in failures]})
+        emit_json({"result": row, "turns": [v.to_dict() for v in views], "failures": [asdict(f) for f in failures]})
         return 0
     limit = None if full else 600
     title = Text.assemble((task.task_id, "bold"), "  ", (row["status"], _status_style(row["status"], row["correct"])))
-    console.print(Panel(_kv_table([
-        ("answer", row["answer"]), ("expected", row["ground_truth"]),
-        ("correct", Text(_fmt(row["correct"]), style="green" if row["correct"] else "red")),
-        ("turns / stop", f"{row['turns']} / {_fmt(row['stop'])}"), ("level", row["level"]),
-        ("tool calls / bad / failed", f"{row['tool_calls']} / {row['bad_tool_calls']} / {row['failed_tool_calls']}"),
-        ("repairs", row["repairs"]), ("wall time (s)", row["wall_seconds"]),
-        ("error", Text(row["error"], style="red") if row["error"] else None),
-    ]), title=title, title_align="left", border_style=_status_style(row["status"], row["correct"])))
+    console.print(
+        Panel(
+            _kv_table(
+                [
+                    ("answer", row["answer"]),
+                    ("expected", row["ground_truth"]),
+                    ("correct", Text(_fmt(row["correct"]), style="green" if row["correct"] else "red")),
+                    ("turns / stop", f"{row['turns']} / {_fmt(row['stop'])}"),
+                    ("level", row["level"]),
+                    (
+                        "tool calls / bad / failed",
+                        f"{row['tool_calls']} / {row['bad_tool_calls']} / {row['failed_tool_calls']}",
+                    ),
+                    ("repairs", row["repairs"]),
+                    ("wall time (s)", row["wall_seconds"]),
+                    ("error", Text(row["error"], style="red") if row["error"] else None),
+                ]
+            ),
+            title=title,
+            title_align="left",
+            border_style=_status_style(row["status"], row["correct"]),
+        )
+    )
     for problem in task.problems:
         console.print(f"[yellow]! {esc(problem)}[/yellow]")
     for view in views:
@@ -266,8 +328,11 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
             else:
                 parts.append(Text(_clip(call.arguments_text, limit), style="dim"))
             if call.result is not None:
-                parts.append(Text("result: ", style="bold").append(
-                    _clip(call.result, limit), style="red" if call.result_error else ""))
+                parts.append(
+                    Text("result: ", style="bold").append(
+                        _clip(call.result, limit), style="red" if call.result_error else ""
+                    )
+                )
         for bad in view.bad_calls:
             parts.append(Text(f"bad tool call: {bad.reason}", style="bold red"))
             parts.append(Text(_clip(bad.raw, limit), style="dim"))
@@ -275,8 +340,14 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
             parts.append(Text(f"{node.folder} failed: {node.error}", style="bold red"))
         for problem in view.problems:
             parts.append(Text(f"! {problem}", style="yellow"))
-        console.print(Panel(Group(*parts), title=f"{who}  {view.duration_s:.3f}s", title_align="left",
-                            border_style="red" if view.errors or view.bad_calls else "blue"))
+        console.print(
+            Panel(
+                Group(*parts),
+                title=f"{who}  {view.duration_s:.3f}s",
+                title_align="left",
+                border_style="red" if view.errors or view.bad_calls else "blue",
+            )
+        )
     if failures:
         console.print(_failure_table(failures, title="what went wrong"))
     console.print(
@@ -291,8 +362,17 @@ def _clip(text: str, limit: int | None) -> str:
     return text[:limit] + f"... [{len(text) - limit} more characters; --full shows all]"
 
 
-def cmd_node(run: RunRecord, console: Console, as_json: bool, task_id: str, turn: str, node_key: str,
-             agent: str, only: str | None, raw: bool) -> int:
+def cmd_node(
+    run: RunRecord,
+    console: Console,
+    as_json: bool,
+    task_id: str,
+    turn: str,
+    node_key: str,
+    agent: str,
+    only: str | None,
+    raw: bool,
+) -> int:
     task = _find_task(run, task_id)
     number_text = turn.removeprefix("turn_").lstrip("0") or "0"
     if not number_text.isdigit():
@@ -306,17 +386,24 @@ def cmd_node(run: RunRecord, console: Console, as_json: bool, task_id: str, turn
         raise NotFound(f"task '{task.task_id}' has no turn {number_text} (turns: {known})")
     node = record.node(node_key)
     if node is None:
-        raise NotFound(f"turn {record.number} of '{task.task_id}' has no node '{node_key}' "
-                       f"(nodes: {', '.join(n.folder for n in record.nodes)})")
+        raise NotFound(
+            f"turn {record.number} of '{task.task_id}' has no node '{node_key}' "
+            f"(nodes: {', '.join(n.folder for n in record.nodes)})"
+        )
     parts = {"meta": node.meta, "input": node.input(), "output": node.output()}
     if only:
         parts = {only: parts[only]}
     if as_json:
         emit_json({"path": str(node.path), **{k: a.value if a.ok else {"error": a.error} for k, a in parts.items()}})
         return 0
-    console.print(Panel.fit(f"[bold]{esc(task.task_id)}[/bold] / turn {record.number} / "
-                            f"[bold]{esc(node.folder)}[/bold]\n"
-                            f"[dim]{esc(node.path)}[/dim]", border_style="cyan"))
+    console.print(
+        Panel.fit(
+            f"[bold]{esc(task.task_id)}[/bold] / turn {record.number} / "
+            f"[bold]{esc(node.folder)}[/bold]\n"
+            f"[dim]{esc(node.path)}[/dim]",
+            border_style="cyan",
+        )
+    )
     for name, artifact in parts.items():
         if not artifact.ok:
             console.print(Panel(Text(artifact.error or "unreadable", style="yellow"), title=name, title_align="left"))
@@ -324,8 +411,10 @@ def cmd_node(run: RunRecord, console: Console, as_json: bool, task_id: str, turn
         value = artifact.value
         if name == "meta" and isinstance(value, dict) and value.get("traceback") and not raw:
             value = {k: v for k, v in value.items() if k != "traceback"}
-            body: Any = Group(Syntax(to_yaml(value).rstrip(), "yaml", word_wrap=True),
-                              Text(str(artifact.value["traceback"]).rstrip(), style="red"))
+            body: Any = Group(
+                Syntax(to_yaml(value).rstrip(), "yaml", word_wrap=True),
+                Text(str(artifact.value["traceback"]).rstrip(), style="red"),
+            )
         elif raw:
             body = Syntax(json.dumps(value, indent=2, ensure_ascii=False), "json", word_wrap=True)
         else:
@@ -340,8 +429,9 @@ def cmd_grep(run: RunRecord, console: Console, as_json: bool, pattern: str, rege
         emit_json([asdict(h) for h in hits])
         return 0
     more = " (limit reached)" if len(hits) >= limit else ""
-    table = Table(title=f"'{pattern}' in {run.path}: {len(hits)} hit(s){more}",
-                  title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title=f"'{pattern}' in {run.path}: {len(hits)} hit(s){more}", title_justify="left", box=box.SIMPLE_HEAD
+    )
     for name in ("task", "turn", "node", "file", "where", "text"):
         table.add_column(name, overflow="fold", no_wrap=name == "task")
     for h in hits:
@@ -383,14 +473,23 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
     if as_json:
         emit_json(result.to_dict())
         return 0
-    console.print(Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff",
-                            border_style="cyan"))
+    console.print(
+        Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff", border_style="cyan")
+    )
     if result.settings_changes:
-        console.print(_kv_table([(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in result.settings_changes.items()],
-                                title="settings that differ"))
+        console.print(
+            _kv_table(
+                [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in result.settings_changes.items()],
+                title="settings that differ",
+            )
+        )
     if result.summary_changes:
-        console.print(_kv_table([(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in result.summary_changes.items()],
-                                title="figures that differ"))
+        console.print(
+            _kv_table(
+                [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in result.summary_changes.items()],
+                title="figures that differ",
+            )
+        )
     if not result.tasks:
         console.print(f"[green]no task differs ({len(result.unchanged)} compared)[/green]")
         return 0
@@ -403,8 +502,10 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
         if t.divergence:
             rows.append(("first divergence", Text(t.divergence.describe(), style="magenta")))
         console.print(Panel(_kv_table(rows), title=t.task_id, title_align="left", border_style="yellow"))
-    console.print(f"{len(result.tasks)} task(s) differ, {len(result.unchanged)} unchanged"
-                  + (f": {', '.join(result.unchanged)}" if show_all and result.unchanged else ""))
+    console.print(
+        f"{len(result.tasks)} task(s) differ, {len(result.unchanged)} unchanged"
+        + (f": {', '.join(result.unchanged)}" if show_all and result.unchanged else "")
+    )
     return 0
 
 
@@ -420,8 +521,10 @@ def cmd_report(path: str, output: str | None, max_chars: int, console: Console, 
         emit_json({"report": str(written), **info})
     else:
         size = f"{info['bytes'] / 1024:.0f} KB"
-        console.print(f"report written: [bold]{esc(written)}[/bold] ({size}, {info['runs']} run(s), "
-                      f"{info['tasks']} task(s)); open it in any browser, no server needed")
+        console.print(
+            f"report written: [bold]{esc(written)}[/bold] ({size}, {info['runs']} run(s), "
+            f"{info['tasks']} task(s)); open it in any browser, no server needed"
+        )
     return 0
 
 
@@ -485,8 +588,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser = argparse.ArgumentParser(prog=f"{PROG} report", description="Write a self-contained HTML report.")
             parser.add_argument("path", help="a run directory or a multirun directory")
             parser.add_argument("-o", "--output", help="the HTML file (default: <dir>/report.html)")
-            parser.add_argument("--max-chars", type=int, default=20000,
-                                help="longest text kept per value in the report (default 20000)")
+            parser.add_argument(
+                "--max-chars", type=int, default=20000, help="longest text kept per value in the report (default 20000)"
+            )
             parser.add_argument("--json", action="store_true")
             ns = parser.parse_args(args[1:])
             return cmd_report(ns.path, ns.output, ns.max_chars, console, ns.json)

@@ -17,10 +17,30 @@ from flowllm.inspect.jsondiff import VOLATILE_KEYS, first_difference, short
 from flowllm.inspect.views import CallView, task_turn_views
 
 # result.json fields compared, in the order changes are reported.
-RESULT_FIELDS = ("status", "correct", "answer", "turns", "stop", "tool_calls", "bad_tool_calls",
-                 "failed_tool_calls", "repairs", "error")
-SUMMARY_FIELDS = ("accuracy", "correct", "completed", "failed", "turns", "tool_calls", "bad_tool_calls",
-                  "failed_tool_calls", "parse_rate", "repairs")
+RESULT_FIELDS = (
+    "status",
+    "correct",
+    "answer",
+    "turns",
+    "stop",
+    "tool_calls",
+    "bad_tool_calls",
+    "failed_tool_calls",
+    "repairs",
+    "error",
+)
+SUMMARY_FIELDS = (
+    "accuracy",
+    "correct",
+    "completed",
+    "failed",
+    "turns",
+    "tool_calls",
+    "bad_tool_calls",
+    "failed_tool_calls",
+    "parse_rate",
+    "repairs",
+)
 
 
 @dataclass
@@ -172,8 +192,17 @@ def diff_tasks(a: TaskRecord, b: TaskRecord) -> TaskDiff:
 
 
 def _settings(run: RunRecord) -> dict[str, Any]:
-    keys = ("provider.name", "provider.model", "provider.protocol", "runner.name", "repair.name",
-            "pipeline.name", "tools.name", "agent.max_turns", "experiment.name")
+    keys = (
+        "provider.name",
+        "provider.model",
+        "provider.protocol",
+        "runner.name",
+        "repair.name",
+        "pipeline.name",
+        "tools.name",
+        "agent.max_turns",
+        "experiment.name",
+    )
     return {k: run.setting(k) for k in keys}
 
 

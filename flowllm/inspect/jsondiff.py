@@ -10,8 +10,20 @@ from typing import Any
 # Keys whose values differ between two live runs of the same conversation without meaning anything:
 # server-made ids (msg_..., chatcmpl-..., toolu_...) and the ones copied from them, and clock readings.
 VOLATILE_KEYS: frozenset[str] = frozenset(
-    {"id", "tool_use_id", "call_id", "created", "created_at", "system_fingerprint", "started_at", "duration_s",
-     "wall_seconds", "item_id", "response_id", "sequence_number"}
+    {
+        "id",
+        "tool_use_id",
+        "call_id",
+        "created",
+        "created_at",
+        "system_fingerprint",
+        "started_at",
+        "duration_s",
+        "wall_seconds",
+        "item_id",
+        "response_id",
+        "sequence_number",
+    }
 )
 
 
@@ -42,8 +54,7 @@ def string_difference(left: str, right: str, context: int = 60) -> str:
         common += 1
     start = max(0, common - context // 3)
     prefix = "..." if start else ""
-    return (f"at character {common}: {prefix}{short(left[start:], context)} vs "
-            f"{prefix}{short(right[start:], context)}")
+    return f"at character {common}: {prefix}{short(left[start:], context)} vs {prefix}{short(right[start:], context)}"
 
 
 def short(value: Any, limit: int = 120) -> str:
@@ -93,7 +104,11 @@ def first_difference(left: Any, right: Any, ignore: Collection[str] = (), path: 
             return Difference(f"{path}[{len(left)}]", None, right[len(left)], missing="left")
         return None
     # bool is an int in Python: 1 == True must still count as a difference in JSON.
-    if type(left) is not type(right) and not (isinstance(left, (int, float)) and isinstance(right, (int, float))
-                                              and not isinstance(left, bool) and not isinstance(right, bool)):
+    if type(left) is not type(right) and not (
+        isinstance(left, (int, float))
+        and isinstance(right, (int, float))
+        and not isinstance(left, bool)
+        and not isinstance(right, bool)
+    ):
         return Difference(path, left, right)
     return None if left == right else Difference(path, left, right)

@@ -75,19 +75,33 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
             record = turns_by_key[(view.agent, view.number)]
             nodes = []
             for node, nv in zip(record.nodes, view.nodes, strict=True):
-                nodes.append({
-                    "folder": nv.folder, "name": nv.name, "status": nv.status, "duration_s": nv.duration_s,
-                    "started_at": nv.started_at, "error": nv.error,
-                    "traceback": strings.pack(node.traceback) if node.traceback else None,
-                    "input": strings.artifact(node.input()), "output": strings.artifact(node.output()),
-                })
-            turns.append({
-                "agent": view.agent, "number": view.number, "duration_s": view.duration_s,
-                "text": strings.pack(view.text), "stop_reason": view.stop_reason, "usage": view.usage,
-                "calls": [{**strings.pack(c.__dict__), "label": c.label} for c in view.calls],
-                "bad_calls": [strings.pack(b.__dict__) for b in view.bad_calls],
-                "problems": view.problems, "nodes": nodes,
-            })
+                nodes.append(
+                    {
+                        "folder": nv.folder,
+                        "name": nv.name,
+                        "status": nv.status,
+                        "duration_s": nv.duration_s,
+                        "started_at": nv.started_at,
+                        "error": nv.error,
+                        "traceback": strings.pack(node.traceback) if node.traceback else None,
+                        "input": strings.artifact(node.input()),
+                        "output": strings.artifact(node.output()),
+                    }
+                )
+            turns.append(
+                {
+                    "agent": view.agent,
+                    "number": view.number,
+                    "duration_s": view.duration_s,
+                    "text": strings.pack(view.text),
+                    "stop_reason": view.stop_reason,
+                    "usage": view.usage,
+                    "calls": [{**strings.pack(c.__dict__), "label": c.label} for c in view.calls],
+                    "bad_calls": [strings.pack(b.__dict__) for b in view.bad_calls],
+                    "problems": view.problems,
+                    "nodes": nodes,
+                }
+            )
         row = result_row(task)
         row["failures"] = [f.__dict__ for f in task_failures(task, views)]
         row["turn_records"] = turns
@@ -97,9 +111,12 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "path": str(run.path),
         "overrides": run.overrides,
         "settings": {
-            "experiment": run.setting("experiment.name"), "provider": run.setting("provider.name"),
-            "model": run.setting("provider.model"), "protocol": run.setting("provider.protocol"),
-            "runner": run.setting("runner.name"), "repair": run.setting("repair.name"),
+            "experiment": run.setting("experiment.name"),
+            "provider": run.setting("provider.name"),
+            "model": run.setting("provider.model"),
+            "protocol": run.setting("provider.protocol"),
+            "runner": run.setting("runner.name"),
+            "repair": run.setting("repair.name"),
         },
         "summary": task_summary(run),
         "problems": run.problems,
@@ -134,9 +151,7 @@ def render_html(data: dict[str, Any]) -> str:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = f"flowllm report: {data['title']}"
     return (
-        _TEMPLATE.replace("%%TITLE%%", _escape(title))
-        .replace("%%GENERATED%%", stamp)
-        .replace("%%DATA%%", _embed(data))
+        _TEMPLATE.replace("%%TITLE%%", _escape(title)).replace("%%GENERATED%%", stamp).replace("%%DATA%%", _embed(data))
     )
 
 
@@ -151,8 +166,12 @@ def write_report(path: Path, output: Path | None = None, max_chars: int = 20000)
     html = render_html(data)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(html, encoding="utf-8")
-    info = {"bytes": len(html.encode("utf-8")), "runs": len(data["runs"]),
-            "tasks": sum(len(r["tasks"]) for r in data["runs"]), "kind": data["kind"]}
+    info = {
+        "bytes": len(html.encode("utf-8")),
+        "runs": len(data["runs"]),
+        "tasks": sum(len(r["tasks"]) for r in data["runs"]),
+        "kind": data["kind"],
+    }
     return target, info
 
 

@@ -121,9 +121,7 @@ def turn_view(turn: TurnRecord, agent: str = MAIN_AGENT) -> TurnView:
         view.text = str(response.get("text") or "")
         view.stop_reason = response.get("stop_reason")
         view.usage = response.get("usage") if isinstance(response.get("usage"), dict) else None
-    results = {
-        str(r.get("call_id")): r for r in outs.get("tool_results") or [] if isinstance(r, dict)
-    }
+    results = {str(r.get("call_id")): r for r in outs.get("tool_results") or [] if isinstance(r, dict)}
     prepared = outs.get("prepared_calls")
     parsed = outs.get("tool_calls")
     if isinstance(prepared, list):
@@ -146,8 +144,15 @@ def turn_view(turn: TurnRecord, agent: str = MAIN_AGENT) -> TurnView:
         for c in parsed:
             if isinstance(c, dict):
                 view.calls.append(
-                    CallView(str(c.get("id", "")), c.get("server"), str(c.get("name", "")),
-                             str(c.get("arguments_text", "")), None, None, None)
+                    CallView(
+                        str(c.get("id", "")),
+                        c.get("server"),
+                        str(c.get("name", "")),
+                        str(c.get("arguments_text", "")),
+                        None,
+                        None,
+                        None,
+                    )
                 )
     for call in view.calls:
         result = results.get(call.id)
@@ -232,13 +237,25 @@ def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list
         for call in view.calls:
             if call.repair_error:
                 out.append(
-                    Failure("repair_failed", tid, f"{call.label}: {call.repair_error}", view.agent, view.number,
-                            detail=call.arguments_text)
+                    Failure(
+                        "repair_failed",
+                        tid,
+                        f"{call.label}: {call.repair_error}",
+                        view.agent,
+                        view.number,
+                        detail=call.arguments_text,
+                    )
                 )
             elif call.result_error:
                 out.append(
-                    Failure("tool_error", tid, f"{call.label}: {first_line(call.result or '')}", view.agent,
-                            view.number, detail=call.result)
+                    Failure(
+                        "tool_error",
+                        tid,
+                        f"{call.label}: {first_line(call.result or '')}",
+                        view.agent,
+                        view.number,
+                        detail=call.result,
+                    )
                 )
         for problem in view.problems:
             out.append(Failure("unreadable", tid, problem, view.agent, view.number))
@@ -305,8 +322,9 @@ def grep_run(run: RunRecord, pattern: str, *, regex: bool = False, limit: int = 
             pairs = iter([("(unreadable file)", path.read_bytes().decode("utf-8", "replace"))])
         for json_path, text in pairs:
             for m in rx.finditer(text):
-                hits.append(GrepHit(task.task_id, agent, turn, node, path.name, json_path,
-                                    _snippet(text, m.start(), m.end())))
+                hits.append(
+                    GrepHit(task.task_id, agent, turn, node, path.name, json_path, _snippet(text, m.start(), m.end()))
+                )
                 if len(hits) >= limit:
                     return False
                 break  # one hit per value is enough to point at it

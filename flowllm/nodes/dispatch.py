@@ -23,9 +23,7 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
         blocks = []
         for r in results:
             content: list[Block] = [{"type": "text", "text": r.content}, *r.images]
-            blocks.append(
-                {"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error}
-            )
+            blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
     else:
         blocks = [{"type": "text", "text": format_tool_result(r)} for r in results]
         blocks.extend(image for r in results for image in r.images)
@@ -82,16 +80,11 @@ class DispatchTools(Node):
                     c.id,
                     c.server,
                     c.name,
-                    f"Could not parse your arguments: {p.error}. "
-                    "Send the call again with valid JSON arguments.",
+                    f"Could not parse your arguments: {p.error}. Send the call again with valid JSON arguments.",
                 )
             if tools is None:
-                return _error(
-                    c.id, c.server, c.name, "No tools are available now; answer without calling tools."
-                )
-            return await tools.call(
-                c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s, **extra
-            )
+                return _error(c.id, c.server, c.name, "No tools are available now; answer without calling tools.")
+            return await tools.call(c.server, c.name, p.arguments, call_id=c.id, timeout_s=self.call_timeout_s, **extra)
 
         # Each tool layer enforces its own limit (the pool: call_timeout_s; a sub-agent: its timeout_s); the
         # runner's item and turn timeouts are the outer safety net.

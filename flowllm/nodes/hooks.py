@@ -25,7 +25,7 @@ from typing import Any
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, text_block
 from flowllm.engine import Node, TurnContext
-from flowllm.engine.errors import FlowError
+from flowllm.errors import RunError
 from flowllm.nodes.tokens import estimate_request
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ DEFAULT_PREAMBLE = (
 )
 
 
-class PromptIsolationError(FlowError):
+class PromptIsolationError(RunError):
     """Prompt text tried to break out of its isolation block."""
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowllm.errors import BuildError, ErrorKind, RunError
+
 # Error types of the Anthropic and OpenAI bodies -> our kinds.
 _TYPE_KINDS: dict[str, str] = {
     "overloaded_error": "overloaded",
@@ -52,10 +54,10 @@ _STATUS_KINDS: dict[int, str] = {
 # Kinds worth retrying: transient by nature. 400/401/403/404 never are (DESIGN.md section 3); neither is a
 # prompt too long for the model's context (``context_length``): the same request fails the same way again.
 # ``truncated`` is a stream that stopped before its final event (a proxy or server cut it).
-RETRYABLE_KINDS = frozenset({"overloaded", "rate_limit", "server", "timeout", "connection", "conflict", "truncated"})
+RETRYABLE_KINDS = frozenset(k for k in ErrorKind if k.transient)
 # Kinds that are the request's fault (or the account's): no retry, whatever a policy says.
-NEVER_RETRY_KINDS = frozenset({"bad_request", "context_length", "auth", "permission", "not_found", "quota"})
-ALL_KINDS = frozenset({*RETRYABLE_KINDS, *NEVER_RETRY_KINDS, "bad_response", "empty_reply", "stream_error"})
+NEVER_RETRY_KINDS = frozenset(k for k in ErrorKind if k.never_retried)
+ALL_KINDS = frozenset(ErrorKind)
 
 # How servers say "the prompt does not fit": Anthropic has no dedicated type (invalid_request_error with this
 # message), OpenAI-compatible servers use the code or similar wording.
@@ -69,11 +71,11 @@ _CONTEXT_LENGTH_HINTS = (
 )
 
 
-class ProviderError(Exception):
+class ProviderError(RunError):
     """Base of every error raised by ``flowllm.providers``."""
 
 
-class ProviderConfigError(ProviderError, ValueError):
+class ProviderConfigError(ProviderError, BuildError, ValueError):
     """The provider configuration cannot work; the message says how to fix it."""
 
 
@@ -88,7 +90,7 @@ class ProviderCallError(ProviderError):
         self,
         message: str,
         *,
-        kind: str,
+        kind: ErrorKind | str,
         provider: str = "",
         status: int | None = None,
         retry_after: float | None = None,
@@ -96,7 +98,7 @@ class ProviderCallError(ProviderError):
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.kind = kind
+        self.kind = ErrorKind(kind)
         self.provider = provider
         self.status = status
         self.retry_after = retry_after

@@ -94,9 +94,7 @@ def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
         root = OmegaConf.load(config_path)
         provider = OmegaConf.to_container(root.provider, resolve=True)
     except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
-        raise ProviderConfigError(
-            f"provider.run_dir: cannot read {config_path}: {str(exc).splitlines()[0]}"
-        ) from exc
+        raise ProviderConfigError(f"provider.run_dir: cannot read {config_path}: {str(exc).splitlines()[0]}") from exc
     if not isinstance(provider, dict):
         raise ProviderConfigError(f"provider.run_dir: {config_path} has no provider section")
     return provider  # type: ignore[return-value]
@@ -148,9 +146,7 @@ class ReplayProvider:
         self._lock = threading.Lock()
 
     # ----- pure halves: the source protocol's ------------------------------------------------------------
-    def build_request(
-        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
-    ) -> dict[str, Any]:
+    def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         return self.inner.build_request(system=system, messages=messages, tools=tools)
 
     def normalize(self, raw: dict[str, Any]) -> ModelResponse:
@@ -222,7 +218,9 @@ class ReplayProvider:
         if not task_dir.is_dir():
             raise ReplayMissError(
                 f"replay: {who} turn {turn_no}: the replayed run {self.run_dir} has no such task",
-                task_id=task, turn=turn_no, agent=agent,
+                task_id=task,
+                turn=turn_no,
+                agent=agent,
             )
         index = self._turns(task, context.scope)
         turn = index.turns.get(turn_no)
@@ -232,13 +230,17 @@ class ReplayProvider:
             raise ReplayMissError(
                 f"replay: {who} turn {turn_no}: the replayed run never made this turn ({what}); the new "
                 "pipeline took another path earlier (a parser or repair change can add a turn)",
-                task_id=task, turn=turn_no, agent=agent,
+                task_id=task,
+                turn=turn_no,
+                agent=agent,
             )
         node = self._call_node(turn)
         if node is None:
             raise ReplayMissError(
                 f"replay: {who} turn {turn_no}: no {CALL_NODE} record in {turn.path}",
-                task_id=task, turn=turn_no, agent=agent,
+                task_id=task,
+                turn=turn_no,
+                agent=agent,
             )
         output = node.output()
         if not output.ok:
@@ -250,14 +252,18 @@ class ReplayProvider:
                 reason = output.error or "its output.json is unreadable"
             raise ReplayMissError(
                 f"replay: {who} turn {turn_no}: cannot serve {node.folder}: {reason}",
-                task_id=task, turn=turn_no, agent=agent,
+                task_id=task,
+                turn=turn_no,
+                agent=agent,
             )
         value = output.value
         raw = value.get("raw_response") if isinstance(value, dict) else None
         if not isinstance(raw, dict):
             raise ReplayMissError(
                 f"replay: {who} turn {turn_no}: {node.path / 'output.json'} holds no raw_response",
-                task_id=task, turn=turn_no, agent=agent,
+                task_id=task,
+                turn=turn_no,
+                agent=agent,
             )
         request = value.get("raw_request")
         return SavedCall(request if isinstance(request, dict) else None, raw, node.path)
@@ -278,7 +284,9 @@ class ReplayProvider:
                     log.warning(
                         "replay: task %s turn %d: the request differs from the saved one (%s); serving the saved "
                         "reply, which was written for the old conversation",
-                        key, context.turn, diff.describe(160),
+                        key,
+                        context.turn,
+                        diff.describe(160),
                     )
         with self._lock:
             self.served += 1
@@ -288,7 +296,10 @@ class ReplayProvider:
         if self.diverged:
             log.info(
                 "replay: served %d saved replies from %s; %d task(s) asked with a changed conversation: %s",
-                self.served, self.run_dir, len(self.diverged), ", ".join(sorted(self.diverged)),
+                self.served,
+                self.run_dir,
+                len(self.diverged),
+                ", ".join(sorted(self.diverged)),
             )
         await self.inner.aclose()
 
@@ -325,4 +336,3 @@ def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
 async def open_replay(cfg: ProviderConfig) -> Provider:
     """The ``register_protocol`` opener for ``protocol: replay``."""
     return build_replay_provider(cfg)
-

@@ -31,9 +31,7 @@ class CalculationError(ValueError):
 
 def _check_int(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
-        raise CalculationError(
-            f"the result has more than {MAX_INT_BITS:,} bits; use floats (e.g. 2.0**x) instead"
-        )
+        raise CalculationError(f"the result has more than {MAX_INT_BITS:,} bits; use floats (e.g. 2.0**x) instead")
     return value
 
 
@@ -56,9 +54,7 @@ def _factorial(n: Any) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise CalculationError("factorial() needs a non-negative integer")
     if n > MAX_FACTORIAL_N:
-        raise CalculationError(
-            f"factorial() is limited to n <= {MAX_FACTORIAL_N}; use lgamma(n + 1) for logs"
-        )
+        raise CalculationError(f"factorial() is limited to n <= {MAX_FACTORIAL_N}; use lgamma(n + 1) for logs")
     return math.factorial(n)
 
 

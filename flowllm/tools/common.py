@@ -69,9 +69,7 @@ def confine(workspace: Path, user_path: str) -> Path:
     # Lexical check first, so '../x' is refused even when it does not exist.
     lexical = Path(os.path.normpath(candidate))
     if not _inside(lexical, root) and not _inside(lexical, Path(os.path.abspath(workspace))):
-        raise ConfinementError(
-            f"'{text}' is outside the task folder; use a path relative to it, like 'data.csv'"
-        )
+        raise ConfinementError(f"'{text}' is outside the task folder; use a path relative to it, like 'data.csv'")
     resolved = lexical.resolve()
     if not _inside(resolved, root):
         raise ConfinementError(f"'{text}' is a symbolic link that points outside the task folder")

@@ -97,9 +97,7 @@ def _read_json(data: bytes, suffix: str) -> str:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return (
-            f"(not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; raw text follows)\n{text}"
-        )
+        return f"(not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; raw text follows)\n{text}"
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
@@ -140,10 +138,7 @@ def _read_pdf(path: Path) -> str:
         raise ReadError("reading .pdf files needs the optional package 'pypdf' (pip install pypdf)") from None
     try:
         reader = pypdf.PdfReader(str(path))
-        pages = [
-            f"--- page {i} ---\n{(page.extract_text() or '').strip()}"
-            for i, page in enumerate(reader.pages, 1)
-        ]
+        pages = [f"--- page {i} ---\n{(page.extract_text() or '').strip()}" for i, page in enumerate(reader.pages, 1)]
     except Exception as exc:
         raise ReadError(f"could not read the PDF: {exc}") from None
     return f"[PDF: {len(pages)} pages]\n" + "\n".join(pages)
@@ -186,9 +181,7 @@ def render_file(path: Path) -> str | tuple[str, bytes]:
             raise ReadError(f"the image is {size:,} bytes, over the {MAX_IMAGE_BYTES:,}-byte limit")
         return IMAGE_TYPES[suffix], path.read_bytes()
     if size > MAX_READ_BYTES:
-        raise ReadError(
-            f"the file is {size:,} bytes, too large to read here; process it with run_python instead"
-        )
+        raise ReadError(f"the file is {size:,} bytes, too large to read here; process it with run_python instead")
     data = path.read_bytes()
     if suffix in (".csv", ".tsv"):
         return _read_csv(data, suffix)
@@ -223,9 +216,7 @@ def _file_error(workspace: Path, shown: str, target: Path | None = None) -> Tool
     entries = sorted(folder.iterdir(), key=lambda p: p.name)[:20] if folder.is_dir() else []
     names = [relative_display(p, workspace) + ("/" if p.is_dir() else "") for p in entries]
     where = (
-        "the task folder"
-        if folder.resolve() == workspace.resolve()
-        else f"'{relative_display(folder, workspace)}/'"
+        "the task folder" if folder.resolve() == workspace.resolve() else f"'{relative_display(folder, workspace)}/'"
     )
     hint = f" Files in {where}: {', '.join(names)}." if names else f" {where.capitalize()} is empty."
     return ToolError(scrub_workspace(f"no such file: '{shown}'.{hint}", workspace))
@@ -349,9 +340,7 @@ def build_server(workspace: Path, page_chars: int = DEFAULT_PAGE_CHARS) -> MCPSe
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flowllm.tools.files", description=__doc__)
     add_workspace_argument(parser)
-    parser.add_argument(
-        "--page-chars", type=int, default=DEFAULT_PAGE_CHARS, help="characters per read_file page"
-    )
+    parser.add_argument("--page-chars", type=int, default=DEFAULT_PAGE_CHARS, help="characters per read_file page")
     args = parser.parse_args(argv)
     build_server(workspace_from(args.workspace), args.page_chars).run()
 

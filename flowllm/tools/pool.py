@@ -177,9 +177,7 @@ def _is_connection_loss(exc: BaseException) -> bool:
         return any(_is_connection_loss(e) for e in exc.exceptions)
     if isinstance(exc, MCPError):
         return exc.code == types.CONNECTION_CLOSED
-    return isinstance(
-        exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError
-    )
+    return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError)
 
 
 # -------------------------------------------------------------------------------------------- connections
@@ -267,9 +265,7 @@ async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
 class _ServerHandle:
     """A configured server across restarts: state, tools, the live connection, the shared restart."""
 
-    def __init__(
-        self, spec: ServerSpec, workspace: Path, start_timeout_s: float, ping_timeout_s: float
-    ) -> None:
+    def __init__(self, spec: ServerSpec, workspace: Path, start_timeout_s: float, ping_timeout_s: float) -> None:
         self.spec = spec
         self.workspace = workspace
         self.start_timeout_s = start_timeout_s
@@ -376,18 +372,14 @@ class _ServerHandle:
                 result = await conn.session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
             except MCPError as exc:
                 if exc.code != types.CONNECTION_CLOSED:
-                    raise _ServerFailure(
-                        f"the server answered with a protocol error: {exc.message}"
-                    ) from None
+                    raise _ServerFailure(f"the server answered with a protocol error: {exc.message}") from None
             except Exception as exc:
                 if not _is_connection_loss(exc):
                     raise _ServerFailure(f"the call failed: {_describe_exception(exc)}") from None
             else:
                 if isinstance(result, types.CallToolResult):
                     return result
-                raise _ServerFailure(
-                    "the server asked for input mid-call, which flowllm tools do not support"
-                )
+                raise _ServerFailure("the server asked for input mid-call, which flowllm tools do not support")
             # The connection is gone: the process died (or closed its pipes) before answering.
             conn.lost = True
             if attempt == 0:
@@ -444,9 +436,7 @@ def truncate_text(text: str, limit: int) -> str:
     if limit <= 0 or len(text) <= limit:
         return text
     cut = len(text) - limit
-    return (
-        f"{text[:limit]}\n[... {cut:,} of {len(text):,} characters cut: the result was longer than {limit:,}]"
-    )
+    return f"{text[:limit]}\n[... {cut:,} of {len(text):,} characters cut: the result was longer than {limit:,}]"
 
 
 def convert_result(result: types.CallToolResult) -> tuple[str, list[Block]]:
@@ -524,9 +514,7 @@ class ToolPool:
         for spec in settings.servers:
             missing = spec.missing_env()
             if missing:
-                reason = (
-                    f"server '{spec.name}' is disabled: environment variable(s) {', '.join(missing)} not set"
-                )
+                reason = f"server '{spec.name}' is disabled: environment variable(s) {', '.join(missing)} not set"
                 log.warning("%s; its tools are not offered", reason)
                 self._unavailable[spec.name] = reason
                 continue
@@ -598,8 +586,7 @@ class ToolPool:
         if any(name in h.spec.blacklist for h in self._handles.values() if name in h.tools):
             return f"tool '{name}' is disabled in this configuration"
         available = "; ".join(
-            f"{h.spec.name}: {', '.join(t for t in h.tools if t not in h.spec.blacklist)}"
-            for h in self._live()
+            f"{h.spec.name}: {', '.join(t for t in h.tools if t not in h.spec.blacklist)}" for h in self._live()
         )
         where = f" on server '{server}'" if server else ""
         return f"unknown tool '{name}'{where}. Available tools: {available or 'none'}"

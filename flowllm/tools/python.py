@@ -34,24 +34,18 @@ def _description(limits: SandboxLimits) -> str:
 
 def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:
     """The ``tool-python`` server for one workspace (also handy in-process in tests)."""
-    server = MCPServer(
-        SERVER_NAME, instructions="Runs Python code inside the task's folder.", log_level="WARNING"
-    )
+    server = MCPServer(SERVER_NAME, instructions="Runs Python code inside the task's folder.", log_level="WARNING")
 
     async def run_python(code: str) -> CallToolResult:
         if not code.strip():
             return CallToolResult(
-                content=[
-                    TextContent(type="text", text="Error: 'code' is empty; pass the Python source to run.")
-                ],
+                content=[TextContent(type="text", text="Error: 'code' is empty; pass the Python source to run.")],
                 is_error=True,
             )
         result = await run_python_code(code, workspace, limits)
         # A failing script is still a successful tool call, but flagging it lets the model (and the recorder)
         # see at a glance that the code did not do what it meant.
-        return CallToolResult(
-            content=[TextContent(type="text", text=result.render())], is_error=not result.ok
-        )
+        return CallToolResult(content=[TextContent(type="text", text=result.render())], is_error=not result.ok)
 
     server.add_tool(run_python, name="run_python", description=_description(limits))
     return server
@@ -61,15 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flowllm.tools.python", description=__doc__)
     add_workspace_argument(parser)
     defaults = SandboxLimits()
-    parser.add_argument(
-        "--timeout-s", type=float, default=defaults.timeout_s, help="wall-clock limit per call"
-    )
-    parser.add_argument(
-        "--memory-mb", type=int, default=defaults.memory_mb, help="address-space limit; 0: none"
-    )
-    parser.add_argument(
-        "--max-file-mb", type=int, default=defaults.max_file_mb, help="largest file it may write"
-    )
+    parser.add_argument("--timeout-s", type=float, default=defaults.timeout_s, help="wall-clock limit per call")
+    parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb, help="address-space limit; 0: none")
+    parser.add_argument("--max-file-mb", type=int, default=defaults.max_file_mb, help="largest file it may write")
     parser.add_argument("--max-output-chars", type=int, default=defaults.max_stdout_chars, help="stdout kept")
     parser.add_argument("--allow-network", action="store_true", help="let the code use the network")
     args = parser.parse_args(argv)

@@ -116,9 +116,7 @@ class _Validator:
             if branches and not any(self._quiet_check(value, b, path) for b in branches):
                 # Branch order, duplicates dropped: 'string or null' reads as the schema was written.
                 kinds = list(
-                    dict.fromkeys(
-                        _describe_type(self._resolve(b) or {}) for b in branches if isinstance(b, dict)
-                    )
+                    dict.fromkeys(_describe_type(self._resolve(b) or {}) for b in branches if isinstance(b, dict))
                 )
                 self.errors.append(
                     f"{_where(path)} must be {' or '.join(k for k in kinds if k) or 'an allowed form'}, "
@@ -133,9 +131,7 @@ class _Validator:
             names = expected if isinstance(expected, list) else [expected]
             if not any(_type_matches(value, str(n)) for n in names):
                 wanted = " or ".join(map(str, names))
-                self.errors.append(
-                    f"{_where(path)} must be {wanted}, got {_json_type(value)} {_short(value)}"
-                )
+                self.errors.append(f"{_where(path)} must be {wanted}, got {_json_type(value)} {_short(value)}")
                 return False
 
         if "enum" in schema and isinstance(schema["enum"], list) and not _in_enum(value, schema["enum"]):
@@ -194,9 +190,7 @@ class _Validator:
             if name not in value:
                 prop = (schema.get("properties") or {}).get(name)
                 kind = _describe_type(self._resolve(prop) or {}) if isinstance(prop, dict) else ""
-                self.errors.append(
-                    f"missing required argument '{prefix}{name}'" + (f" ({kind})" if kind else "")
-                )
+                self.errors.append(f"missing required argument '{prefix}{name}'" + (f" ({kind})" if kind else ""))
         properties = schema.get("properties") or {}
         extra = schema.get("additionalProperties", True)
         for name, item in value.items():
@@ -213,9 +207,7 @@ class _Validator:
 
 def _in_enum(value: Any, allowed: list[Any]) -> bool:
     # JSON equality: True is not 1, 1 equals 1.0.
-    return any(
-        (isinstance(value, bool) == isinstance(choice, bool)) and value == choice for choice in allowed
-    )
+    return any((isinstance(value, bool) == isinstance(choice, bool)) and value == choice for choice in allowed)
 
 
 def _describe_type(schema: dict[str, Any]) -> str:
