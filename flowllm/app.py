@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
+from flowllm.agent.turn import AGENT_TURN
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.datasets.gaia import load_tasks
 from flowllm.engine import Recorder, build_pipeline, make_runner
@@ -77,7 +78,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     if cfg.experiment.attempts < 1:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
     source = f"conf/pipeline/{_choice('pipeline', cfg)}.yaml"
-    pipeline = build_pipeline(cfg.pipeline.nodes, source=source)
+    pipeline = build_pipeline(cfg.pipeline.nodes, source=source, contract=AGENT_TURN)
     runner = make_runner(cfg.runner.name, cfg.runner.item_timeout_s, cfg.runner.turn_timeout_s)
     runner.validate(pipeline)
     provider_cfg = cast(ProviderConfig, OmegaConf.to_object(cfg.provider))

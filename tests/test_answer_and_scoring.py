@@ -83,9 +83,7 @@ def _write(folder: Path, lines: list[str]) -> Path:
 
 def test_loader_selects_by_id_level_and_limit(tmp_path: Path) -> None:
     rows = [
-        json.dumps(
-            {"task_id": f"t{i}", "Question": "q", "Level": 1 + i % 2, "Final answer": "a", "file_name": ""}
-        )
+        json.dumps({"task_id": f"t{i}", "Question": "q", "Level": 1 + i % 2, "Final answer": "a", "file_name": ""})
         for i in range(6)
     ]
     folder = _write(tmp_path / "d", rows)

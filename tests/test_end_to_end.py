@@ -118,16 +118,12 @@ def test_results_agree_across_runners(runs: dict[str, Path]) -> None:
 
 
 def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
-    proc = flowllm(
-        "agent.max_turns=1", "dataset.task_ids=[sample-02-word-count]", f"hydra.run.dir={tmp_path}"
-    )
+    proc = flowllm("agent.max_turns=1", "dataset.task_ids=[sample-02-word-count]", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr
     result = read_json(tmp_path / "tasks" / "sample-02-word-count" / "result.json")
     # Turn 1 called a tool, the limit was reached, turn 2 asked for the final answer without tools.
     assert result["turns"] == 2 and result["stop"] == "max_turns"
-    request = read_json(
-        tmp_path / "tasks" / "sample-02-word-count" / "turn_002" / "03_call_model" / "input.json"
-    )
+    request = read_json(tmp_path / "tasks" / "sample-02-word-count" / "turn_002" / "03_call_model" / "input.json")
     last_user = request["prompt_messages"][-1]
     assert "final answer" in last_user["content"][-1]["text"]
 
@@ -144,9 +140,7 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
         (["recorder.snapshot=sometimes"], {}, "recorder.snapshot"),
     ],
 )
-def test_user_errors_are_one_clear_line(
-    overrides: list[str], env: dict[str, str], needle: str, tmp_path: Path
-) -> None:
+def test_user_errors_are_one_clear_line(overrides: list[str], env: dict[str, str], needle: str, tmp_path: Path) -> None:
     proc = flowllm(*overrides, f"hydra.run.dir={tmp_path}", env=env, timeout=60)
     assert proc.returncode != 0
     assert needle in proc.stderr, proc.stderr

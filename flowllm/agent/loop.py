@@ -9,6 +9,7 @@ from typing import Any
 
 from flowllm.agent.answer import extract_answer
 from flowllm.agent.subagents import SubAgentSpec, SubAgentTools
+from flowllm.agent.turn import AGENT_TURN, LAST_USAGE, MODEL_USAGE_PORT, TurnOutcome
 from flowllm.core.interfaces import Provider, ToolBackend
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
@@ -17,12 +18,6 @@ from flowllm.tools.textproto import describe_tools_for_prompt
 
 STOP_NO_TOOL_CALLS = "no_tool_calls"
 STOP_MAX_TURNS = "max_turns"
-# An optional turn input: the usage of the previous model call, given only to pipelines that read it (so a
-# pipeline without such a node records exactly what it always did).
-LAST_USAGE = "last_usage"
-# Nodes besides call_model that call a model (compaction) report it under an output port of this name; the
-# loop adds it to the task's usage.
-MODEL_USAGE_PORT = "model_usage"
 
 
 @dataclass
@@ -92,6 +87,8 @@ class Agent:
         for spec in (subagents or {}).values():
             if spec.max_turns < 1:
                 raise ValueError(f"subagents.{spec.name}.max_turns must be at least 1, not {spec.max_turns}")
+        if pipeline.contract is not AGENT_TURN:
+            AGENT_TURN.check(pipeline.nodes, pipeline.source)
         self.pipeline = pipeline
         self.runner = runner
         self.settings = settings
@@ -151,7 +148,7 @@ class Agent:
         repairs: Counter[str] = Counter()
         response: ModelResponse | None = None
 
-        async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> dict[str, Any]:
+        async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> TurnOutcome:
             nonlocal usage, response
             if on_turn is not None:
                 on_turn(number)
@@ -160,26 +157,22 @@ class Agent:
             if self.wants_last_usage and response is not None:
                 inputs[LAST_USAGE] = response.usage
             state = await self.runner.run(self.pipeline, inputs, ctx, self.observer)
-            response = state["response"]
-            usage = usage + response.usage
-            for key in self.model_usage_keys:
-                extra = state.get(key)
-                if isinstance(extra, Usage):
-                    usage = usage + extra
-            prepared = state.get("prepared_calls", [])
-            counts["calls"] += len(prepared)
-            counts["bad"] += len(state.get("bad_tool_calls", []))
-            counts["failed"] += sum(1 for r in state.get("tool_results", []) if r.is_error)
-            for p in prepared:
+            outcome = TurnOutcome.from_state(state, self.model_usage_keys)
+            response = outcome.response
+            usage = usage + response.usage + outcome.extra_usage
+            counts["calls"] += len(outcome.prepared_calls)
+            counts["bad"] += len(outcome.bad_tool_calls)
+            counts["failed"] += sum(1 for r in outcome.tool_results if r.is_error)
+            for p in outcome.prepared_calls:
                 repairs[p.repair_stage or "failed"] += 1
-            return state
+            return outcome
 
         stop = STOP_MAX_TURNS
         number = 0
         for number in range(1, settings.max_turns + 1):
-            state = await turn(number, messages, tools)
-            messages = state["next_messages"]
-            if not state.get("tool_calls") and not state.get("bad_tool_calls"):
+            outcome = await turn(number, messages, tools)
+            messages = outcome.next_messages
+            if not outcome.called_tools:
                 stop = STOP_NO_TOOL_CALLS
                 break
         else:

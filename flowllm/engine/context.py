@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from flowllm.core.interfaces import CallContext, Provider, ToolBackend
 
@@ -68,8 +68,6 @@ class TurnContext:
     fanout: FanOut = field(default_factory=FanOut)
     agent: str = "main"
     scope: str = ""  # see CallContext.scope
-    # Node-specific settings the agent loop passes down (e.g. the known tool servers).
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def call_context(self) -> CallContext:

@@ -37,8 +37,8 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from flowllm.engine.errors import PipelineError
+from flowllm.engine.instantiate import WIRING_KEYS, instantiate_node
 from flowllm.engine.node import BoundNode
-from flowllm.engine.pipeline import WIRING_KEYS, instantiate_node
 
 # Processing order matters: the history is settled first (compaction), then the system prompt (memory), so
 # a hook of a later point may read what an earlier one produced without forming a cycle.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 
@@ -29,6 +30,9 @@ class Node:
     """
 
     outputs: ClassVar[tuple[str, ...]] = ()
+    # Optional: the type of some outputs, checked against the caller's contract (engine/contract.py) when the
+    # pipeline is built.
+    output_types: ClassVar[Mapping[str, type]] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,3 @@ class BoundNode:
     @property
     def folder(self) -> str:
         return f"{self.index:02d}_{self.name}"
-
-    def gather_inputs(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The keyword arguments for ``run`` from the state (optional ports only when present)."""
-        kwargs = {p: state[self.input_key(p)] for p in self.ports.required}
-        for p in self.ports.optional:
-            key = self.input_key(p)
-            if key in state:
-                kwargs[p] = state[key]
-        return kwargs

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import time
 import traceback
 import weakref
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
@@ -92,6 +93,8 @@ class _Plan:
         self.topological = [by_name[n.name] for n in pipeline.topological]
         self.waiting = {s.name: len(pipeline.predecessors[s.name]) for s in self.steps}
         self.successors = {s.name: tuple(by_name[n] for n in pipeline.successors[s.name]) for s in self.steps}
+        self.in_yaml_order = _InSequence(self.steps)
+        self.in_topological_order = _InSequence(self.topological)
 
 
 # Compiled plans by pipeline identity; the weak reference tells a live pipeline from a new one at a reused id.
@@ -108,47 +111,8 @@ def _plan(pipeline: Pipeline) -> _Plan:
     return plan
 
 
-async def execute_node(
-    node: BoundNode, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
-) -> dict[str, Any]:
-    """Run one node on the state; return its outputs keyed by state key. Raises NodeExecutionError."""
-    return await _execute(_Step(node), state, ctx, observer, runner)
-
-
-async def _execute(
-    step: _Step, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
-) -> dict[str, Any]:
-    inputs = step.gather(state)
-    if observer is None:
-        # Nobody records this node: no clocks, no meta.
-        try:
-            result = step.run(ctx, **inputs)
-            if step.is_async or inspect.isawaitable(result):
-                result = await result
-            step.check(result)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            raise NodeExecutionError(step.name, exc) from exc
-        return step.keyed(result)
-    started = time.time()
-    t0 = time.perf_counter()
-    try:
-        result = step.run(ctx, **inputs)
-        if step.is_async or inspect.isawaitable(result):
-            result = await result
-        step.check(result)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        observer.on_node(ctx, step.node, inputs, None, _meta(started, t0, runner, exc))
-        raise NodeExecutionError(step.name, exc) from exc
-    observer.on_node(ctx, step.node, inputs, result, _meta(started, t0, runner, None))
-    return step.keyed(result)
-
-
 class _Pending:
-    """A node declared sync whose ``run`` returned an awaitable (a callable object wrapping a coroutine)."""
+    """A started node whose ``run`` returned an awaitable: what ``_settle`` needs once it resolves."""
 
     __slots__ = ("awaitable", "inputs", "started", "t0")
 
@@ -159,57 +123,62 @@ class _Pending:
         self.t0 = t0
 
 
-def _execute_sync(
-    step: _Step, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
-) -> dict[str, Any] | _Pending:
-    """``_execute`` for a node whose ``run`` is a plain function, without a coroutine per node.
+class _Executor:
+    """The one node executor: run, await, check the outputs, record. Every runner goes through it.
 
-    If ``run`` returns an awaitable after all, that is handed back as a ``_Pending`` for ``_finish`` to await
-    (``run`` is never called twice).
+    ``start`` calls ``run``; a plain function's result is settled at once, without a coroutine per node (a turn
+    of trivial nodes costs a few microseconds per node, so that matters), and an awaitable comes back as a
+    ``_Pending`` for ``finish``. ``run`` is called exactly once either way.
     """
-    inputs = step.gather(state)
-    started = time.time() if observer is not None else 0.0
-    t0 = time.perf_counter() if observer is not None else 0.0
-    try:
-        result = step.run(ctx, **inputs)
-        if inspect.isawaitable(result):
+
+    __slots__ = ("ctx", "observer", "runner")
+
+    def __init__(self, ctx: TurnContext, observer: NodeObserver | None, runner: str) -> None:
+        self.ctx = ctx
+        self.observer = observer
+        self.runner = runner
+
+    def start(self, step: _Step, state: Mapping[str, Any]) -> dict[str, Any] | _Pending:
+        inputs = step.gather(state)
+        timed = self.observer is not None
+        started = time.time() if timed else 0.0
+        t0 = time.perf_counter() if timed else 0.0
+        try:
+            result = step.run(self.ctx, **inputs)
+        except Exception as exc:
+            raise self._failed(step, inputs, started, t0, exc) from exc
+        if step.is_async or inspect.isawaitable(result):
             return _Pending(result, inputs, started, t0)
-        step.check(result)
-    except Exception as exc:
-        if observer is not None:
-            observer.on_node(ctx, step.node, inputs, None, _meta(started, t0, runner, exc))
-        raise NodeExecutionError(step.name, exc) from exc
-    if observer is not None:
-        observer.on_node(ctx, step.node, inputs, result, _meta(started, t0, runner, None))
-    return step.keyed(result)
+        return self._settle(step, inputs, started, t0, result)
 
+    async def finish(self, step: _Step, pending: _Pending) -> dict[str, Any]:
+        try:
+            result = await pending.awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise self._failed(step, pending.inputs, pending.started, pending.t0, exc) from exc
+        return self._settle(step, pending.inputs, pending.started, pending.t0, result)
 
-async def _finish(
-    step: _Step, pending: _Pending, ctx: TurnContext, observer: NodeObserver | None, runner: str
-) -> dict[str, Any]:
-    try:
-        result = await pending.awaitable
-        step.check(result)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        if observer is not None:
-            observer.on_node(ctx, step.node, pending.inputs, None, _meta(pending.started, pending.t0, runner, exc))
-        raise NodeExecutionError(step.name, exc) from exc
-    if observer is not None:
-        observer.on_node(ctx, step.node, pending.inputs, result, _meta(pending.started, pending.t0, runner, None))
-    return step.keyed(result)
+    async def execute(self, step: _Step, state: Mapping[str, Any]) -> dict[str, Any]:
+        out = self.start(step, state)
+        return await self.finish(step, out) if isinstance(out, _Pending) else out
 
+    def _settle(self, step: _Step, inputs: dict[str, Any], started: float, t0: float, result: Any) -> dict[str, Any]:
+        try:
+            step.check(result)
+        except Exception as exc:
+            raise self._failed(step, inputs, started, t0, exc) from exc
+        if self.observer is not None:
+            self.observer.on_node(self.ctx, step.node, inputs, result, _meta(started, t0, self.runner, None))
+        return step.keyed(result)
 
-async def _execute_any(
-    step: _Step, state: Mapping[str, Any], ctx: TurnContext, observer: NodeObserver | None, runner: str
-) -> dict[str, Any]:
-    if step.is_async:
-        return await _execute(step, state, ctx, observer, runner)
-    out = _execute_sync(step, state, ctx, observer, runner)
-    if isinstance(out, _Pending):
-        return await _finish(step, out, ctx, observer, runner)
-    return out
+    def _failed(
+        self, step: _Step, inputs: dict[str, Any], started: float, t0: float, exc: Exception
+    ) -> NodeExecutionError:
+        if self.observer is not None:
+            self.observer.on_node(self.ctx, step.node, inputs, None, _meta(started, t0, self.runner, exc))
+        return NodeExecutionError(step.name, exc)
 
 
 def _meta(started: float, t0: float, runner: str, exc: BaseException | None) -> dict[str, Any]:
@@ -233,40 +202,111 @@ def _active(observer: NodeObserver | None) -> NodeObserver | None:
     return None
 
 
+class _Schedule:
+    """When each node may start: the part in which the strategies differ. Ready nodes are kept in YAML order."""
+
+    def first(self, plan: _Plan) -> list[_Step]:
+        raise NotImplementedError
+
+    def after(self, plan: _Plan, step: _Step) -> list[_Step]:
+        """The nodes that became ready because ``step`` finished."""
+        raise NotImplementedError
+
+
+class _InSequence(_Schedule):
+    """One node after another, in a fixed order (the YAML's, or the topological one). Keeps no state: one
+    instance per pipeline serves every turn."""
+
+    def __init__(self, sequence: list[_Step]) -> None:
+        self.next_of = {a.name: b for a, b in itertools.pairwise(sequence)}
+        self.head = sequence[:1]
+
+    def first(self, plan: _Plan) -> list[_Step]:
+        return list(self.head)
+
+    def after(self, plan: _Plan, step: _Step) -> list[_Step]:
+        nxt = self.next_of.get(step.name)
+        return [nxt] if nxt is not None else []
+
+
+class _WhenInputsReady(_Schedule):
+    """A node is ready as soon as all its producers finished."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.waiting = dict(plan.waiting)
+
+    def first(self, plan: _Plan) -> list[_Step]:
+        return [s for s in plan.steps if self.waiting[s.name] == 0]
+
+    def after(self, plan: _Plan, step: _Step) -> list[_Step]:
+        ready = []
+        for succ in plan.successors[step.name]:
+            self.waiting[succ.name] -= 1
+            if self.waiting[succ.name] == 0:
+                ready.append(succ)
+        return ready
+
+
+async def _run_loop(schedule: _Schedule, plan: _Plan, state: dict[str, Any], ex: _Executor, overlap: bool) -> None:
+    """The one runner loop. Ready nodes start in YAML order. Without ``overlap`` each node finishes before the
+    next starts. With it, only what can overlap gets an asyncio task: a plain (sync) node runs at once (in a task
+    it would hold the event loop just the same), and an async node that is the only work left is awaited
+    directly; finished tasks are applied in YAML order, so the state and what starts next do not depend on
+    timing."""
+    ready = schedule.first(plan)
+    running: dict[asyncio.Future[dict[str, Any]], _Step] = {}
+
+    def finished(step: _Step, outputs: dict[str, Any]) -> None:
+        state.update(outputs)
+        added = schedule.after(plan, step)
+        if added:
+            ready.extend(added)
+            if len(ready) > 1:
+                ready.sort(key=lambda s: s.index)
+
+    try:
+        while ready or running:
+            while ready:
+                step = ready.pop(0)
+                out = ex.start(step, state)
+                if not isinstance(out, _Pending):
+                    finished(step, out)
+                    continue
+                if not overlap or (not ready and not running):
+                    finished(step, await ex.finish(step, out))
+                    continue
+                running[asyncio.ensure_future(ex.finish(step, out))] = step
+            if not running:
+                break
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f].index):
+                finished(running.pop(fut), fut.result())
+    finally:
+        for fut in running:
+            fut.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+
+
 class Runner:
-    """Base of the three strategies: ``run`` a pipeline for one turn."""
+    """One turn of a pipeline: the shared loop, with the strategy's schedule and overlap."""
 
     name: ClassVar[str] = ""
-    concurrent_fanout: ClassVar[bool] = False
+    concurrent_fanout: ClassVar[bool] = False  # fan-out items (tool calls) run concurrently
+    overlap: ClassVar[bool] = False  # independent async nodes run concurrently
 
     def __init__(self, item_timeout_s: float = 120.0, turn_timeout_s: float = 600.0) -> None:
+        if item_timeout_s <= 0 or turn_timeout_s <= 0:
+            raise PipelineError(
+                f"runner timeouts must be positive (item_timeout_s={item_timeout_s}, turn_timeout_s={turn_timeout_s})"
+            )
         self.item_timeout_s = item_timeout_s
         self.turn_timeout_s = turn_timeout_s
 
     def validate(self, pipeline: Pipeline) -> None:
         """Refuse a pipeline this strategy cannot run (checked once, before any task)."""
 
-    def fanout(self) -> FanOut:
-        return FanOut(self.concurrent_fanout, self.item_timeout_s, self.turn_timeout_s)
-
-    def prepare(self, ctx: TurnContext) -> TurnContext:
-        return replace(ctx, fanout=self.fanout())
-
-    async def run(
-        self,
-        pipeline: Pipeline,
-        inputs: Mapping[str, Any],
-        ctx: TurnContext,
-        observer: NodeObserver | None = None,
-    ) -> dict[str, Any]:
-        raise NotImplementedError
-
-
-class _SerialRunner(Runner):
-    def order(self, pipeline: Pipeline) -> list[BoundNode]:
-        raise NotImplementedError
-
-    def _steps(self, plan: _Plan) -> list[_Step]:
+    def schedule(self, plan: _Plan) -> _Schedule:
         raise NotImplementedError
 
     async def run(
@@ -276,16 +316,15 @@ class _SerialRunner(Runner):
         ctx: TurnContext,
         observer: NodeObserver | None = None,
     ) -> dict[str, Any]:
-        ctx = self.prepare(ctx)
-        observer = _active(observer)
+        ctx = replace(ctx, fanout=FanOut(self.concurrent_fanout, self.item_timeout_s, self.turn_timeout_s))
+        plan = _plan(pipeline)
         state = dict(inputs)
-        for step in self._steps(_plan(pipeline)):
-            state.update(await _execute_any(step, state, ctx, observer, self.name))
+        await _run_loop(self.schedule(plan), plan, state, _Executor(ctx, _active(observer), self.name), self.overlap)
         return state
 
 
-class LegacyRunner(_SerialRunner):
-    """The reference behaviour: the nodes in the order the YAML lists them."""
+class LegacyRunner(Runner):
+    """The reference behaviour: the nodes in the order the YAML lists them, no graph library involved."""
 
     name = "legacy"
 
@@ -302,92 +341,28 @@ class LegacyRunner(_SerialRunner):
                     )
             available.update(node.produces)
 
-    def order(self, pipeline: Pipeline) -> list[BoundNode]:
-        return pipeline.nodes
-
-    def _steps(self, plan: _Plan) -> list[_Step]:
-        return plan.steps
+    def schedule(self, plan: _Plan) -> _Schedule:
+        return plan.in_yaml_order
 
 
-class GraphRunner(_SerialRunner):
+class GraphRunner(Runner):
     """Serial, in the graph's topological order (computed once per pipeline)."""
 
     name = "graph"
 
-    def order(self, pipeline: Pipeline) -> list[BoundNode]:
-        return pipeline.topological
-
-    def _steps(self, plan: _Plan) -> list[_Step]:
-        return plan.topological
+    def schedule(self, plan: _Plan) -> _Schedule:
+        return plan.in_topological_order
 
 
 class GraphParallelRunner(Runner):
-    """Each node starts when its producers are done; independent nodes and fan-out items overlap.
-
-    Only what can overlap gets an asyncio task: a plain (sync) node runs at once when it is ready, since it would
-    hold the event loop in a task just the same, and an async node that is the only work left is awaited
-    directly. Several ready async nodes run as concurrent tasks. Ready nodes start in YAML order and finished
-    tasks are applied in YAML order, so the state and what starts next do not depend on timing.
-    """
+    """Each node starts when its producers are done; independent nodes and fan-out items overlap."""
 
     name = "graph_parallel"
     concurrent_fanout = True
+    overlap = True
 
-    async def run(
-        self,
-        pipeline: Pipeline,
-        inputs: Mapping[str, Any],
-        ctx: TurnContext,
-        observer: NodeObserver | None = None,
-    ) -> dict[str, Any]:
-        ctx = self.prepare(ctx)
-        observer = _active(observer)
-        plan = _plan(pipeline)
-        state = dict(inputs)
-        waiting = dict(plan.waiting)
-        ready = [s for s in plan.steps if waiting[s.name] == 0]  # kept in YAML order
-        running: dict[asyncio.Future[dict[str, Any]], _Step] = {}
-
-        def finished(step: _Step, outputs: dict[str, Any]) -> None:
-            state.update(outputs)
-            added = False
-            for succ in plan.successors[step.name]:
-                waiting[succ.name] -= 1
-                if waiting[succ.name] == 0:
-                    ready.append(succ)
-                    added = True
-            if added:
-                ready.sort(key=lambda s: s.index)
-
-        try:
-            while ready or running:
-                while ready:
-                    step = ready.pop(0)
-                    work: Awaitable[dict[str, Any]]
-                    if step.is_async:
-                        work = _execute(step, state, ctx, observer, self.name)
-                    else:
-                        out = _execute_sync(step, state, ctx, observer, self.name)
-                        if not isinstance(out, _Pending):
-                            finished(step, out)
-                            continue
-                        work = _finish(step, out, ctx, observer, self.name)
-                    if not ready and not running:
-                        # The only work left: nothing to overlap it with, so no task.
-                        finished(step, await work)
-                        continue
-                    running[asyncio.ensure_future(work)] = step
-                if not running:
-                    break
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for fut in sorted(done, key=lambda f: running[f].index):
-                    finished(running.pop(fut), fut.result())
-        finally:
-            for fut in running:
-                fut.cancel()
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
-        return state
+    def schedule(self, plan: _Plan) -> _Schedule:
+        return _WhenInputsReady(plan)
 
 
 RUNNERS: dict[str, type[Runner]] = {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)}

@@ -5,10 +5,11 @@ They are two nodes so that the raw wire exchange is always on disk: replay and r
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from flowllm.core.interfaces import Provider
-from flowllm.core.types import Block, Message, ToolSpec
+from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.engine import Node, TurnContext
 
 
@@ -42,6 +43,7 @@ class Normalize(Node):
     """raw_response -> response (ModelResponse), the same whichever protocol answered."""
 
     outputs = ("response",)
+    output_types = MappingProxyType({"response": ModelResponse})
 
     def run(self, ctx: TurnContext, raw_response: dict[str, Any]) -> dict[str, Any]:
         return {"response": _provider(ctx).normalize(raw_response)}

@@ -64,18 +64,14 @@ async def test_turn_limit_adds_a_summary_turn_without_tools(tmp_path: Path, pipe
     assert result.tool_calls == 3
     # No tool backend was given: each call came back as an error the model can read, and nothing crashed.
     assert result.failed_tool_calls == 3
-    out = read_json(
-        tmp_path / "run" / "tasks" / "always-calls" / "turn_004" / "07_dispatch_tools" / "output.json"
-    )
+    out = read_json(tmp_path / "run" / "tasks" / "always-calls" / "turn_004" / "07_dispatch_tools" / "output.json")
     assert out["tool_results"] == []
 
 
 async def test_an_unreadable_call_is_answered_and_the_loop_goes_on(tmp_path: Path, pipeline_cfg) -> None:
     result = await run_task(tmp_path, pipeline_cfg, "bad-then-answer")
     assert result.bad_tool_calls == 1 and result.turns == 2 and result.answer == "ok"
-    out = read_json(
-        tmp_path / "run" / "tasks" / "bad-then-answer" / "turn_001" / "07_dispatch_tools" / "output.json"
-    )
+    out = read_json(tmp_path / "run" / "tasks" / "bad-then-answer" / "turn_001" / "07_dispatch_tools" / "output.json")
     assert out["tool_results"][0]["is_error"] is True
     assert "could not be read" in out["tool_results"][0]["content"]
 

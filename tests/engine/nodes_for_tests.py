@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import MappingProxyType
 from typing import Any
 
 from flowllm.engine import Node, TurnContext
@@ -16,6 +17,12 @@ class Add(Node):
 
     def run(self, ctx: TurnContext, value: int) -> dict[str, Any]:
         return {"total": value + self.amount}
+
+
+class TypedAdd(Add):
+    """Add, with its output's type declared for the caller's contract."""
+
+    output_types = MappingProxyType({"total": int})
 
 
 class Double(Node):

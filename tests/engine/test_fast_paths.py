@@ -108,8 +108,16 @@ def test_recorder_keeps_write_order_and_survives_a_removed_folder(tmp_path: Path
 
 def test_credential_fields_in_any_case_are_still_masked(tmp_path: Path) -> None:
     with Recorder(tmp_path) as rec:
-        rec.write_json(tmp_path / "x.json", {"X-API-KEY": "v1", "Proxy-Authorization": "v2", "client_Secret": "v3",
-                                             "Secret": "v4", "note": "monkey keys"})
+        rec.write_json(
+            tmp_path / "x.json",
+            {
+                "X-API-KEY": "v1",
+                "Proxy-Authorization": "v2",
+                "client_Secret": "v3",
+                "Secret": "v4",
+                "note": "monkey keys",
+            },
+        )
     data = read_json(tmp_path / "x.json")
     assert data["X-API-KEY"] == data["Proxy-Authorization"] == data["Secret"] == "[redacted]"
     assert data["note"] == "monkey keys"

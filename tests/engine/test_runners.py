@@ -32,6 +32,35 @@ TOPOLOGIES = {
         "double": {"_target_": f"{T}.Double"},
         "join": {"_target_": f"{T}.Join", "inputs": {"left": "doubled"}},
     },
+    # One source, two async branches that may overlap, one join: the branches finish in any order.
+    "diamond": {
+        "source": {"_target_": f"{T}.Add", "amount": 1},
+        "slow": {"_target_": f"{T}.Double", "outputs": {"doubled": "left"}},
+        "fast": {"_target_": f"{T}.Double", "outputs": {"doubled": "right"}},
+        "join": {"_target_": f"{T}.Join"},
+    },
+    # Fan-out then fan-in through renamed ports on both sides, with an optional input that is produced.
+    "fan_out_fan_in": {
+        "base": {"_target_": f"{T}.Add", "amount": 0},
+        "l": {"_target_": f"{T}.Add", "amount": 5, "inputs": {"value": "total"}, "outputs": {"total": "left"}},
+        "r": {"_target_": f"{T}.Add", "amount": 7, "inputs": {"value": "total"}, "outputs": {"total": "right"}},
+        "b": {"_target_": f"{T}.Add", "amount": 9, "inputs": {"value": "total"}, "outputs": {"total": "bonus"}},
+        "join": {"_target_": f"{T}.Join"},
+    },
+    # An optional input nobody produces: the node runs with its default.
+    "optional_absent": {
+        "l": {"_target_": f"{T}.Add", "amount": 1, "outputs": {"total": "left"}},
+        "r": {"_target_": f"{T}.Add", "amount": 2, "outputs": {"total": "right"}},
+        "join": {"_target_": f"{T}.Join"},
+    },
+}
+EXPECTED = {
+    "chain": {"doubled": 12},
+    "fan_in": {"joined": [15, 25, 0]},
+    "crossed": {"joined": [12, 7, 0]},
+    "diamond": {"joined": [12, 12, 0]},
+    "fan_out_fan_in": {"joined": [10, 12, 14]},
+    "optional_absent": {"joined": [6, 7, 0]},
 }
 
 
@@ -45,10 +74,31 @@ async def test_runners_agree_on_state(topology: str) -> None:
     assert results[0] == results[1] == results[2]
 
 
-async def test_crossed_topology_values() -> None:
-    pipeline = build_pipeline(TOPOLOGIES["crossed"], provided=("value",))
-    state = await make_runner("graph_parallel").run(pipeline, {"value": 5}, TurnContext("t", 1))
-    assert state["joined"] == [12, 7, 0]
+@pytest.mark.parametrize("runner", RUNNER_NAMES)
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+async def test_every_topology_gives_its_values_under_every_runner(topology: str, runner: str) -> None:
+    pipeline = build_pipeline(TOPOLOGIES[topology], provided=("value",))
+    state = await make_runner(runner).run(pipeline, {"value": 5}, TurnContext("t", 1))
+    for key, value in EXPECTED[topology].items():
+        assert state[key] == value
+
+
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+async def test_every_topology_records_byte_identical_artifacts_under_every_runner(topology: str, tmp_path) -> None:
+    pipeline = build_pipeline(TOPOLOGIES[topology], provided=("value",))
+    trees = []
+    for name in RUNNER_NAMES:
+        with Recorder(tmp_path / name) as rec:
+            await make_runner(name).run(pipeline, {"value": 5}, TurnContext("task-1", 1), rec)
+        turn = tmp_path / name / "tasks" / "task-1" / "turn_001"
+        trees.append(
+            {
+                str(f.relative_to(turn)): f.read_bytes()
+                for f in sorted(turn.rglob("*.json"))
+                if f.name != "meta.json"  # timings and the runner's name
+            }
+        )
+    assert trees[0] and trees[0] == trees[1] == trees[2]
 
 
 @pytest.mark.parametrize("runner", RUNNER_NAMES)
@@ -115,9 +165,7 @@ async def test_wrong_outputs_break_the_contract() -> None:
 
 async def test_cancellation_propagates_through_graph_parallel() -> None:
     pipeline = build_pipeline({"sleep": {"_target_": f"{T}.Sleepy"}}, provided=("delays",))
-    task = asyncio.create_task(
-        make_runner("graph_parallel").run(pipeline, {"delays": [5, 5]}, TurnContext("t", 1))
-    )
+    task = asyncio.create_task(make_runner("graph_parallel").run(pipeline, {"delays": [5, 5]}, TurnContext("t", 1)))
     await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -50,6 +50,4 @@ def run_flowllm(
 def start_flowllm(*args: str, log: Path) -> subprocess.Popen[Any]:
     """The app in the background, output to ``log`` (a pipe nobody reads could fill up and block it)."""
     handle = log.open("w")
-    return subprocess.Popen(
-        [sys.executable, "-m", "flowllm", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT
-    )
+    return subprocess.Popen([sys.executable, "-m", "flowllm", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)

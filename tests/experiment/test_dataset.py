@@ -121,8 +121,9 @@ def test_malformed_standardized_rows(tmp_path: Path) -> None:
     folder = _write(tmp_path / "s", '{"task_id": "a", "Question": "q"}\n', "standardized_data.jsonl")
     with pytest.raises(DatasetError, match=r"standardized_data.jsonl:1: missing field 'task_question'"):
         read_dataset(folder)
-    folder = _write(tmp_path / "m", '{"task_id": "a", "task_question": "q", "metadata": [1]}\n',
-                    "standardized_data.jsonl")
+    folder = _write(
+        tmp_path / "m", '{"task_id": "a", "task_question": "q", "metadata": [1]}\n', "standardized_data.jsonl"
+    )
     with pytest.raises(DatasetError, match=r":1: metadata must be a JSON object"):
         read_dataset(folder)
 

@@ -35,8 +35,13 @@ def test_cost_counts_cached_tokens_once() -> None:
 
 def test_price_lookup() -> None:
     table = PriceTable.from_mapping(
-        {"models": {"claude-sonnet-4-5": {"input": 3, "output": 15}, "claude-sonnet-4": {"input": 1, "output": 2},
-                    "gpt-5": {"input": 1.25, "output": 10, "cache_read": 0.125}}}
+        {
+            "models": {
+                "claude-sonnet-4-5": {"input": 3, "output": 15},
+                "claude-sonnet-4": {"input": 1, "output": 2},
+                "gpt-5": {"input": 1.25, "output": 10, "cache_read": 0.125},
+            }
+        }
     )
     assert table.lookup("claude-sonnet-4-5") is table.prices["claude-sonnet-4-5"]
     # A dated snapshot takes the longest entry it starts with, not the shorter family name.
@@ -82,10 +87,18 @@ def test_shipped_price_table_prices_every_shipped_provider() -> None:
 
 def _outcome(task_id: str, level: int, correct: bool, **kw) -> TaskOutcome:
     base = {
-        "status": COMPLETED, "answer": "a", "ground_truth": "a" if correct else "b", "correct": correct,
-        "turns": 2, "usage": Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=400,
-                                   cache_write_tokens=200, reasoning_tokens=30),
-        "level": level, "tool_calls": 3, "bad_tool_calls": 1, "repairs": {"strict": 2, "json5": 0, "failed": 1},
+        "status": COMPLETED,
+        "answer": "a",
+        "ground_truth": "a" if correct else "b",
+        "correct": correct,
+        "turns": 2,
+        "usage": Usage(
+            input_tokens=1000, output_tokens=100, cache_read_tokens=400, cache_write_tokens=200, reasoning_tokens=30
+        ),
+        "level": level,
+        "tool_calls": 3,
+        "bad_tool_calls": 1,
+        "repairs": {"strict": 2, "json5": 0, "failed": 1},
     }
     base.update(kw)
     return TaskOutcome(task_id=task_id, **base)
@@ -96,26 +109,46 @@ def _summary(interrupted: bool = False) -> dict:
         _outcome("a", 1, True),
         _outcome("b", 1, False),
         _outcome("c", 2, True, attempts=2),
-        _outcome("d", 2, False, status=FAILED, turns=0, usage=Usage(), tool_calls=0, bad_tool_calls=0, repairs={},
-                 error="FileNotFoundError: attachment 'x.pdf' is missing from the dataset folder"),
+        _outcome(
+            "d",
+            2,
+            False,
+            status=FAILED,
+            turns=0,
+            usage=Usage(),
+            tool_calls=0,
+            bad_tool_calls=0,
+            repairs={},
+            error="FileNotFoundError: attachment 'x.pdf' is missing from the dataset folder",
+        ),
     ]
-    table = PriceTable.from_mapping({"models": {"m": {"input": 3, "output": 15, "cache_read": 0.3,
-                                                      "cache_write": 3.75}}})
-    return summarize(outcomes, total=5, wall_seconds=12.5, interrupted=interrupted, resumed=1, model="m",
-                     prices=table, attempts=2)
+    table = PriceTable.from_mapping(
+        {"models": {"m": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}}
+    )
+    return summarize(
+        outcomes, total=5, wall_seconds=12.5, interrupted=interrupted, resumed=1, model="m", prices=table, attempts=2
+    )
 
 
 def test_summary_counts() -> None:
     s = _summary()
     assert (s["tasks"], s["finished"], s["completed"], s["failed"], s["unfinished"]) == (5, 4, 3, 1, 1)
     assert s["correct"] == 2 and s["accuracy"] == 0.4  # over all selected tasks, unfinished ones count as wrong
-    assert s["by_level"] == {"1": {"tasks": 2, "correct": 1, "accuracy": 0.5},
-                             "2": {"tasks": 2, "correct": 1, "accuracy": 0.5}}
+    assert s["by_level"] == {
+        "1": {"tasks": 2, "correct": 1, "accuracy": 0.5},
+        "2": {"tasks": 2, "correct": 1, "accuracy": 0.5},
+    }
     # 9 parsed calls + 3 malformed blocks were made; 3 of the 9 failed repair.
     assert (s["tool_calls_made"], s["tool_calls_parsed"], s["parse_rate"]) == (12, 6, 0.5)
     assert s["repairs"] == {"failed": 3, "json5": 0, "strict": 6}
-    assert s["tokens"] == {"input_uncached": 1200, "cache_read": 1200, "cache_write": 600, "output": 300,
-                           "reasoning": 90, "total": 3300}
+    assert s["tokens"] == {
+        "input_uncached": 1200,
+        "cache_read": 1200,
+        "cache_write": 600,
+        "output": 300,
+        "reasoning": 90,
+        "total": 3300,
+    }
     expected = (1200 * 3 + 1200 * 0.3 + 600 * 3.75 + 300 * 15) / 1e6
     assert s["cost_usd"] == pytest.approx(expected) and s["cost"]["model"] == "m"
     assert s["attempts"] == 2 and s["attempts_used"] == 5 and s["resumed"] == 1

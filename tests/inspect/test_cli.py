@@ -64,7 +64,11 @@ def test_task_shows_turns_calls_repairs_and_the_answer(runs: FixtureRuns, capsys
     assert [t["number"] for t in turns] == [1, 2]
     call = turns[0]["calls"][0]
     assert (call["server"], call["name"], call["repair_stage"], call["result"]) == (
-        "tool-python", "run_python", "lenient", "5259.18")
+        "tool-python",
+        "run_python",
+        "lenient",
+        "5259.18",
+    )
 
 
 def test_task_of_a_failed_replay_names_the_missing_turn(runs: FixtureRuns, capsys: pytest.CaptureFixture[str]) -> None:
@@ -118,8 +122,9 @@ def test_not_a_run_and_unknown_names(runs: FixtureRuns, tmp_path: Path, capsys: 
     assert code == 1 and "no node 'nonode'" in err and "03_call_model" in err
 
 
-def test_a_multirun_folder_points_to_its_jobs(runs: FixtureRuns, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_multirun_folder_points_to_its_jobs(
+    runs: FixtureRuns, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "0").symlink_to(runs.original.run_dir)
     (tmp_path / "1").symlink_to(runs.strict.run_dir)
     code, _, err = inspect(capsys, tmp_path)
@@ -172,7 +177,12 @@ def test_an_older_layout_is_read(runs: FixtureRuns, tmp_path: Path, capsys: pyte
 
 
 def test_module_entry_point(runs: FixtureRuns) -> None:
-    done = subprocess.run([sys.executable, "-m", "flowllm.inspect", str(runs.original.run_dir), "tasks", "--json"],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "flowllm.inspect", str(runs.original.run_dir), "tasks", "--json"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert {r["task_id"] for r in json.loads(done.stdout)} == {LENIENT_TASK, CLEAN_TASK}

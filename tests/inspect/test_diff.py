@@ -26,7 +26,10 @@ def test_a_strict_replay_differs_in_the_repaired_task_only(runs: FixtureRuns) ->
     # Everything before repair_arguments is the same; its output is where the runs part.
     assert task.divergence is not None
     assert (task.divergence.turn, task.divergence.node, task.divergence.file) == (
-        1, "06_repair_arguments", "output.json")
+        1,
+        "06_repair_arguments",
+        "output.json",
+    )
     assert "prepared_calls[0].arguments" in task.divergence.detail
     assert result.settings_changes["repair.name"] == ("full", "strict")
 

@@ -29,8 +29,9 @@ def make_multirun(runs: FixtureRuns, root: Path) -> Path:
     return root
 
 
-def test_report_is_one_self_contained_file(runs: FixtureRuns, tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_is_one_self_contained_file(
+    runs: FixtureRuns, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "out" / "report.html"
     assert main(["report", str(runs.original.run_dir), "-o", str(target)]) == 0
     assert "report written" in capsys.readouterr().out

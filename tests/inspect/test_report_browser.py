@@ -33,9 +33,18 @@ WAIT_S = 20
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
         options.add_argument(flag)
     service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
     driver = webdriver.Chrome(options=options, service=service)
@@ -80,7 +89,7 @@ def test_filter_open_a_task_and_expand_a_node(runs: FixtureRuns, tmp_path: Path,
     assert not node.find_elements(By.CSS_SELECTOR, "pre.node-output")  # built only when expanded
     node.find_element(By.TAG_NAME, "summary").click()
     output = wait.until(lambda d: node.find_element(By.CSS_SELECTOR, "pre.node-output"))
-    assert "repair_stage: \"lenient\"" in output.text
+    assert 'repair_stage: "lenient"' in output.text
     assert 'if row["region"] == "North":' in output.text  # code shown with its line breaks
 
     # Job 1, the replay that lost a turn: filter on failed tasks and read why.

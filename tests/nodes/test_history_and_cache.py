@@ -14,9 +14,7 @@ from flowllm.nodes.history import PLACEHOLDER, TrimHistory
 def xml_results(n: int) -> Message:
     return {
         "role": "user",
-        "content": [
-            {"type": "text", "text": f'<tool_result server="s" tool="t">\nresult {n}\n</tool_result>'}
-        ],
+        "content": [{"type": "text", "text": f'<tool_result server="s" tool="t">\nresult {n}\n</tool_result>'}],
         "meta": {"kind": "tool_results", "calls": [{"server": "s", "tool": "t"}]},
     }
 
@@ -24,9 +22,7 @@ def xml_results(n: int) -> Message:
 def native_results(n: int) -> Message:
     return {
         "role": "user",
-        "content": [
-            {"type": "tool_result", "tool_use_id": f"id{n}", "content": [{"type": "text", "text": f"r{n}"}]}
-        ],
+        "content": [{"type": "tool_result", "tool_use_id": f"id{n}", "content": [{"type": "text", "text": f"r{n}"}]}],
     }
 
 
@@ -77,9 +73,7 @@ def test_mark_cache_marks_system_and_last_user_message() -> None:
     messages = history(xml_results)
     system = [{"type": "text", "text": "sys"}]
     ctx = TurnContext("t", 1, provider=CachingProvider(True))  # type: ignore[arg-type]
-    tools = [
-        {"server": "s", "name": n, "description": "", "input_schema": {"type": "object"}} for n in ("a", "b")
-    ]
+    tools = [{"server": "s", "name": n, "description": "", "input_schema": {"type": "object"}} for n in ("a", "b")]
     out = MarkCache(ttl="1h").run(ctx, messages, system, tools)
     assert [t.get("cache_control") for t in out["prompt_tools"]] == [None, {"type": "ephemeral", "ttl": "1h"}]
     assert "cache_control" not in tools[1]

@@ -63,7 +63,11 @@ def _env() -> dict[str, str]:
 def start_flowllm(run_dir: Path, *overrides: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "flowllm", f"hydra.run.dir={run_dir}", "progress=false", *overrides],
-        cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=PROJECT_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

@@ -57,7 +57,5 @@ def test_answers(expression: str, answer: str) -> None:
     ],
 )
 def test_refusals_say_why(expression: str, reason: str) -> None:
-    with pytest.raises(
-        CalculationError, match=reason.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
-    ):
+    with pytest.raises(CalculationError, match=reason.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
         calculate(expression)

@@ -75,8 +75,7 @@ def test_long_files_come_in_pages(attachments: Path) -> None:
     (attachments / "long.txt").write_text("0123456789" * 5)
     first = text_of(read_file_result(attachments, "long.txt", 0, page_chars=20))
     assert (
-        first
-        == "01234567890123456789\n[showing characters 0-20 of 50; call read_file again with offset=20 for more]"
+        first == "01234567890123456789\n[showing characters 0-20 of 50; call read_file again with offset=20 for more]"
     )
     last = text_of(read_file_result(attachments, "long.txt", 40, page_chars=20))
     assert last == "0123456789\n[showing characters 40-50 of 50; end of file]"

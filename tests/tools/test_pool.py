@@ -13,9 +13,7 @@ from flowllm.tools import ToolPool, open_tool_pool
 from tests.tools.helpers import FLAKY_SERVER, alive, descendants, flaky_config, needs_proc
 
 
-async def call(
-    pool: ToolPool, name: str, arguments: dict, *, server: str | None = "flaky", timeout_s: float = 30
-):
+async def call(pool: ToolPool, name: str, arguments: dict, *, server: str | None = "flaky", timeout_s: float = 30):
     return await pool.call(server, name, arguments, call_id=f"id-{name}", timeout_s=timeout_s)
 
 
@@ -23,9 +21,7 @@ async def call(
 async def test_structured_config_and_a_clean_exit_with_no_process_left(workspace: Path) -> None:
     cfg = ToolsConfig(
         name="dc",
-        servers={
-            "flaky": ToolServerConfig(command="python", args=[str(FLAKY_SERVER)], env={"FLAKY_KEY": "k1"})
-        },
+        servers={"flaky": ToolServerConfig(command="python", args=[str(FLAKY_SERVER)], env={"FLAKY_KEY": "k1"})},
     )
     before = descendants()
     async with open_tool_pool(cfg, workspace) as pool:
@@ -57,9 +53,7 @@ async def test_a_server_that_hangs_is_restarted_after_a_timeout(workspace: Path,
         assert answer.content.split("pid=")[1].split()[0] != first_pid
 
 
-async def test_a_crash_mid_call_restarts_the_server_and_retries_once(
-    workspace: Path, state_dir: Path
-) -> None:
+async def test_a_crash_mid_call_restarts_the_server_and_retries_once(workspace: Path, state_dir: Path) -> None:
     async with open_tool_pool(flaky_config(state_dir), workspace) as pool:
         result = await call(pool, "crash_once", {"name": "a"})
         assert (result.is_error, result.content) == (False, "survived a")
@@ -67,9 +61,7 @@ async def test_a_crash_mid_call_restarts_the_server_and_retries_once(
         assert (await call(pool, "sleep", {"seconds": 0})).content == "slept 0"
 
 
-async def test_a_tool_that_always_crashes_is_reported_after_one_retry(
-    workspace: Path, state_dir: Path
-) -> None:
+async def test_a_tool_that_always_crashes_is_reported_after_one_retry(workspace: Path, state_dir: Path) -> None:
     async with open_tool_pool(flaky_config(state_dir), workspace) as pool:
         result = await call(pool, "crash", {})
         assert result.is_error
@@ -138,9 +130,7 @@ async def test_an_error_in_the_task_still_stops_every_process(workspace: Path, s
 
 
 @needs_proc
-async def test_cancelling_the_task_propagates_and_stops_every_process(
-    workspace: Path, state_dir: Path
-) -> None:
+async def test_cancelling_the_task_propagates_and_stops_every_process(workspace: Path, state_dir: Path) -> None:
     before = descendants()
     seen: dict[str, set[int]] = {}
     in_call = asyncio.Event()

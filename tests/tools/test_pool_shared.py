@@ -28,9 +28,7 @@ async def pool(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolPo
             yield opened
 
 
-async def call(
-    pool: ToolPool, name: str, arguments: dict, *, server: str | None = "flaky", timeout_s: float = 30
-):
+async def call(pool: ToolPool, name: str, arguments: dict, *, server: str | None = "flaky", timeout_s: float = 30):
     return await pool.call(server, name, arguments, call_id=f"id-{name}", timeout_s=timeout_s)
 
 

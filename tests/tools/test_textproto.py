@@ -18,10 +18,7 @@ def result(content: str, **kw: object) -> ToolResult:
 
 
 def test_a_result_is_wrapped_exactly() -> None:
-    assert (
-        format_tool_result(result("4"))
-        == '<tool_result server="tool-python" tool="run_python">\n4\n</tool_result>'
-    )
+    assert format_tool_result(result("4")) == '<tool_result server="tool-python" tool="run_python">\n4\n</tool_result>'
 
 
 def test_tool_output_cannot_close_or_forge_our_tags() -> None:
@@ -39,8 +36,7 @@ def test_tool_output_cannot_close_or_forge_our_tags() -> None:
     assert wrapped.lower().count("</tool_result>") == 1 and wrapped.endswith("</tool_result>")
     # Everything else is left alone: other markup, comparisons, HTML.
     assert (
-        neutralize_tags("a < b and <div>x</div> <tool_results_table>")
-        == "a < b and <div>x</div> <tool_results_table>"
+        neutralize_tags("a < b and <div>x</div> <tool_results_table>") == "a < b and <div>x</div> <tool_results_table>"
     )
 
 
@@ -83,9 +79,7 @@ def test_the_prompt_teaches_the_format_and_lists_every_tool_with_its_schema() ->
         "### Tool: calculate",
     ):
         assert needle in prompt, needle
-    schema_line = next(
-        line for line in prompt.splitlines() if line.startswith("Input JSON schema:") and "code" in line
-    )
+    schema_line = next(line for line in prompt.splitlines() if line.startswith("Input JSON schema:") and "code" in line)
     assert json.loads(schema_line.split(":", 1)[1]) == TOOLS[0]["input_schema"]
     assert prompt.index("tool-python") < prompt.index("tool-math")
 

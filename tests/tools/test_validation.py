@@ -97,9 +97,7 @@ def test_unknown_keywords_and_remote_refs_never_reject() -> None:
 
 
 def test_signature_summary() -> None:
-    assert describe_signature(SCHEMA).startswith(
-        "code: string (required), count: integer (required), ratio: number"
-    )
+    assert describe_signature(SCHEMA).startswith("code: string (required), count: integer (required), ratio: number")
     assert "note: string or null" in describe_signature(SCHEMA)
     assert describe_signature({"type": "object", "properties": {}}) == "no arguments"
 

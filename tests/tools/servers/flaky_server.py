@@ -56,9 +56,7 @@ def big(chars: int) -> str:
 @server.tool()
 def where() -> str:
     """Say which workspace the pool passed, and this process id."""
-    return (
-        f"{os.environ.get('FLOWLLM_WORKSPACE', '')} pid={os.getpid()} key={os.environ.get('FLAKY_KEY', '')}"
-    )
+    return f"{os.environ.get('FLOWLLM_WORKSPACE', '')} pid={os.getpid()} key={os.environ.get('FLAKY_KEY', '')}"
 
 
 @server.tool()

@@ -36,11 +36,14 @@ def main() -> None:
             continue
         params = message.get("params") or {}
         if method == "initialize":
-            reply(message["id"], {
-                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": "tool-sleep", "version": "1.0"},
-            })
+            reply(
+                message["id"],
+                {
+                    "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                    "capabilities": {"tools": {"listChanged": False}},
+                    "serverInfo": {"name": "tool-sleep", "version": "1.0"},
+                },
+            )
         elif method == "tools/list":
             reply(message["id"], {"tools": [TOOL]})
         elif method == "tools/call":
@@ -49,10 +52,16 @@ def main() -> None:
         elif method == "ping":
             reply(message["id"], {})
         else:
-            sys.stdout.write(json.dumps({
-                "jsonrpc": "2.0", "id": message["id"],
-                "error": {"code": -32601, "message": f"method not found: {method}"},
-            }) + "\n")
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "error": {"code": -32601, "message": f"method not found: {method}"},
+                    }
+                )
+                + "\n"
+            )
             sys.stdout.flush()
 
 
