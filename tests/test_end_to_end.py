@@ -27,7 +27,7 @@ NODES = [
 
 
 def flowllm(
-    *overrides: str, env: dict[str, str] | None = None, timeout: float = 240
+    *overrides: str, env: dict[str, str] | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flowllm", "progress=false", *overrides],
@@ -141,7 +141,7 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_clear_line(overrides: list[str], env: dict[str, str], needle: str, tmp_path: Path) -> None:
-    proc = flowllm(*overrides, f"hydra.run.dir={tmp_path}", env=env, timeout=60)
+    proc = flowllm(*overrides, f"hydra.run.dir={tmp_path}", env=env, timeout=600)
     assert proc.returncode != 0
     assert needle in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -14,6 +14,7 @@ from flowllm.core.interfaces import Provider, ToolBackend
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
 from flowllm.engine.runners import NodeObserver
+from flowllm.rundir.layout import subagent_scope
 from flowllm.tools.textproto import describe_tools_for_prompt
 
 STOP_NO_TOOL_CALLS = "no_tool_calls"
@@ -121,7 +122,7 @@ class Agent:
             tools,
             self.subagents,
             run_subagent,
-            record_dir=lambda name, call_id: f"turn_{current_turn:03d}/subagents/{name}-{call_id}",
+            record_dir=lambda name, call_id: subagent_scope(current_turn, name, call_id),
         )
         result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn)
         result.usage = result.usage + backend.usage  # a sub-agent's tokens are the task's tokens

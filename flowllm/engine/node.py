@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from flowllm.rundir.layout import node_folder
+
 
 class Node:
     """Base class for nodes. Subclasses set ``outputs`` and define ``run(self, ctx, <inputs>) -> dict``.
@@ -94,4 +96,4 @@ class BoundNode:
 
     @property
     def folder(self) -> str:
-        return f"{self.index:02d}_{self.name}"
+        return node_folder(self.index, self.name)

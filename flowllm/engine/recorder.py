@@ -34,6 +34,7 @@ import orjson
 
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
+from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
 
 SNAPSHOT_MODES = ("all", "errors", "none")
 REDACTED = "[redacted]"
@@ -190,7 +191,8 @@ class Recorder:
         if snapshot not in SNAPSHOT_MODES:
             raise ValueError(f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'")
         self.run_dir = Path(run_dir)
-        self._tasks_root = str(self.run_dir / "tasks")
+        self.layout = RunLayout(self.run_dir)
+        self._tasks_root = str(self.layout.tasks)
         self.snapshot = snapshot
         self.redactor = Redactor(secrets)
         self._writer = _Writer()
@@ -211,7 +213,7 @@ class Recorder:
 
     # -- paths ------------------------------------------------------------------------------------------
     def task_dir(self, task_id: str) -> Path:
-        return self.run_dir / "tasks" / task_id
+        return self.layout.task(task_id)
 
     def node_dir(self, task_id: str, turn: int, node: BoundNode, scope: str = "") -> Path:
         """``scope`` places a sub-agent's turns under the parent turn that called it."""
@@ -219,7 +221,7 @@ class Recorder:
 
     def _node_folder(self, task_id: str, turn: int, node: BoundNode, scope: str) -> str:
         base = f"{self._tasks_root}/{task_id}/{scope}/" if scope else f"{self._tasks_root}/{task_id}/"
-        return f"{base}turn_{turn:03d}/{node.folder}"
+        return f"{base}{turn_folder(turn)}/{node.folder}"
 
     # -- writing ----------------------------------------------------------------------------------------
     def write_json(self, path: Path, value: Any) -> None:
@@ -244,11 +246,11 @@ class Recorder:
             return
         folder = self._node_folder(ctx.task_id, ctx.turn, node, ctx.scope)
         dumps = self.redactor.dumps
-        files: list[_Write] = [(folder, "input.json", dumps(dict(inputs)))]
+        files: list[_Write] = [(folder, INPUT_FILE, dumps(dict(inputs)))]
         if outputs is not None:
-            files.append((folder, "output.json", dumps(dict(outputs))))
+            files.append((folder, OUTPUT_FILE, dumps(dict(outputs))))
         # The meta's keys are the runner's own (status, timings, error text): no credential field to look for.
-        files.append((folder, "meta.json", dumps({"node": node.name, "turn": ctx.turn, **meta}, scrub_fields=False)))
+        files.append((folder, META_FILE, dumps({"node": node.name, "turn": ctx.turn, **meta}, scrub_fields=False)))
         if self.snapshot == "errors":
             with self._lock:
                 self._held.setdefault(ctx.task_id, []).extend(files)
@@ -261,7 +263,7 @@ class Recorder:
             held = self._held.pop(task_id, [])
         if held and result.get("status") != "completed":
             self._submit(held)
-        self.write_json(self.task_dir(task_id) / "result.json", dict(result))
+        self.write_json(self.layout.result(task_id), dict(result))
 
     def discard_task(self, task_id: str) -> None:
         """Forget node records of an attempt that will be retried (pass@k keeps the last attempt only)."""

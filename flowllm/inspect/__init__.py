@@ -1,7 +1,7 @@
 """Looking at saved runs: ``python -m flowllm.inspect RUN_DIR [command]``, ``diff``, and the HTML ``report``.
 
-The layout reader (``artifacts``) and the JSON comparison (``jsondiff``) import nothing heavy, so the replay
-provider can use them; the terminal views (rich) and the report live in their own modules.
+``artifacts`` reads whole runs (tasks, results, summaries) on top of ``flowllm.rundir``; the terminal views
+(rich) and the report live in their own modules.
 """
 
 from flowllm.inspect.artifacts import (
@@ -14,7 +14,7 @@ from flowllm.inspect.artifacts import (
     open_run,
     read_artifact,
 )
-from flowllm.inspect.jsondiff import Difference, first_difference
+from flowllm.rundir.jsondiff import Difference, first_difference
 
 __all__ = [
     "Artifact",

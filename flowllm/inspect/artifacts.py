@@ -15,164 +15,45 @@ a run can have thousands of them.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import orjson
+from flowllm.rundir.layout import (
+    ARTIFACT_FILES,
+    LEGACY_AGENTS_DIR,
+    MAIN_AGENT,
+    RESULT_FILE,
+    SUBAGENTS_DIR,
+    SUMMARY_FILE,
+    TASKS_DIR,
+    TURN_RE,
+)
+from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
 
-TURN_RE = re.compile(r"^turn_(\d+)$")
-NODE_RE = re.compile(r"^(\d+)_(.+)$")
-MAIN_AGENT = "main"
-ARTIFACT_FILES = ("input.json", "output.json", "meta.json")
+__all__ = [
+    "ARTIFACT_FILES",
+    "MAIN_AGENT",
+    "Artifact",
+    "NodeRecord",
+    "NotARunError",
+    "RunRecord",
+    "TaskRecord",
+    "TurnRecord",
+    "is_run_dir",
+    "multirun_jobs",
+    "open_run",
+    "read_artifact",
+    "read_task",
+    "read_turns",
+    "task_summary",
+]
 
 
 class NotARunError(Exception):
     """The folder is not a flowllm run (or multirun); the message says what was expected."""
-
-
-@dataclass
-class Artifact:
-    """One JSON file: its value, or why it could not be read (``error`` is None when it was read)."""
-
-    path: Path
-    value: Any = None
-    error: str | None = None
-    missing: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def read_artifact(path: Path) -> Artifact:
-    """Read a JSON artifact without raising: a missing, empty, truncated or non-JSON file is described."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Artifact(path, error=f"{path.name} is missing", missing=True)
-    except OSError as exc:
-        return Artifact(path, error=f"{path.name} cannot be read: {exc.strerror or exc}")
-    if not data.strip():
-        return Artifact(path, error=f"{path.name} is empty (the write was cut short)")
-    try:
-        return Artifact(path, value=orjson.loads(data))
-    except orjson.JSONDecodeError as exc:
-        return Artifact(path, error=f"{path.name} is not valid JSON ({len(data)} bytes; truncated?): {exc}")
-
-
-@dataclass
-class NodeRecord:
-    """One node of one turn: ``folder`` is the artifact folder name (``03_call_model``)."""
-
-    path: Path
-    index: int | None
-    name: str
-
-    @property
-    def folder(self) -> str:
-        return self.path.name
-
-    @cached_property
-    def meta(self) -> Artifact:
-        return read_artifact(self.path / "meta.json")
-
-    def input(self) -> Artifact:
-        return read_artifact(self.path / "input.json")
-
-    def output(self) -> Artifact:
-        return read_artifact(self.path / "output.json")
-
-    @property
-    def status(self) -> str:
-        """ok | error | unknown (no readable meta.json: an older layout, or a crash mid-write)."""
-        if not self.meta.ok or not isinstance(self.meta.value, dict):
-            return "unknown"
-        return str(self.meta.value.get("status") or "unknown")
-
-    @property
-    def duration_s(self) -> float | None:
-        value = self.meta.value.get("duration_s") if isinstance(self.meta.value, dict) else None
-        return float(value) if isinstance(value, (int, float)) else None
-
-    @property
-    def started_at(self) -> str | None:
-        value = self.meta.value.get("started_at") if isinstance(self.meta.value, dict) else None
-        return str(value) if value else None
-
-    @property
-    def error(self) -> str | None:
-        value = self.meta.value.get("error") if isinstance(self.meta.value, dict) else None
-        if value is None:
-            return None
-        if isinstance(value, dict):  # a provider error's to_dict()
-            return str(value.get("message") or value)
-        return str(value)
-
-    @property
-    def traceback(self) -> str | None:
-        value = self.meta.value.get("traceback") if isinstance(self.meta.value, dict) else None
-        return str(value) if value else None
-
-    def matches(self, key: str) -> bool:
-        """``call_model``, ``03``, ``3`` and ``03_call_model`` all name the same node."""
-        key = key.strip()
-        if key in (self.folder, self.name):
-            return True
-        return key.isdigit() and self.index is not None and int(key) == self.index
-
-
-@dataclass
-class TurnRecord:
-    number: int
-    path: Path
-    nodes: list[NodeRecord]
-
-    def node(self, key: str) -> NodeRecord | None:
-        found = next((n for n in self.nodes if n.matches(key)), None)
-        if found is None:
-            # An unambiguous start of a name is enough (``repair`` for ``repair_arguments``).
-            hits = [n for n in self.nodes if n.name.startswith(key)]
-            found = hits[0] if len(hits) == 1 else None
-        return found
-
-    @property
-    def duration_s(self) -> float:
-        return sum(n.duration_s or 0.0 for n in self.nodes)
-
-
-def _sort_key(path: Path) -> tuple[int, str]:
-    match = NODE_RE.match(path.name)
-    return (int(match.group(1)), path.name) if match else (10**6, path.name)
-
-
-def read_turns(base: Path) -> tuple[list[TurnRecord], list[str]]:
-    """The ``turn_<N>`` folders under ``base`` in turn order, and notes about anything odd in them."""
-    turns: list[TurnRecord] = []
-    notes: list[str] = []
-    if not base.is_dir():
-        return turns, notes
-    for child in base.iterdir():
-        match = TURN_RE.match(child.name)
-        if not match or not child.is_dir():
-            continue
-        nodes = []
-        for node_dir in sorted((p for p in child.iterdir() if p.is_dir()), key=_sort_key):
-            m = NODE_RE.match(node_dir.name)
-            if m:
-                nodes.append(NodeRecord(node_dir, int(m.group(1)), m.group(2)))
-            else:
-                # Before node folders carried their YAML position the folder was the bare node name.
-                nodes.append(NodeRecord(node_dir, None, node_dir.name))
-        turns.append(TurnRecord(int(match.group(1)), child, nodes))
-    turns.sort(key=lambda t: t.number)
-    if any(len(t.path.name) != len("turn_000") for t in turns):
-        notes.append(f"{base.name}: turn folders are not numbered turn_NNN (an older layout); read anyway")
-    return turns, notes
 
 
 @dataclass
@@ -236,15 +117,15 @@ def read_task(path: Path) -> TaskRecord:
     turns, notes = read_turns(path)
     agents: dict[str, list[TurnRecord]] = {}
     # A sub-agent's conversation sits under the turn that called it; its id is that path (its scope).
-    for agent_dir in sorted(p for p in path.glob("turn_*/subagents/*") if p.is_dir()):
+    for agent_dir in sorted(p for p in path.glob(f"turn_*/{SUBAGENTS_DIR}/*") if p.is_dir()):
         agents[agent_dir.relative_to(path).as_posix()], more = read_turns(agent_dir)
         notes.extend(more)
-    agents_dir = path / "agents"  # the layout before sub-agents were scoped under their turn
+    agents_dir = path / LEGACY_AGENTS_DIR  # the layout before sub-agents were scoped under their turn
     if agents_dir.is_dir():
         for agent_dir in sorted(p for p in agents_dir.iterdir() if p.is_dir()):
             agents[agent_dir.name], more = read_turns(agent_dir)
             notes.extend(more)
-    result = read_artifact(path / "result.json")
+    result = read_artifact(path / RESULT_FILE)
     problems = list(notes)
     if not result.ok:
         problems.append(
@@ -327,7 +208,7 @@ def _load_config(run_dir: Path) -> tuple[dict[str, Any] | None, list[str], str |
 
 
 def _task_dirs(run_dir: Path) -> tuple[list[Path], str | None]:
-    tasks_dir = run_dir / "tasks"
+    tasks_dir = run_dir / TASKS_DIR
     if tasks_dir.is_dir():
         return sorted(p for p in tasks_dir.iterdir() if p.is_dir()), None
     # An older layout kept task folders at the top of the run directory.
@@ -342,7 +223,7 @@ def _task_dirs(run_dir: Path) -> tuple[list[Path], str | None]:
 
 
 def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and ((path / "summary.json").is_file() or (path / "tasks").is_dir())
+    return path.is_dir() and ((path / SUMMARY_FILE).is_file() or (path / TASKS_DIR).is_dir())
 
 
 def multirun_jobs(path: Path) -> list[Path]:
@@ -361,8 +242,8 @@ def open_run(path: Path | str) -> RunRecord:
     if not run_dir.is_dir():
         raise NotARunError(f"{run_dir} is a file, not a run directory")
     task_dirs, layout_note = _task_dirs(run_dir)
-    summary = read_artifact(run_dir / "summary.json")
-    if not task_dirs and summary.missing and not (run_dir / "tasks").is_dir():
+    summary = read_artifact(run_dir / SUMMARY_FILE)
+    if not task_dirs and summary.missing and not (run_dir / TASKS_DIR).is_dir():
         jobs = multirun_jobs(run_dir)
         if jobs:
             raise NotARunError(

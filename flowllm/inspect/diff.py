@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, task_summary
-from flowllm.inspect.jsondiff import VOLATILE_KEYS, first_difference, short
 from flowllm.inspect.views import CallView, task_turn_views
+from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
 
 # result.json fields compared, in the order changes are reported.
 RESULT_FIELDS = (

@@ -26,6 +26,7 @@ from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Node, TurnContext
 from flowllm.nodes.tokens import TokenCount, count_context
+from flowllm.rundir.layout import nested_scope
 
 SUMMARY_TAG = "conversation_summary"
 _SUMMARY_BLOCK = re.compile(rf"^<{SUMMARY_TAG}\b[^>]*>\n?(.*?)\n?</{SUMMARY_TAG}>\s*$", re.DOTALL)
@@ -160,9 +161,8 @@ class CompactHistory(Node):
         # A one-turn conversation of its own: turn 1, scoped under the turn that compacted, so the emulator's
         # script and the ledger see it apart from the agent's turns (and replay reports it as a miss, not as
         # some other turn's reply).
-        prefix = f"{ctx.scope}/" if ctx.scope else ""
         context = CallContext(
-            task_id=ctx.task_id, turn=1, agent=self.agent, scope=f"{prefix}turn_{ctx.turn:03d}/{self.agent}"
+            task_id=ctx.task_id, turn=1, agent=self.agent, scope=nested_scope(ctx.scope, ctx.turn, self.agent)
         )
         raw = await provider.send(request, context=context)
         reply = provider.normalize(raw)

@@ -27,7 +27,11 @@ from flowllm.providers.factory import (
     register_protocol,
 )
 from flowllm.providers.ledger import UsageLedger
+from flowllm.providers.replay import open_replay
 from flowllm.providers.resilient import ResilientProvider
+
+# The replay provider (provider=replay) serves a saved run's replies; it plugs in like any custom protocol.
+register_protocol("replay", open_replay)
 
 __all__ = [
     "BaseProvider",

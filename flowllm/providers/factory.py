@@ -338,9 +338,3 @@ async def _open_route(
             await provider.aclose()
         if emulator is not None:
             await asyncio.to_thread(emulator.stop)
-
-
-# The replay provider (provider=replay) serves a saved run's replies; it registers like any custom protocol.
-from flowllm.providers.replay import open_replay  # noqa: E402
-
-register_protocol("replay", open_replay)

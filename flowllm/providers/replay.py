@@ -32,10 +32,12 @@ from typing import Any
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import CallContext, Provider, ToolProtocol, WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
-from flowllm.inspect.artifacts import MAIN_AGENT, NodeRecord, TurnRecord, read_turns
-from flowllm.inspect.jsondiff import first_difference
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.errors import ProviderConfigError, ProviderError
+from flowllm.providers.factory import build_provider
+from flowllm.rundir.jsondiff import first_difference
+from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout
+from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
     """The ``provider`` section of a run's saved config, with interpolations resolved against that config."""
     from omegaconf import OmegaConf
 
-    config_path = run_dir / ".hydra" / "config.yaml"
+    config_path = RunLayout(run_dir).config
     if not config_path.is_file():
         raise ProviderConfigError(
             f"provider.run_dir: {run_dir} has no .hydra/config.yaml, so the protocol that produced its replies "
@@ -134,6 +136,7 @@ class ReplayProvider:
     def __init__(self, cfg: ProviderConfig, run_dir: Path, inner: BaseProvider) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
+        self.layout = RunLayout(run_dir)
         self.inner = inner
         self.name: str = cfg.name
         self.protocol: WireProtocol = inner.protocol
@@ -160,10 +163,7 @@ class ReplayProvider:
             index = self._index.get(key)
         if index is not None:
             return index
-        base = self.run_dir / "tasks" / task_id
-        if scope:
-            base = base / scope
-        turns, notes = read_turns(base)
+        turns, notes = read_turns(self.layout.conversation(task_id, scope))
         index = _TaskIndex({t.number: t for t in turns}, notes)
         with self._lock:
             self._index[key] = index
@@ -187,10 +187,7 @@ class ReplayProvider:
         None when the layout is anything else (an older run, a renamed node, a missing turn): ``saved_call``
         then indexes the conversation's folders and explains what it finds.
         """
-        base = self.run_dir / "tasks" / context.task_id
-        if context.scope:
-            base = base / context.scope
-        turn_dir = base / f"turn_{context.turn:03d}"
+        turn_dir = self.layout.turn(context.task_id, context.turn, context.scope)
         suffix = f"_{CALL_NODE}"
         try:
             with os.scandir(turn_dir) as entries:
@@ -199,8 +196,10 @@ class ReplayProvider:
             return None
         if len(names) != 1:
             return None
-        index, _, name = names[0].partition("_")
-        return NodeRecord(turn_dir / names[0], int(index) if index.isdigit() else None, name)
+        match = NODE_RE.match(names[0])
+        if match is None:
+            return None
+        return NodeRecord(turn_dir / names[0], int(match.group(1)), match.group(2))
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
@@ -214,7 +213,7 @@ class ReplayProvider:
                 request = value.get("raw_request")  # type: ignore[union-attr]
                 return SavedCall(request if isinstance(request, dict) else None, raw, direct.path)
         who = f"task '{task}'" + (f" (sub-agent '{agent}')" if agent != MAIN_AGENT else "")
-        task_dir = self.run_dir / "tasks" / task
+        task_dir = self.layout.task(task)
         if not task_dir.is_dir():
             raise ReplayMissError(
                 f"replay: {who} turn {turn_no}: the replayed run {self.run_dir} has no such task",
@@ -260,7 +259,7 @@ class ReplayProvider:
         raw = value.get("raw_response") if isinstance(value, dict) else None
         if not isinstance(raw, dict):
             raise ReplayMissError(
-                f"replay: {who} turn {turn_no}: {node.path / 'output.json'} holds no raw_response",
+                f"replay: {who} turn {turn_no}: {node.path / OUTPUT_FILE} holds no raw_response",
                 task_id=task,
                 turn=turn_no,
                 agent=agent,
@@ -317,15 +316,12 @@ def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
     run_dir = resolve_run_dir(pcfg.run_dir)
     if not run_dir.is_dir():
         raise ProviderConfigError(f"provider.run_dir: {run_dir} is not a directory")
-    if not (run_dir / "tasks").is_dir():
+    if not RunLayout(run_dir).tasks.is_dir():
         raise ProviderConfigError(
             f"provider.run_dir: {run_dir} is not a flowllm run (no tasks/ folder); for a multirun, pick one job "
             "folder (…/multirun/<date>/<time>/<job number>)"
         )
     source, _chain = source_provider_config(run_dir)
-    # Imported here: the factory imports this module to register it.
-    from flowllm.providers.factory import build_provider
-
     try:
         inner = build_provider(source, base_url=UNUSED_BASE_URL)
     except ProviderConfigError as exc:

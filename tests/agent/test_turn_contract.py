@@ -75,7 +75,7 @@ def test_the_command_line_refuses_the_pipeline_before_any_task(tmp_path) -> None
         [sys.executable, "-m", "flowllm", "~pipeline.nodes.dispatch_tools", f"hydra.run.dir={tmp_path}"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         cwd=tmp_path,
     )
     assert proc.returncode == 2

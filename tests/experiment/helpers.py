@@ -35,7 +35,7 @@ def gaia_overrides(*extra: str) -> list[str]:
 
 
 def run_flowllm(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+    *args: str, env: dict[str, str] | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flowllm", *args],

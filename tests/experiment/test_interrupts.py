@@ -57,7 +57,7 @@ def test_ctrl_c_cancels_running_tasks_and_saves_the_rest(tmp_path: Path) -> None
     try:
         wait_for_results(proc, run_dir, 1, log)
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
+        code = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -80,7 +80,7 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
     try:
         wait_for_results(proc, run_dir, 2, log)
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -103,7 +103,7 @@ def test_plot_falls_back_to_tokens_when_a_model_is_unpriced(tmp_path: Path) -> N
 
 
 def _multirun(sweep_dir: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run_flowllm("-m", "progress=false", f"hydra.sweep.dir={sweep_dir}", *extra, env=env, timeout=240)
+    return run_flowllm("-m", "progress=false", f"hydra.sweep.dir={sweep_dir}", *extra, env=env, timeout=900)
 
 
 def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
@@ -142,7 +142,7 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert read_json(sweep_dir / SWEEP_JSON)["jobs"] == summary["jobs"]

@@ -182,7 +182,7 @@ def test_module_entry_point(runs: FixtureRuns) -> None:
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert {r["task_id"] for r in json.loads(done.stdout)} == {LENIENT_TASK, CLEAN_TASK}

@@ -9,7 +9,7 @@ import pytest
 from flowllm.inspect import open_run
 from flowllm.inspect.cli import main
 from flowllm.inspect.diff import diff_runs
-from flowllm.inspect.jsondiff import VOLATILE_KEYS, first_difference
+from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference
 from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, FixtureRuns
 
 

@@ -1,0 +1,100 @@
+"""The run directory's layout: every path of a run is spelled here and nowhere else.
+
+    <run>/summary.json                                    the run's figures
+    <run>/usage.jsonl                                     every model call attempt (the usage ledger)
+    <run>/.hydra/config.yaml                              the composed config (Hydra writes it)
+    <run>/tasks/<task_id>/result.json                     one task's outcome
+    <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
+    <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   a sub-agent's conversation
+    <run>/tasks/<task_id>/attempts/<n>/                   earlier attempts under pass@k
+
+The recorder writes through it, the experiment resumes through it, replay and inspect read through it. A
+conversation is addressed by its *scope*: "" for the task's own, or the path of a sub-agent's (or a
+compaction call's) folder under the task, as ``CallContext.scope`` carries it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SUMMARY_FILE = "summary.json"
+LEDGER_FILE = "usage.jsonl"
+CONFIG_FILE = ".hydra/config.yaml"
+TASKS_DIR = "tasks"
+RESULT_FILE = "result.json"
+ATTEMPTS_DIR = "attempts"
+SUBAGENTS_DIR = "subagents"
+LEGACY_AGENTS_DIR = "agents"  # where sub-agents' turns were kept before they were scoped under their turn
+INPUT_FILE = "input.json"
+OUTPUT_FILE = "output.json"
+META_FILE = "meta.json"
+ARTIFACT_FILES = (INPUT_FILE, OUTPUT_FILE, META_FILE)
+MAIN_AGENT = "main"
+
+TURN_RE = re.compile(r"^turn_(\d+)$")
+NODE_RE = re.compile(r"^(\d+)_(.+)$")
+
+
+def turn_folder(turn: int) -> str:
+    return f"turn_{turn:03d}"
+
+
+def node_folder(index: int, name: str) -> str:
+    """A node's folder: its YAML position and name (``03_call_model``), whatever order the runner used."""
+    return f"{index:02d}_{name}"
+
+
+def subagent_scope(turn: int, agent: str, call_id: str) -> str:
+    """The scope of a sub-agent's conversation, started by a tool call of the given turn."""
+    return f"{turn_folder(turn)}/{SUBAGENTS_DIR}/{agent}-{call_id}"
+
+
+def nested_scope(parent_scope: str, turn: int, name: str) -> str:
+    """The scope of a one-call conversation of its own (compaction) made during a turn of ``parent_scope``."""
+    prefix = f"{parent_scope}/" if parent_scope else ""
+    return f"{prefix}{turn_folder(turn)}/{name}"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run directory."""
+
+    root: Path
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY_FILE
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / LEDGER_FILE
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def tasks(self) -> Path:
+        return self.root / TASKS_DIR
+
+    def task(self, task_id: str) -> Path:
+        return self.tasks / task_id
+
+    def result(self, task_id: str) -> Path:
+        return self.task(task_id) / RESULT_FILE
+
+    def attempts(self, task_id: str) -> Path:
+        return self.task(task_id) / ATTEMPTS_DIR
+
+    def conversation(self, task_id: str, scope: str = "") -> Path:
+        """The folder holding a conversation's ``turn_NNN`` folders."""
+        base = self.task(task_id)
+        return base / scope if scope else base
+
+    def turn(self, task_id: str, turn: int, scope: str = "") -> Path:
+        return self.conversation(task_id, scope) / turn_folder(turn)
+
+    def node(self, task_id: str, turn: int, index: int, name: str, scope: str = "") -> Path:
+        return self.turn(task_id, turn, scope) / node_folder(index, name)
