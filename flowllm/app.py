@@ -31,10 +31,13 @@ from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
+from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
+from flowllm.rundir.layout import RunLayout
 from flowllm.tools import open_tool_pool
 
 log = logging.getLogger("flowllm")
@@ -114,6 +117,13 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+def priced_model(provider_cfg: ProviderConfig) -> str:
+    """The model whose prices apply: a replay's is the replayed run's model."""
+    if provider_cfg.protocol == REPLAY_PROTOCOL and provider_cfg.run_dir:
+        return source_provider_config(resolve_run_dir(provider_cfg.run_dir))[0].model
+    return provider_cfg.model
+
+
 def subagent_specs(cfg: DictConfig) -> dict[str, SubAgentSpec]:
     """``subagents.<name>`` configs as the agent loop's specs."""
     specs: dict[str, SubAgentSpec] = {}
@@ -142,8 +152,19 @@ def build_experiment(
 
     One place for the wiring, so that what the benchmarks measure is what ``python -m flowllm`` runs.
     """
+    # Under provider=replay every node is compared with the saved run's, so the summary can tell exact
+    # replays from diverged ones (flowllm/experiment/replay_audit.py).
+    audit = (
+        ReplayAudit(RunLayout(provider.run_dir), recorder.redactor.dumps, recorder)
+        if isinstance(provider, ReplayProvider)
+        else None
+    )
     agent = Agent(
-        parts["pipeline"], parts["runner"], parts["settings"], observer=recorder, subagents=parts["subagents"]
+        parts["pipeline"],
+        parts["runner"],
+        parts["settings"],
+        observer=audit if audit is not None else recorder,
+        subagents=parts["subagents"],
     )
     return Experiment(
         agent=agent,
@@ -158,6 +179,7 @@ def build_experiment(
         ),
         progress=progress,
         open_tools=open_tools,
+        audit=audit,
     )
 
 
@@ -200,7 +222,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         wall_seconds=time.perf_counter() - started,
         interrupted=result.interrupted,
         resumed=result.resumed,
-        model=cfg.provider.model,
+        model=priced_model(parts["provider_cfg"]),
         prices=parts["prices"],
         attempts=cfg.experiment.attempts,
     )

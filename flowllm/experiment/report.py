@@ -57,9 +57,23 @@ def task_table(outcomes: Sequence[Any]) -> Table:
 def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
     usage = summary["usage"]
     tokens = summary.get("tokens", {})
-    rows = [
-        ("accuracy", f"{summary['accuracy']:.1%} ({summary['correct']}/{summary['tasks']})"),
-    ]
+    replay = summary.get("replay")
+    if replay is None:
+        rows = [("accuracy", f"{summary['accuracy']:.1%} ({summary['correct']}/{summary['tasks']})")]
+    else:
+        # A replay is scored on the tasks that replayed exactly; the others' replies answered another conversation.
+        exact = replay.get("exact", 0)
+        acc = summary.get("accuracy")
+        shown = f"{acc:.1%} ({replay.get('exact_correct', 0)}/{exact} exact replays)" if acc is not None else "unknown"
+        rows = [
+            ("accuracy", shown if exact else "unknown: no task replayed exactly"),
+            (
+                "replay",
+                f"{exact} exact, {replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
+                f"{replay.get('unverified', 0)} unverified (all tasks: {summary['correct']}/{summary['tasks']} "
+                "correct)",
+            ),
+        ]
     for level, data in summary.get("by_level", {}).items():
         name = "no level" if level == "None" else f"level {level}"
         rows.append((f"  {name}", f"{data['accuracy']:.1%} ({data['correct']}/{data['tasks']})"))

@@ -34,6 +34,8 @@ from flowllm.engine import Recorder
 from flowllm.engine.recorder import read_json
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
+from flowllm.providers.replay import ReplayMissError
 from flowllm.tools import ToolCatalog, discover_tools, open_tool_pool
 
 log = logging.getLogger(__name__)
@@ -75,8 +77,11 @@ class TaskOutcome:
     # pass@k: how many attempts ran, and what each one gave (usage above is the sum over all of them).
     attempts: int = 1
     attempt_log: list[dict[str, Any]] = field(default_factory=list)
+    # Under provider=replay: whether the task replayed exactly (replay_audit.py); absent otherwise.
+    replay: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"replay": self.replay} if self.replay is not None else {}
         return {
             "task_id": self.task_id,
             "status": self.status,
@@ -95,6 +100,7 @@ class TaskOutcome:
             "wall_seconds": round(self.wall_seconds, 3),
             "attempts": self.attempts,
             "attempt_log": self.attempt_log,
+            **extra,
         }
 
     @classmethod
@@ -172,6 +178,7 @@ class Experiment:
         settings: ExperimentSettings,
         progress: ProgressReporter | None = None,
         open_tools: Callable[..., Any] = open_tool_pool,
+        audit: ReplayAudit | None = None,
     ) -> None:
         if settings.attempts < 1:
             raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
@@ -182,6 +189,7 @@ class Experiment:
         self.settings = settings
         self.progress = progress
         self.open_tools = open_tools
+        self.audit = audit
         # Tools are listed once per run; each task's pool then starts a server on its first call only.
         self.tools_catalog: ToolCatalog | None = None
 
@@ -226,6 +234,9 @@ class Experiment:
         started = time.perf_counter()
         result: AgentResult | None = None
         error: str | None = None
+        missed = False
+        if self.audit is not None:
+            self.audit.forget(task.task_id)
         try:
             workspace = self._workspace(task)
             async with asyncio.timeout(self.settings.task_timeout_s):
@@ -237,8 +248,10 @@ class Experiment:
             raise
         except Exception as exc:
             error = _describe(exc)
+            missed = isinstance(getattr(exc, "cause", None) or exc, ReplayMissError)
             log.debug("task %s failed", task.task_id, exc_info=True)
         wall = time.perf_counter() - started
+        replay = self.audit.verdict(task.task_id, missed=missed) if self.audit is not None else None
         if result is None:
             return TaskOutcome(
                 task_id=task.task_id,
@@ -251,6 +264,7 @@ class Experiment:
                 error=error,
                 level=task.level,
                 wall_seconds=wall,
+                replay=replay,
             )
         return TaskOutcome(
             task_id=task.task_id,
@@ -267,6 +281,7 @@ class Experiment:
             failed_tool_calls=result.failed_tool_calls,
             repairs=result.repairs,
             wall_seconds=wall,
+            replay=replay,
         )
 
     async def run_task(self, task: Task) -> TaskOutcome:
@@ -385,6 +400,14 @@ def summarize(
     made = calls + bad
     parsed = calls - repairs.get("failed", 0)
     cost = cost_summary(usage, model, prices)
+    replay = replay_summary([(o.replay, o.correct) for o in outcomes])
+    accuracy = round(correct / total, 4) if total else 0.0
+    extra: dict[str, Any] = {}
+    if replay is not None:
+        # A replay's tokens are the saved run's, served again: nothing was spent to get them.
+        cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
+        extra = {"replay": replay, "accuracy_all": accuracy}
+        accuracy = replay["accuracy_exact"]
     return {
         "tasks": total,
         "finished": len(outcomes),
@@ -393,7 +416,7 @@ def summarize(
         "unfinished": total - len(outcomes),
         "resumed": resumed,
         "correct": correct,
-        "accuracy": round(correct / total, 4) if total else 0.0,
+        "accuracy": accuracy,
         "by_level": dict(sorted(by_level.items())),
         "attempts": attempts,
         "attempts_used": sum(o.attempts for o in outcomes),
@@ -418,4 +441,5 @@ def summarize(
         "cost_usd": cost["total_usd"],
         "wall_seconds": round(wall_seconds, 3),
         "interrupted": interrupted,
+        **extra,
     }

@@ -9,8 +9,12 @@ import pytest
 from flowllm.engine.recorder import read_json
 from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, RUNNERS, TASKS, FixtureRuns
 
-# Fields of result.json that may differ between two runs of the same conversation.
-TIMING = {"wall_seconds"}
+# Fields of result.json that may differ between two runs of the same conversation, and the replay's verdict.
+TIMING = {"wall_seconds", "replay"}
+
+
+def _verdict(run_dir: Path, task_id: str) -> dict:
+    return read_json(run_dir / "tasks" / task_id / "result.json")["replay"]
 
 
 def _result(run_dir: Path, task_id: str) -> dict:
@@ -48,6 +52,15 @@ def test_replay_reproduces_the_original_run_exactly(runs: FixtureRuns, runner: s
     assert summary["provider"] == "replay"
     assert summary["correct"] == 2 and summary["failed"] == 0
     assert "request differs" not in replay.app_log
+    # Every node matched the saved run: each task is an exact replay, and the score counts.
+    assert [_verdict(replay.run_dir, task) for task in TASKS] == [{"status": "exact"}] * 2
+    assert summary["replay"]["exact"] == 2 and summary["replay"]["diverged"] == 0
+    assert summary["accuracy"] == 1.0
+    # The tokens are the saved run's, priced with its model and marked as replayed: nothing was spent.
+    original_cost = read_json(runs.original.run_dir / "summary.json")["cost"]
+    assert summary["cost"]["replayed"] is True
+    assert summary["cost"]["total_usd"] == original_cost["total_usd"] is not None
+    assert summary["cost"]["model"] == original_cost["model"]
 
 
 def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: FixtureRuns) -> None:
@@ -64,7 +77,17 @@ def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: Fixtu
     # The model never saw the failure in the old run: the log says the served reply was for another conversation.
     assert f"replay: task {LENIENT_TASK} turn 2: the request differs from the saved one" in strict.app_log
     assert f"task {CLEAN_TASK} turn" not in strict.app_log
-    assert read_json(strict.run_dir / "summary.json")["repair"] == "strict"
+    summary = read_json(strict.run_dir / "summary.json")
+    assert summary["repair"] == "strict"
+    # The saved replies after turn 1 answer a conversation that no longer exists: the task is marked as
+    # diverged where it happened, and the score counts exact replays only.
+    verdict = _verdict(strict.run_dir, LENIENT_TASK)
+    assert (verdict["status"], verdict["turn"], verdict["node"]) == ("diverged", 1, "repair_arguments")
+    assert "prepared_calls" in verdict["what"]
+    assert _verdict(strict.run_dir, CLEAN_TASK) == {"status": "exact"}
+    assert (summary["replay"]["exact"], summary["replay"]["diverged"]) == (1, 1)
+    assert summary["accuracy"] == 1.0 and summary["replay"]["accuracy_exact"] == 1.0
+    assert summary["accuracy_all"] == 1.0  # both answers still match, but only one of them is a replay
 
 
 def test_a_turn_the_old_run_never_made_fails_that_task_and_no_other(runs: FixtureRuns) -> None:
@@ -78,6 +101,8 @@ def test_a_turn_the_old_run_never_made_fails_that_task_and_no_other(runs: Fixtur
     assert other["answer"] == runs.original.result(CLEAN_TASK)["answer"]
     summary = read_json(missing.run_dir / "summary.json")
     assert (summary["completed"], summary["failed"]) == (1, 1)
+    assert _verdict(missing.run_dir, LENIENT_TASK) == {"status": "missing"}
+    assert summary["replay"]["missing"] == 1
 
 
 def test_replay_without_a_run_dir_is_one_clear_line(runs: FixtureRuns) -> None:

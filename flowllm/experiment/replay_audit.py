@@ -1,0 +1,143 @@
+"""Whether a replayed task really replayed: every node's output compared with the saved run's.
+
+Replay serves each turn's saved model reply. That is only the old run again as long as everything before the
+reply is the same: once a node produces something else (another parser finds another call, a stricter repair
+fails an argument, a tool returns another result), the next saved reply answers a conversation that no longer
+exists, and the task's score says nothing about the new pipeline. The audit finds the first such node.
+
+    exact       every node of every turn produced byte-for-byte what the saved run recorded
+    diverged    a node produced something else: the turn, the node and what changed are kept
+    missing     the new pipeline asked for a reply the saved run never had (the task failed)
+    unverified  the saved run kept no record to compare with (recorder.snapshot=errors or none)
+
+``summary.json`` counts each and scores accuracy on the exact tasks only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from flowllm.engine import BoundNode, TurnContext
+from flowllm.engine.runners import NodeObserver
+from flowllm.rundir.jsondiff import first_difference
+from flowllm.rundir.layout import RunLayout
+
+# What a difference is shown as, at most: enough to see what changed.
+DESCRIBE_CHARS = 200
+
+
+class ReplayStatus(StrEnum):
+    EXACT = "exact"
+    DIVERGED = "diverged"
+    MISSING = "missing"
+    UNVERIFIED = "unverified"
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first node of a task whose output differs from the saved run's."""
+
+    turn: int
+    node: str
+    scope: str
+    what: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"turn": self.turn, "node": self.node, "what": self.what}
+        if self.scope:
+            out["scope"] = self.scope
+        return out
+
+
+class ReplayAudit:
+    """A node observer in front of the recorder: records as usual, then compares with the saved run."""
+
+    records_nodes = True  # it must see every node, whatever the recorder keeps
+
+    def __init__(self, source: RunLayout, dumps: Callable[[Any], bytes], recorder: NodeObserver | None = None) -> None:
+        self.source = source
+        self.dumps = dumps
+        self.recorder = recorder
+        self._forward = recorder is not None and getattr(recorder, "records_nodes", True)
+        self._first: dict[str, Divergence] = {}
+        self._unverified: set[str] = set()
+        self._lock = threading.Lock()
+
+    def on_node(
+        self,
+        ctx: TurnContext,
+        node: BoundNode,
+        inputs: Mapping[str, Any],
+        outputs: Mapping[str, Any] | None,
+        meta: dict[str, Any],
+    ) -> None:
+        if self._forward:
+            assert self.recorder is not None
+            self.recorder.on_node(ctx, node, inputs, outputs, meta)
+        if outputs is None or ctx.task_id in self._first:
+            return  # a failed node is judged by the task's error; after the first divergence the rest follows
+        saved_path = self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope) / "output.json"
+        try:
+            saved = saved_path.read_bytes()
+        except OSError:
+            with self._lock:
+                self._unverified.add(ctx.task_id)
+            return
+        new = self.dumps(dict(outputs))
+        if saved == new:
+            return
+        what = "the output differs"
+        try:
+            diff = first_difference(orjson.loads(saved), orjson.loads(new))
+            if diff is not None:
+                what = diff.describe(DESCRIBE_CHARS)
+        except orjson.JSONDecodeError:
+            what = "the saved output.json is unreadable"
+        with self._lock:
+            self._first.setdefault(ctx.task_id, Divergence(ctx.turn, node.name, ctx.scope, what))
+
+    def forget(self, task_id: str) -> None:
+        """A new attempt at the task starts from a clean slate."""
+        with self._lock:
+            self._first.pop(task_id, None)
+            self._unverified.discard(task_id)
+
+    def verdict(self, task_id: str, *, missed: bool) -> dict[str, Any]:
+        """What ``result.json`` says under ``replay``."""
+        with self._lock:
+            first = self._first.get(task_id)
+            unverified = task_id in self._unverified
+        if missed:
+            return {"status": ReplayStatus.MISSING.value}
+        if first is not None:
+            return {"status": ReplayStatus.DIVERGED.value, **first.to_dict()}
+        if unverified:
+            return {"status": ReplayStatus.UNVERIFIED.value}
+        return {"status": ReplayStatus.EXACT.value}
+
+
+def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool]]) -> dict[str, Any] | None:
+    """Counts by replay status and accuracy on exact replays; ``verdicts`` is (replay, correct) per task. None
+    when the run was not a replay."""
+    if not any(v is not None for v, _ in verdicts):
+        return None
+    counts = {status.value: 0 for status in ReplayStatus}
+    exact_correct = 0
+    for verdict, correct in verdicts:
+        status = (verdict or {}).get("status", ReplayStatus.UNVERIFIED.value)
+        counts[status] = counts.get(status, 0) + 1
+        if status == ReplayStatus.EXACT.value and correct:
+            exact_correct += 1
+    exact = counts[ReplayStatus.EXACT.value]
+    return {
+        **counts,
+        "exact_correct": exact_correct,
+        # The score of the new pipeline is known only where the whole conversation replayed as saved.
+        "accuracy_exact": round(exact_correct / exact, 4) if exact else None,
+    }
