@@ -330,7 +330,9 @@ async def _open_route(
                 sleep=sleep,
                 on_event=ledger.write,
             ),
-            breaker=CircuitBreaker(member_id, cfg.breaker, clock=clock, on_transition=breaker_listener(ledger)),
+            breaker=CircuitBreaker(
+                member_id, cfg.breaker, clock=clock, sleep=sleep, on_transition=breaker_listener(ledger)
+            ),
             policy=policy,
         )
     finally:
