@@ -245,6 +245,8 @@ class ExperimentConfig:
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct answer
     resume: bool = True  # skip tasks whose result.json says completed (rerun into the same hydra.run.dir)
     pricing: str = "conf/pricing.yaml"  # USD per million tokens, per model; relative to cwd, else the project
+    # Who the usage ledger charges (its "user" dimension); unset: $FLOWLLM_USER, else the login name.
+    user: str | None = None
 
 
 @dataclass
