@@ -172,6 +172,7 @@ class UsageLedger:
         usage: Usage | None = None,
         error: Any = None,
         fallback: bool = False,
+        limiter_wait_s: float = 0.0,
     ) -> dict[str, Any]:
         usage = usage or Usage()
         line: dict[str, Any] = {
@@ -194,6 +195,7 @@ class UsageLedger:
             "retry_after_s": None if error is None else error.retry_after,
             "error": None if error is None else str(error.message)[:500],
             "latency_s": round(latency_s, 6),
+            "limiter_wait_s": round(limiter_wait_s, 6),  # waiting for provider.rate_limit before sending
             "usage": usage.to_dict(),
             "cost_usd": self.cost(model, usage) if error is None else 0.0,
         }
@@ -275,6 +277,7 @@ class UsageLedger:
             "retries": total.attempts - len(calls) if calls else 0,
             **{k: v for k, v in total.to_dict().items() if k != "attempts"},
             "usage": usage.to_dict(),
+            "limiter_wait_s": round(sum(float(a.get("limiter_wait_s") or 0.0) for a in attempts), 6),
             "by_provider": providers,
             "by_model": {k: v.to_dict() for k, v in sorted(by["model"].items())},
             "by_agent": {k: v.to_dict() for k, v in sorted(by["agent"].items())},

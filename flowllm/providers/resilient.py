@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from flowllm.config.schema import ProviderConfig
@@ -41,6 +42,7 @@ from flowllm.providers.breaker import CircuitBreaker, Transition
 from flowllm.providers.errors import ProviderCallError
 from flowllm.providers.keys import RETIRE_KINDS, KeyPool, KeySlot, NoUsableKeyError
 from flowllm.providers.ledger import UsageLedger
+from flowllm.providers.limiter import Limiter, Unlimited
 from flowllm.providers.registry import MAIN_AGENT, RoutePlan
 from flowllm.providers.retry import RetryPolicy
 
@@ -49,6 +51,11 @@ log = logging.getLogger(__name__)
 ROUTE_KEY = "flowllm_route"
 # Errors that are the request's own fault: another provider would refuse it too, so no fallback.
 NO_FALLBACK_KINDS = frozenset({"bad_request", "context_length"})
+
+
+def estimate_tokens(wire: dict[str, Any]) -> int:
+    """A request's input tokens before it is sent (about 4 bytes of JSON a token), for tokens_per_minute."""
+    return len(orjson.dumps(wire, default=str)) // 4
 
 
 class WireRequest(dict[str, Any]):
@@ -69,6 +76,7 @@ class Route:
     pool: KeyPool
     breaker: CircuitBreaker
     policy: RetryPolicy
+    limiter: Limiter = field(default_factory=Unlimited)
 
     @property
     def any_provider(self) -> BaseProvider:
@@ -316,28 +324,39 @@ class ResilientProvider:
                 raise _BreakerRefused(state.last_error)
             reported = False
             try:
-                state.slot = None
-                slot = await route.pool.acquire()  # NoUsableKeyError: nothing sent, not retried, falls back
-                state.slot = slot
-                state.number += 1
-                call.used[route.id] = state.number
-                provider = route.providers[slot.label]
-                started_wall = time.time()
-                started = time.perf_counter()
+                # The provider's rate limit, shared by every task: a 429's pause, in-flight slots, budgets.
+                limit = await route.limiter.enter(estimate_tokens(wire) if route.limiter.counts_tokens else 0)
+                used_tokens: int | None = None
                 try:
-                    raw = await provider.send(wire, context=context)
-                    usage = provider.normalize(raw).usage if policy.check_reply else None
-                except ProviderCallError as error:
-                    state.last_error = error
-                    route.pool.report(slot, error)
-                    route.breaker.record_failure(error, permit)
+                    state.slot = None
+                    slot = await route.pool.acquire()  # NoUsableKeyError: nothing sent, not retried, falls back
+                    state.slot = slot
+                    state.number += 1
+                    call.used[route.id] = state.number
+                    provider = route.providers[slot.label]
+                    started_wall = time.time()
+                    started = time.perf_counter()
+                    try:
+                        raw = await provider.send(wire, context=context)
+                        usage = provider.normalize(raw).usage if policy.check_reply else None
+                    except ProviderCallError as error:
+                        state.last_error = error
+                        if error.kind == "rate_limit":  # everyone waits it out, not only this task
+                            pause = error.retry_after if error.retry_after is not None else route.pool.cfg.cooldown_s
+                            route.limiter.back_off(min(pause, policy.max_retry_after_s))
+                        route.pool.report(slot, error)
+                        route.breaker.record_failure(error, permit)
+                        reported = True
+                        record(slot.label, started_wall, started, error=error, limiter_wait_s=limit.waited_s)
+                        raise
+                    route.breaker.record_success(permit)
                     reported = True
-                    record(slot.label, started_wall, started, error=error)
-                    raise
-                route.breaker.record_success(permit)
-                reported = True
-                record(slot.label, started_wall, started, usage=usage)
-                return raw
+                    if usage is not None:
+                        used_tokens = usage.input_tokens + usage.output_tokens
+                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s)
+                    return raw
+                finally:
+                    route.limiter.leave(limit, used_tokens)
             finally:
                 if not reported:  # cancelled, no usable key, a bug: the trial (if this was it) is handed back
                     route.breaker.release(permit)
