@@ -191,3 +191,18 @@ def test_a_bad_limit_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path) 
 
 def test_no_limit_is_no_limiter() -> None:
     assert isinstance(build_limiter(RateLimitConfig()), Unlimited)
+
+
+async def test_tokens_beyond_the_estimate_are_charged_to_the_next_request() -> None:
+    limiter = LocalLimiter(RateLimitConfig(tokens_per_minute=600_000))  # 10,000 a second, 100,000 at once
+    assert limiter.counts_tokens and limiter.tokens is not None and limiter.tokens.max_rate == 100_000
+    slot = await limiter.enter(estimated_tokens=1_000)
+    assert slot.tokens == 1_000
+    limiter.leave(slot, used_tokens=1_600)  # the reply's output tokens were not in the estimate
+    assert limiter.debt == 600
+    following = await limiter.enter(estimated_tokens=10)
+    assert limiter.debt == 0 and following.tokens == 10
+    limiter.leave(following, used_tokens=5)  # fewer than estimated: no credit, no debt
+    assert limiter.debt == 0
+    huge = await limiter.enter(estimated_tokens=10**9)  # bigger than the bucket: waits for a full one, then goes
+    limiter.leave(huge)
