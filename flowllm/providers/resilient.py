@@ -190,7 +190,7 @@ class ResilientProvider:
             # waiting for when nobody else answers.
             blocked: list[Route] = []
             for position, route in enumerate(chain):
-                if route.id in call.done:
+                if route.id in call.done or call.used.get(route.id, 0) >= route.policy.max_attempts:
                     continue
                 wire = self._request_for(route, request)
                 if wire is None:

@@ -23,7 +23,7 @@ import yaml
 from flowllm.config.schema import BreakerConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.providers import ProviderCallError, open_provider
-from flowllm.providers.breaker import CLOSED
+from flowllm.providers.breaker import CLOSED, OPEN
 from flowllm.providers.ledger import UsageLedger
 
 from .conftest import provider_cfg
@@ -83,6 +83,7 @@ async def _run(tmp_path: Path, *, fallback: bool) -> tuple[dict[str, str], list[
         emulator_script=_script(tmp_path, "primary", _primary_rules(doomed=not fallback)),
         retry=RetryConfig(max_attempts=MAX_ATTEMPTS, base_delay_s=0.01, max_delay_s=0.02, max_total_s=60.0),
         breaker=BreakerConfig(failure_threshold=1, recovery_timeout_s=0.2),
+        timeout_s=60.0,  # a loaded machine must not turn a slow answer into a timeout the schedule did not plan
     )
     configs = {}
     if fallback:
@@ -92,6 +93,7 @@ async def _run(tmp_path: Path, *, fallback: bool) -> tuple[dict[str, str], list[
             protocol="openai_chat",
             emulator_script=_script(tmp_path, "backup", [{"fault": "delay", "delay_s": 0.05}]),
             breaker=BreakerConfig(failure_threshold=1, recovery_timeout_s=0.2),
+            timeout_s=60.0,
         )
     path = tmp_path / "usage.jsonl"
     ledger = UsageLedger(path)
@@ -130,7 +132,8 @@ async def test_fifty_concurrent_tasks_without_a_fallback(tmp_path: Path) -> None
     failed = {t: o for t, o in outcomes.items() if o != "ok"}
     # Every task but the doomed one is saved by waiting for the recovery and retrying.
     assert failed == {DOOMED: "failed: server"}
-    assert breakers == {"primary": (CLOSED, False)}
+    # No trial left "in flight" (the doomed task's last failure may have been the last event: open is fine).
+    assert breakers["primary"][1] is False and breakers["primary"][0] in (CLOSED, OPEN)
     # The saved tasks got their answer from the primary itself, after a wait for the breaker.
     doomed_attempts = [a for a in lines if a["type"] == "attempt" and a["task_id"] == DOOMED and a["turn"] == 2]
     assert len(doomed_attempts) == MAX_ATTEMPTS
@@ -186,7 +189,7 @@ async def test_a_trial_that_finds_no_usable_key_releases_the_breaker(tmp_path: P
 async def test_half_open_waiters_sleep_until_the_trial_reports() -> None:
     """Waiters neither spin nor time out: they wake when the trial reports, and a late report of an
     attempt sent before the breaker opened does not decide the trial."""
-    from flowllm.providers.breaker import HALF_OPEN, OPEN, CircuitBreaker
+    from flowllm.providers.breaker import HALF_OPEN, CircuitBreaker
 
     from .conftest import FakeTime
 

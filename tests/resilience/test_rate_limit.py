@@ -44,7 +44,7 @@ async def test_tasks_under_the_servers_own_limit_provoke_no_429() -> None:
     rpm, tasks = 60.0, 6
     faults = FaultPlan.parse({"rate_limit": {"requests_per_minute": rpm, "burst": 3}})
     with Emulator(SCRIPT, faults=faults) as emu:
-        cfg = provider_cfg(protocol="openai_chat", base_url=emu.openai_base_url)
+        cfg = provider_cfg(protocol="openai_chat", base_url=emu.openai_base_url, timeout_s=60.0)
         cfg.rate_limit = RateLimitConfig(requests_per_minute=rpm)
         cfg.retry = RetryConfig(max_attempts=1)  # a 429 would fail its task: nothing hides one
         ledger = UsageLedger(None)
@@ -78,7 +78,7 @@ async def test_without_the_client_limit_the_server_refuses_what_exceeds_its_quot
 async def test_max_in_flight_one_sends_one_request_at_a_time(tmp_path: Path) -> None:
     path = tmp_path / "script.yaml"
     path.write_text(yaml.safe_dump({**SCRIPT, "faults": {"rules": [{"fault": "delay", "delay_s": 0.1}]}}))
-    cfg = provider_cfg(protocol="openai_chat", stream=True, emulator_script=str(path))
+    cfg = provider_cfg(protocol="openai_chat", stream=True, emulator_script=str(path), timeout_s=60.0)
     cfg.rate_limit = RateLimitConfig(max_in_flight=1)
     ledger = UsageLedger(None)
     async with open_provider(cfg, ledger=ledger) as provider:
