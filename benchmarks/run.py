@@ -38,7 +38,7 @@ from benchmarks.common import (
 
 os.environ.update(quiet_peers_env())  # before any peer library is imported
 
-SECTIONS = ("overhead", "parallel", "concurrency", "replay", "parsing")
+SECTIONS = ("overhead", "parallel", "concurrency", "replay", "parsing", "ratelimit")
 
 
 def parsing_section(sizes: Sizes) -> Section:
@@ -75,7 +75,7 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import concurrency, overhead, parallel, replay
+    from benchmarks import concurrency, overhead, parallel, ratelimit, replay
 
     return {
         "overhead": overhead.run,
@@ -83,6 +83,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "concurrency": concurrency.run,
         "replay": replay.run,
         "parsing": parsing_section,
+        "ratelimit": ratelimit.run,
     }
 
 

@@ -205,7 +205,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts["provider_cfg"]))
     # One line per attempt, appended across resumed sessions: what was really spent, failures included.
-    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"])
+    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
     try:
         result = asyncio.run(_run_async(cfg, parts, recorder, ledger))
     except KeyboardInterrupt:

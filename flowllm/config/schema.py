@@ -74,6 +74,17 @@ class KeyPoolConfig:
 
 
 @dataclass
+class RateLimitConfig:
+    """Client-side limits of one provider (flowllm/providers/limiter.py), shared by every task of the process;
+    null = no limit. A 429's retry-after pauses every task sending to the provider, not just the one that got
+    it."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None  # estimated from the request before it is sent, settled after
+    max_in_flight: int | None = None  # requests at once (1 for a single-slot server such as llama.cpp's)
+
+
+@dataclass
 class ProviderConfig:
     name: str = MISSING
     protocol: str = "anthropic"  # anthropic | openai_chat | openai_responses | replay
@@ -98,6 +109,7 @@ class ProviderConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     key_pool: KeyPoolConfig = field(default_factory=KeyPoolConfig)
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     # Other provider configs (conf/provider/<name>.yaml, optionally "<name>:<model>") tried in order when this
     # one fails or its breaker is open; their own fallbacks follow theirs (a cycle is refused at start-up).
     fallbacks: list[str] = field(default_factory=list)
@@ -245,6 +257,8 @@ class ExperimentConfig:
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct answer
     resume: bool = True  # skip tasks whose result.json says completed (rerun into the same hydra.run.dir)
     pricing: str = "conf/pricing.yaml"  # USD per million tokens, per model; relative to cwd, else the project
+    # Who the usage ledger charges (its "user" dimension); unset: $FLOWLLM_USER, else the login name.
+    user: str | None = None
 
 
 @dataclass

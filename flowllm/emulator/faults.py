@@ -20,6 +20,15 @@ Each rule fires with probability ``rate`` (default 1.0), restricted by optional 
 ``agents``, ``turns``, ``attempts`` (the n-th request the emulator sees for the same task, agent and turn:
 retries count up), ``protocols``, ``api_keys``. Stream-only faults never fire on plain requests.
 
+A server-side rate limit, like a provider's quota (``rate_limit:`` next to ``rules``)::
+
+    faults:
+      rate_limit: {requests_per_minute: 600, burst: 11}   # above it: 429 with retry-after (+ retry-after-ms)
+
+``burst`` (default: one second's worth, at least 1) is how many requests may arrive at once; the rate refills
+continuously (GCRA, the algorithm behind most API quotas), so a client leaky bucket at the same rate and a
+burst at most one smaller is never refused (the one request of slack absorbs network jitter).
+
 Deterministic: the draw is a hash of (seed, task, agent, turn, attempt), never a random generator, so a
 rerun meets exactly the same faults, whatever the concurrency.
 """
@@ -27,7 +36,9 @@ rerun meets exactly the same faults, whatever the concurrency.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +140,7 @@ class FaultRule:
             return {}
         # Both forms, as OpenAI does: retry-after-ms for the precise value, retry-after in whole seconds.
         return {
-            "retry-after-ms": str(round(self.retry_after_s * 1000)),
+            "retry-after-ms": str(math.ceil(round(self.retry_after_s * 1000, 6))),  # never early
             "retry-after": str(max(int(self.retry_after_s + 0.999), 0)),
         }
 
@@ -153,9 +164,57 @@ class Draw:
 
 
 @dataclass(frozen=True)
+class RateLimitSpec:
+    requests_per_minute: float
+    burst: float
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> RateLimitSpec | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            raise FaultConfigError(f"{where}: expected a mapping with requests_per_minute (and an optional burst)")
+        unknown = set(raw) - {"requests_per_minute", "burst"}
+        if unknown:
+            raise FaultConfigError(f"{where}: unknown keys {sorted(unknown)} (allowed: burst, requests_per_minute)")
+        try:
+            rpm = float(raw["requests_per_minute"])
+            burst = float(raw.get("burst") or max(1.0, rpm / 60.0))
+        except (KeyError, TypeError, ValueError):
+            raise FaultConfigError(f"{where}.requests_per_minute must be a number") from None
+        if rpm <= 0 or burst < 1:
+            raise FaultConfigError(f"{where}: requests_per_minute must be above 0 and burst at least 1")
+        return cls(rpm, burst)
+
+
+class RequestThrottle:
+    """The server's side of ``rate_limit`` (GCRA): ``take()`` is 0 when a request may go, else the seconds
+    until it could (the 429's retry-after). One per emulator; its handlers share one event loop."""
+
+    def __init__(self, spec: RateLimitSpec, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = 60.0 / spec.requests_per_minute
+        self.tolerance = (spec.burst - 1.0) * self.interval
+        self.clock = clock
+        self.theoretical_arrival = 0.0
+        self.admitted = 0
+        self.throttled = 0
+
+    def take(self) -> float:
+        now = self.clock()
+        tat = max(self.theoretical_arrival, now)
+        if tat - now > self.tolerance + 1e-9:
+            self.throttled += 1
+            return tat - now - self.tolerance
+        self.theoretical_arrival = tat + self.interval
+        self.admitted += 1
+        return 0.0
+
+
+@dataclass(frozen=True)
 class FaultPlan:
     seed: int = 0
     rules: tuple[FaultRule, ...] = ()
+    rate_limit: RateLimitSpec | None = None
 
     def pick(self, draw: Draw) -> FaultRule | None:
         if not self.rules:
@@ -176,9 +235,9 @@ class FaultPlan:
             return cls()
         if not isinstance(data, Mapping):
             raise FaultConfigError(f"{where}: expected a mapping with 'rules' (and an optional 'seed')")
-        unknown = set(data) - {"seed", "rules"}
+        unknown = set(data) - {"seed", "rules", "rate_limit"}
         if unknown:
-            raise FaultConfigError(f"{where}: unknown keys {sorted(unknown)} (allowed: rules, seed)")
+            raise FaultConfigError(f"{where}: unknown keys {sorted(unknown)} (allowed: rate_limit, rules, seed)")
         rules_raw = data.get("rules") or []
         if not isinstance(rules_raw, list):
             raise FaultConfigError(f"{where}.rules: expected a list of rules")
@@ -190,7 +249,7 @@ class FaultPlan:
             seed = int(data.get("seed", 0))
         except (TypeError, ValueError):
             raise FaultConfigError(f"{where}.seed must be an integer") from None
-        return cls(seed, rules)
+        return cls(seed, rules, RateLimitSpec.parse(data.get("rate_limit"), f"{where}.rate_limit"))
 
     @classmethod
     def merge(cls, base: Mapping[str, Any] | None, override: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply
-from flowllm.emulator.faults import Draw, FaultPlan, FaultRule
+from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
 from flowllm.emulator.script import Reply, Script
 
 SSEEvent = tuple[str | None, Any]  # (event name or None, data dict or the literal "[DONE]")
@@ -160,6 +160,7 @@ class EmulatorApp:
         # Requests seen per (task, agent, turn): the attempt number fault rules can be scheduled on. The
         # handlers run on the emulator's one event loop, so this needs no lock.
         self.attempts: collections.Counter[tuple[str | None, str | None, int]] = collections.Counter()
+        self.throttle = RequestThrottle(self.faults.rate_limit) if self.faults.rate_limit else None
         routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
         routes.append(Route("/health", self._health, methods=["GET"]))
         self.app = _expose_transport(Starlette(routes=routes))
@@ -225,6 +226,11 @@ class EmulatorApp:
         except RequestError as err:
             log(err.status)
             return self._error(proto, err, request_id)
+        if self.throttle is not None and (wait := self.throttle.take()) > 0:  # the server's own quota
+            over = FaultRule(
+                "status", status=429, retry_after_s=wait, message="rate limit exceeded (requests per minute)"
+            )
+            return await self._fault_response(proto, request, over, request_id, log)
         self.attempts[(task_id, agent, parsed.turn)] += 1
         attempt = self.attempts[(task_id, agent, parsed.turn)]
         rule = self.faults.pick(
@@ -334,6 +340,11 @@ class Emulator:
     @property
     def faults(self) -> FaultPlan:
         return self._app.faults
+
+    @property
+    def throttle(self) -> RequestThrottle | None:
+        """The server's rate limit (``faults.rate_limit``): its admitted and throttled counts."""
+        return self._app.throttle
 
     @property
     def base_url(self) -> str:

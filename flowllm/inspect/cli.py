@@ -8,6 +8,7 @@
     python -m flowllm.inspect RUN_DIR failures [--kind bad_tool_call]
     python -m flowllm.inspect diff RUN_A RUN_B [--all]
     python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
+    python -m flowllm.inspect usage RUN [RUN...] [--by user,model]   usage ledgers summed across runs
 
 Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
 for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
@@ -594,6 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.add_argument("--json", action="store_true")
             ns = parser.parse_args(args[1:])
             return cmd_report(ns.path, ns.output, ns.max_chars, console, ns.json)
+        if args[0] == "usage":
+            from flowllm.inspect.usage import main as usage_main
+
+            return usage_main(args[1:], console)
         run_path, rest = args[0], args[1:]
         ns = _run_parser().parse_args(rest)
         run = _open(run_path)

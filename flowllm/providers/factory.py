@@ -36,6 +36,7 @@ from flowllm.providers.keys import (
     secret_values,
 )
 from flowllm.providers.ledger import UsageLedger
+from flowllm.providers.limiter import build_limiter, check_rate_limit_config
 from flowllm.providers.registry import Resolver, RoutePlan, plan_routes
 from flowllm.providers.resilient import ResilientProvider, Route, breaker_listener
 from flowllm.providers.retry import RetryPolicy
@@ -199,6 +200,7 @@ def _check_one(pcfg: ProviderConfig) -> None:
     RetryPolicy.from_config(pcfg.retry, provider=pcfg.name)
     check_breaker_config(pcfg.breaker, provider=pcfg.name)
     check_key_pool_config(pcfg.key_pool, provider=pcfg.name)
+    check_rate_limit_config(pcfg.rate_limit, provider=pcfg.name)
     if pcfg.emulator_script:
         from flowllm.emulator.faults import FaultConfigError, FaultPlan
         from flowllm.emulator.script import Script, ScriptError
@@ -330,8 +332,11 @@ async def _open_route(
                 sleep=sleep,
                 on_event=ledger.write,
             ),
-            breaker=CircuitBreaker(member_id, cfg.breaker, clock=clock, on_transition=breaker_listener(ledger)),
+            breaker=CircuitBreaker(
+                member_id, cfg.breaker, clock=clock, sleep=sleep, on_transition=breaker_listener(ledger)
+            ),
             policy=policy,
+            limiter=build_limiter(cfg.rate_limit, provider=member_id, clock=clock, sleep=sleep),
         )
     finally:
         for provider in providers.values():

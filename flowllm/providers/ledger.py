@@ -13,16 +13,19 @@ Line types (``type``):
 Lines are appended and flushed one by one, so a crash loses nothing written before it, and a resumed run
 appends to the same file. ``summary()`` gives the totals for ``summary.json``: per provider, model and agent,
 fallbacks taken, breaker transitions, key use, and hourly buckets (calls, successes, failures, total and max
-latency, tokens by kind) per model, agent and user. ``UsageLedger.read(path)`` rebuilds the same summary from
-the file alone.
+latency, tokens by kind) per model, agent and user (``experiment.user``, else ``$FLOWLLM_USER``, else the
+login name: who spent what when a team shares a ledger; ``python -m flowllm.inspect usage RUN...`` sums them).
+``UsageLedger.read(path)`` rebuilds the same summary from the file alone.
 """
 
 from __future__ import annotations
 
 import getpass
+import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +52,16 @@ def hour_bucket(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
-def _user() -> str:
+USER_ENV = "FLOWLLM_USER"
+
+
+def resolve_user(setting: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """Who the ledger charges: ``experiment.user`` if set, else ``$FLOWLLM_USER``, else the login name."""
+    if setting and str(setting).strip():
+        return str(setting).strip()
+    env = os.environ if environ is None else environ
+    if env.get(USER_ENV, "").strip():
+        return env[USER_ENV].strip()
     try:
         return getpass.getuser()
     except Exception:  # no login name in some containers
@@ -57,7 +69,7 @@ def _user() -> str:
 
 
 @dataclass
-class _Tally:
+class Tally:
     """Counts of attempts, for one provider, model, agent or hourly bucket."""
 
     attempts: int = 0
@@ -104,13 +116,16 @@ class _Tally:
         }
 
 
+_Tally = Tally
+
+
 class UsageLedger:
     """Appends ledger lines to ``path`` (None: memory only) and keeps the running totals."""
 
     def __init__(self, path: Path | str | None = None, *, prices: PriceLookup | None = None, user: str | None = None):
         self.path = Path(path) if path is not None else None
         self.prices = prices
-        self.user = user or _user()
+        self.user = resolve_user(user)
         self.lines: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._calls = 0
@@ -157,6 +172,7 @@ class UsageLedger:
         usage: Usage | None = None,
         error: Any = None,
         fallback: bool = False,
+        limiter_wait_s: float = 0.0,
     ) -> dict[str, Any]:
         usage = usage or Usage()
         line: dict[str, Any] = {
@@ -179,6 +195,7 @@ class UsageLedger:
             "retry_after_s": None if error is None else error.retry_after,
             "error": None if error is None else str(error.message)[:500],
             "latency_s": round(latency_s, 6),
+            "limiter_wait_s": round(limiter_wait_s, 6),  # waiting for provider.rate_limit before sending
             "usage": usage.to_dict(),
             "cost_usd": self.cost(model, usage) if error is None else 0.0,
         }
@@ -260,6 +277,7 @@ class UsageLedger:
             "retries": total.attempts - len(calls) if calls else 0,
             **{k: v for k, v in total.to_dict().items() if k != "attempts"},
             "usage": usage.to_dict(),
+            "limiter_wait_s": round(sum(float(a.get("limiter_wait_s") or 0.0) for a in attempts), 6),
             "by_provider": providers,
             "by_model": {k: v.to_dict() for k, v in sorted(by["model"].items())},
             "by_agent": {k: v.to_dict() for k, v in sorted(by["agent"].items())},

@@ -4,15 +4,19 @@ behind the same ``Provider`` contract as a single SDK provider.
     send(request, context)
       chain = the agent's chain (provider.agent_models) or the main one: primary, then provider.fallbacks
       for each provider of the chain:
-          its breaker open?            -> skip it (ledger: skip)
-          attempts, driven by tenacity:
+          attempts, driven by tenacity (at most retry.max_attempts per call and provider, in all):
+              breaker.admit()                      (refused: skip it, ledger: one skip line per call)
+              limiter.acquire()                    (client-side rate limit, shared by every task)
               key = key_pool.acquire()             (round robin; waits for a resting key, within limits)
               raw = sdk_provider.send(request)     (the request rebuilt for this provider if it is not the
                                                     primary: another protocol, model or max_tokens)
               reply checked with normalize         (an empty or unreadable reply is a failed attempt too)
-              ledger: attempt line; key pool, breaker told of the outcome
+              ledger: attempt line; key pool, breaker, limiter told of the outcome
           answered -> the raw reply, tagged with who answered (``flowllm_route``)
           failed   -> the next provider, unless the error is the request's fault (400, context length)
+      nobody answered, but a breaker that refused (or opened on this call's failure) may recover:
+          sleep until it admits again (its recovery timer, or its half-open trial's end; no polling), within
+          the primary's retry.max_total_s, then go round again.
 
 ``normalize(raw)`` reads the tag and lets the provider that answered read its own reply.
 ``asyncio.CancelledError`` is never caught: it goes through retries, waits and fallbacks untouched.
@@ -24,9 +28,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from flowllm.config.schema import ProviderConfig
@@ -37,6 +42,7 @@ from flowllm.providers.breaker import CircuitBreaker, Transition
 from flowllm.providers.errors import ProviderCallError
 from flowllm.providers.keys import RETIRE_KINDS, KeyPool, KeySlot, NoUsableKeyError
 from flowllm.providers.ledger import UsageLedger
+from flowllm.providers.limiter import Limiter, Unlimited
 from flowllm.providers.registry import MAIN_AGENT, RoutePlan
 from flowllm.providers.retry import RetryPolicy
 
@@ -45,6 +51,11 @@ log = logging.getLogger(__name__)
 ROUTE_KEY = "flowllm_route"
 # Errors that are the request's own fault: another provider would refuse it too, so no fallback.
 NO_FALLBACK_KINDS = frozenset({"bad_request", "context_length"})
+
+
+def estimate_tokens(wire: dict[str, Any]) -> int:
+    """A request's input tokens before it is sent (about 4 bytes of JSON a token), for tokens_per_minute."""
+    return len(orjson.dumps(wire, default=str)) // 4
 
 
 class WireRequest(dict[str, Any]):
@@ -65,6 +76,7 @@ class Route:
     pool: KeyPool
     breaker: CircuitBreaker
     policy: RetryPolicy
+    limiter: Limiter = field(default_factory=Unlimited)
 
     @property
     def any_provider(self) -> BaseProvider:
@@ -81,6 +93,34 @@ class _Attempts:
     def __init__(self) -> None:
         self.number = 0
         self.slot: KeySlot | None = None
+        self.last_error: ProviderCallError | None = None
+
+
+class _BreakerRefused(Exception):
+    """The provider's breaker refused an attempt before anything was sent (carries the failure before it)."""
+
+    def __init__(self, last_error: ProviderCallError | None) -> None:
+        super().__init__("circuit open")
+        self.last_error = last_error
+
+
+@dataclass
+class _Call:
+    """One ``send``: its ledger id, the providers' attempts so far, what failed, time spent waiting."""
+
+    id: int
+    context: CallContext
+    used: dict[str, int] = field(default_factory=dict)  # provider id -> attempts made
+    done: set[str] = field(default_factory=set)  # providers this call will not try again
+    failures: list[tuple[str, ProviderCallError]] = field(default_factory=list)
+    skipped: set[tuple[str, str]] = field(default_factory=set)  # (provider, reason) already in the ledger
+    breaker_wait_s: float = 0.0
+
+    def fail(self, provider: str, error: ProviderCallError) -> None:
+        """Remember ``provider``'s latest failure (one entry per provider, in the order they first failed)."""
+        self.failures[:] = [(p, e) if p != provider else (p, error) for p, e in self.failures]
+        if all(p != provider for p, _ in self.failures):
+            self.failures.append((provider, error))
 
 
 class ResilientProvider:
@@ -143,29 +183,41 @@ class ResilientProvider:
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         chain = self.chains.get(context.agent) or self.chains[MAIN_AGENT]
-        call = self.ledger.next_call_id()
-        failures: list[tuple[str, ProviderCallError]] = []
+        call = _Call(self.ledger.next_call_id(), context)
         deadline = self.clock() + self.primary.policy.max_total_s
         while True:
-            waiting_on_breakers: list[float] = []
+            # Providers refused by their breaker (or failed while it opened) with attempts left: worth
+            # waiting for when nobody else answers.
+            blocked: list[Route] = []
             for position, route in enumerate(chain):
+                if route.id in call.done or call.used.get(route.id, 0) >= route.policy.max_attempts:
+                    continue
                 wire = self._request_for(route, request)
                 if wire is None:
-                    self._skip(route, call, context, "request_not_portable")
-                    continue
-                if not route.breaker.allow():
-                    self._skip(route, call, context, "breaker_open")
-                    waiting_on_breakers.append(route.breaker.retry_at())
+                    self._skip(route, call, "request_not_portable")
+                    call.done.add(route.id)
                     continue
                 try:
-                    raw = await self._attempts(route, wire, context, call, fallback=position > 0)
+                    raw = await self._attempts(route, wire, call, fallback=position > 0)
+                except _BreakerRefused as refused:
+                    if refused.last_error is not None:
+                        call.fail(route.id, refused.last_error)
+                    self._skip(route, call, "breaker_open")
+                    blocked.append(route)
+                    continue
                 except ProviderCallError as error:
+                    call.fail(route.id, error)
                     if isinstance(error, NoUsableKeyError):
-                        self._skip(route, call, context, "no_usable_key")
-                    failures.append((route.id, error))
+                        self._skip(route, call, "no_usable_key")
+                        call.done.add(route.id)
+                        continue
                     if error.kind in NO_FALLBACK_KINDS:
-                        self._end(call, context, None, failures, error)
+                        self._end(call, None, error)
                         raise
+                    if self._may_recover(route, error, call):
+                        blocked.append(route)
+                    else:
+                        call.done.add(route.id)
                     continue
                 raw[ROUTE_KEY] = {
                     "provider": route.id,
@@ -177,18 +229,49 @@ class ResilientProvider:
                 }
                 if wire is not request:
                     raw[ROUTE_KEY]["request"] = dict(wire)  # what was really sent, next to the primary's request
-                self._end(call, context, route, failures, None, fallback=position > 0)
+                self._end(call, route, None, fallback=position > 0)
                 return raw
-            # Nobody answered. If some provider was only skipped for an open breaker that reopens soon
-            # enough, wait for it rather than fail the task for a brief outage.
-            now = self.clock()
-            if waiting_on_breakers and min(waiting_on_breakers) <= deadline and not failures:
-                await self.sleep(max(min(waiting_on_breakers) - now, 0.0))
-                continue
+            # Nobody answered. A provider whose breaker is open (or half-open with its trial out) may be back
+            # soon: sleep until it admits a call again, within retry.max_total_s, rather than fail the task.
+            if blocked:
+                started = self.clock()
+                if await self._wait_for_breakers(blocked, deadline - started):
+                    call.breaker_wait_s += self.clock() - started
+                    continue
             break
-        final = self._exhausted(chain, failures)
-        self._end(call, context, None, failures, final)
+        final = self._exhausted(chain, call.failures)
+        self._end(call, None, final)
         raise final
+
+    @staticmethod
+    def _may_recover(route: Route, error: ProviderCallError, call: _Call) -> bool:
+        """Will this provider be worth another attempt once its breaker lets calls through again?"""
+        return (
+            not route.breaker.closed
+            and call.used.get(route.id, 0) < route.policy.max_attempts
+            and route.policy.retryable(error)
+        )
+
+    @staticmethod
+    async def _wait_for_breakers(routes: list[Route], timeout_s: float) -> bool:
+        """Sleep until the first of ``routes`` admits a call (True), or False if none will within
+        ``timeout_s``. Each breaker wakes its waiters itself (timer or trial's end): no polling."""
+        if timeout_s <= 0:
+            return False
+        if len(routes) == 1:
+            return await routes[0].breaker.wait_admittable(timeout_s)
+        pending = {asyncio.ensure_future(r.breaker.wait_admittable(timeout_s)) for r in routes}
+        try:
+            while pending:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(task.result() for task in finished):
+                    return True
+            return False
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     def _exhausted(self, chain: list[Route], failures: list[tuple[str, ProviderCallError]]) -> ProviderCallError:
         if not failures:
@@ -211,15 +294,16 @@ class ResilientProvider:
             error_type=last.error_type,
         )
 
-    async def _attempts(
-        self, route: Route, wire: dict[str, Any], context: CallContext, call: int, *, fallback: bool
-    ) -> dict[str, Any]:
+    async def _attempts(self, route: Route, wire: dict[str, Any], call: _Call, *, fallback: bool) -> dict[str, Any]:
         policy = route.policy
+        context = call.context
         state = _Attempts()
+        # Attempts are counted per call and provider across waits for its breaker: at most max_attempts.
+        state.number = call.used.get(route.id, 0)
 
         def record(key: str, started_wall: float, started: float, **outcome: Any) -> None:
             self.ledger.attempt(
-                call=call,
+                call=call.id,
                 provider=route.id,
                 protocol=route.protocol,
                 model=route.cfg.model,
@@ -235,27 +319,47 @@ class ResilientProvider:
             )
 
         async def attempt() -> dict[str, Any]:
-            state.number += 1
-            state.slot = None
-            slot = await route.pool.acquire()  # NoUsableKeyError: nothing sent, not retried, falls back
-            state.slot = slot
-            provider = route.providers[slot.label]
-            started_wall = time.time()
-            started = time.perf_counter()
+            permit = route.breaker.admit()  # asked before every attempt: another task may have opened it
+            if permit is None:
+                raise _BreakerRefused(state.last_error)
+            reported = False
             try:
-                raw = await provider.send(wire, context=context)
-                usage = provider.normalize(raw).usage if policy.check_reply else None
-            except asyncio.CancelledError:
-                route.breaker.abandon()
-                raise
-            except ProviderCallError as error:
-                route.pool.report(slot, error)
-                route.breaker.record_failure(error)
-                record(slot.label, started_wall, started, error=error)
-                raise
-            route.breaker.record_success()
-            record(slot.label, started_wall, started, usage=usage)
-            return raw
+                # The provider's rate limit, shared by every task: a 429's pause, in-flight slots, budgets.
+                limit = await route.limiter.enter(estimate_tokens(wire) if route.limiter.counts_tokens else 0)
+                used_tokens: int | None = None
+                try:
+                    state.slot = None
+                    slot = await route.pool.acquire()  # NoUsableKeyError: nothing sent, not retried, falls back
+                    state.slot = slot
+                    state.number += 1
+                    call.used[route.id] = state.number
+                    provider = route.providers[slot.label]
+                    started_wall = time.time()
+                    started = time.perf_counter()
+                    try:
+                        raw = await provider.send(wire, context=context)
+                        usage = provider.normalize(raw).usage if policy.check_reply else None
+                    except ProviderCallError as error:
+                        state.last_error = error
+                        if error.kind == "rate_limit":  # everyone waits it out, not only this task
+                            pause = error.retry_after if error.retry_after is not None else route.pool.cfg.cooldown_s
+                            route.limiter.back_off(min(pause, policy.max_retry_after_s))
+                        route.pool.report(slot, error)
+                        route.breaker.record_failure(error, permit)
+                        reported = True
+                        record(slot.label, started_wall, started, error=error, limiter_wait_s=limit.waited_s)
+                        raise
+                    route.breaker.record_success(permit)
+                    reported = True
+                    if usage is not None:
+                        used_tokens = usage.input_tokens + usage.output_tokens
+                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s)
+                    return raw
+                finally:
+                    route.limiter.leave(limit, used_tokens)
+            finally:
+                if not reported:  # cancelled, no usable key, a bug: the trial (if this was it) is handed back
+                    route.breaker.release(permit)
 
         def should_retry(error: BaseException) -> bool:
             if not isinstance(error, ProviderCallError) or isinstance(error, NoUsableKeyError):
@@ -275,7 +379,7 @@ class ResilientProvider:
             return policy.wait_s(retry_state.attempt_number, error)
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_total_s),
+            stop=stop_after_attempt(max(policy.max_attempts - state.number, 1)) | stop_after_delay(policy.max_total_s),
             wait=wait,
             retry=retry_if_exception(should_retry),
             sleep=self.sleep,
@@ -285,11 +389,16 @@ class ResilientProvider:
         return result
 
     # ----- ledger lines ----------------------------------------------------------------------------------
-    def _skip(self, route: Route, call: int, context: CallContext, reason: str) -> None:
+    def _skip(self, route: Route, call: _Call, reason: str) -> None:
+        """One ledger line per call, provider and reason: a call that waits and is refused again writes none."""
+        if (route.id, reason) in call.skipped:
+            return
+        call.skipped.add((route.id, reason))
+        context = call.context
         self.ledger.write(
             {
                 "type": "skip",
-                "call": call,
+                "call": call.id,
                 "provider": route.id,
                 "reason": reason,
                 "task_id": context.task_id,
@@ -300,18 +409,17 @@ class ResilientProvider:
 
     def _end(
         self,
-        call: int,
-        context: CallContext,
+        call: _Call,
         route: Route | None,
-        failures: list[tuple[str, ProviderCallError]],
         error: ProviderCallError | None,
         *,
         fallback: bool = False,
     ) -> None:
+        context = call.context
         self.ledger.write(
             {
                 "type": "call",
-                "call": call,
+                "call": call.id,
                 "task_id": context.task_id,
                 "agent": context.agent,
                 "turn": context.turn,
@@ -320,7 +428,9 @@ class ResilientProvider:
                 "outcome": "ok" if error is None else error.kind,
                 "error": None if error is None else str(error)[:500],
                 "fallback": fallback,
-                "failed_providers": [pid for pid, _ in failures],
+                "failed_providers": [pid for pid, _ in call.failures],
+                "attempts": sum(call.used.values()),
+                "breaker_wait_s": round(call.breaker_wait_s, 6),
             }
         )
 

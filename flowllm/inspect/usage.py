@@ -1,0 +1,159 @@
+"""``python -m flowllm.inspect usage RUN [RUN...]``: the usage ledgers of several runs, summed.
+
+Each run's ``usage.jsonl`` counts its attempts in buckets (hour, model, agent, user). A team sharing a
+provider account runs many experiments; this adds their buckets together so "who spent what, on which model,
+when" is one table. ``--by`` chooses the dimensions kept (the others are summed over)::
+
+    python -m flowllm.inspect usage runs/2026-12-02/*                 # every bucket
+    python -m flowllm.inspect usage runs/multirun/2026-12-02 --by user    # one line per user
+    python -m flowllm.inspect usage RUN_A RUN_B --by user,model --json
+
+A folder without ``usage.jsonl`` of its own is searched below (a multirun folder holds one per job). Cost
+is summed from the ledger's own prices; attempts of an unpriced model are counted and shown, never priced at
+zero in silence. Exit status: 0 done, 2 bad usage or no ledger found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from flowllm.providers.ledger import TOKEN_KINDS, Tally, UsageLedger
+
+DIMENSIONS = ("hour", "user", "model", "agent")
+LEDGER_NAME = "usage.jsonl"
+
+
+class UsageInputError(Exception):
+    """A path that holds no usage ledger, or bad arguments: exit status 2."""
+
+
+@dataclass
+class UsageTotals:
+    ledgers: list[Path]
+    dims: tuple[str, ...]
+    buckets: dict[tuple[str, ...], Tally] = field(default_factory=dict)
+    total: Tally = field(default_factory=Tally)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ledgers": [str(p) for p in self.ledgers],
+            "by": list(self.dims),
+            "buckets": [
+                {**dict(zip(self.dims, key, strict=True)), **tally.to_dict()}
+                for key, tally in sorted(self.buckets.items())
+            ],
+            "total": self.total.to_dict(),
+        }
+
+
+def find_ledgers(paths: Sequence[str | Path]) -> list[Path]:
+    """The ``usage.jsonl`` of each path (a run folder, a multirun folder, or the file itself), each once."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_file():
+            candidates = [path]
+        elif (path / LEDGER_NAME).is_file():
+            candidates = [path / LEDGER_NAME]
+        elif path.is_dir():
+            candidates = sorted(path.rglob(LEDGER_NAME))
+        else:
+            raise UsageInputError(f"{raw}: no such file or folder")
+        if not candidates:
+            raise UsageInputError(f"{raw}: no {LEDGER_NAME} in it or below it (is it a flowllm run folder?)")
+        for candidate in candidates:
+            resolved = candidate.resolve()
+            if resolved not in found:
+                found.append(resolved)
+    return found
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    try:
+        return UsageLedger.read(path).attempts()
+    except orjson.JSONDecodeError as exc:
+        raise UsageInputError(f"{path}: not a usage ledger ({exc})") from None
+
+
+def sum_usage(paths: Sequence[str | Path], by: Sequence[str] = DIMENSIONS) -> UsageTotals:
+    """Every attempt of every ledger under ``paths``, tallied per bucket of the dimensions ``by``."""
+    dims = tuple(by) or DIMENSIONS
+    unknown = [d for d in dims if d not in DIMENSIONS]
+    if unknown:
+        raise UsageInputError(f"--by: unknown dimension(s) {', '.join(unknown)} (known: {', '.join(DIMENSIONS)})")
+    totals = UsageTotals(find_ledgers(paths), dims)
+    for ledger in totals.ledgers:
+        for line in _read(ledger):
+            key = tuple(str(line.get(d) or "(unknown)") for d in dims)
+            totals.buckets.setdefault(key, Tally()).add(line)
+            totals.total.add(line)
+    return totals
+
+
+def _cost(tally: Tally) -> str:
+    if tally.unpriced and not tally.cost_usd:
+        return "unknown"
+    text = f"${tally.cost_usd:.4f}"
+    return f"{text} + {tally.unpriced} unpriced" if tally.unpriced else text
+
+
+def _row(tally: Tally) -> list[str]:
+    tokens = tally.tokens
+    return [
+        str(tally.attempts),
+        str(tally.successes),
+        str(tally.failures),
+        f"{tokens['input_tokens']:,}",
+        f"{tokens['output_tokens']:,}",
+        f"{sum(tokens[k] for k in TOKEN_KINDS if k not in ('input_tokens', 'output_tokens')):,}",
+        _cost(tally),
+    ]
+
+
+def render(totals: UsageTotals, console: Console) -> None:
+    table = Table(title=f"usage of {len(totals.ledgers)} run(s), by {', '.join(totals.dims)}", title_justify="left")
+    for dim in totals.dims:
+        table.add_column(dim)
+    for name in ("attempts", "ok", "failed", "input", "output", "cache/reasoning"):
+        table.add_column(name, justify="right")
+    table.add_column("cost")
+    for key, tally in sorted(totals.buckets.items()):
+        table.add_row(*key, *_row(tally))
+    table.add_section()
+    table.add_row("total", *([""] * (len(totals.dims) - 1)), *_row(totals.total), style="bold")
+    console.print(table)
+    estimated = totals.total.estimated
+    if estimated:
+        console.print(f"{estimated} successful attempt(s) had estimated token counts (the server reported none)")
+
+
+def main(argv: Sequence[str], console: Console | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m flowllm.inspect usage", description="Sum the usage ledgers of several runs."
+    )
+    parser.add_argument("runs", nargs="+", help="run folders, multirun folders or usage.jsonl files")
+    parser.add_argument(
+        "--by", default=",".join(DIMENSIONS), help=f"dimensions kept, comma-separated (default {','.join(DIMENSIONS)})"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    ns = parser.parse_args(list(argv))
+    try:
+        totals = sum_usage(ns.runs, [d.strip() for d in ns.by.split(",") if d.strip()])
+    except UsageInputError as exc:
+        print(f"flowllm.inspect: error: {exc}", file=sys.stderr)
+        return 2
+    if ns.json:
+        sys.stdout.write(json.dumps(totals.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        render(totals, console or Console(highlight=False, width=140))
+    return 0

@@ -1,0 +1,180 @@
+"""Client-side rate limits per provider: ``provider.rate_limit: {requests_per_minute, tokens_per_minute,
+max_in_flight}``, shared by every task that sends to the provider, so a run stays inside its quota instead of
+learning it from 429s.
+
+    slot = await limiter.enter(estimated_tokens)   # waits: a 429's pause, an in-flight slot, request and
+    ...send...                                      # token budgets; slot.waited_s goes to the ledger
+    limiter.leave(slot, used_tokens)                # frees the in-flight slot; tokens beyond the estimate are
+                                                    # charged to the next caller
+    limiter.back_off(retry_after_s)                 # a 429: every task waits it out, not only the one that got it
+
+Requests and tokens per minute are leaky buckets (``aiolimiter``) that refill continuously: requests with a
+burst of one second's worth (at least one request), tokens with a burst of ten seconds' worth, so a run's
+rate holds close to the limit from its first second instead of spending a minute's quota in the first burst.
+``max_in_flight`` is a semaphore (a llama.cpp server with one slot wants 1).
+
+The ``Limiter`` protocol is the seam for a limiter shared by several processes (a file lock or a manager for
+``experiment.workers``, an actor under Ray): ``LocalLimiter`` is the one-process implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiolimiter import AsyncLimiter
+
+from flowllm.config.schema import RateLimitConfig
+from flowllm.providers.errors import ProviderConfigError
+
+REQUEST_BURST_S = 1.0  # the request bucket holds one second's worth of requests (at least one)
+TOKEN_BURST_S = 10.0  # the token bucket holds ten seconds' worth of tokens
+
+
+def check_rate_limit_config(cfg: RateLimitConfig, *, provider: str = "") -> None:
+    """``ProviderConfigError`` (one line) for a limit that cannot work: zero, negative, not a number."""
+    where = f"provider '{provider}': rate_limit" if provider else "provider.rate_limit"
+    for name in ("requests_per_minute", "tokens_per_minute", "max_in_flight"):
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ProviderConfigError(f"{where}.{name} must be a number (or null for no limit), not {value!r}")
+        if value <= 0:
+            raise ProviderConfigError(f"{where}.{name} must be above 0 (or null for no limit), not {value:g}")
+    if cfg.max_in_flight is not None and int(cfg.max_in_flight) != cfg.max_in_flight:
+        raise ProviderConfigError(f"{where}.max_in_flight must be a whole number, not {cfg.max_in_flight:g}")
+
+
+def is_limited(cfg: RateLimitConfig) -> bool:
+    return any(v is not None for v in (cfg.requests_per_minute, cfg.tokens_per_minute, cfg.max_in_flight))
+
+
+@dataclass
+class Slot:
+    """One admitted request: how long it waited for the limiter, what it was charged."""
+
+    waited_s: float = 0.0
+    tokens: int = 0
+    holds_flight: bool = False
+
+
+class Limiter(Protocol):
+    """What the resilient provider needs of a rate limiter (one per provider, shared by its tasks)."""
+
+    counts_tokens: bool  # does enter() want a token estimate (worth computing)?
+
+    async def enter(self, estimated_tokens: int = 0) -> Slot: ...
+
+    def leave(self, slot: Slot, used_tokens: int | None = None) -> None: ...
+
+    def back_off(self, seconds: float) -> None: ...
+
+
+class Unlimited:
+    """No limit configured: nothing waits (a 429 is then handled by the retry policy and the key pool)."""
+
+    counts_tokens = False
+
+    async def enter(self, estimated_tokens: int = 0) -> Slot:
+        return Slot()
+
+    def leave(self, slot: Slot, used_tokens: int | None = None) -> None:
+        return None
+
+    def back_off(self, seconds: float) -> None:
+        return None
+
+
+class LocalLimiter:
+    """The limits of one provider, shared by every task of this process."""
+
+    def __init__(
+        self,
+        cfg: RateLimitConfig,
+        *,
+        provider: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        check_rate_limit_config(cfg, provider=provider)
+        self.provider = provider
+        self.clock = clock
+        self.sleep = sleep
+        self.requests: AsyncLimiter | None = None
+        self.tokens: AsyncLimiter | None = None
+        self.flight: asyncio.Semaphore | None = None
+        if cfg.requests_per_minute is not None:
+            per_s = float(cfg.requests_per_minute) / 60.0
+            burst = max(1.0, per_s * REQUEST_BURST_S)
+            self.requests = AsyncLimiter(burst, burst / per_s)
+        if cfg.tokens_per_minute is not None:
+            per_s = float(cfg.tokens_per_minute) / 60.0
+            burst = max(1.0, per_s * TOKEN_BURST_S)
+            self.tokens = AsyncLimiter(burst, burst / per_s)
+        if cfg.max_in_flight is not None:
+            self.flight = asyncio.Semaphore(int(cfg.max_in_flight))
+        self.counts_tokens = self.tokens is not None
+        self.paused_until = 0.0  # clock time before which nobody sends (a 429's retry-after)
+        self.debt = 0  # tokens used beyond the estimates, charged to the next callers
+        self.back_offs = 0
+
+    async def _wait_pause(self) -> None:
+        while (left := self.paused_until - self.clock()) > 0:
+            await self.sleep(left)  # a later 429 may push the pause further: look again
+
+    async def enter(self, estimated_tokens: int = 0) -> Slot:
+        started = self.clock()
+        slot = Slot()
+        await self._wait_pause()
+        if self.flight is not None:
+            await self.flight.acquire()
+            slot.holds_flight = True
+        try:
+            if self.requests is not None:
+                await self.requests.acquire(1)
+            if self.tokens is not None:
+                charge = max(int(estimated_tokens), 0) + self.debt
+                self.debt = 0
+                # A request bigger than the bucket waits for a full bucket, then goes.
+                await self.tokens.acquire(min(float(charge), self.tokens.max_rate))
+                slot.tokens = max(int(estimated_tokens), 0)
+            await self._wait_pause()  # a 429 met by someone else while this one waited
+        except BaseException:
+            self._free(slot)
+            raise
+        slot.waited_s = max(self.clock() - started, 0.0)
+        return slot
+
+    def _free(self, slot: Slot) -> None:
+        if slot.holds_flight and self.flight is not None:
+            slot.holds_flight = False
+            self.flight.release()
+
+    def leave(self, slot: Slot, used_tokens: int | None = None) -> None:
+        self._free(slot)
+        if self.tokens is not None and used_tokens is not None and used_tokens > slot.tokens:
+            self.debt += used_tokens - slot.tokens
+
+    def back_off(self, seconds: float) -> None:
+        """A 429 (its retry-after, else the key pool's cooldown): nobody sends to this provider until then."""
+        if seconds > 0:
+            self.back_offs += 1
+            self.paused_until = max(self.paused_until, self.clock() + seconds)
+
+
+def build_limiter(
+    cfg: RateLimitConfig,
+    *,
+    provider: str = "",
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> Limiter:
+    """The limiter of one provider for this process (``Unlimited`` when no limit is set)."""
+    if not is_limited(cfg):
+        check_rate_limit_config(cfg, provider=provider)
+        return Unlimited()
+    return LocalLimiter(cfg, provider=provider, clock=clock, sleep=sleep)
