@@ -136,9 +136,13 @@ class Section:
         for table in self.tables:
             parts += [table, ""]
         if self.targets:
-            parts += [md_table(["target", "wanted", "measured", ""], [
-                [t.what, t.target, t.measured, t.verdict] for t in self.targets
-            ]), ""]
+            parts += [
+                md_table(
+                    ["target", "wanted", "measured", ""],
+                    [[t.what, t.target, t.measured, t.verdict] for t in self.targets],
+                ),
+                "",
+            ]
         for note in self.notes:
             parts += [note.strip(), ""]
         return "\n".join(parts)

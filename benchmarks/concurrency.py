@@ -116,9 +116,22 @@ def run_level(tasks: int, sizes: Sizes, base_url: str, snapshot: str = "none") -
         if sizes.in_process:
             return child(tasks, sizes.concurrency_turns, sizes.latency_s, base_url, Path(folder), snapshot)
         cmd = [
-            python(), "-m", "benchmarks.concurrency", "--child", "--tasks", str(tasks), "--turns",
-            str(sizes.concurrency_turns), "--latency", str(sizes.latency_s), "--base-url", base_url,
-            "--folder", folder, "--snapshot", snapshot,
+            python(),
+            "-m",
+            "benchmarks.concurrency",
+            "--child",
+            "--tasks",
+            str(tasks),
+            "--turns",
+            str(sizes.concurrency_turns),
+            "--latency",
+            str(sizes.latency_s),
+            "--base-url",
+            base_url,
+            "--folder",
+            folder,
+            "--snapshot",
+            snapshot,
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800, check=False)
     if out.returncode != 0:
@@ -157,27 +170,45 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
         peak = Stat.of([r["rss_peak_mb"] for r in runs])
         peaks[tasks] = peak.median
         ok = all(r["completed"] == r["correct"] == tasks for r in runs)
-        rows.append([
-            tasks,
-            wall.fmt(2),
-            ratio.fmt(2, "x"),
-            tps.fmt(1),
-            f"{Stat.of([r['cpu_s'] / r['turns'] * 1000 for r in runs]).median:.1f}",
-            peak.fmt(0),
-            f"{(peak.median - floor) / (tasks - smallest) * 1024:,.0f}" if tasks > smallest else "-",
-            "all" if ok else f"{min(r['correct'] for r in runs)}/{tasks} (errors: {runs[0]['errors']})",
-        ])
+        rows.append(
+            [
+                tasks,
+                wall.fmt(2),
+                ratio.fmt(2, "x"),
+                tps.fmt(1),
+                f"{Stat.of([r['cpu_s'] / r['turns'] * 1000 for r in runs]).median:.1f}",
+                peak.fmt(0),
+                f"{(peak.median - floor) / (tasks - smallest) * 1024:,.0f}" if tasks > smallest else "-",
+                "all" if ok else f"{min(r['correct'] for r in runs)}/{tasks} (errors: {runs[0]['errors']})",
+            ]
+        )
     table = md_table(
-        ["tasks at once", "wall s", "wall / ideal", "tasks/s", "flowllm CPU ms per turn", "peak RSS MB",
-         f"KB per task above {smallest} task{'s' if smallest > 1 else ''}", "correct"],
+        [
+            "tasks at once",
+            "wall s",
+            "wall / ideal",
+            "tasks/s",
+            "flowllm CPU ms per turn",
+            "peak RSS MB",
+            f"KB per task above {smallest} task{'s' if smallest > 1 else ''}",
+            "correct",
+        ],
         rows,
     )
     top = max(results["levels"])
     targets = [
-        Target(f"wall / ideal at {top} tasks", f"<= {RATIO_TARGET}x", f"{ratios[top].median:.2f}x",
-               ratios[top].median <= RATIO_TARGET),
-        Target(f"peak memory at {top} tasks", f"< {MEMORY_TARGET_MB:,.0f} MB", f"{peaks[top]:,.0f} MB",
-               peaks[top] < MEMORY_TARGET_MB),
+        Target(
+            f"wall / ideal at {top} tasks",
+            f"<= {RATIO_TARGET}x",
+            f"{ratios[top].median:.2f}x",
+            ratios[top].median <= RATIO_TARGET,
+        ),
+        Target(
+            f"peak memory at {top} tasks",
+            f"< {MEMORY_TARGET_MB:,.0f} MB",
+            f"{peaks[top]:,.0f} MB",
+            peaks[top] < MEMORY_TARGET_MB,
+        ),
     ]
     intro = f"""
 Tasks of {sizes.concurrency_turns} turns each ({sizes.concurrency_turns - 1} with a calculator call, then the answer),
@@ -201,8 +232,14 @@ process's (the emulator runs in its own); the growth per task is measured from t
         "14.7 s instead of about 9-10 s. The 1.25x target would need about 0.2 ms of CPU per call, an order of "
         "magnitude below what the official SDK costs here."
     ]
-    return Section("Concurrency: tasks at once against a 100 ms model", intro.strip(), [table], notes, targets,
-                   data={"ratio": {k: v.median for k, v in ratios.items()}, "peak_mb": peaks})
+    return Section(
+        "Concurrency: tasks at once against a 100 ms model",
+        intro.strip(),
+        [table],
+        notes,
+        targets,
+        data={"ratio": {k: v.median for k, v in ratios.items()}, "peak_mb": peaks},
+    )
 
 
 def run(sizes: Sizes) -> Section:

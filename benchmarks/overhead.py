@@ -172,8 +172,9 @@ def measure(sizes: Sizes) -> dict[str, Any]:
         # Same outputs as the plain loop, or the comparison would be meaningless.
         state = asyncio.run(make_runner(name).run(pipeline, inputs, ctx))
         assert state.keys() == expected.keys(), (name, sorted(state), sorted(expected))
-        samples = [asyncio.run(_runner_seconds(name, pipeline, inputs, sizes.overhead_turns, None))
-                   for _ in range(sizes.runs)]
+        samples = [
+            asyncio.run(_runner_seconds(name, pipeline, inputs, sizes.overhead_turns, None)) for _ in range(sizes.runs)
+        ]
         results[name] = Stat.of(samples)
 
     for peer, build in (("langgraph", langgraph_turn), ("haystack", haystack_turn)):
@@ -260,11 +261,10 @@ def section(results: dict[str, Any]) -> Section:
         per_node[name] = node_us
         overhead = node_us.median - plain_node.median
         ratio = node_us.median / plain_node.median
-        rows.append([label, turn_us.fmt(1), node_us.fmt(2), f"{overhead:,.2f}" if name != "plain" else "-",
-                     f"{ratio:,.0f}x"])
-    table = md_table(
-        ["engine", "us per turn (7 nodes)", "us per node", "overhead us/node vs plain", "vs plain"], rows
-    )
+        rows.append(
+            [label, turn_us.fmt(1), node_us.fmt(2), f"{overhead:,.2f}" if name != "plain" else "-", f"{ratio:,.0f}x"]
+        )
+    table = md_table(["engine", "us per turn (7 nodes)", "us per node", "overhead us/node vs plain", "vs plain"], rows)
 
     rec = results["recorder"]
     base_node = per_node["graph"].median
@@ -279,8 +279,7 @@ def section(results: dict[str, Any]) -> Section:
         [
             ["on the event loop (serialise, hand to the writer)", caller_node.fmt(1), f"{rec_caller:,.1f}"],
             ["until every file is on disk (flush included)", flushed_node.fmt(1), f"{rec_flushed:,.1f}"],
-            [f"this disk alone: {files_per_node:.0f} files created atomically by a plain loop", disk_node.fmt(1),
-             "-"],
+            [f"this disk alone: {files_per_node:.0f} files created atomically by a plain loop", disk_node.fmt(1), "-"],
             ["one on_node call, 99th percentile", _us(rec["p99_call"]).fmt(1), "-"],
             ["one on_node call, longest", _us(rec["max_call"]).fmt(0), "-"],
         ],
@@ -289,24 +288,39 @@ def section(results: dict[str, Any]) -> Section:
     targets = []
     for name in RUNNERS:
         over = per_node[name].median - plain_node.median
-        targets.append(Target(f"overhead per node, {name}", f"<= {TARGET_US[name]:g} us",
-                              f"{over:,.2f} us", over <= TARGET_US[name]))
+        targets.append(
+            Target(
+                f"overhead per node, {name}", f"<= {TARGET_US[name]:g} us", f"{over:,.2f} us", over <= TARGET_US[name]
+            )
+        )
     peers = [per_node[p].median for p in ("langgraph", "haystack") if p in per_node]
     slowest = max(per_node[r].median for r in RUNNERS)
     if peers:
         lead = min(peers) / slowest
-        targets.append(Target("flowllm's slowest runner vs the faster peer", f">= {PEER_LEAD:g}x ahead",
-                              f"{lead:,.0f}x", lead >= PEER_LEAD))
+        targets.append(
+            Target(
+                "flowllm's slowest runner vs the faster peer",
+                f">= {PEER_LEAD:g}x ahead",
+                f"{lead:,.0f}x",
+                lead >= PEER_LEAD,
+            )
+        )
     else:
         targets.append(Target("flowllm vs LangGraph and Haystack", f">= {PEER_LEAD:g}x ahead", "not installed", None))
-    targets.append(Target("recorder per node, on the event loop", f"<= {RECORDER_TARGET_US:g} us",
-                          f"{rec_caller:,.1f} us", rec_caller <= RECORDER_TARGET_US))
+    targets.append(
+        Target(
+            "recorder per node, on the event loop",
+            f"<= {RECORDER_TARGET_US:g} us",
+            f"{rec_caller:,.1f} us",
+            rec_caller <= RECORDER_TARGET_US,
+        )
+    )
 
     intro = f"""
 The seven nodes of `conf/pipeline/agent_turn.yaml` with trivial bodies (each returns constant outputs), wired by
 flowllm's own graph building; recorder off unless said. "us per node" is a turn's time over 7; the overhead is
-that minus the plain loop's. Each cell: median (min-max) of {results['plain'].runs} runs. The recorder rows write
-each node's input, output and meta (about {results['payload_bytes'] / 1024:,.0f} KB per turn, shaped like turn 2 of the
+that minus the plain loop's. Each cell: median (min-max) of {results["plain"].runs} runs. The recorder rows write
+each node's input, output and meta (about {results["payload_bytes"] / 1024:,.0f} KB per turn, shaped like turn 2 of the
 bundled sample) to a temporary folder.
 """
     disk_ratio = flushed_node.median / disk_node.median if disk_node.median else float("nan")

@@ -32,12 +32,14 @@ async def _turn_seconds(k: int, runner_name: str, sizes: Sizes, work_dir: Path) 
     from flowllm.providers import open_provider
 
     work = write_workload(work_dir / f"{runner_name}-{k}", 1, fanout_script((k,), sizes.tool_seconds), "done")
-    cfg = compose([
-        f"dataset.path={work.dataset}",
-        f"provider.emulator_script={work.script}",
-        f"runner={runner_name}",
-        "recorder.snapshot=none",
-    ])
+    cfg = compose(
+        [
+            f"dataset.path={work.dataset}",
+            f"provider.emulator_script={work.script}",
+            f"runner={runner_name}",
+            "recorder.snapshot=none",
+        ]
+    )
     parts = prepare(cfg)
     tools = InProcessTools()
     specs = await tools.list_tools()
@@ -72,17 +74,25 @@ def section(results: dict[Any, Stat], sizes: Sizes) -> Section:
     for k in sizes.fanout_k:
         par = results[(k, "graph_parallel")].scaled(1000)
         leg = results[(k, "legacy")].scaled(1000)
-        rows.append([
-            k,
-            par.fmt(1),
-            par.scaled(1 / tool_ms).fmt(3, "x"),
-            leg.fmt(1),
-            leg.scaled(1 / (k * tool_ms)).fmt(3, "x"),
-            f"{leg.median / par.median:.1f}x",
-        ])
+        rows.append(
+            [
+                k,
+                par.fmt(1),
+                par.scaled(1 / tool_ms).fmt(3, "x"),
+                leg.fmt(1),
+                leg.scaled(1 / (k * tool_ms)).fmt(3, "x"),
+                f"{leg.median / par.median:.1f}x",
+            ]
+        )
     table = md_table(
-        ["k tools", "graph_parallel ms", f"over ideal ({tool_ms:.0f} ms)", "legacy ms", "legacy over k x tool",
-         "speed-up"],
+        [
+            "k tools",
+            "graph_parallel ms",
+            f"over ideal ({tool_ms:.0f} ms)",
+            "legacy ms",
+            "legacy over k x tool",
+            "speed-up",
+        ],
         rows,
     )
     top = max(sizes.fanout_k)
@@ -93,8 +103,9 @@ that each take {tool_ms:.0f} ms. Under `graph_parallel` the k calls run concurre
 `legacy` one after another (ideal: k x {tool_ms:.0f} ms). The ratios include the model call and parsing k
 calls, which is why they sit a little above 1. Median (min-max) of {sizes.runs} turns after a warm-up turn.
 """
-    targets = [Target(f"graph_parallel at k = {top}", f"<= {RATIO_TARGET}x ideal", f"{ratio:.3f}x",
-                      ratio <= RATIO_TARGET)]
+    targets = [
+        Target(f"graph_parallel at k = {top}", f"<= {RATIO_TARGET}x ideal", f"{ratio:.3f}x", ratio <= RATIO_TARGET)
+    ]
     return Section("Parallel tool dispatch", intro, [table], [], targets, data={"ratio_top": ratio})
 
 

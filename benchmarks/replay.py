@@ -40,20 +40,28 @@ def child(source: Path, dataset: Path, snapshot: str, folder: Path, turns: int, 
     pinned = _pin_to_one_core() if pin else "not pinned (run inside the calling process)"
     from benchmarks.stack import compose, run_experiment
 
-    cfg = compose([
-        "provider=replay",
-        f"provider.run_dir={source}",
-        f"dataset.path={dataset}",
-        "runner=graph_parallel",
-        "experiment.max_concurrent=8",
-        f"agent.max_turns={turns + 1}",
-        f"recorder.snapshot={snapshot}",
-        "experiment.resume=false",
-        "progress=false",
-    ])
+    cfg = compose(
+        [
+            "provider=replay",
+            f"provider.run_dir={source}",
+            f"dataset.path={dataset}",
+            "runner=graph_parallel",
+            "experiment.max_concurrent=8",
+            f"agent.max_turns={turns + 1}",
+            f"recorder.snapshot={snapshot}",
+            "experiment.resume=false",
+            "progress=false",
+        ]
+    )
     figures = asyncio.run(run_experiment(cfg, folder / f"replay-{snapshot}"))
-    return {"wall_s": figures.wall_s, "turns": figures.turns, "correct": figures.correct,
-            "completed": figures.completed, "errors": figures.errors, "pinned": pinned}
+    return {
+        "wall_s": figures.wall_s,
+        "turns": figures.turns,
+        "correct": figures.correct,
+        "completed": figures.completed,
+        "errors": figures.errors,
+        "pinned": pinned,
+    }
 
 
 def make_source(folder: Path, sizes: Sizes) -> tuple[Path, Path, int]:
@@ -91,11 +99,25 @@ def measure(sizes: Sizes) -> dict[str, Any]:
                 if sizes.in_process:
                     runs.append(child(source, dataset, snapshot, out_dir, sizes.replay_turns, pin=False))
                     continue
-                cmd = [python(), "-m", "benchmarks.replay", "--child", "--source", str(source), "--dataset",
-                       str(dataset), "--snapshot", snapshot, "--folder", str(out_dir), "--turns",
-                       str(sizes.replay_turns)]
-                out = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800,
-                                     check=False)
+                cmd = [
+                    python(),
+                    "-m",
+                    "benchmarks.replay",
+                    "--child",
+                    "--source",
+                    str(source),
+                    "--dataset",
+                    str(dataset),
+                    "--snapshot",
+                    snapshot,
+                    "--folder",
+                    str(out_dir),
+                    "--turns",
+                    str(sizes.replay_turns),
+                ]
+                out = subprocess.run(
+                    cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800, check=False
+                )
                 if out.returncode != 0:
                     raise RuntimeError(f"replay ({snapshot}) failed:\n{out.stderr[-3000:]}")
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -111,24 +133,32 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
         stat = Stat.of([r["turns"] / r["wall_s"] for r in runs])
         tps[snapshot] = stat
         ok = all(r["correct"] == sizes.replay_tasks for r in runs)
-        rows.append([
-            f"recorder.snapshot={snapshot}",
-            runs[0]["turns"],
-            Stat.of([r["wall_s"] for r in runs]).fmt(2),
-            stat.fmt(0),
-            f"{1e6 / stat.median:,.0f}",
-            "all" if ok else f"{min(r['correct'] for r in runs)} (errors: {runs[0]['errors']})",
-        ])
+        rows.append(
+            [
+                f"recorder.snapshot={snapshot}",
+                runs[0]["turns"],
+                Stat.of([r["wall_s"] for r in runs]).fmt(2),
+                stat.fmt(0),
+                f"{1e6 / stat.median:,.0f}",
+                "all" if ok else f"{min(r['correct'] for r in runs)} (errors: {runs[0]['errors']})",
+            ]
+        )
     table = md_table(["replay", "turns", "wall s", "turns/s", "us per turn", "tasks correct"], rows)
     intro = f"""
-A saved run of {sizes.replay_tasks} tasks x {sizes.replay_turns} turns = {results['source_turns']:,} turns
-({results['source_files']:,} JSON files) re-run with `provider=replay`: normalize, parse, repair, dispatch
-(in-process calculator), agent loop and scoring for every turn, in one process {results['none'][0]['pinned']}.
+A saved run of {sizes.replay_tasks} tasks x {sizes.replay_turns} turns = {results["source_turns"]:,} turns
+({results["source_files"]:,} JSON files) re-run with `provider=replay`: normalize, parse, repair, dispatch
+(in-process calculator), agent loop and scoring for every turn, in one process {results["none"][0]["pinned"]}.
 The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} replays, each in a fresh process.
 """
     none = tps["none"].median
-    targets = [Target("replay, recorder off, one core", f">= {TARGET_TPS:,.0f} turns/s", f"{none:,.0f} turns/s",
-                      none >= TARGET_TPS)]
+    targets = [
+        Target(
+            "replay, recorder off, one core",
+            f">= {TARGET_TPS:,.0f} turns/s",
+            f"{none:,.0f} turns/s",
+            none >= TARGET_TPS,
+        )
+    ]
     notes = [
         "Where a replayed turn's time goes (cProfile, recorder off): the saved reply is one directory scan and "
         "one `output.json` read away (`ReplayProvider.send` goes straight to `turn_NNN/NN_call_model`, and "
@@ -138,10 +168,11 @@ The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} 
         "microseconds per node (first section).",
         f"With the recorder on, each turn writes {results['source_files'] // max(results['source_turns'], 1)} "
         "files atomically; on this machine's disk that, not Python, bounds the rate (see the recorder rows of the "
-        "engine-overhead table for the disk's own pace)."
+        "engine-overhead table for the disk's own pace).",
     ]
-    return Section("Replay throughput", intro, [table], notes, targets,
-                   data={"turns_per_s": {k: v.median for k, v in tps.items()}})
+    return Section(
+        "Replay throughput", intro, [table], notes, targets, data={"turns_per_s": {k: v.median for k, v in tps.items()}}
+    )
 
 
 def run(sizes: Sizes) -> Section:

@@ -117,8 +117,11 @@ _CSV = "\n".join(f"{i},North,widget-{i},{i % 7 + 1},{(i * 3.7) % 50:.2f}" for i 
 
 def _tools() -> list[ToolSpec]:
     schema = {"type": "object", "properties": {"code": {"type": "string", "description": "Python source"}}}
-    tools = (("tool-python", "run_python", "Run Python code. "), ("tool-files", "read_file", "Read a file. "),
-             ("tool-math", "calculate", "Evaluate arithmetic. "))
+    tools = (
+        ("tool-python", "run_python", "Run Python code. "),
+        ("tool-files", "read_file", "Read a file. "),
+        ("tool-math", "calculate", "Evaluate arithmetic. "),
+    )
     return [{"server": s, "name": n, "description": d * 12, "input_schema": schema} for s, n, d in tools]
 
 
