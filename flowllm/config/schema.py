@@ -251,6 +251,8 @@ class DatasetConfig:
     # Rows with a non-empty value in any of these columns are left out (HLE's image questions).
     skip_nonempty: list[str] = field(default_factory=list)
     id_prefix: str = "task"  # ids "<prefix>-0001", ... when fields.id is not set
+    # The question the agent sees: str.format with {question} and the metadata names ("" = the question).
+    question_template: str = ""
     # How answers are scored (flowllm/scoring): gaia | exact | judge (an LLM judge, see JudgeConfig).
     scorer: str = "gaia"
     # The missing-data message: where to get the file and where to put it.

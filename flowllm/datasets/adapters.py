@@ -52,6 +52,7 @@ class DatasetSpec:
     canary: str | None = None
     skip_nonempty: tuple[str, ...] = ()
     id_prefix: str = "task"
+    question_template: str = ""
     source_hint: str = ""
     limit: int | None = None
     levels: tuple[int, ...] | None = None
@@ -85,6 +86,7 @@ class DatasetSpec:
             canary=None if canary is None else str(canary),
             skip_nonempty=tuple(str(c) for c in get("skip_nonempty", ())),
             id_prefix=str(get("id_prefix", "task")),
+            question_template=str(get("question_template", "")),
             source_hint=str(get("source_hint", "")),
             limit=limit,
             levels=None if levels is None else tuple(int(v) for v in levels),
@@ -246,6 +248,14 @@ def _table_row(row: Row, number: int, folder: Path, spec: DatasetSpec) -> Task |
             column = spec.fields["level"]
             raise DatasetError(f"{row.where}: level ({column}) must be a number, not {level_text!r}") from None
     metadata = {name: _plain(lookup(values, column)) for name, column in spec.metadata.items()}
+    if spec.question_template:
+        try:
+            question = spec.question_template.format(question=question, **metadata)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise DatasetError(
+                f"dataset.question_template: cannot fill it for {row.where} ({type(exc).__name__}: {exc}); "
+                "it may use {question} and the names of dataset.metadata"
+            ) from None
     return Task(
         task_id=task_id.strip(),
         question=question,
