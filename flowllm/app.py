@@ -36,6 +36,7 @@ from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.scoring import check_scorer, judge_provider_config, open_scorer
 from flowllm.scoring.judge import judge_template
+from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
 from flowllm.tools import open_tool_pool
@@ -193,6 +194,8 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
+    # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
+    cfg = inherit_replayed_run(cfg)
     parts = prepare(cfg)
     tasks = parts["tasks"]
     started = time.perf_counter()
