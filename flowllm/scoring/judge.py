@@ -12,7 +12,8 @@
 * ``verdict.json`` is the cache: a rerun into the same run folder (resume) that asks for the same judgement
   (same template, judge model, question, answer and ground truth) reads it instead of calling again.
 * A reply without a verdict, or a call that failed after every retry and fallback, is a scoring error on the
-  task (``Score.error``), never a silent "incorrect". A failed call is not cached: a resume asks again.
+  task (``Score.error``), never a silent "incorrect". Neither is reused: a resume asks the judge again for
+  those tasks only (their agent runs are kept).
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class JudgeScorer:
             saved = read_json(path)
         except Exception:
             return None  # a half-written file of a killed run: judge again
-        if not isinstance(saved, dict) or saved.get("key") != key:
+        # A reply without a verdict is recorded but not reused: a resume asks again, as after a failed call.
+        if not isinstance(saved, dict) or saved.get("key") != key or saved.get("error"):
             return None
         details = {**(saved.get("details") or {}), "cached": True}
         return Score(bool(saved.get("correct")), saved.get("error"), saved.get("verdict"), details)
