@@ -362,8 +362,16 @@ class Experiment:
         resumed = len(outcomes)
         # A completed task whose answer could not be scored (the judge failed) is scored again, not rerun.
         rescore = [t for t in tasks if t.task_id in outcomes and outcomes[t.task_id].score_error]
-        for task in rescore:
-            outcomes[task.task_id] = await self.rescore(task, outcomes[task.task_id])
+        if rescore:
+            limit = asyncio.Semaphore(max(1, self.settings.max_concurrent))
+
+            async def again(task: Task) -> None:
+                async with limit:
+                    outcomes[task.task_id] = await self.rescore(task, outcomes[task.task_id])
+
+            async with asyncio.TaskGroup() as group:
+                for task in rescore:
+                    group.create_task(again(task))
         if todo:
             await self._discover_tools()
         if self.progress:

@@ -23,6 +23,9 @@ from flowllm.providers.replay import REPLAY_PROTOCOL, resolve_run_dir
 log = logging.getLogger(__name__)
 
 KEPT = ("provider",)  # always the new run's
+# Settings that belong to the judge provider they were written for: naming another judge on the command line
+# drops the saved run's (a sample's scripted judge must not stand in for a real one).
+COUPLED = {"judge.provider": ("judge.emulator_script", "judge.run_dir")}
 
 
 def _command_line() -> list[str] | None:
@@ -59,6 +62,7 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
     # section replaced as a whole, not merged key by key into the new one (its tool servers are not ours).
     merged = OmegaConf.merge(OmegaConf.structured(FlowConfig), {k: v for k, v in saved.items() if k not in KEPT})
     assert isinstance(merged, DictConfig)
+    named = {o.key_or_group.lstrip("+~") for o in parsed}
     with open_dict(merged):
         for key in KEPT:
             merged[key] = cfg[key]
@@ -72,6 +76,9 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
                 merged[key] = cfg.get(key, None)
             else:
                 OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
+                for coupled in COUPLED.get(key, ()):
+                    if coupled not in named:
+                        OmegaConf.update(merged, coupled, OmegaConf.select(cfg, coupled), force_add=True)
     log.info("replay: the run repeats %s (its dataset, scoring, agent and tools settings)", Path(saved_path).parents[1])
     return merged
 

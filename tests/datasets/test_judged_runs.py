@@ -28,7 +28,7 @@ TIMEOUT_S = 900  # a hang guard only: the machine running the suite may be loade
 def flowllm(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "flowllm", "progress=false", *args],
+        [sys.executable, "-m", "flowllm", *args, "progress=false"],
         cwd=ROOT,
         capture_output=True,
         text=True,

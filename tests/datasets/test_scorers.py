@@ -27,7 +27,7 @@ async def test_gaia_and_exact_scorers() -> None:
 
 
 def test_an_unknown_scorer_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="dataset.scorer must be one of gaia, exact, judge"):
+    with pytest.raises(ConfigError, match=r"dataset\.scorer must be one of gaia, exact, judge"):
         check_scorer("fuzzy")
 
 
