@@ -64,6 +64,7 @@ class JobRow:
     error: str | None = None
     # Which benchmark the job ran (experiment.name) and who scored it: a sweep may span benchmarks.
     benchmark: str | None = None
+    scorer: str | None = None  # gaia | exact | judge (None: a run from before scorers were recorded)
     judge_model: str | None = None
     scoring_errors: int | None = None
     label: str = ""  # the overrides that differ between the sweep's jobs
@@ -153,6 +154,7 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         provider=summary.get("provider"),
         model=summary.get("model"),
         benchmark=summary.get("experiment"),
+        scorer=summary.get("scorer"),
         judge_model=(summary.get("judge") or {}).get("model"),
         scoring_errors=summary.get("scoring_errors"),
     )
@@ -202,7 +204,7 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
                 j.label,
                 j.status if j.status != "error" else f"error: {(j.error or '')[:120]}",
                 accuracy,
-                j.judge_model or "rules",
+                f"judge {j.judge_model}" if j.judge_model else (j.scorer or "-"),
                 _pct(j.parse_rate),
                 _int(j.input_tokens),
                 _int(j.output_tokens),

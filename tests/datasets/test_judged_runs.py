@@ -52,7 +52,11 @@ def attempts(path: Path) -> list[dict[str, Any]]:
     return [line for line in ledger(path) if line.get("type") == "attempt"]
 
 
+# The other judge: overloaded on its first call for task 1 (retried like any call), no verdict for task 2.
 JUDGE_SCRIPT = """\
+faults:
+  rules:
+    - {fault: status, status: 529, tasks: [browsecomp-0001], agents: [judge], attempts: [1]}
 default:
   - text: "extracted_final_answer: whatever\\ncorrect: yes\\nconfidence: 100"
 tasks:
@@ -166,7 +170,10 @@ def test_a_saved_run_is_rejudged_by_another_judge_without_the_agents_model(runs:
     assert summary["experiment"] == "browsecomp_sample"  # the saved run's experiment, not the default one
     assert attempts(run / "usage.jsonl") == []  # the agent's model was never called
     assert summary["providers"]["calls"] == 0
-    assert len(attempts(run / "judge_usage.jsonl")) == 3
+    judge_attempts = attempts(run / "judge_usage.jsonl")
+    assert [line["outcome"] for line in judge_attempts].count("overloaded") == 1
+    assert len(judge_attempts) == 4  # three calls, one of them retried once
+    assert (summary["judge"]["calls"], summary["judge"]["retries"], summary["judge"]["calls_failed"]) == (3, 1, 0)
     # The new judge says yes to the wrong answer of task 3, and no verdict for task 2.
     assert read_json(run / "tasks" / "browsecomp-0003" / "result.json")["correct"] is True
     assert (summary["correct"], summary["scoring_errors"], summary["judge"]["parse_failures"]) == (2, 1, 1)
@@ -183,7 +190,7 @@ def test_a_judge_reply_without_a_verdict_is_a_recorded_scoring_error(runs: dict[
 
 def test_a_resume_judges_again_only_the_task_that_had_no_verdict(runs: dict[str, Path]) -> None:
     run = runs["rescored"]
-    assert len(attempts(run / "judge_usage.jsonl")) == 4  # 3 copied, 1 new
+    assert len(attempts(run / "judge_usage.jsonl")) == 5  # 4 copied, 1 new
     assert attempts(run / "usage.jsonl") == []
     result = read_json(run / "tasks" / "browsecomp-0002" / "result.json")
     assert (result["correct"], result["score_error"]) == (True, None)
@@ -201,7 +208,8 @@ def test_a_sweep_across_three_benchmarks_gives_one_table(runs: dict[str, Path]) 
     table = (runs["sweep"] / "sweep_summary.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "benchmark" not in line]
     assert len(rows) == 3
-    assert "| gaia_sample |" in rows[0] and "| rules |" in rows[0]
+    assert "| gaia_sample |" in rows[0] and "| gaia |" in rows[0]
+    assert "| simpleqa_sample |" in rows[2] and "| judge flowllm-emulator |" in rows[2]
     simpleqa = read_json(runs["sweep"] / "2" / "summary.json")
     assert simpleqa["judge"]["verdicts"] == {"correct": 2, "not_attempted": 1}
     assert simpleqa["breakdown"]["topic"]["Geography"]["tasks"] == 2
