@@ -60,7 +60,13 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
     assert isinstance(saved, DictConfig)
     # The saved run on the structured schema (so every value is typed and checked as at composition), each
     # section replaced as a whole, not merged key by key into the new one (its tool servers are not ours).
-    merged = OmegaConf.merge(OmegaConf.structured(FlowConfig), {k: v for k, v in saved.items() if k not in KEPT})
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(FlowConfig), {k: v for k, v in saved.items() if k not in KEPT})
+    except Exception as exc:  # a run made by another flowllm version: a key or type this one does not know
+        raise ProviderConfigError(
+            f"provider.run_dir: {saved_path} does not fit this version's settings ({str(exc).splitlines()[0]}); "
+            "name the experiment on the command line (+experiment=...) to replay it with the current ones"
+        ) from None
     assert isinstance(merged, DictConfig)
     named = {o.key_or_group.lstrip("+~") for o in parsed}
     with open_dict(merged):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 import flowllm.app  # noqa: F401  registers the structured configs
+from flowllm.providers.errors import ProviderConfigError
 from flowllm.scoring.rejudge import inherit_replayed_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +58,14 @@ def test_an_experiment_on_the_command_line_is_used_as_composed(tmp_path: Path) -
     plain = ["judge.provider=gpt5"]
     cfg = composed(plain)
     assert inherit_replayed_run(cfg, plain) is cfg  # not a replay: nothing to inherit
+
+
+def test_a_saved_config_of_another_version_is_one_line(tmp_path: Path) -> None:
+    run = saved_run(tmp_path)
+    config = OmegaConf.load(run / ".hydra" / "config.yaml")
+    config.dataset.shape_of_things = "to come"
+    OmegaConf.save(config, run / ".hydra" / "config.yaml")
+    overrides = ["provider=replay", f"provider.run_dir={run}"]
+    with pytest.raises(ProviderConfigError) as err:
+        inherit_replayed_run(composed(overrides), overrides)
+    assert "\n" not in str(err.value) and "+experiment=" in str(err.value)
