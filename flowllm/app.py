@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
-from flowllm.config.schema import ProviderConfig, register_configs
-from flowllm.datasets.gaia import load_tasks
+from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
+from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
@@ -38,6 +38,11 @@ from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.rundir.layout import RunLayout
+from flowllm.scoring import check_scorer, judge_provider_config, open_scorer
+from flowllm.scoring.judge import judge_template
+from flowllm.scoring.rejudge import inherit_replayed_run
+from flowllm.scoring.report import scoring_summary
+from flowllm.scoring.scorers import Scorer
 from flowllm.tools import open_tool_pool
 
 log = logging.getLogger("flowllm")
@@ -91,13 +96,14 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"provider.emulator_script '{script}' does not exist")
         provider_cfg.emulator_script = str(script)
     check_provider_config(provider_cfg)
-    tasks = load_tasks(
-        resolve_path(cfg.dataset.path, "dataset.path"),
-        limit=cfg.dataset.limit,
-        levels=cfg.dataset.levels,
-        task_ids=cfg.dataset.task_ids,
-        fmt=cfg.dataset.format,
-    )
+    tasks = load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
+    check_scorer(cfg.dataset.scorer)
+    judge_cfg = cast(JudgeConfig, OmegaConf.to_object(cfg.judge))
+    judge_provider: ProviderConfig | None = None
+    if cfg.dataset.scorer == "judge":
+        judge_template(judge_cfg.template)
+        judge_provider = judge_provider_config(judge_cfg, provider_cfg)
+        check_provider_config(judge_provider)
     prices = PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing"))
     settings = AgentSettings(
         max_turns=cfg.agent.max_turns,
@@ -114,6 +120,8 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         "settings": settings,
         "prices": prices,
         "subagents": subagent_specs(cfg),
+        "judge_cfg": judge_cfg,
+        "judge_provider": judge_provider,
     }
 
 
@@ -147,6 +155,7 @@ def build_experiment(
     *,
     progress: ProgressReporter | None = None,
     open_tools: Callable[..., Any] = open_tool_pool,
+    scorer: Scorer | None = None,
 ) -> Experiment:
     """The agent and the experiment of a prepared run (``prepare``), on an open provider.
 
@@ -180,13 +189,23 @@ def build_experiment(
         progress=progress,
         open_tools=open_tools,
         audit=audit,
+        scorer=scorer,
+        breakdown=list(cfg.dataset.breakdown or []),
     )
 
 
 async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
     progress = ProgressReporter(enabled=bool(cfg.progress))
-    async with open_provider(parts["provider_cfg"], ledger=ledger) as provider:
-        experiment = build_experiment(cfg, parts, provider, recorder, progress=progress)
+    scorer_ctx = open_scorer(
+        cfg.dataset.scorer,
+        judge=parts["judge_cfg"],
+        judge_provider=parts["judge_provider"],
+        run_dir=recorder.run_dir,
+        redactor=recorder.redactor,
+        prices=parts["prices"],
+    )
+    async with open_provider(parts["provider_cfg"], ledger=ledger) as provider, scorer_ctx as scorer:
+        experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer)
         return await experiment.run(parts["tasks"])
 
 
@@ -198,12 +217,17 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
+    # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
+    cfg = inherit_replayed_run(cfg)
     parts = prepare(cfg)
     tasks = parts["tasks"]
     started = time.perf_counter()
     resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
     # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
-    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts["provider_cfg"]))
+    secrets = provider_secrets(parts["provider_cfg"])
+    if parts["judge_provider"] is not None:
+        secrets += [s for s in provider_secrets(parts["judge_provider"]) if s not in secrets]
+    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
     # One line per attempt, appended across resumed sessions: what was really spent, failures included.
     ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
     try:
@@ -236,6 +260,18 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     # Calls per provider, retries, fallbacks, breaker events and the billed tokens of every attempt (failed
     # tasks included, unlike `usage`, which counts the tasks' recorded results), from the whole ledger.
     summary["providers"] = UsageLedger.read(run_dir / "usage.jsonl").summary()
+    judge_provider = parts["judge_provider"]
+    summary.update(
+        scoring_summary(
+            result.outcomes,
+            scorer=cfg.dataset.scorer,
+            fields=list(cfg.dataset.breakdown or []),
+            run_dir=run_dir,
+            judge_provider=None if judge_provider is None else judge_provider.name,
+            judge_model=None if judge_provider is None else judge_provider.model,
+            template=parts["judge_cfg"].template if judge_provider is not None else None,
+        )
+    )
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
     print_summary(summary, result.outcomes, run_dir)
     return summary

@@ -247,6 +247,41 @@ class DatasetConfig:
     task_ids: list[str] | None = None
     # auto: metadata.jsonl (GAIA's own) if present, else standardized_data.jsonl; or gaia | standardized.
     format: str = "auto"
+    # How rows become tasks (flowllm/datasets/adapters.py): gaia (the two GAIA layouts) | table (a JSONL, JSON,
+    # CSV, TSV or Parquet file, or a folder of them, read through the mappings below).
+    adapter: str = "gaia"
+    # Task field (id, question, answer, attachment, level) -> column; a dotted path reads into nested values.
+    fields: dict[str, str] = field(default_factory=dict)
+    # Metadata name -> column, kept with each task; the names in `breakdown` split the summary's accuracy.
+    metadata: dict[str, str] = field(default_factory=dict)
+    breakdown: list[str] = field(default_factory=list)
+    # Encrypted columns (BrowseComp: sha256_xor, xbench: xor), keyed by the row's canary column or `canary`.
+    decrypt: str = "none"
+    encrypted: list[str] = field(default_factory=list)
+    canary_column: str = "canary"
+    canary: str | None = None
+    # Rows with a non-empty value in any of these columns are left out (HLE's image questions).
+    skip_nonempty: list[str] = field(default_factory=list)
+    id_prefix: str = "task"  # ids "<prefix>-0001", ... when fields.id is not set
+    # The question the agent sees: str.format with {question} and the metadata names ("" = the question).
+    question_template: str = ""
+    # How answers are scored (flowllm/scoring): gaia | exact | judge (an LLM judge, see JudgeConfig).
+    scorer: str = "gaia"
+    # The missing-data message: where to get the file and where to put it.
+    source_hint: str = ""
+
+
+@dataclass
+class JudgeConfig:
+    """The LLM judge of ``dataset.scorer=judge``: a provider config by name, called through the provider layer
+    (retries, fallbacks, the ledger), recorded under ``tasks/<id>/judge/`` and counted apart from the agent."""
+
+    provider: str | None = None  # conf/provider/<name>.yaml, optionally "<name>:<model>"
+    template: str = "simpleqa"  # the published grader the prompt follows: browsecomp | simpleqa | hle
+    max_tokens: int = 1024
+    # Overrides of the judge provider's emulator_script (offline fixtures) and run_dir (judge.provider=replay).
+    emulator_script: str | None = None
+    run_dir: str | None = None
 
 
 @dataclass
@@ -276,6 +311,7 @@ class FlowConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
     subagents: dict[str, SubAgentConfig] = field(default_factory=dict)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

@@ -29,13 +29,14 @@ from typing import Any
 from flowllm.agent.loop import Agent, AgentResult
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
-from flowllm.datasets.gaia import Task, question_scorer, task_prompt
+from flowllm.datasets.gaia import Task, task_prompt
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import read_json
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
 from flowllm.providers.replay import ReplayMissError
+from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.tools import ToolCatalog, discover_tools, open_tool_pool
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,12 @@ class TaskOutcome:
     attempt_log: list[dict[str, Any]] = field(default_factory=list)
     # Under provider=replay: whether the task replayed exactly (replay_audit.py); absent otherwise.
     replay: dict[str, Any] | None = None
+    # Scoring (flowllm/scoring): an answer that could not be judged, the judge's verdict and who gave it, and
+    # the task's values of the dataset's breakdown fields (topic, category...).
+    score_error: str | None = None
+    verdict: str | None = None
+    judge: dict[str, Any] | None = None
+    categories: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"replay": self.replay} if self.replay is not None else {}
@@ -101,7 +108,17 @@ class TaskOutcome:
             "attempts": self.attempts,
             "attempt_log": self.attempt_log,
             **extra,
+            "score_error": self.score_error,
+            "verdict": self.verdict,
+            "judge": self.judge,
+            "categories": self.categories,
         }
+
+    def apply_score(self, score: Score) -> None:
+        self.correct = score.correct
+        self.score_error = score.error
+        self.verdict = score.verdict
+        self.judge = dict(score.details) if score.details else None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskOutcome:
@@ -115,6 +132,7 @@ class TaskOutcome:
             "status": self.status,
             "answer": self.answer,
             "correct": self.correct,
+            "score_error": self.score_error,
             "turns": self.turns,
             "stop": self.stop,
             "error": self.error,
@@ -179,6 +197,8 @@ class Experiment:
         progress: ProgressReporter | None = None,
         open_tools: Callable[..., Any] = open_tool_pool,
         audit: ReplayAudit | None = None,
+        scorer: Scorer | None = None,
+        breakdown: Iterable[str] = (),
     ) -> None:
         if settings.attempts < 1:
             raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
@@ -190,6 +210,8 @@ class Experiment:
         self.progress = progress
         self.open_tools = open_tools
         self.audit = audit
+        self.scorer: Scorer = scorer or GaiaScorer()
+        self.breakdown = tuple(breakdown)
         # Tools are listed once per run; each task's pool then starts a server on its first call only.
         self.tools_catalog: ToolCatalog | None = None
 
@@ -229,7 +251,19 @@ class Experiment:
                 shutil.move(str(item), str(target / item.name))
         self.recorder.discard_task(task.task_id)
 
-    async def attempt(self, task: Task) -> TaskOutcome:
+    async def score(self, task: Task, answer: str | None, attempt: int) -> Score:
+        try:
+            return await self.scorer.score(task, answer, attempt=attempt)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a scorer bug must not lose the agent's work: record it on the task
+            log.debug("scoring task %s failed", task.task_id, exc_info=True)
+            return Score(False, error=f"scoring failed: {_describe(exc)}")
+
+    def categories(self, task: Task) -> dict[str, Any]:
+        return {name: task.metadata.get(name) for name in self.breakdown}
+
+    async def attempt(self, task: Task, number: int = 1) -> TaskOutcome:
         """One attempt at a task, scored; never raises except on cancellation."""
         started = time.perf_counter()
         result: AgentResult | None = None
@@ -265,13 +299,14 @@ class Experiment:
                 level=task.level,
                 wall_seconds=wall,
                 replay=replay,
+                categories=self.categories(task),
             )
-        return TaskOutcome(
+        outcome = TaskOutcome(
             task_id=task.task_id,
             status=COMPLETED,
             answer=result.answer,
             ground_truth=task.ground_truth,
-            correct=question_scorer(result.answer, task.ground_truth),
+            correct=False,
             turns=result.turns,
             usage=result.usage,
             level=task.level,
@@ -282,7 +317,10 @@ class Experiment:
             repairs=result.repairs,
             wall_seconds=wall,
             replay=replay,
+            categories=self.categories(task),
         )
+        outcome.apply_score(await self.score(task, result.answer, number))
+        return outcome
 
     async def run_task(self, task: Task) -> TaskOutcome:
         """All attempts at a task; writes its ``result.json`` once, at the end."""
@@ -294,7 +332,7 @@ class Experiment:
         for number in range(1, self.settings.attempts + 1):
             if outcome is not None:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
-            outcome = await self.attempt(task)
+            outcome = await self.attempt(task, number)
             log_entries.append(outcome.attempt_entry(number))
             usage = usage + outcome.usage
             wall += outcome.wall_seconds
@@ -305,6 +343,12 @@ class Experiment:
         outcome.usage = usage
         outcome.wall_seconds = wall
         outcome.attempt_log = log_entries if len(log_entries) > 1 else []
+        self.recorder.finish_task(task.task_id, outcome.to_dict())
+        return outcome
+
+    async def rescore(self, task: Task, outcome: TaskOutcome) -> TaskOutcome:
+        """Score a saved answer again (a resume after a scoring error); rewrites the task's result.json."""
+        outcome.apply_score(await self.score(task, outcome.answer, outcome.attempts))
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         return outcome
 
@@ -331,6 +375,18 @@ class Experiment:
             else:
                 todo.append(task)
         resumed = len(outcomes)
+        # A completed task whose answer could not be scored (the judge failed) is scored again, not rerun.
+        rescore = [t for t in tasks if t.task_id in outcomes and outcomes[t.task_id].score_error]
+        if rescore:
+            limit = asyncio.Semaphore(max(1, self.settings.max_concurrent))
+
+            async def again(task: Task) -> None:
+                async with limit:
+                    outcomes[task.task_id] = await self.rescore(task, outcomes[task.task_id])
+
+            async with asyncio.TaskGroup() as group:
+                for task in rescore:
+                    group.create_task(again(task))
         if todo:
             await self._discover_tools()
         if self.progress:

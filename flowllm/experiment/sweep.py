@@ -62,6 +62,11 @@ class JobRow:
     provider: str | None = None
     model: str | None = None
     error: str | None = None
+    # Which benchmark the job ran (experiment.name) and who scored it: a sweep may span benchmarks.
+    benchmark: str | None = None
+    scorer: str | None = None  # gaia | exact | judge (None: a run from before scorers were recorded)
+    judge_model: str | None = None
+    scoring_errors: int | None = None
     label: str = ""  # the overrides that differ between the sweep's jobs
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,6 +153,10 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         wall_seconds=summary.get("wall_seconds"),
         provider=summary.get("provider"),
         model=summary.get("model"),
+        benchmark=summary.get("experiment"),
+        scorer=summary.get("scorer"),
+        judge_model=(summary.get("judge") or {}).get("model"),
+        scoring_errors=summary.get("scoring_errors"),
     )
 
 
@@ -186,12 +195,16 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
         accuracy = _pct(j.accuracy)
         if j.correct is not None and j.tasks is not None:
             accuracy += f" ({j.correct}/{j.tasks})"
+        if j.scoring_errors:
+            accuracy += f", {j.scoring_errors} unscored"
         rows.append(
             [
                 j.job,
+                j.benchmark or "-",
                 j.label,
                 j.status if j.status != "error" else f"error: {(j.error or '')[:120]}",
                 accuracy,
+                f"judge {j.judge_model}" if j.judge_model else (j.scorer or "-"),
                 _pct(j.parse_rate),
                 _int(j.input_tokens),
                 _int(j.output_tokens),
@@ -202,7 +215,19 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
     return rows
 
 
-COLUMNS = ["job", "overrides", "status", "accuracy", "parse rate", "tokens in", "tokens out", "cost", "time"]
+COLUMNS = [
+    "job",
+    "benchmark",
+    "overrides",
+    "status",
+    "accuracy",
+    "scored by",
+    "parse rate",
+    "tokens in",
+    "tokens out",
+    "cost",
+    "time",
+]
 
 
 def rich_table(summary: SweepSummary) -> Table:

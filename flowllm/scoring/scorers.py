@@ -1,0 +1,60 @@
+"""Scorers: how an answer is judged against the ground truth, chosen by ``dataset.scorer``.
+
+* ``gaia``: GAIA's ``question_scorer`` rules (numbers, lists, normalised strings; flowllm/datasets/gaia.py);
+* ``exact``: normalised exact match (lowercase, no punctuation, no articles, single spaces), the usual rule
+  of short-answer QA sets;
+* ``judge``: an LLM judge through the provider layer (flowllm/scoring/judge.py).
+
+A scorer never raises for a task: what went wrong is a ``Score`` with ``error`` set (a scoring error on that
+task, counted in the summary), never a silent zero.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from flowllm.datasets.gaia import Task, question_scorer
+
+SCORERS = ("gaia", "exact", "judge")
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: bool
+    error: str | None = None  # a scoring error: the answer could not be judged
+    verdict: str | None = None  # the judge's (correct | incorrect | not_attempted)
+    details: dict[str, Any] = field(default_factory=dict)  # judge model, cached, ...
+
+
+class Scorer(Protocol):
+    name: str
+
+    async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score: ...
+
+
+class GaiaScorer:
+    name = "gaia"
+
+    async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
+        return Score(question_scorer(answer, task.ground_truth))
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop punctuation and English articles, collapse whitespace."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
+
+
+class ExactScorer:
+    name = "exact"
+
+    async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
+        if answer is None or task.ground_truth is None:
+            return Score(False)
+        return Score(normalize_answer(answer) == normalize_answer(task.ground_truth))

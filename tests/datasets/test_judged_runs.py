@@ -1,0 +1,244 @@
+"""Judged benchmarks end to end, as a user runs them: ``python -m flowllm +experiment=<name>_sample`` in its own
+process, the agent and the judge each through the real Anthropic SDK against their own loopback emulator.
+
+One original BrowseComp run feeds the rest: a resume that must not judge again, a re-judge of the saved run
+by another judge (whose reply for one task has no verdict) without calling the agent's model, and a resume of
+that re-judge that asks the judge again for that task only. Two multiruns run the other samples: a sweep
+across three benchmarks that gives one table, and the remaining judged samples."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from flowllm.engine.recorder import read_json
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 900  # a hang guard only: the machine running the suite may be loaded
+
+
+def flowllm(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "flowllm", *args, "progress=false"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=env,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"flowllm failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def attempts(path: Path) -> list[dict[str, Any]]:
+    return [line for line in ledger(path) if line.get("type") == "attempt"]
+
+
+# The other judge: overloaded on its first call for task 1 (retried like any call), no verdict for task 2.
+JUDGE_SCRIPT = """\
+faults:
+  rules:
+    - {fault: status, status: 529, tasks: [browsecomp-0001], agents: [judge], attempts: [1]}
+default:
+  - text: "extracted_final_answer: whatever\\ncorrect: yes\\nconfidence: 100"
+tasks:
+  browsecomp-0002/judge:
+    - text: "I would rather not say."
+"""
+FIXED_JUDGE_SCRIPT = """\
+default:
+  - text: "correct: yes"
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("judged")
+    original = base / "original"
+    sweep = base / "sweep"
+    others = base / "others"
+    jobs = [
+        ("+experiment=browsecomp_sample", f"hydra.run.dir={original}"),
+        ("-m", "+experiment=gaia_sample,frames_sample,simpleqa_sample", f"hydra.sweep.dir={sweep}"),
+        ("-m", "+experiment=hle_sample,xbench_deepsearch_sample,webwalkerqa_sample", f"hydra.sweep.dir={others}"),
+    ]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        for proc in pool.map(lambda args: flowllm(*args), jobs):
+            ok(proc)
+    # A resume of a copy that lost one task's result.json (killed after judging, before the result was
+    # written): the agent reruns that task, the judge is not asked again.
+    resumed = base / "resumed"
+    shutil.copytree(original, resumed)
+    (resumed / "tasks" / "browsecomp-0003" / "result.json").unlink()
+    # Re-judge the saved run by another judge; the replay provider serves the agent's replies.
+    script = base / "judge_alt.yaml"
+    script.write_text(JUDGE_SCRIPT)
+    rejudged = base / "rejudged"
+    rejudge = (
+        "provider=replay",
+        f"provider.run_dir={original}",
+        "judge.provider=offline",
+        f"judge.emulator_script={script}",
+        f"hydra.run.dir={rejudged}",
+    )
+    with ThreadPoolExecutor(2) as pool:
+        for proc in pool.map(
+            lambda args: flowllm(*args), [("+experiment=browsecomp_sample", f"hydra.run.dir={resumed}"), rejudge]
+        ):
+            ok(proc)
+    # Resume the re-judge with a judge that now answers: only the unscored task is judged again.
+    rescored = base / "rescored"
+    shutil.copytree(rejudged, rescored)
+    fixed = base / "judge_fixed.yaml"
+    fixed.write_text(FIXED_JUDGE_SCRIPT)
+    ok(
+        flowllm(
+            "provider=replay",
+            f"provider.run_dir={original}",
+            "judge.provider=offline",
+            f"judge.emulator_script={fixed}",
+            f"hydra.run.dir={rescored}",
+        )
+    )
+    return {
+        "original": original,
+        "sweep": sweep,
+        "others": others,
+        "resumed": resumed,
+        "rejudged": rejudged,
+        "rescored": rescored,
+    }
+
+
+def test_a_judged_run_scores_through_the_judge_and_counts_it_apart(runs: dict[str, Path]) -> None:
+    run = runs["original"]
+    summary = read_json(run / "summary.json")
+    assert (summary["correct"], summary["tasks"], summary["scoring_errors"]) == (2, 3, 0)
+    assert summary["scorer"] == "judge"
+    judge = summary["judge"]
+    assert judge["model"] == "flowllm-emulator" and judge["template"] == "browsecomp"
+    assert judge["verdicts"] == {"correct": 2, "incorrect": 1}
+    assert judge["parse_failures"] == 0 and judge["calls"] == 3
+    assert judge["usage"]["input_tokens"] > 0
+    assert summary["breakdown"]["topic"]["Games"] == {"tasks": 1, "correct": 0, "accuracy": 0.0}
+    # The agent's ledger holds the agent's calls only; the judge's are in its own.
+    assert {line["agent"] for line in attempts(run / "usage.jsonl")} == {"main"}
+    assert {line["agent"] for line in attempts(run / "judge_usage.jsonl")} == {"judge"}
+    assert summary["providers"]["calls"] == 3
+    # Recorded under the task, in the layout inspect and replay read.
+    call = run / "tasks" / "browsecomp-0003" / "judge" / "turn_001"
+    saved = read_json(call / "01_call_model" / "output.json")
+    assert "correct: no" in str(saved["raw_response"])
+    assert "f2" in str(saved["raw_request"])  # the correct answer went into the grader prompt
+    result = read_json(run / "tasks" / "browsecomp-0003" / "result.json")
+    assert (result["correct"], result["verdict"], result["score_error"]) == (False, "incorrect", None)
+
+
+def test_a_resume_does_not_judge_twice(runs: dict[str, Path]) -> None:
+    before = attempts(runs["original"] / "judge_usage.jsonl")
+    after = attempts(runs["resumed"] / "judge_usage.jsonl")
+    assert len(after) == len(before) == 3  # the copied ledger, and not one judge call more
+    agent_calls = attempts(runs["resumed"] / "usage.jsonl")
+    assert len(agent_calls) == 4  # 3 of the original run, 1 for the task that lost its result
+    result = read_json(runs["resumed"] / "tasks" / "browsecomp-0003" / "result.json")
+    assert result["judge"]["cached"] is True and result["verdict"] == "incorrect"
+    summary = read_json(runs["resumed"] / "summary.json")
+    assert summary["judge"]["cached"] == 1 and summary["correct"] == 2
+
+
+def test_a_saved_run_is_rejudged_by_another_judge_without_the_agents_model(runs: dict[str, Path]) -> None:
+    run = runs["rejudged"]
+    summary = read_json(run / "summary.json")
+    assert summary["experiment"] == "browsecomp_sample"  # the saved run's experiment, not the default one
+    assert attempts(run / "usage.jsonl") == []  # the agent's model was never called
+    assert summary["providers"]["calls"] == 0
+    judge_attempts = attempts(run / "judge_usage.jsonl")
+    assert [line["outcome"] for line in judge_attempts].count("overloaded") == 1
+    assert len(judge_attempts) == 4  # three calls, one of them retried once
+    assert (summary["judge"]["calls"], summary["judge"]["retries"], summary["judge"]["calls_failed"]) == (3, 1, 0)
+    # The new judge says yes to the wrong answer of task 3, and no verdict for task 2.
+    assert read_json(run / "tasks" / "browsecomp-0003" / "result.json")["correct"] is True
+    assert (summary["correct"], summary["scoring_errors"], summary["judge"]["parse_failures"]) == (2, 1, 1)
+
+
+def test_a_judge_reply_without_a_verdict_is_a_recorded_scoring_error(runs: dict[str, Path]) -> None:
+    result = read_json(runs["rejudged"] / "tasks" / "browsecomp-0002" / "result.json")
+    assert result["status"] == "completed" and result["correct"] is False and result["verdict"] is None
+    assert result["score_error"] == "the judge's reply gives no verdict: I would rather not say."
+    assert result["judge"]["error_kind"] == "no_verdict"
+    summary = read_json(runs["rejudged"] / "summary.json")
+    assert summary["accuracy_scored"] == 1.0  # 2 of the 2 tasks that could be scored
+
+
+def test_a_resume_judges_again_only_the_task_that_had_no_verdict(runs: dict[str, Path]) -> None:
+    run = runs["rescored"]
+    assert len(attempts(run / "judge_usage.jsonl")) == 5  # 4 copied, 1 new
+    assert attempts(run / "usage.jsonl") == []
+    result = read_json(run / "tasks" / "browsecomp-0002" / "result.json")
+    assert (result["correct"], result["score_error"]) == (True, None)
+    summary = read_json(run / "summary.json")
+    assert (summary["correct"], summary["scoring_errors"]) == (3, 0)
+
+
+def test_a_sweep_across_three_benchmarks_gives_one_table(runs: dict[str, Path]) -> None:
+    sweep = read_json(runs["sweep"] / "sweep_summary.json")
+    jobs = sweep["jobs"]
+    assert [j["benchmark"] for j in jobs] == ["gaia_sample", "frames_sample", "simpleqa_sample"]
+    assert all(j["status"] == "ok" for j in jobs)
+    assert [(j["correct"], j["tasks"]) for j in jobs] == [(2, 3), (2, 3), (2, 3)]
+    assert [j["judge_model"] for j in jobs] == [None, "flowllm-emulator", "flowllm-emulator"]
+    table = (runs["sweep"] / "sweep_summary.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "benchmark" not in line]
+    assert len(rows) == 3
+    assert "| gaia_sample |" in rows[0] and "| gaia |" in rows[0]
+    assert "| simpleqa_sample |" in rows[2] and "| judge flowllm-emulator |" in rows[2]
+    simpleqa = read_json(runs["sweep"] / "2" / "summary.json")
+    assert simpleqa["judge"]["verdicts"] == {"correct": 2, "not_attempted": 1}
+    assert simpleqa["breakdown"]["topic"]["Geography"]["tasks"] == 2
+    gaia = read_json(runs["sweep"] / "0" / "summary.json")
+    assert gaia["scorer"] == "gaia" and "judge" not in gaia and gaia["by_level"]["1"]["correct"] == 1
+
+
+def test_the_other_judged_samples_run_end_to_end(runs: dict[str, Path]) -> None:
+    jobs = read_json(runs["others"] / "sweep_summary.json")["jobs"]
+    assert [j["benchmark"] for j in jobs] == ["hle_sample", "xbench_deepsearch_sample", "webwalkerqa_sample"]
+    assert [(j["status"], j["correct"], j["tasks"], j["scoring_errors"]) for j in jobs] == [("ok", 2, 3, 0)] * 3
+    hle = read_json(runs["others"] / "0" / "summary.json")
+    assert hle["breakdown"]["category"]["Math"] == {"tasks": 2, "correct": 1, "accuracy": 0.5}
+    assert hle["judge"]["template"] == "hle"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (("+experiment=browsecomp_sample", "dataset.canary=nope"), "row 1: cannot decrypt question (problem)"),
+        (
+            ("+experiment=frames_sample", "dataset.path=data/simpleqa_sample/simple_qa_test_set.csv"),
+            "no column 'Prompt' for question",
+        ),
+        (("+experiment=browsecomp_sample", "judge.provider=null"), "dataset.scorer=judge needs a judge"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(overrides: tuple[str, ...], expected: str, tmp_path: Path) -> None:
+    proc = flowllm(*overrides, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("flowllm: error: ") and expected in lines[0], proc.stderr
