@@ -529,9 +529,16 @@ class LenientParser:
             b = _BRACE_KEY.search(s, start, end)
             if b is not None and s.count("{", start, b.start()) == s.count("}", start, b.start()):
                 return b.start()  # {"key": "value} key2: v}: the brace closed the object; the rest is junk
+        # Bracket balance from ``start`` to each candidate, counted on from the previous one (counting from
+        # ``start`` each time is quadratic in a string holding many ', "k":').
+        braces = brackets = 0
+        counted = start
         for m in _COMMA_KEY.finditer(s, start, end):
             p = m.start()
-            if s.count("{", start, p) != s.count("}", start, p) or s.count("[", start, p) != s.count("]", start, p):
+            braces += s.count("{", counted, p) - s.count("}", counted, p)
+            brackets += s.count("[", counted, p) - s.count("]", counted, p)
+            counted = p
+            if braces or brackets:
                 continue  # inside JSON quoted in the string: {"a": 1, "b": 2}
             if m.group(1) is not None and terminated and s[m.end() : m.end() + 1] not in ('"', "'", "[", "{"):
                 continue  # "Note, however: ..." is prose, unless what follows the colon is clearly a value

@@ -65,12 +65,19 @@ def loads_strict(text: str) -> Any:
     except orjson.JSONDecodeError:
         # orjson refuses what Python's json accepts in a few corners (NaN, lone surrogates): json.loads has
         # the last word, so "strict" means exactly what the standard library means.
-        return json.loads(text)
+        return _loads_stdlib(text)
     if type(value) in (dict, list, float) and _has_float(value):
         # orjson reads integers beyond 64 bits as floats (losing digits); telling those from real floats would
         # cost more than letting the standard library read the (rare) documents that hold any float at all.
-        return json.loads(text)
+        return _loads_stdlib(text)
     return value
+
+
+def _loads_stdlib(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError as exc:  # deeper than the interpreter's stack: as invalid as any other bad JSON
+        raise ValueError("JSON nested too deeply to read") from exc
 
 
 def _strict(text: str, key: str | None) -> StageResult:
@@ -148,6 +155,48 @@ def balanced_end(text: str, start: int) -> int:
             if depth == 0:
                 return m.end()
     return -1
+
+
+class BracketMatcher:
+    """``balanced_end`` for many openers of one text, in linear time overall.
+
+    Scanning from an opener tokenizes the rest of the text once (strings skipped); that one pass settles
+    the closing position of every opener it meets, since a scan started at any of them would see the same
+    tokens. Only an opener inside a string of an earlier pass needs a pass of its own. The total work is
+    capped at a few passes over the text: past the cap an opener not yet settled reads as unclosed, so a
+    hostile text (``{"name": "x", [[[[...``) costs linear time where one scan per opener was quadratic.
+    """
+
+    __slots__ = ("_budget", "_ends", "_text", "scanned")
+
+    def __init__(self, text: str, passes: int = 8) -> None:
+        self._text = text
+        self._ends: dict[int, int] = {}
+        self._budget = passes * len(text) + 4096
+        self.scanned = 0  # characters tokenized so far
+
+    def end(self, start: int) -> int:
+        """The index just past the bracket closing the one at ``start``, or -1 (unclosed, or over budget)."""
+        known = self._ends.get(start)
+        if known is not None:
+            return known
+        if self._budget <= 0:
+            return -1
+        self._budget -= len(self._text) - start
+        self.scanned += len(self._text) - start
+        ends = self._ends
+        stack: list[int] = []
+        for m in _BRACKET_SCAN.finditer(self._text, start):
+            tok = m.group()
+            if tok in "{[":
+                stack.append(m.start())
+            elif tok in "}]" and stack:
+                opener = stack.pop()
+                if opener not in ends:
+                    ends[opener] = m.end()
+        for opener in stack:
+            ends.setdefault(opener, -1)
+        return ends.get(start, -1)
 
 
 def _double_encoded(text: str, key: str | None) -> StageResult:

@@ -20,17 +20,18 @@ import re
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall
 
 MARKER = "<use_mcp_tool"
-_OPEN = re.compile(r"<use_mcp_tool\b[^>]*>", re.I)
+# Attributes never hold '<': stopping there keeps a run of '<use_mcp_tool ' without '>' linear.
+_OPEN = re.compile(r"<use_mcp_tool\b[^<>]*>", re.I)
 _CLOSE = re.compile(r"</use_mcp_tool\s*>", re.I)
 
 
 def _field(tag: str) -> re.Pattern[str]:
-    return re.compile(rf"<{tag}\b[^>]*>(.*?)(?:</{tag}\s*>|(?=<[a-z_]+\b[^>]*>)|\Z)", re.I | re.S)
+    return re.compile(rf"<{tag}\b[^<>]*>(.*?)(?:</{tag}\s*>|(?=<[a-z_]+\b[^<>]*>)|\Z)", re.I | re.S)
 
 
 _SERVER = _field("server_name")
 _TOOL = _field("tool_name")
-_ARGS_OPEN = re.compile(r"<arguments\b[^>]*>", re.I)
+_ARGS_OPEN = re.compile(r"<arguments\b[^<>]*>", re.I)
 _ARGS_CLOSE = re.compile(r"</arguments\s*>", re.I)
 
 

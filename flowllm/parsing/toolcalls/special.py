@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from flowllm.parsing.repair.stages import balanced_end
+from flowllm.parsing.repair.stages import BracketMatcher
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, parse_call_object
 
 MISTRAL = "[TOOL_CALLS]"
@@ -21,6 +21,7 @@ _MISTRAL_NAME = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*(?:\[ARGS\])?\s*")
 
 def scan_mistral(text: str, ctx: Context, final: bool) -> list[Hit]:
     hits: list[Hit] = []
+    brackets = BracketMatcher(text)
     starts = [m.start() for m in re.finditer(re.escape(MISTRAL), text)]
     for idx, at in enumerate(starts):
         body_start = at + len(MISTRAL)
@@ -36,7 +37,7 @@ def scan_mistral(text: str, ctx: Context, final: bool) -> list[Hit]:
             if list_at < 0:
                 hits.append(Hit(at, body_start, bad_reason="[TOOL_CALLS] is not followed by calls"))
                 continue
-            end = balanced_end(text, list_at)
+            end = brackets.end(list_at)
             if end < 0 or end > limit:
                 if not final:
                     hits.append(Hit(at, limit, complete=False))
@@ -59,7 +60,7 @@ def scan_mistral(text: str, ctx: Context, final: bool) -> list[Hit]:
                 continue
             hits.append(Hit(at, name_m.end(), bad_reason=f"[TOOL_CALLS]{name} has no arguments", keep_text=True))
             continue
-        end = balanced_end(text, brace)
+        end = brackets.end(brace)
         if end < 0 or end > limit:
             if not final:
                 hits.append(Hit(at, limit, complete=False))
@@ -70,26 +71,49 @@ def scan_mistral(text: str, ctx: Context, final: bool) -> list[Hit]:
 
 
 KIMI_MARKERS = ("<|tool_call_begin|>", "<|tool_calls_section_begin|>")
-_KIMI_CALL = re.compile(r"<\|tool_call_begin\|>\s*(.*?)\s*<\|tool_call_argument_begin\|>", re.S)
+_KIMI_BEGIN = "<|tool_call_begin|>"
+_KIMI_ARG = "<|tool_call_argument_begin|>"
 _KIMI_END = re.compile(r"<\|tool_call_end\|>|<\|tool_call_begin\|>|<\|tool_calls_section_end\|>")
 _KIMI_SECTION = re.compile(r"<\|tool_calls_section_(?:begin|end)\|>")
 
 
+def _kimi_calls(text: str) -> list[tuple[int, int, str]]:
+    """(start, arguments start, reference) of each ``<|tool_call_begin|>REF<|tool_call_argument_begin|>``.
+
+    Found with ``str.find`` rather than a lazy regex, which would scan to the end of the text once per begin
+    marker that has no argument marker after it."""
+    out = []
+    pos = text.find(_KIMI_BEGIN)
+    arg = -1
+    while pos >= 0:
+        if arg < pos + len(_KIMI_BEGIN):  # found once, reused by every begin before it
+            arg = text.find(_KIMI_ARG, pos + len(_KIMI_BEGIN))
+        if arg < 0:
+            break
+        nxt = text.find(_KIMI_BEGIN, pos + len(_KIMI_BEGIN))
+        if 0 <= nxt < arg:  # this begin has no argument marker of its own: the next begin owns that one
+            pos = nxt
+            continue
+        out.append((pos, arg + len(_KIMI_ARG), text[pos + len(_KIMI_BEGIN) : arg].strip()))
+        pos = text.find(_KIMI_BEGIN, arg)
+    return out
+
+
 def scan_kimi(text: str, ctx: Context, final: bool) -> list[Hit]:
     hits: list[Hit] = []
-    for m in _KIMI_CALL.finditer(text):
-        ref = m.group(1)  # functions.get_weather:0
+    for start, args_start, ref in _kimi_calls(text):
+        # ref: functions.get_weather:0
         name = ref.split(":", 1)[0].removeprefix("functions.").strip()
-        end_m = _KIMI_END.search(text, m.end())
+        end_m = _KIMI_END.search(text, args_start)
         if (end_m is None or not end_m.group().startswith("<|tool_call_end")) and not final:
-            hits.append(Hit(m.start(), len(text), complete=False))
+            hits.append(Hit(start, len(text), complete=False))
             break
         args_end = end_m.start() if end_m else len(text)
         end = end_m.end() if end_m and end_m.group() == "<|tool_call_end|>" else args_end
         if not name:
-            hits.append(Hit(m.start(), end, bad_reason="Kimi-K2 call without a function name", keep_text=True))
+            hits.append(Hit(start, end, bad_reason="Kimi-K2 call without a function name", keep_text=True))
             continue
-        hits.append(Hit(m.start(), end, RawCall(name, text[m.end() : args_end].strip())))
+        hits.append(Hit(start, end, RawCall(name, text[args_start:args_end].strip())))
     # The section markers are format syntax, not content.
     hits.extend(Hit(s.start(), s.end()) for s in _KIMI_SECTION.finditer(text))
     return hits
