@@ -28,7 +28,7 @@ from flowllm.parsing.toolcalls.base import Context
 from flowllm.parsing.types import BadToolCall, Parsed, ToolCall
 
 # Below this length every chunk that may close a block is re-read at once (cheap, and calls start soonest).
-EAGER_CHARS = 8192
+EAGER_CHARS = 2048
 _CLOSERS = re.compile(r"[>\]})]")
 
 

@@ -575,6 +575,10 @@ class LenientParser:
             start = m.start()
             self.i = start
             if s[start] == "(":
+                if not _starts_document(s, start, bool(values)):
+                    # print("hi"), garbage ((: a call or prose, not a tuple; only a value may open with '('
+                    self.i = start + 1
+                    continue
                 value = self._paren()
                 if self._skip(self.i) < n and not self._fence_ends_text(self._skip(self.i)):
                     self.i = start + 1  # (a remark in prose) is not a value
@@ -610,6 +614,15 @@ class LenientParser:
         if value is _MISSING:
             return False, None
         return True, value
+
+
+def _starts_document(s: str, at: int, after_value: bool) -> bool:
+    """Is the ``(`` at ``at`` where a value may start: the text's first character, or (after a value) the
+    next thing after a separator?"""
+    k = at - 1
+    while k >= 0 and (s[k].isspace() or (after_value and s[k] == ",")):
+        k -= 1
+    return k < 0 or (after_value and s[k] in "}])")
 
 
 def parse_lenient(text: str, field: str | None = None) -> tuple[bool, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from flowllm.parsing.repair.stages import BracketMatcher
+from flowllm.parsing.repair.stages import BracketMatcher, fenced_blocks, loads_strict
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, parse_call_object
 
 MISTRAL = "[TOOL_CALLS]"
@@ -43,6 +43,9 @@ def scan_mistral(text: str, ctx: Context, final: bool) -> list[Hit]:
                     hits.append(Hit(at, limit, complete=False))
                     continue
                 end = limit
+            elif not final and brackets.open_string(list_at) and not _is_json(text[list_at:end]):
+                hits.append(Hit(at, limit, complete=False))  # as below: maybe a bracket in an open string
+                continue
             calls, error = parse_call_object(text[list_at:end], require_arguments=False)
             if error:
                 hits.append(Hit(at, end, bad_reason=f"[TOOL_CALLS] list: {error}", keep_text=True))
@@ -66,8 +69,20 @@ def scan_mistral(text: str, ctx: Context, final: bool) -> list[Hit]:
                 hits.append(Hit(at, limit, complete=False))
                 continue
             end = limit  # cut off: repair_arguments closes it
+        elif not final and brackets.open_string(brace) and not _is_json(text[brace:end]):
+            # Still streaming: a bracket inside a string not yet closed looks like the end ({"a": "}...).
+            hits.append(Hit(at, limit, complete=False))
+            continue
         hits.append(Hit(at, end, RawCall(name, text[brace:end].strip())))
     return hits
+
+
+def _is_json(text: str) -> bool:
+    try:
+        loads_strict(text)
+    except ValueError:
+        return False
+    return True
 
 
 KIMI_MARKERS = ("<|tool_call_begin|>", "<|tool_calls_section_begin|>")
@@ -124,7 +139,6 @@ _DS_BEGIN = re.compile(r"<｜tool▁call▁begin｜>")
 _DS_END = re.compile(r"<｜tool▁call▁end｜>")
 _DS_SEP = "<｜tool▁sep｜>"
 _DS_SECTION = re.compile(r"<｜tool▁calls▁(?:begin|end)｜>")
-_DS_FENCE = re.compile(r"```[a-zA-Z]*\s*(.*?)\s*(?:```|\Z)", re.S)
 
 
 def scan_deepseek(text: str, ctx: Context, final: bool) -> list[Hit]:
@@ -144,8 +158,12 @@ def scan_deepseek(text: str, ctx: Context, final: bool) -> list[Hit]:
             continue
         if left.strip() == "function":  # V3: type, sep, name on the first line, then fenced arguments
             name, _, rest = right.partition("\n")
-            fence = _DS_FENCE.search(rest)
-            args = fence.group(1) if fence else rest
+            at = rest.find("```")
+            if at >= 0:
+                blocks, unclosed = fenced_blocks(rest, at)
+                args = blocks[0] if blocks else (unclosed or "")
+            else:
+                args = rest
         else:  # V3.1: name, sep, arguments
             name, args = left, right
         name = name.strip()
