@@ -9,7 +9,7 @@
 A ``feed`` re-reads the text received so far, which keeps one parser for both modes, but only when it can
 matter: a block is complete when its closing marker has arrived (or, for JSON, its closing bracket), and
 every such marker ends in ``>``, ``]``, ``}`` or ``)``, so a chunk without one settles nothing new. Past
-``EAGER_CHARS`` the re-reads are spaced out geometrically (once the text has grown by a sixteenth since the
+``EAGER_CHARS`` the re-reads are spaced out geometrically (once the text has grown by an eighth since the
 last one), so a long reply costs a bounded number of passes over its text in all, never one pass per chunk:
 a call may then be handed out a little later, never lost (``finish`` reads everything). An unfinished block
 waits, and is mended only by ``finish``. Ids are the same as the
@@ -70,7 +70,7 @@ class StreamingToolCallParser:
             self._pending = True
         if not self._pending or self._length > self._max_chars:
             return []  # over the limit, finish reports it
-        if self._length > EAGER_CHARS and self._length - self._scanned_at < self._length // 16:
+        if self._length > EAGER_CHARS and self._length - self._scanned_at < self._length // 8:
             return []  # settled at a later chunk, or by finish
         self._pending = False
         self._scanned_at = self._length
