@@ -166,11 +166,8 @@ def _row(name: str, kind: str, seconds: list[float]) -> list[str]:
 
 
 def _best(fn: Callable[[str], Any], text: str) -> float:
-    """Best of three passes, or one pass when the first takes over a second."""
-    first = _once(fn, text)
-    if first > 1.0:
-        return first
-    return min(first, _once(fn, text), _once(fn, text))
+    """Best of three passes: on a shared machine one pass can take twice as long as the next."""
+    return min(_once(fn, text) for _ in range(3))
 
 
 def _once(fn: Callable[[str], Any], text: str) -> float:

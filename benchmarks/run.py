@@ -68,11 +68,11 @@ def adversarial_section(sizes: Sizes) -> Section:
     rows, worst = parsing.adversarial(shape_sizes)
     intro = (
         "`python benchmarks/parsing.py --adversarial`: replies written to make a parser go quadratic (issue 19), "
-        "one shape per row, milliseconds at each size (best of 3, or one pass when it takes over a second) and "
+        "one shape per row, milliseconds at each size (best of 3 passes) and "
         "the growth per 10x of input: about 10x is linear, 100x quadratic. A growth in parentheses starts below "
         "10 ms, where it measures the memory hierarchy rather than the algorithm (compare the reference row, "
-        "one regex pass over the text); the target reads the others. The <tool_call> rows stop growing at "
-        "1,000 blocks, the per-format cap."
+        "one regex pass over the text); the target reads the others. Rows of call blocks (`<tool_call>`, "
+        "`[TOOL_CALLS]`) stop growing at 1,000 blocks, the per-format cap."
     )
     table = md_table(parsing.adversarial_headers(shape_sizes), rows)
     target = Target("worst growth per 10x of hostile input", "<= 15x", f"{worst:.1f}x", worst <= 15)
