@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from flowllm.parsing import StreamingToolCallParser, parse_tool_calls, repair_arguments
 
 _SETTINGS = settings(
-    max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    max_examples=50, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
 )
 
 _PIECES = ["```", "```bash\n", "```json\n", "\n```\n", "</arguments>", "<arguments>", "</use_mcp_tool>",

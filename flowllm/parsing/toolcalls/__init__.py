@@ -114,6 +114,7 @@ def scan_text(text: str, ctx: Context, enabled: frozenset[str], final: bool) -> 
     """All hits in ``text``, ordered and without overlaps, and the formats that produced them."""
     hits: list[Hit] = []
     used: list[str] = []
+    labels: dict[int, str] = {}  # id(hit) -> the format that produced it
     marked_found = False
     for name, scanner, markers in _plan(enabled):
         if not markers:
@@ -131,17 +132,34 @@ def scan_text(text: str, ctx: Context, enabled: frozenset[str], final: bool) -> 
         except Exception as exc:  # one format failing costs that format's calls, never the reply
             at = _first_marker(text, markers)
             found = [Hit(at, len(text), bad_reason=f"{name} tool call: {failure_reason(exc)}", keep_text=True)]
-        if hits:  # a later format never claims text an earlier one has read
-            found = [h for h in found if not any(h.start < o.end and o.start < h.end for o in hits if o.start != o.end)]
-        fresh = found
-        if any(h.call or h.bad_reason or not h.complete for h in fresh):
-            if markers:
+        label = name if name not in _TAGGED else "tagged"
+        if hits:
+            # A later format never claims text an earlier one has read, except a malformed block's: a call
+            # read whole (a JSON call whose string mentions "<use_mcp_tool>") wins over a block that is only
+            # a marker without its fields.
+            strong = [o for o in hits if o.start != o.end and not _weak(o)]
+            found = [h for h in found if not any(_overlap(h, o) for o in strong)]
+            winners = [h for h in found if h.call is not None and h.complete]
+            if winners:
+                hits = [o for o in hits if not (_weak(o) and any(_overlap(o, w) for w in winners))]
+            found = [h for h in found if h.call is not None or not any(_overlap(h, o) for o in hits)]
+        if any(h.call or h.bad_reason or not h.complete for h in found):
+            if markers and not all(_weak(h) for h in found if h.start != h.end):
                 marked_found = True
-            label = name if name not in _TAGGED else "tagged"
             used.append(label)
-        hits.extend(fresh)
+        labels.update((id(h), label) for h in found)
+        hits.extend(found)
     hits.sort(key=lambda h: (h.start, h.end))
-    return hits, used
+    kept = {labels.get(id(h)) for h in hits if h.call or h.bad_reason or not h.complete}
+    return hits, [u for u in used if u in kept]
+
+
+def _weak(h: Hit) -> bool:
+    return h.call is None and h.bad_reason is not None and h.keep_text
+
+
+def _overlap(a: Hit, b: Hit) -> bool:
+    return a.start < b.end and b.start < a.end and a.start != a.end and b.start != b.end
 
 
 def build_parsed(text: str, hits: Iterable[Hit], ctx: Context, used: list[str], first_index: int = 0) -> Parsed:
