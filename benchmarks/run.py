@@ -38,7 +38,7 @@ from benchmarks.common import (
 
 os.environ.update(quiet_peers_env())  # before any peer library is imported
 
-SECTIONS = ("overhead", "parallel", "concurrency", "replay", "parsing", "ratelimit")
+SECTIONS = ("overhead", "parallel", "concurrency", "replay", "parsing", "adversarial", "ratelimit")
 
 
 def parsing_section(sizes: Sizes) -> Section:
@@ -56,6 +56,27 @@ def parsing_section(sizes: Sizes) -> Section:
     )
     targets = [t for t in (_parsing_target(line) for line in text.splitlines()) if t is not None]
     return Section("Parsing", intro, ["```\n" + text + "\n```"], [], targets)
+
+
+def adversarial_section(sizes: Sizes) -> Section:
+    """Hostile replies at 10 KB, 100 KB and 1 MB (``benchmarks/parsing.py --adversarial``): growth per 10x."""
+    from benchmarks import parsing
+    from benchmarks.common import md_table
+
+    quick = sizes.parsing_min_time <= 0
+    shape_sizes = (1_000, 10_000) if quick else parsing.ADVERSARIAL_SIZES
+    rows, worst = parsing.adversarial(shape_sizes)
+    intro = (
+        "`python benchmarks/parsing.py --adversarial`: replies written to make a parser go quadratic (issue 19), "
+        "one shape per row, milliseconds at each size (best of 3 passes) and "
+        "the growth per 10x of input: about 10x is linear, 100x quadratic. A growth in parentheses starts below "
+        "10 ms, where it measures the memory hierarchy rather than the algorithm (compare the reference row, "
+        "one regex pass over the text); the target reads the others. Rows of call blocks (`<tool_call>`, "
+        "`[TOOL_CALLS]`) stop growing at 1,000 blocks, the per-format cap."
+    )
+    table = md_table(parsing.adversarial_headers(shape_sizes), rows)
+    target = Target("worst growth per 10x of hostile input", "<= 15x", f"{worst:.1f}x", worst <= 15)
+    return Section("Parsing hostile input", intro, [table], [], [target], {"worst_growth": worst})
 
 
 _TARGET_LINE = re.compile(
@@ -84,6 +105,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "replay": replay.run,
         "parsing": parsing_section,
         "ratelimit": ratelimit.run,
+        "adversarial": adversarial_section,
     }
 
 

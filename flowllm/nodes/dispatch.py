@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolResult
 from flowllm.engine import Node, TurnContext
 from flowllm.nodes.toolcalls import PreparedCall
 from flowllm.parsing import BadToolCall
+from flowllm.parsing.isolation import frame_native_result, neutralize_call_markup
 from flowllm.tools.textproto import format_tool_result
 
 
@@ -22,10 +24,13 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
     if native:
         blocks = []
         for r in results:
-            content: list[Block] = [{"type": "text", "text": r.content}, *r.images]
+            content: list[Block] = [{"type": "text", "text": frame_native_result(r.content)}, *r.images]
             blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
     else:
-        blocks = [{"type": "text", "text": format_tool_result(r)} for r in results]
+        blocks = [
+            {"type": "text", "text": format_tool_result(replace(r, content=neutralize_call_markup(r.content)))}
+            for r in results
+        ]
         blocks.extend(image for r in results for image in r.images)
     return {
         "role": "user",

@@ -24,6 +24,7 @@ from flowllm.parsing.repair.stages import (
     Stage,
     loads_strict,
 )
+from flowllm.parsing.safety import DEFAULT_MAX_CHARS, failure_reason, too_long_reason
 from flowllm.parsing.types import Repaired
 
 STAGES: dict[str, Callable[[str, str | None], Any]] = {s.name: s.fn for s in STAGE_LIST}
@@ -51,13 +52,29 @@ def _as_text(text: Any) -> str | None:
     return None
 
 
-def repair_json(text: Any, key: str | None = None, stages: Sequence[str] | None = None) -> Repaired:
+def repair_json(
+    text: Any, key: str | None = None, stages: Sequence[str] | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+) -> Repaired:
     """Read ``text`` as JSON, repairing it with ``stages`` (default: the full chain).
 
     ``key`` is the name of the field ``text`` is the value of, when known (a parameter of an XML tool call):
     a code field (``CODE_FIELDS``) gets structure-only repair, and a bare string, number or literal is then
-    an acceptable result too.
+    an acceptable result too. A text longer than ``max_chars`` (None: no limit) is refused unread.
     """
+    try:
+        if max_chars is not None and isinstance(text, str | bytes | bytearray) and len(text) > max_chars:
+            return Repaired(False, None, None, too_long_reason(len(text), max_chars), _raw(text))
+        return _repair_json(text, key, stages)
+    except Exception as exc:  # the chain guards each stage; this guards the chain itself
+        return Repaired(False, None, None, f"could not be repaired: {failure_reason(exc)}", _raw(text))
+
+
+def _raw(text: Any) -> str:
+    source = _as_text(text)
+    return source if source is not None else f"<{type(text).__name__}>"
+
+
+def _repair_json(text: Any, key: str | None, stages: Sequence[str] | None) -> Repaired:
     if stages is None and type(text) is str:
         try:  # the fast path, inlined: clean input pays one parse and one object
             return Repaired(True, loads_strict(text), "strict", None, text)
@@ -102,14 +119,25 @@ def _strict_error(text: str) -> str:
         json.loads(text)
     except json.JSONDecodeError as e:
         return f"invalid JSON: {e}"
-    except (ValueError, RecursionError) as e:
-        return f"invalid JSON: {e}"
+    except (ValueError, RecursionError, MemoryError) as e:
+        return f"invalid JSON: {failure_reason(e)}"
     return "invalid JSON"
 
 
-def repair_arguments(text: Any, stages: Sequence[str] | None = None) -> Repaired:
+def repair_arguments(
+    text: Any, stages: Sequence[str] | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+) -> Repaired:
     """Tool-call arguments as a dict: ``repair_json``, then a string holding an object is decoded once and
-    any other value becomes ``{"value": v}``. Empty text means no arguments (``{}``)."""
+    any other value becomes ``{"value": v}``. Empty text means no arguments (``{}``). Never raises."""
+    try:
+        if max_chars is not None and isinstance(text, str | bytes | bytearray) and len(text) > max_chars:
+            return Repaired(False, None, None, too_long_reason(len(text), max_chars), _raw(text))
+        return _repair_arguments(text, stages)
+    except Exception as exc:
+        return Repaired(False, None, None, f"could not be repaired: {failure_reason(exc)}", _raw(text))
+
+
+def _repair_arguments(text: Any, stages: Sequence[str] | None) -> Repaired:
     if isinstance(text, dict):
         return Repaired(True, text, "native", None, json.dumps(text, ensure_ascii=False))
     if stages is None and type(text) is str:
@@ -124,7 +152,7 @@ def repair_arguments(text: Any, stages: Sequence[str] | None = None) -> Repaired
     source = _as_text(text)
     if source is not None and not source.strip():
         return Repaired(True, {}, "empty", None, source)
-    return _wrap(repair_json(text, None, stages), stages)
+    return _wrap(_repair_json(text, None, stages), stages)
 
 
 def _wrap(r: Repaired, stages: Sequence[str] | None) -> Repaired:

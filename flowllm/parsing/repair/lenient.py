@@ -529,9 +529,16 @@ class LenientParser:
             b = _BRACE_KEY.search(s, start, end)
             if b is not None and s.count("{", start, b.start()) == s.count("}", start, b.start()):
                 return b.start()  # {"key": "value} key2: v}: the brace closed the object; the rest is junk
+        # Bracket balance from ``start`` to each candidate, counted on from the previous one (counting from
+        # ``start`` each time is quadratic in a string holding many ', "k":').
+        braces = brackets = 0
+        counted = start
         for m in _COMMA_KEY.finditer(s, start, end):
             p = m.start()
-            if s.count("{", start, p) != s.count("}", start, p) or s.count("[", start, p) != s.count("]", start, p):
+            braces += s.count("{", counted, p) - s.count("}", counted, p)
+            brackets += s.count("[", counted, p) - s.count("]", counted, p)
+            counted = p
+            if braces or brackets:
                 continue  # inside JSON quoted in the string: {"a": 1, "b": 2}
             if m.group(1) is not None and terminated and s[m.end() : m.end() + 1] not in ('"', "'", "[", "{"):
                 continue  # "Note, however: ..." is prose, unless what follows the colon is clearly a value
@@ -568,6 +575,10 @@ class LenientParser:
             start = m.start()
             self.i = start
             if s[start] == "(":
+                if not _starts_document(s, start, bool(values)):
+                    # print("hi"), garbage ((: a call or prose, not a tuple; only a value may open with '('
+                    self.i = start + 1
+                    continue
                 value = self._paren()
                 if self._skip(self.i) < n and not self._fence_ends_text(self._skip(self.i)):
                     self.i = start + 1  # (a remark in prose) is not a value
@@ -603,6 +614,15 @@ class LenientParser:
         if value is _MISSING:
             return False, None
         return True, value
+
+
+def _starts_document(s: str, at: int, after_value: bool) -> bool:
+    """Is the ``(`` at ``at`` where a value may start: the text's first character, or (after a value) the
+    next thing after a separator?"""
+    k = at - 1
+    while k >= 0 and (s[k].isspace() or (after_value and s[k] == ",")):
+        k -= 1
+    return k < 0 or (after_value and s[k] in "}])")
 
 
 def parse_lenient(text: str, field: str | None = None) -> tuple[bool, Any]:

@@ -65,12 +65,19 @@ def loads_strict(text: str) -> Any:
     except orjson.JSONDecodeError:
         # orjson refuses what Python's json accepts in a few corners (NaN, lone surrogates): json.loads has
         # the last word, so "strict" means exactly what the standard library means.
-        return json.loads(text)
+        return _loads_stdlib(text)
     if type(value) in (dict, list, float) and _has_float(value):
         # orjson reads integers beyond 64 bits as floats (losing digits); telling those from real floats would
         # cost more than letting the standard library read the (rare) documents that hold any float at all.
-        return json.loads(text)
+        return _loads_stdlib(text)
     return value
+
+
+def _loads_stdlib(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError as exc:  # deeper than the interpreter's stack: as invalid as any other bad JSON
+        raise ValueError("JSON nested too deeply to read") from exc
 
 
 def _strict(text: str, key: str | None) -> StageResult:
@@ -80,8 +87,41 @@ def _strict(text: str, key: str | None) -> StageResult:
         return None
 
 
-_FENCE = re.compile(r"`{3,}[ \t]*[A-Za-z0-9_+.-]*[ \t]*\n?(.*?)`{3,}", re.S)
 _FENCE_OPEN = re.compile(r"`{3,}[ \t]*[A-Za-z0-9_+.-]*[ \t]*\n?")
+_FENCE_RUN = re.compile(r"`{3,}")
+
+
+def fenced_blocks(s: str, at: int) -> tuple[list[str], str | None]:
+    """The contents of the markdown fences from ``at`` on, and the content of a last one left open (or None).
+
+    A fence holding a JSON value closes at the first fence *after* that value: a string inside it may hold a
+    fence of its own (``{"readme": "```bash\\npip install x\\n```"}``), which the first fence found would
+    cut in half. A value whose brackets do not balance is read to the last fence of the text.
+    """
+    blocks: list[str] = []
+    n = len(s)
+    while at >= 0:
+        m = _FENCE_OPEN.match(s, at)
+        if m is None:
+            break
+        body = m.end()
+        j = body
+        while j < n and s[j].isspace():
+            j += 1
+        search_from = body
+        if j < n and s[j] in "{[":
+            end = balanced_end(s, j)
+            if end > 0:
+                search_from = end
+            else:
+                last = s.rfind("```", body)
+                search_from = last if last >= 0 else n
+        close = _FENCE_RUN.search(s, search_from)
+        if close is None:
+            return blocks, s[body:].strip()
+        blocks.append(s[body : close.start()].strip())
+        at = s.find("```", close.end())
+    return blocks, None
 
 
 _DECODER = json.JSONDecoder()
@@ -107,15 +147,14 @@ def _fences(text: str, key: str | None) -> StageResult:
         return None
     fence_at = s.find("```")
     if fence_at >= 0 and "{" not in s[:fence_at] and "[" not in s[:fence_at]:
-        blocks = [m.group(1).strip() for m in _FENCE.finditer(s, fence_at)]
+        blocks, unclosed = fenced_blocks(s, fence_at)
         blocks = [b for b in blocks if b[:1] in ("{", "[", "(")]
         if len(blocks) == 1:
             return blocks[0]
         if len(blocks) > 1:
             return None  # several values: the structural stage decides how they combine
-        m = _FENCE_OPEN.match(s, fence_at)
-        if m is not None and s[m.end() : m.end() + 1] in ("{", "["):
-            return s[m.end() :].strip()  # a fence opened and never closed (truncated output)
+        if unclosed is not None and unclosed[:1] in ("{", "["):
+            return unclosed  # a fence opened and never closed (truncated output)
     start = min((p for p in (s.find("{"), s.find("[")) if p >= 0), default=-1)
     if start < 0:
         return None
@@ -134,6 +173,8 @@ def _fences(text: str, key: str | None) -> StageResult:
 
 
 _BRACKET_SCAN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.S)
+# The same, with a quote that opens no complete string as a token of its own (it is skipped all the same).
+_BRACKET_SCAN_QUOTES = re.compile(r'"(?:[^"\\]|\\.)*"|["{}\[\]]', re.S)
 
 
 def balanced_end(text: str, start: int) -> int:
@@ -148,6 +189,60 @@ def balanced_end(text: str, start: int) -> int:
             if depth == 0:
                 return m.end()
     return -1
+
+
+class BracketMatcher:
+    """``balanced_end`` for many openers of one text, in linear time overall.
+
+    Scanning from an opener tokenizes the rest of the text once (strings skipped); that one pass settles
+    the closing position of every opener it meets, since a scan started at any of them would see the same
+    tokens. Only an opener inside a string of an earlier pass needs a pass of its own. The total work is
+    capped at a few passes over the text: past the cap an opener not yet settled reads as unclosed, so a
+    hostile text (``{"name": "x", [[[[...``) costs linear time where one scan per opener was quadratic.
+    """
+
+    __slots__ = ("_budget", "_ends", "_open_string", "_text", "scanned")
+
+    def __init__(self, text: str, passes: int = 8) -> None:
+        self._text = text
+        self._ends: dict[int, int] = {}
+        # Openers whose span holds a quote that no later quote closes (a string still open at the end).
+        self._open_string: set[int] = set()
+        self._budget = passes * len(text) + 4096
+        self.scanned = 0  # characters tokenized so far
+
+    def open_string(self, start: int) -> bool:
+        """Does the value at ``start`` (after ``end(start)``) hold a string that nothing closes? In a text still
+        arriving, that string is not finished: the brackets after its quote are its content, not structure."""
+        return start in self._open_string
+
+    def end(self, start: int) -> int:
+        """The index just past the bracket closing the one at ``start``, or -1 (unclosed, or over budget)."""
+        known = self._ends.get(start)
+        if known is not None:
+            return known
+        if self._budget <= 0:
+            return -1
+        self._budget -= len(self._text) - start
+        self.scanned += len(self._text) - start
+        ends = self._ends
+        stack: list[int] = []
+        last_lone_quote = -1
+        for m in _BRACKET_SCAN_QUOTES.finditer(self._text, start):
+            tok = m.group()
+            if tok in "{[":
+                stack.append(m.start())
+            elif tok == '"':
+                last_lone_quote = m.start()
+            elif tok in "}]" and stack:
+                opener = stack.pop()
+                if opener not in ends:
+                    ends[opener] = m.end()
+                    if last_lone_quote > opener:
+                        self._open_string.add(opener)
+        for opener in stack:
+            ends.setdefault(opener, -1)
+        return ends.get(start, -1)
 
 
 def _double_encoded(text: str, key: str | None) -> StageResult:

@@ -21,6 +21,14 @@ from functools import cache
 from typing import Any
 
 from flowllm.core.types import ModelResponse
+from flowllm.parsing.safety import (
+    DEFAULT_MAX_CHARS,
+    MAX_CALL_BLOCKS,
+    clip,
+    failure_reason,
+    too_long_reason,
+    too_many_blocks_reason,
+)
 from flowllm.parsing.toolcalls import markerless, mcp_xml, special, tagged
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, split_server
 from flowllm.parsing.toolcalls.native import native_item, native_items
@@ -67,6 +75,26 @@ def _marker_present(text: str, markers: tuple[str, ...]) -> bool:
 
 
 @cache
+def _marker_pattern(markers: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, markers)), re.I)
+
+
+def _block_cap(text: str, markers: tuple[str, ...]) -> int | None:
+    """Where the block after the first ``MAX_CALL_BLOCKS`` of a format starts, or None when there are fewer."""
+    if sum(text.count(m) for m in markers) <= MAX_CALL_BLOCKS and mcp_xml.MARKER not in markers:
+        return None
+    for n, m in enumerate(_marker_pattern(markers).finditer(text)):
+        if n == MAX_CALL_BLOCKS:
+            return m.start()
+    return None
+
+
+def _first_marker(text: str, markers: tuple[str, ...]) -> int:
+    found = [p for p in (text.find(m) for m in markers) if p >= 0]
+    return min(found, default=0)
+
+
+@cache
 def _plan(enabled: frozenset[str]) -> tuple[tuple[str, Scanner, tuple[str, ...]], ...]:
     """The scanners to run for a set of enabled formats, in priority order (the <tool_call> one once)."""
     plan = []
@@ -86,6 +114,7 @@ def scan_text(text: str, ctx: Context, enabled: frozenset[str], final: bool) -> 
     """All hits in ``text``, ordered and without overlaps, and the formats that produced them."""
     hits: list[Hit] = []
     used: list[str] = []
+    labels: dict[int, str] = {}  # id(hit) -> the format that produced it
     marked_found = False
     for name, scanner, markers in _plan(enabled):
         if not markers:
@@ -93,18 +122,44 @@ def scan_text(text: str, ctx: Context, enabled: frozenset[str], final: bool) -> 
                 break
         elif not _marker_present(text, markers):
             continue
-        found = scanner(text, ctx, final, enabled)
-        if hits:  # a later format never claims text an earlier one has read
-            found = [h for h in found if not any(h.start < o.end and o.start < h.end for o in hits if o.start != o.end)]
-        fresh = found
-        if any(h.call or h.bad_reason or not h.complete for h in fresh):
-            if markers:
+        cut = _block_cap(text, markers) if markers else None
+        try:
+            if cut is None:
+                found = scanner(text, ctx, final, enabled)
+            else:
+                reason = too_many_blocks_reason(name, MAX_CALL_BLOCKS)
+                found = [*scanner(text[:cut], ctx, final, enabled), Hit(cut, len(text), bad_reason=reason)]
+        except Exception as exc:  # one format failing costs that format's calls, never the reply
+            at = _first_marker(text, markers)
+            found = [Hit(at, len(text), bad_reason=f"{name} tool call: {failure_reason(exc)}", keep_text=True)]
+        label = name if name not in _TAGGED else "tagged"
+        if hits:
+            # A later format never claims text an earlier one has read, except a malformed block's: a call
+            # read whole (a JSON call whose string mentions "<use_mcp_tool>") wins over a block that is only
+            # a marker without its fields.
+            strong = [o for o in hits if o.start != o.end and not _weak(o)]
+            found = [h for h in found if not any(_overlap(h, o) for o in strong)]
+            winners = [h for h in found if h.call is not None and h.complete]
+            if winners:
+                hits = [o for o in hits if not (_weak(o) and any(_overlap(o, w) for w in winners))]
+            found = [h for h in found if h.call is not None or not any(_overlap(h, o) for o in hits)]
+        if any(h.call or h.bad_reason or not h.complete for h in found):
+            if markers and not all(_weak(h) for h in found if h.start != h.end):
                 marked_found = True
-            label = name if name not in _TAGGED else "tagged"
             used.append(label)
-        hits.extend(fresh)
+        labels.update((id(h), label) for h in found)
+        hits.extend(found)
     hits.sort(key=lambda h: (h.start, h.end))
-    return hits, used
+    kept = {labels.get(id(h)) for h in hits if h.call or h.bad_reason or not h.complete}
+    return hits, [u for u in used if u in kept]
+
+
+def _weak(h: Hit) -> bool:
+    return h.call is None and h.bad_reason is not None and h.keep_text
+
+
+def _overlap(a: Hit, b: Hit) -> bool:
+    return a.start < b.end and b.start < a.end and a.start != a.end and b.start != b.end
 
 
 def build_parsed(text: str, hits: Iterable[Hit], ctx: Context, used: list[str], first_index: int = 0) -> Parsed:
@@ -148,8 +203,27 @@ def parse_tool_calls(
     servers: Iterable[str] | None = None,
     formats: Sequence[str] | None = None,
     tools: Any = None,
+    max_chars: int | None = DEFAULT_MAX_CHARS,
 ) -> Parsed:
-    """Every tool call in ``payload`` (see the module docstring). Never raises on malformed input."""
+    """Every tool call in ``payload`` (see the module docstring). Never raises on malformed input.
+
+    A text longer than ``max_chars`` (None: no limit) is not parsed: it comes back as one bad call saying so.
+    Anything a scanner cannot read (nesting too deep, out of memory) is a bad call with the reason.
+    """
+    try:
+        return _parse_tool_calls(payload, servers, formats, tools, max_chars)
+    except Exception as exc:  # the last line of defence: a reply must never fail the task by its shape
+        text = payload if isinstance(payload, str) else repr(payload)
+        return Parsed([], [BadToolCall(f"the reply could not be parsed: {failure_reason(exc)}", clip(text))], "", [])
+
+
+def _parse_tool_calls(
+    payload: Any,
+    servers: Iterable[str] | None,
+    formats: Sequence[str] | None,
+    tools: Any,
+    max_chars: int | None,
+) -> Parsed:
     ctx = _EMPTY_CONTEXT if servers is None and tools is None else Context.build(servers, tools)
     enabled = frozenset(FORMATS if formats is None else formats)
     if isinstance(payload, ModelResponse):
@@ -163,6 +237,8 @@ def parse_tool_calls(
     if isinstance(payload, bytes | bytearray):
         payload = bytes(payload).decode("utf-8", "replace")
     if isinstance(payload, str):
+        if max_chars is not None and len(payload) > max_chars:
+            return Parsed([], [BadToolCall(too_long_reason(len(payload), max_chars), clip(payload))], payload, [])
         hits, used = scan_text(payload, ctx, enabled, final=True)
         return build_parsed(payload, hits, ctx, used)
     return _parse_native(payload, ctx)
@@ -172,21 +248,32 @@ def _parse_native(payload: Any, ctx: Context) -> Parsed:
     calls: list[ToolCall] = []
     bad: list[BadToolCall] = []
     for i, item in enumerate(native_items(payload)):
-        raw, reason = native_item(item)
+        try:
+            raw, reason = native_item(item)
+        except Exception as exc:  # arguments nested past what the encoder can write, and the like
+            bad.append(BadToolCall(f"tool call could not be read: {failure_reason(exc)}", _safe_repr(item)))
+            continue
         if raw is None:
             if reason:
-                bad.append(BadToolCall(reason, repr(item)[:2000]))
+                bad.append(BadToolCall(reason, _safe_repr(item)))
             continue
         if not raw.name:
-            bad.append(BadToolCall("tool call without a name", repr(item)[:2000]))
+            bad.append(BadToolCall("tool call without a name", _safe_repr(item)))
             continue
         call = _finish_call(raw, ctx, f"call_{i}", native=True)
         if isinstance(call, BadToolCall):
-            call.raw = repr(item)[:2000]
+            call.raw = _safe_repr(item)
             bad.append(call)
         else:
             calls.append(call)
     return Parsed(calls, bad, "", ["native"] if calls or bad else [])
+
+
+def _safe_repr(item: Any) -> str:
+    try:
+        return clip(repr(item))
+    except Exception as exc:  # repr itself recurses on deep structures
+        return f"<{type(item).__name__} that cannot be shown: {failure_reason(exc)}>"
 
 
 __all__ = ["FORMATS", "parse_tool_calls", "scan_text", "validate_formats"]

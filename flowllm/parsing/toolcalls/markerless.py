@@ -14,11 +14,13 @@ this way.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import warnings
 
 from flowllm.parsing.pyliteral import NotJSON, to_json_value
-from flowllm.parsing.repair.stages import balanced_end, loads_strict
+from flowllm.parsing.repair.stages import BracketMatcher, loads_strict
+from flowllm.parsing.safety import failure_reason
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, call_from_object, dumps
 
 _PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
@@ -94,8 +96,8 @@ def scan_pythonic(text: str, ctx: Context, final: bool) -> list[Hit]:
         if error is None:
             try:
                 whole = _parse_expr(text[start:end])
-            except SyntaxError:
-                whole = None
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                whole = None  # read element by element below, so each failure is reported on its own
             if whole is not None and not (
                 isinstance(whole, ast.List) and all(isinstance(e, ast.Call) and not e.args for e in whole.elts)
             ):
@@ -111,8 +113,11 @@ def scan_pythonic(text: str, ctx: Context, final: bool) -> list[Hit]:
         for src, item in zip(sources, items, strict=False):
             try:
                 found.append(Hit(start, end, _read_call(item)))
-            except (SyntaxError, ValueError, RecursionError) as e:
+            except (SyntaxError, NotJSON) as e:
                 found.append(Hit(start, end, bad_reason=f"{src.strip()[:60]}: {e}", keep_text=True))
+            except (ValueError, RecursionError, MemoryError) as e:
+                reason = f"{src.strip()[:60]}: {failure_reason(e)}"
+                found.append(Hit(start, end, bad_reason=reason, keep_text=True))
         if all(h.call is None for h in found):
             for h in found:
                 h.keep_text = True
@@ -131,12 +136,17 @@ def scan_json(text: str, ctx: Context, final: bool) -> list[Hit]:
         return [Hit(x.start(), x.end()) for x in _PYTHON_TAG.finditer(text)]
     hits: list[Hit] = []
     pos = 0
+    brackets = BracketMatcher(text)
+    hints = [h.start() for h in _NAME_HINT.finditer(text)]
+    # Blocks that are JSON but not calls are looked into (a call may sit inside one); reading each nested
+    # block again is quadratic in the depth, so the text given to the JSON reader is capped at a few passes.
+    read_budget = 8 * len(text) + 4096
     while True:
         m = _OBJ_START.search(text, pos)
         if m is None:
             break
         start = m.start()
-        end = balanced_end(text, start)
+        end = brackets.end(start)
         if end < 0:
             # An unclosed list may still hold complete calls: look inside it. An unclosed object waits.
             if not final and text[start] == "{" and _NAME_HINT.search(text, start):
@@ -144,7 +154,11 @@ def scan_json(text: str, ctx: Context, final: bool) -> list[Hit]:
                 break
             pos = start + 1  # unbalanced (a fragment, or broken JSON in prose): look inside it instead
             continue
-        calls = _calls_in(text[start:end])
+        calls: list[RawCall] = []
+        i = bisect.bisect_right(hints, start)
+        if i < len(hints) and hints[i] < end and read_budget > 0:  # no name key inside: not a call
+            read_budget -= end - start
+            calls = _calls_in(text[start:end])
         if calls:
             hits.extend(Hit(start, end, c) for c in calls)
             pos = end

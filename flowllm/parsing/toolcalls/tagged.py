@@ -28,13 +28,8 @@ _OPEN = re.compile(r"<tool_call\s*>", re.I)
 _CLOSE = re.compile(r"</tool_call\s*>", re.I)
 _FUNCTION = re.compile(r"<function=([^>\n]*)(>?)")
 _FUNCTION_CLOSE = re.compile(r"</function\s*>")
-_PARAM = re.compile(r"<parameter=([^>\n]+)>")
+_PARAM = re.compile(r"<parameter=([^<>\n]+)>")
 _PARAM_END = re.compile(r"</parameter\s*>|(?=<parameter=)|(?=</function\s*>)|\Z")
-_ARG = re.compile(
-    # \\n: the raw-string variant writes its line breaks as a literal backslash-n
-    r"<arg_key>(.*?)</arg_key>(?:\s|\\n)*<arg_value>(.*?)(?:</arg_value>|(?=<arg_key>)|\Z)",
-    re.S,
-)
 
 
 def _strip_value(v: str) -> str:
@@ -63,19 +58,50 @@ def scan(text: str, ctx: Context, final: bool, formats: frozenset[str]) -> list[
             hits.extend(hit)
     if "qwen3_coder" in formats and "<function=" in text:
         # <function=...> blocks outside any <tool_call>: the wrapper was dropped (or only the opening one).
-        spans = [(h.start, h.end) for h in hits]
+        spans = sorted((h.start, h.end) for h in hits)
+        span_i = 0
+        covered = 0  # the end of the last block read here
+        closes = _NextMatch(_FUNCTION_CLOSE, text)
         for m in _FUNCTION.finditer(text):
-            if any(a <= m.start() < b for a, b in spans):
+            at = m.start()
+            if at < covered:
                 continue
-            close = _FUNCTION_CLOSE.search(text, m.end())
+            while span_i < len(spans) and spans[span_i][1] <= at:
+                span_i += 1
+            if span_i < len(spans) and spans[span_i][0] <= at:
+                continue
+            close = closes.after(m.end())
             if close is None and not final:
                 hits.append(Hit(m.start(), len(text), complete=False))
                 break
             end = close.end() if close else len(text)
             after = _CLOSE.match(text, end) or re.compile(r"\s*</tool_call\s*>").match(text, end)
             block_end = after.end() if after else end
+            covered = block_end
             hits.extend(_qwen(text[m.start() : end], m.start(), block_end, ctx))
     return hits
+
+
+class _NextMatch:
+    """The first match of ``pattern`` at or after a position, for positions that only grow.
+
+    One search serves every position up to the match it found, and a search that found nothing answers
+    for every later position too: a text with many openers and no closer costs one scan, not one per opener.
+    """
+
+    __slots__ = ("_found", "_from", "_pattern", "_text")
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._pattern, self._text = pattern, text
+        self._from = -1
+        self._found: re.Match[str] | None = None
+
+    def after(self, pos: int) -> re.Match[str] | None:
+        if self._from >= 0 and pos >= self._from and (self._found is None or self._found.start() >= pos):
+            return self._found
+        self._from = pos
+        self._found = self._pattern.search(self._text, pos)
+        return self._found
 
 
 def _read_block(body: str, start: int, end: int, ctx: Context, formats: frozenset[str], complete: bool) -> list[Hit]:
@@ -104,12 +130,13 @@ def _read_block(body: str, start: int, end: int, ctx: Context, formats: frozense
 
 def _qwen(body: str, start: int, end: int, ctx: Context) -> list[Hit]:
     hits: list[Hit] = []
+    closes = _NextMatch(_FUNCTION_CLOSE, body)
     for fm in _FUNCTION.finditer(body):
         name = fm.group(1).strip()
         if not fm.group(2) or not name:
             hits.append(Hit(start, end, bad_reason="<function= without a closing '>' after the name", keep_text=True))
             continue
-        fclose = _FUNCTION_CLOSE.search(body, fm.end())
+        fclose = closes.after(fm.end())
         inner = body[fm.end() : fclose.start() if fclose else len(body)]
         props = schema_for(ctx, name)
         args: dict[str, object] = {}
@@ -131,7 +158,41 @@ def _glm4(body: str, start: int, end: int, ctx: Context) -> Hit:
         return Hit(start, end, bad_reason="<tool_call> without a function name", keep_text=True)
     props = schema_for(ctx, name)
     args: dict[str, object] = {}
-    for am in _ARG.finditer(body):
-        key = am.group(1).strip()
-        args[key] = coerce_parameter(_strip_value(am.group(2)), props.get(key))
+    for key, value in _glm4_args(body):
+        args[key] = coerce_parameter(_strip_value(value), props.get(key))
     return Hit(start, end, RawCall(name, dumps(args)))
+
+
+_KEY_OPEN, _KEY_CLOSE, _VALUE_CLOSE = "<arg_key>", "</arg_key>", "</arg_value>"
+# \\n: the raw-string variant writes its line breaks as a literal backslash-n
+_VALUE_OPEN = re.compile(r"(?:\s|\\n)*<arg_value>")
+
+
+def _glm4_args(body: str) -> list[tuple[str, str]]:
+    """``<arg_key>K</arg_key><arg_value>V</arg_value>`` pairs; a value without its close ends at the next key.
+
+    Read with ``str.find``, each marker's position found once: a lazy regex would scan to the end of the
+    text for every key whose close is missing."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    next_value_close = next_key = -2
+    while True:
+        k = next_key if next_key >= pos else body.find(_KEY_OPEN, pos)
+        if k < 0:
+            break
+        kc = body.find(_KEY_CLOSE, k + len(_KEY_OPEN))
+        if kc < 0:
+            break
+        vm = _VALUE_OPEN.match(body, kc + len(_KEY_CLOSE))
+        if vm is None:
+            pos = kc + len(_KEY_CLOSE)
+            continue
+        v = vm.end()
+        if next_value_close < v and next_value_close != -1:
+            next_value_close = body.find(_VALUE_CLOSE, v)
+        next_key = body.find(_KEY_OPEN, v)
+        ends = [e for e in (next_value_close, next_key) if e >= 0]
+        vend = min(ends) if ends else len(body)
+        out.append((body[k + len(_KEY_OPEN) : kc].strip(), body[v:vend]))
+        pos = vend + len(_VALUE_CLOSE) if vend == next_value_close else vend
+    return out
