@@ -126,18 +126,21 @@ def tool_result_images(block: Block) -> list[Block]:
 
 
 def prompt_chars(request: dict[str, Any]) -> int:
-    """The characters of prompt text a request carries (what a token estimate should count)."""
+    """The characters of prompt text a request carries (what a token estimate should count): string values
+    under the keys a model reads, not the JSON around them, roles, ids or flags."""
 
-    def walk(value: Any, counted: bool) -> int:
+    def walk(value: Any, key: str | None, whole: bool) -> int:
         if isinstance(value, str):
-            return len(value) if counted else 0
+            return len(value) if whole or key in _PROMPT_KEYS else 0
         if isinstance(value, dict):
-            return sum(walk(v, counted or k in _PROMPT_KEYS or k in ("tools", "parameters")) for k, v in value.items())
+            # An Anthropic tool_use ``input`` is the call's arguments: every string in it is prompt.
+            return sum(walk(v, k, whole or (k == "input" and isinstance(v, dict))) for k, v in value.items())
         if isinstance(value, list):
-            return sum(walk(v, counted) for v in value)
+            return sum(walk(v, key, whole) for v in value)
         return 0
 
-    return sum(walk(request.get(key), True) for key in ("system", "instructions", "messages", "input", "tools"))
+    top = ("system", "instructions", "messages", "input", "tools")
+    return sum(len(v) if isinstance(v, str) else walk(v, None, False) for k in top if (v := request.get(k)))
 
 
 def text_or_parts(parts: list[dict[str, Any]], fmt: ContentFormat, *, text_type: str = "text") -> Any:
@@ -183,6 +186,11 @@ class BaseProvider:
         # reported with its likely cause (a server with one slot ends a stream when the next request comes).
         self._in_flight = 0
         self._started = 0
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint the SDK client calls (named in connection and not-found errors)."""
+        return str(getattr(self.client, "base_url", None) or self.cfg.base_url or "")
 
     # ----- hooks -----------------------------------------------------------------------------------------
     def _method(self, client: Any = None) -> Callable[..., Any]:
@@ -255,13 +263,15 @@ class BaseProvider:
         return {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent, TURN_HEADER: str(context.turn)}
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
+        running_before = self._in_flight
         self._in_flight += 1
         self._started += 1
         started_before = self._started
         try:
             return await self._send(request, context=context)
         except ProviderCallError as exc:
-            overlapped = max(self._in_flight - 1, self._started - started_before)
+            # Others running when this one began, still running, or begun since: any overlap counts.
+            overlapped = max(running_before, self._in_flight - 1, self._started - started_before)
             if overlapped and exc.kind in (ErrorKind.TRUNCATED, ErrorKind.CONNECTION) and exc.status in (None, 200):
                 exc.message += concurrency_hint(overlapped)
             raise
@@ -298,7 +308,7 @@ class BaseProvider:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise classify_exception(exc, provider=self.name, url=self.cfg.base_url) from exc
+            raise classify_exception(exc, provider=self.name, url=self.base_url) from exc
         if not _has_prompt_count(raw):
             # Some compatible servers report no usage (or a zero prompt); keep the prompt size so normalize can
             # estimate it, counted on the text the request carried.
