@@ -38,12 +38,23 @@ TOOLS = [
         },
     }
 ]
-FORCE_NATIVE = "provider.extra_body={tool_choice: {type: function, function: {name: math-calculate}}}"
-# The text protocol's markup, forced: the model only chooses the digits.
-GRAMMAR = (
-    'root ::= "<use_mcp_tool>\\n<server_name>math</server_name>\\n<tool_name>calculate</tool_name>\\n'
-    '<arguments>\\n{\\"expression\\": \\"" [1-9] "+" [1-9] "\\"}\\n</arguments>\\n</use_mcp_tool>"'
-)
+
+
+def force_native(server: str) -> str:
+    """The override that makes the server call ``<server>-calculate`` (its tool_choice option)."""
+    return f"+provider.extra_body.tool_choice={{type: function, function: {{name: {server}-calculate}}}}"
+
+
+def grammar(server: str) -> str:
+    """A GBNF grammar that makes the model write the text protocol's markup; it only chooses the digits."""
+    return (
+        f'root ::= "<use_mcp_tool>\\n<server_name>{server}</server_name>\\n<tool_name>calculate</tool_name>\\n'
+        '<arguments>\\n{\\"expression\\": \\"" [1-9] "+" [1-9] "\\"}\\n</arguments>\\n</use_mcp_tool>"'
+    )
+
+
+FORCE_NATIVE = force_native("math")  # the provider-level cases offer TOOLS (server "math")
+GRAMMAR = grammar("math")
 SUMMARY = "You have used every turn: give your final answer now."
 Connect = Callable[..., BaseProvider]
 
@@ -224,7 +235,7 @@ def test_cli_native_loop_and_summary_turn(llama: LlamaServer, tmp_path: Path, st
         f"provider.stream={stream}",
         "provider.tool_protocol=native",
         "provider.max_tokens=64",
-        FORCE_NATIVE,
+        force_native("tool-math"),  # the default tool servers: tool-math, tool-python, tool-files
         "agent.max_turns=2",
         "experiment.max_concurrent=1",
         "dataset.limit=2",
@@ -248,7 +259,7 @@ def test_cli_text_loop_and_summary_turn(llama: LlamaServer, tmp_path: Path, stre
         "agent.max_turns=2",
         "experiment.max_concurrent=1",
         "dataset.limit=2",
-        env={"FLOWLLM_COMPAT_GRAMMAR": GRAMMAR},
+        env={"FLOWLLM_COMPAT_GRAMMAR": grammar("tool-math")},
     )
     results = assert_every_task_completed(run_dir, proc)
     assert all(r["stop"] == "max_turns" and r["tool_calls"] >= 2 for r in results), results
