@@ -223,6 +223,15 @@ def test_cli_defaults(llama: LlamaServer, tmp_path: Path) -> None:
     assert_every_task_completed(run_dir, proc)
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_cli_defaults_one_request_at_a_time(llama: LlamaServer, tmp_path: Path, stream: bool) -> None:
+    """The same, one task at a time: what provider.rate_limit.max_in_flight=1 gives a one-slot server."""
+    run_dir = tmp_path / "run"
+    overrides = [f"provider.base_url={llama.base_url}", "provider.model=smollm2", f"provider.stream={stream}"]
+    proc = run_flowllm(run_dir, "provider=local", *overrides, "experiment.max_concurrent=1")
+    assert_every_task_completed(run_dir, proc)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_cli_native_loop_and_summary_turn(llama: LlamaServer, tmp_path: Path, stream: bool) -> None:
     """Forced native calls every turn: the loop runs to agent.max_turns, then the summary turn (no tools)."""
