@@ -296,8 +296,16 @@ class BaseProvider:
                 self.check_stream_events(events)
                 if not self.stream_complete(events):
                     last = events[-1].get("type") or events[-1].get("object") if events else None
+                    what = (
+                        f"{len(events)} events, last: {last}"
+                        if events
+                        else (
+                            "no event at all: the server failed before its first token, see its log; a prompt longer "
+                            "than the model's context is a common cause with servers that report errors only then"
+                        )
+                    )
                     raise ProviderCallError(
-                        f"the stream ended before its final event ({len(events)} events, last: {last})",
+                        f"the stream ended before its final event ({what})",
                         kind="truncated",
                         provider=self.name,
                         status=200,
