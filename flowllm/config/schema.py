@@ -8,6 +8,7 @@ any task starts. Field names are the overrides users type (``provider.model``, `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -73,6 +74,45 @@ class KeyPoolConfig:
     max_wait_s: float = 60.0  # longest wait for a resting key before this provider counts as unavailable
 
 
+class ContentFormat(StrEnum):
+    """How message content goes on the wire: ``auto`` sends a plain string when a message is text only (the
+    form every compatible server's chat template takes) and a list of parts otherwise; ``string`` joins text
+    always (media are then left to degrade_media); ``parts`` always sends a list (OpenAI's and Anthropic's
+    own APIs take both)."""
+
+    # lower-case names: OmegaConf matches a YAML value against the member names
+    auto = "auto"
+    string = "string"
+    parts = "parts"
+
+
+class MaxTokensField(StrEnum):
+    max_tokens = "max_tokens"
+    max_completion_tokens = "max_completion_tokens"
+
+
+@dataclass
+class WireConfig:
+    """Request fields OpenAI's and Anthropic's own APIs accept but some compatible servers refuse: each is sent
+    only as configured here (conf/provider/*.yaml set them per server)."""
+
+    # Chat: stream_options.include_usage on streamed calls (usage in the final chunk). Servers that refuse the
+    # key: false (usage is then estimated and marked so).
+    stream_usage: bool = True
+    # Chat and Responses: parallel_tool_calls with native tools; null leaves it out (the server's default).
+    parallel_tool_calls: bool | None = None
+    # Chat: the name of the output limit, max_tokens (every compatible server) | max_completion_tokens
+    # (OpenAI's newer name, required by its reasoning models).
+    max_tokens_field: MaxTokensField = MaxTokensField.max_tokens
+    # Responses: store (false = stateless, the history is sent every turn); null leaves it out.
+    store: bool | None = False
+    # Sent as the request's metadata when not empty (OpenAI and Anthropic take it; many servers refuse it).
+    metadata: dict[str, str] = field(default_factory=dict)
+    # Whether thinking.mode becomes the protocol's reasoning knob (Chat reasoning_effort, Responses
+    # reasoning); false for backends that refuse it (vendors with their own flag use extra_body).
+    reasoning_effort: bool = True
+
+
 @dataclass
 class RateLimitConfig:
     """Client-side limits of one provider (flowllm/providers/limiter.py), shared by every task of the process;
@@ -122,6 +162,11 @@ class ProviderConfig:
     config_dir: str | None = None
     # Emulator fault injection (flowllm/emulator/faults.py), merged over the script's own `faults:` section.
     emulator_faults: dict[str, Any] = field(default_factory=dict)
+    # Message shapes and optional request fields for this server (ContentFormat, WireConfig above).
+    content_format: ContentFormat = ContentFormat.auto
+    wire: WireConfig = field(default_factory=WireConfig)
+    # The media the model takes natively; degrade_media turns any other medium into a text description.
+    accepts: list[str] = field(default_factory=lambda: ["text", "image"])
 
 
 @dataclass

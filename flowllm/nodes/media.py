@@ -7,9 +7,14 @@ the original is. Only the request is changed (this is a ``before_model`` hook): 
 artifacts (``dispatch_tools``' ``tool_results`` and ``next_messages``), keep every original byte.
 
 What a provider accepts is asked of the provider: an ``accepted_media`` collection of block types if it has
-one, else ``supports_images`` (and ``supports_audio``); a provider that says nothing is taken to accept images
-(all three wire protocols carry them) and nothing else. ``accept: [...]`` in the node's config overrides both,
-e.g. ``accept: []`` for a text-only model served over a protocol that could carry images.
+one (every flowllm provider has: ``provider.accepts`` in its config, e.g. ``[text]`` for DeepSeek and most local
+models), else ``supports_images`` (and ``supports_audio``); a provider that says nothing is taken to accept
+images (all three wire protocols carry them) and nothing else. ``accept: [...]`` in the node's config overrides
+both, e.g. ``accept: []`` for a text-only model served over a protocol that could carry images.
+
+No hook has to be switched on for a text-only model: every provider applies ``degrade_messages`` to its own
+request for the media it does not accept (``BaseProvider.sendable``). Listing the hook as well records what was
+replaced (its ``degraded`` output) and lets ``accept`` narrow it further:
 
     python -m flowllm 'pipeline.hooks.before_model=[degrade_media]'
 """

@@ -1,10 +1,11 @@
 """The Anthropic Messages protocol (api.anthropic.com and compatible endpoints such as MiniMax).
 
 Canonical blocks follow Anthropic's own shapes, so the translation is mostly verbatim; what matters is what
-must
-*not* change: thinking and redacted_thinking blocks go back exactly as received (signature included, also when
-the thinking text is empty), and cache breakpoints placed by ``mark_cache`` are carried on the blocks they
-mark.
+must *not* change: thinking and redacted_thinking blocks go back exactly as received (signature included, also
+when the thinking text is empty), and cache breakpoints placed by ``mark_cache`` are carried on the blocks they
+mark. Text-only content (the ``system`` field, a message, a tool result) goes as a plain string unless it
+carries a cache breakpoint (``provider.content_format``): compatible endpoints and proxies (LiteLLM) refuse a
+``system`` list.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from flowllm.config.schema import ContentFormat
 from flowllm.core.interfaces import WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, NativeToolCall, ToolSpec, Usage
 from flowllm.providers.base import CACHE_KEY, BaseProvider, dump_arguments, estimate_tokens, wire_tool_name
@@ -24,6 +26,16 @@ def _cache(block: dict[str, Any], source: Block | ToolSpec, enabled: bool) -> di
     if enabled and isinstance(cc, dict) and cc:
         block[CACHE_KEY] = dict(cc)
     return block
+
+
+def _as_content(parts: list[dict[str, Any]], fmt: ContentFormat) -> str | list[dict[str, Any]]:
+    """Content blocks, or their joined text when they are all text and the format allows a string (``auto``:
+    only when no block carries a cache breakpoint, which needs the block form)."""
+    if not parts or any(p.get("type") != "text" for p in parts):
+        return parts
+    if fmt is ContentFormat.string or (fmt is ContentFormat.auto and not any(CACHE_KEY in p for p in parts)):
+        return "\n\n".join(p["text"] for p in parts)
+    return parts
 
 
 class AnthropicProvider(BaseProvider):
@@ -70,7 +82,7 @@ class AnthropicProvider(BaseProvider):
                 parts = [p for p in (self._block(b) for b in content) if p is not None]
             out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block["tool_use_id"]}
             if parts:
-                out["content"] = parts
+                out["content"] = _as_content(parts, self.content_format)
             if block.get("is_error"):
                 out["is_error"] = True
             return _cache(out, block, cache)
@@ -90,15 +102,15 @@ class AnthropicProvider(BaseProvider):
 
     def _message(self, message: Message) -> dict[str, Any]:
         content = [b for b in (self._block(x) for x in message["content"]) if b is not None]
-        return {"role": message["role"], "content": content}
+        return {"role": message["role"], "content": _as_content(content, self.content_format)}
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         cfg = self.cfg
         request: dict[str, Any] = {"model": self.model, "max_tokens": cfg.max_tokens}
         sys_blocks = [b for b in (self._block(s) for s in system) if b is not None]
         if sys_blocks:
-            request["system"] = sys_blocks
-        request["messages"] = [self._message(m) for m in messages]
+            request["system"] = _as_content(sys_blocks, self.content_format)
+        request["messages"] = [self._message(m) for m in self.sendable(messages)]
         if tools and self.tool_protocol == "native":
             request["tools"] = [
                 _cache(
@@ -125,6 +137,8 @@ class AnthropicProvider(BaseProvider):
             request["temperature"] = cfg.temperature
         if cfg.stream:
             request["stream"] = True
+        if cfg.wire.metadata:
+            request["metadata"] = dict(cfg.wire.metadata)
         request.update(copy.deepcopy(dict(cfg.extra_body or {})))
         return request
 

@@ -24,9 +24,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.schema import ContentFormat, ProviderConfig
 from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
+from flowllm.errors import ErrorKind
 from flowllm.providers.errors import (
     ProviderCallError,
     ProviderConfigError,
@@ -40,8 +41,14 @@ AGENT_HEADER = "X-Flowllm-Agent"
 TURN_HEADER = "X-Flowllm-Turn"
 # Keys a cache breakpoint may carry on a canonical block; only the Anthropic protocol sends them.
 CACHE_KEY = "cache_control"
-# Added to a raw reply only when the server sent no usage at all, so the estimate can count the prompt too.
+# Added to a raw reply only when the server sent no usage (or a prompt count of zero, which cannot be true),
+# so the estimate can count the prompt too: the characters of the text the request carried.
 PROMPT_CHARS_KEY = "flowllm_prompt_chars"
+# Request keys whose string values a model reads (message text, call arguments, tool results, tool schemas);
+# everything else (the JSON syntax, the model name, flags) is not prompt and not counted in an estimate.
+_PROMPT_KEYS = frozenset(
+    {"content", "text", "arguments", "output", "instructions", "system", "name", "description", "input"}
+)
 
 
 def as_provider_config(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> ProviderConfig:
@@ -118,6 +125,33 @@ def tool_result_images(block: Block) -> list[Block]:
     return [] if isinstance(content, str) else [b for b in content if b.get("type") == "image"]
 
 
+def prompt_chars(request: dict[str, Any]) -> int:
+    """The characters of prompt text a request carries (what a token estimate should count): string values
+    under the keys a model reads, not the JSON around them, roles, ids or flags."""
+
+    def walk(value: Any, key: str | None, whole: bool) -> int:
+        if isinstance(value, str):
+            return len(value) if whole or key in _PROMPT_KEYS else 0
+        if isinstance(value, dict):
+            # An Anthropic tool_use ``input`` is the call's arguments: every string in it is prompt.
+            return sum(walk(v, k, whole or (k == "input" and isinstance(v, dict))) for k, v in value.items())
+        if isinstance(value, list):
+            return sum(walk(v, key, whole) for v in value)
+        return 0
+
+    top = ("system", "instructions", "messages", "input", "tools")
+    return sum(len(v) if isinstance(v, str) else walk(v, None, False) for k in top if (v := request.get(k)))
+
+
+def text_or_parts(parts: list[dict[str, Any]], fmt: ContentFormat, *, text_type: str = "text") -> Any:
+    """Message content in the configured format: the joined text when ``fmt`` asks for a string (or, for
+    ``auto``, when every part is text without a cache breakpoint), else the parts themselves."""
+    text_only = all(p.get("type") == text_type and CACHE_KEY not in p for p in parts)
+    if fmt is ContentFormat.string or (fmt is ContentFormat.auto and text_only):
+        return "\n\n".join(str(p.get("text", "")) for p in parts if p.get("type") == text_type)
+    return parts
+
+
 @dataclass
 class _Signature:
     params: frozenset[str]
@@ -143,7 +177,20 @@ class BaseProvider:
         self.model: str = cfg.model
         self.tool_protocol: ToolProtocol = "native" if cfg.tool_protocol == "native" else "xml"
         self.supports_cache_control: bool = False
+        self.content_format = ContentFormat(cfg.content_format)
+        # Media sent as themselves (degrade_media describes the rest in text); a string-only wire takes none.
+        accepts = set() if self.content_format is ContentFormat.string else set(cfg.accepts)
+        self.accepted_media: frozenset[str] = frozenset(accepts - {"text"})
         self._signature: _Signature | None = None
+        # Requests to this provider now running, and started in total: a stream cut while others ran is
+        # reported with its likely cause (a server with one slot ends a stream when the next request comes).
+        self._in_flight = 0
+        self._started = 0
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint the SDK client calls (named in connection and not-found errors)."""
+        return str(getattr(self.client, "base_url", None) or self.cfg.base_url or "")
 
     # ----- hooks -----------------------------------------------------------------------------------------
     def _method(self, client: Any = None) -> Callable[..., Any]:
@@ -158,6 +205,24 @@ class BaseProvider:
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def sendable(self, messages: list[Message]) -> list[Message]:
+        """``messages`` with every medium this model does not take replaced by its text description (the
+        degrade_media stand-in), so no configuration sends an image to a text-only model."""
+        from flowllm.nodes.media import MEDIA_TYPES, degrade_messages  # the nodes layer imports providers
+
+        def has_foreign(blocks: list[Block]) -> bool:
+            for b in blocks:
+                kind = b.get("type")
+                if kind in MEDIA_TYPES and kind not in self.accepted_media:
+                    return True
+                if kind == "tool_result" and isinstance(b.get("content"), list) and has_foreign(b["content"]):
+                    return True
+            return False
+
+        if not any(has_foreign(m["content"]) for m in messages):
+            return messages
+        return degrade_messages(messages, set(self.accepted_media))[0]
 
     def assemble_stream(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
@@ -198,6 +263,22 @@ class BaseProvider:
         return {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent, TURN_HEADER: str(context.turn)}
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
+        running_before = self._in_flight
+        self._in_flight += 1
+        self._started += 1
+        started_before = self._started
+        try:
+            return await self._send(request, context=context)
+        except ProviderCallError as exc:
+            # Others running when this one began, still running, or begun since: any overlap counts.
+            overlapped = max(running_before, self._in_flight - 1, self._started - started_before)
+            if overlapped and exc.kind in (ErrorKind.TRUNCATED, ErrorKind.CONNECTION) and exc.status in (None, 200):
+                exc.message += concurrency_hint(overlapped)
+            raise
+        finally:
+            self._in_flight -= 1
+
+    async def _send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         kwargs = self._split(request)
         kwargs["extra_headers"] = self.context_headers(context)
         method = self._method(self.client_for(context))
@@ -215,8 +296,16 @@ class BaseProvider:
                 self.check_stream_events(events)
                 if not self.stream_complete(events):
                     last = events[-1].get("type") or events[-1].get("object") if events else None
+                    what = (
+                        f"{len(events)} events, last: {last}"
+                        if events
+                        else (
+                            "no event at all: the server failed before its first token, see its log; a prompt longer "
+                            "than the model's context is a common cause with servers that report errors only then"
+                        )
+                    )
                     raise ProviderCallError(
-                        f"the stream ended before its final event ({len(events)} events, last: {last})",
+                        f"the stream ended before its final event ({what})",
                         kind="truncated",
                         provider=self.name,
                         status=200,
@@ -227,10 +316,11 @@ class BaseProvider:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise classify_exception(exc, provider=self.name) from exc
-        if not _has_usage(raw):
-            # Some compatible servers report no usage; keep the prompt size so normalize can estimate it.
-            raw[PROMPT_CHARS_KEY] = len(json.dumps(request, ensure_ascii=False))
+            raise classify_exception(exc, provider=self.name, url=self.base_url) from exc
+        if not _has_prompt_count(raw):
+            # Some compatible servers report no usage (or a zero prompt); keep the prompt size so normalize can
+            # estimate it, counted on the text the request carried.
+            raw[PROMPT_CHARS_KEY] = prompt_chars(request)
         return raw
 
     def normalize(self, raw: dict[str, Any]) -> ModelResponse:
@@ -273,14 +363,28 @@ def _to_json(obj: Any) -> dict[str, Any]:
     return result
 
 
-def _has_usage(value: Any) -> bool:
+def _has_prompt_count(value: Any) -> bool:
+    """Whether any usage object in a raw reply (a body, or its stream events) counts prompt tokens above 0."""
     if isinstance(value, dict):
-        if isinstance(value.get("usage"), dict):
+        usage = value.get("usage")
+        if isinstance(usage, dict) and any(
+            isinstance(usage.get(k), int) and usage[k] > 0
+            for k in ("prompt_tokens", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        ):
             return True
-        return any(_has_usage(v) for v in value.values() if isinstance(v, dict | list))
+        return any(_has_prompt_count(v) for v in value.values() if isinstance(v, dict | list))
     if isinstance(value, list):
-        return any(_has_usage(v) for v in value)
+        return any(_has_prompt_count(v) for v in value)
     return False
+
+
+def concurrency_hint(others: int) -> str:
+    """What to say when a stream or connection broke while other requests to the same server ran."""
+    return (
+        f"; {others} other request(s) to this server were in flight: a server with one slot (llama.cpp's "
+        "default) ends a running stream when the next request arrives. Set provider.rate_limit.max_in_flight=1, "
+        "or give the server more slots (llama-server --parallel N, vLLM and SGLang batch) and raise it to match"
+    )
 
 
 async def _aiter(stream: Any) -> AsyncIterator[Any]:
@@ -289,13 +393,22 @@ async def _aiter(stream: Any) -> AsyncIterator[Any]:
 
 
 def usage_or_estimate(usage: Usage | None, *, prompt_chars: int, reply: ModelResponse) -> Usage:
-    """The server's usage, or an estimate marked ``estimated`` when the server reported none."""
-    if usage is not None:
-        return usage
+    """The server's usage, or an estimate marked ``estimated`` when the server reported none.
+
+    A count of zero that cannot be true (no prompt tokens for a prompt with text in it, no output tokens for
+    a reply with text in it) is replaced by its estimate, and the whole usage is marked ``estimated``."""
     out = len(reply.text) + len(reply.thinking) + sum(len(c.arguments) + len(c.name) for c in reply.tool_calls)
-    return Usage(
-        input_tokens=math.ceil(prompt_chars / 4),
-        output_tokens=math.ceil(out / 4),
-        reasoning_tokens=estimate_tokens(reply.thinking),
-        estimated=True,
-    )
+    if usage is None:
+        return Usage(
+            input_tokens=math.ceil(prompt_chars / 4),
+            output_tokens=math.ceil(out / 4),
+            reasoning_tokens=estimate_tokens(reply.thinking),
+            estimated=True,
+        )
+    if usage.input_tokens == 0 and prompt_chars > 0:
+        usage.input_tokens = math.ceil(prompt_chars / 4)
+        usage.estimated = True
+    if usage.output_tokens == 0 and out > 0:
+        usage.output_tokens = math.ceil(out / 4)
+        usage.estimated = True
+    return usage

@@ -174,11 +174,69 @@ def classify_error_type(error_type: str | None) -> str:
     return _TYPE_KINDS.get(error_type or "", "stream_error")
 
 
-def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallError:
+# Transport exception classes (httpx's tree, whichever package ships it) by what they mean for the user.
+_REFUSED = frozenset({"ConnectError", "ConnectTimeout", "ConnectionRefusedError", "gaierror"})
+_DROPPED = frozenset({"RemoteProtocolError", "ReadError", "WriteError", "ConnectionResetError", "IncompleteRead"})
+_TRANSPORT = frozenset({"TransportError", "NetworkError", "ProtocolError"}) | _REFUSED | _DROPPED
+
+
+def _class_names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            break
+        exc = nxt
+    return exc
+
+
+def _endpoint(exc: BaseException, url: str | None) -> str:
+    """The URL the failed request went to (the SDK's request object knows it), else the configured base."""
+    try:
+        request_url = getattr(getattr(exc, "request", None), "url", None)
+    except RuntimeError:  # httpx raises when an exception carries no request
+        request_url = None
+    return str(request_url) if request_url else (url or "the endpoint")
+
+
+def connection_message(exc: BaseException, *, url: str | None) -> str:
+    """What a connection failure means, naming the URL and the likely fix."""
+    where = _endpoint(exc, url)
+    cause = _root_cause(exc)
+    names = _class_names(cause) | _class_names(exc)
+    detail = f" ({type(cause).__name__}: {cause})" if cause is not exc or str(cause) else ""
+    if names & _DROPPED:
+        return (
+            f"the connection to {where} dropped mid-request{detail}: the server closed it or stopped before "
+            "the reply was complete (see the server's log)"
+        )
+    if names & _REFUSED:
+        return f"nothing answers at {where}{detail}: is the server running there? (check provider.base_url)"
+    return f"cannot reach {where}{detail} (check provider.base_url)"
+
+
+def not_found_message(message: str, exc: BaseException, *, url: str | None) -> str:
+    """A 404 with the URL, and the fix when the path lacks the ``/v1`` prefix compatible servers use."""
+    where = _endpoint(exc, url)
+    if "/v1" not in where and url and "/v1" not in url:
+        return (
+            f"{message} at {where}: OpenAI-compatible servers serve their API under /v1; "
+            f"try provider.base_url={url.rstrip('/')}/v1"
+        )
+    return f"{message} at {where} (check provider.base_url and provider.model)"
+
+
+def classify_exception(exc: BaseException, *, provider: str, url: str | None = None) -> ProviderCallError:
     """Turn any SDK (or transport) exception into a ``ProviderCallError``.
 
     Works on both SDKs by duck typing (``status_code``, ``body``, ``response``) so one function serves the
-    Anthropic and OpenAI exception trees alike.
+    Anthropic and OpenAI exception trees alike. ``url`` (the configured base URL) is named in connection and
+    not-found errors when the exception does not carry the request's own URL.
     """
     if isinstance(exc, ProviderCallError):
         return exc
@@ -187,15 +245,14 @@ def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallErro
 
     name = type(exc).__name__
     if isinstance(exc, anthropic.APITimeoutError | openai.APITimeoutError):
-        return ProviderCallError(f"request timed out ({name})", kind="timeout", provider=provider)
-    if isinstance(exc, anthropic.APIConnectionError | openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f": {cause}" if cause else ""
+        where = _endpoint(exc, url)
         return ProviderCallError(
-            f"cannot connect to the endpoint{detail} (check provider.base_url)",
-            kind="connection",
+            f"request to {where} timed out ({name}; provider.timeout_s sets the limit)",
+            kind="timeout",
             provider=provider,
         )
+    if isinstance(exc, anthropic.APIConnectionError | openai.APIConnectionError):
+        return ProviderCallError(connection_message(exc, url=url), kind="connection", provider=provider)
     if isinstance(exc, anthropic.APIResponseValidationError | openai.APIResponseValidationError):
         return ProviderResponseError(
             f"the SDK could not parse the response: {exc}", kind="bad_response", provider=provider
@@ -216,6 +273,8 @@ def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallErro
         if kind == "bad_request" and is_context_length(etype, code, message):
             # Recorded as its own kind: never retried, and a sign to trim the history, not a flowllm bug.
             kind = "context_length"
+        if status == 404:
+            message = not_found_message(message, exc, url=url)
         return ProviderCallError(
             message,
             kind=kind,
@@ -226,6 +285,8 @@ def classify_exception(exc: BaseException, *, provider: str) -> ProviderCallErro
         )
     if isinstance(exc, ValueError):  # json decoding of a broken body, a malformed SSE event
         return ProviderResponseError(f"unusable response: {exc}", kind="bad_response", provider=provider)
+    if _class_names(exc) & _TRANSPORT:  # raised by the transport while a stream was being read
+        return ProviderCallError(connection_message(exc, url=url), kind="connection", provider=provider)
     return ProviderCallError(
         f"{name}: {exc}", kind="connection" if isinstance(exc, OSError) else "server", provider=provider
     )

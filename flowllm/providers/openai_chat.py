@@ -1,7 +1,9 @@
 """OpenAI Chat Completions (api.openai.com and the compatible world: DeepSeek, OpenRouter, DashScope/Qwen,
 vLLM, SGLang, Ollama).
 
-Canonical -> wire: the system prompt becomes a ``system`` message; a user message that answers tool calls
+Canonical -> wire (content as a plain string when text only, by default: ``provider.content_format``; the
+optional fields OpenAI accepts and other servers refuse follow ``provider.wire``): the system prompt becomes a
+``system`` message; a user message that answers tool calls
 becomes one ``role: tool`` message per ``tool_result`` (images from tool results follow in a user message,
 since tool messages carry text only), then a user message with the rest. Assistant ``tool_use`` blocks become
 ``tool_calls``. Cache breakpoints are dropped (OpenAI caches automatically). Thinking blocks become
@@ -15,6 +17,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from flowllm.config.schema import ContentFormat
 from flowllm.core.interfaces import WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, NativeToolCall, ToolSpec, Usage
 from flowllm.providers.base import (
@@ -24,6 +27,7 @@ from flowllm.providers.base import (
     parse_arguments,
     strip_cache_control,
     system_text,
+    text_or_parts,
     tool_result_images,
     tool_result_text,
     wire_tool_name,
@@ -50,17 +54,19 @@ FINISH_REASONS = {
 }
 
 
-def _user_parts(blocks: list[Block]) -> str | list[dict[str, Any]]:
-    """User content: a plain string when it is only text (the form every compatible server accepts)."""
+def _user_parts(blocks: list[Block]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for b in blocks:
         if b.get("type") == "text" and b.get("text"):
             parts.append({"type": "text", "text": b["text"]})
         elif b.get("type") == "image":
             parts.append({"type": "image_url", "image_url": {"url": image_data_url(b)}})
-    if all(p["type"] == "text" for p in parts) and len(parts) <= 1:
-        return parts[0]["text"] if parts else ""
     return parts
+
+
+def _text(text: str, fmt: ContentFormat) -> str | list[dict[str, Any]]:
+    """Text content: a string, or (``parts``) one text part; never null (servers' validators refuse it)."""
+    return [{"type": "text", "text": text}] if fmt is ContentFormat.parts and text else text
 
 
 def tool_call_arguments(block: Block) -> str:
@@ -88,23 +94,25 @@ class OpenAIChatProvider(BaseProvider):
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _messages(self, system: list[Block], messages: list[Message]) -> list[dict[str, Any]]:
+        fmt = self.content_format
         out: list[dict[str, Any]] = []
         sys_text = system_text(system)
         if sys_text:
-            out.append({"role": "system", "content": sys_text})
-        for message in messages:
+            out.append({"role": "system", "content": _text(sys_text, fmt)})
+        for message in self.sendable(messages):
             blocks = message["content"]
             if message["role"] == "user":
                 rest: list[Block] = []
                 for b in blocks:
                     if b.get("type") == "tool_result":
-                        out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": tool_result_text(b)})
+                        content = _text(tool_result_text(b), fmt)
+                        out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": content})
                         rest.extend(tool_result_images(b))
                     else:
                         rest.append(b)
-                content = _user_parts(rest)
-                if content:
-                    out.append({"role": "user", "content": content})
+                parts = _user_parts(rest)
+                if parts:
+                    out.append({"role": "user", "content": text_or_parts(parts, fmt)})
                 continue
             text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
             calls = [
@@ -116,7 +124,8 @@ class OpenAIChatProvider(BaseProvider):
                 for b in blocks
                 if b.get("type") == "tool_use"
             ]
-            msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+            # "" rather than null beside tool calls: strict servers (llama-cpp-python) refuse a null content.
+            msg: dict[str, Any] = {"role": "assistant", "content": _text(text, fmt)}
             if calls:
                 msg["tool_calls"] = calls
                 reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
@@ -128,10 +137,11 @@ class OpenAIChatProvider(BaseProvider):
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         cfg = self.cfg
+        wire = cfg.wire
         request: dict[str, Any] = {
             "model": self.model,
             "messages": self._messages(system, messages),
-            "max_tokens": cfg.max_tokens,
+            str(wire.max_tokens_field): cfg.max_tokens,
         }
         if tools and self.tool_protocol == "native":
             request["tools"] = [
@@ -147,7 +157,9 @@ class OpenAIChatProvider(BaseProvider):
                 }
                 for t in tools
             ]
-        if cfg.thinking.mode in ("enabled", "adaptive"):
+            if wire.parallel_tool_calls is not None:
+                request["parallel_tool_calls"] = wire.parallel_tool_calls
+        if cfg.thinking.mode in ("enabled", "adaptive") and wire.reasoning_effort:
             # The standard Chat knob for reasoning models; vendors with their own flags (DashScope's
             # enable_thinking, ...) set them through provider.extra_body.
             request["reasoning_effort"] = effort_for_budget(cfg.thinking.budget_tokens)
@@ -155,7 +167,10 @@ class OpenAIChatProvider(BaseProvider):
             request["temperature"] = cfg.temperature
         if cfg.stream:
             request["stream"] = True
-            request["stream_options"] = {"include_usage": True}  # usage arrives in the final chunk
+            if wire.stream_usage:
+                request["stream_options"] = {"include_usage": True}  # usage arrives in the final chunk
+        if wire.metadata:
+            request["metadata"] = dict(wire.metadata)
         request.update(copy.deepcopy(dict(cfg.extra_body or {})))
         return request
 

@@ -1,5 +1,7 @@
 """OpenAI Responses (``POST /v1/responses``), used statelessly: ``store: false`` and the whole history sent
-every turn, like the other two protocols.
+every turn, like the other two protocols. Message content is a plain string when text only, by default
+(``provider.content_format``), and the optional fields follow ``provider.wire`` (``store``, ``reasoning``,
+``parallel_tool_calls``, ``metadata``), so proxies that translate to other backends (LiteLLM) get past turn 2.
 
 Reasoning items come back with ``encrypted_content`` (we ask for it through ``include``) and are kept in the
 history as canonical ``reasoning`` blocks, then sent back verbatim before the function calls they preceded:
@@ -19,6 +21,7 @@ from flowllm.providers.base import (
     image_data_url,
     strip_cache_control,
     system_text,
+    text_or_parts,
     tool_result_images,
     tool_result_text,
     wire_tool_name,
@@ -48,12 +51,13 @@ class OpenAIResponsesProvider(BaseProvider):
 
     @property
     def _store(self) -> bool:
-        return bool((self.cfg.extra_body or {}).get("store", False))
+        return bool((self.cfg.extra_body or {}).get("store", self.cfg.wire.store))
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _input(self, messages: list[Message]) -> list[dict[str, Any]]:
+        fmt = self.content_format
         items: list[dict[str, Any]] = []
-        for message in messages:
+        for message in self.sendable(messages):
             blocks = message["content"]
             if message["role"] == "user":
                 rest: list[Block] = []
@@ -71,7 +75,8 @@ class OpenAIResponsesProvider(BaseProvider):
                         rest.append(b)
                 parts = _user_parts(rest)
                 if parts:
-                    items.append({"type": "message", "role": "user", "content": parts})
+                    content = text_or_parts(parts, fmt, text_type="input_text")
+                    items.append({"type": "message", "role": "user", "content": content})
                 continue
             # Assistant: items in the order the model produced them (reasoning before the calls it led to).
             for b in blocks:
@@ -89,13 +94,9 @@ class OpenAIResponsesProvider(BaseProvider):
                         item["encrypted_content"] = b["encrypted_content"]
                     items.append(item)
                 elif btype == "text" and b.get("text"):
-                    items.append(
-                        {
-                            "type": "message",
-                            "role": "assistant",
-                            "content": [{"type": "output_text", "text": b["text"]}],
-                        }
-                    )
+                    text_parts = [{"type": "output_text", "text": b["text"]}]
+                    content = text_or_parts(text_parts, fmt, text_type="output_text")
+                    items.append({"type": "message", "role": "assistant", "content": content})
                 elif btype == "tool_use":
                     items.append(
                         {
@@ -115,7 +116,9 @@ class OpenAIResponsesProvider(BaseProvider):
             request["instructions"] = instructions
         request["input"] = self._input(messages)
         request["max_output_tokens"] = cfg.max_tokens
-        request["store"] = False
+        wire = cfg.wire
+        if wire.store is not None:
+            request["store"] = wire.store
         if tools and self.tool_protocol == "native":
             request["tools"] = [
                 {
@@ -127,14 +130,18 @@ class OpenAIResponsesProvider(BaseProvider):
                 }
                 for t in tools
             ]
-        if cfg.thinking.mode in ("enabled", "adaptive"):
+            if wire.parallel_tool_calls is not None:
+                request["parallel_tool_calls"] = wire.parallel_tool_calls
+        if cfg.thinking.mode in ("enabled", "adaptive") and wire.reasoning_effort:
             effort = "medium" if cfg.thinking.mode == "adaptive" else effort_for_budget(cfg.thinking.budget_tokens)
             request["reasoning"] = {"effort": effort, "summary": "auto"}
             request["include"] = ["reasoning.encrypted_content"]
-        elif cfg.temperature is not None:
+        elif cfg.temperature is not None and cfg.thinking.mode == "disabled":
             request["temperature"] = cfg.temperature
         if cfg.stream:
             request["stream"] = True
+        if wire.metadata:
+            request["metadata"] = dict(wire.metadata)
         request.update(copy.deepcopy(dict(cfg.extra_body or {})))
         return request
 

@@ -5,8 +5,9 @@ turns it into the equivalent body first. That single reader is why streamed and 
 normalise to identical ``ModelResponse`` objects, and why replay from disk needs no SDK.
 
 We merge tool-call fragments ourselves instead of trusting SDK accumulators: some compatible servers repeat
-the id and name in every fragment (so id and name are overwritten, only ``arguments`` is concatenated), and
-parallel calls can arrive interleaved (so fragments are keyed by their ``index``).
+the id and name in every fragment (so id and name are overwritten, only ``arguments`` is concatenated),
+parallel calls can arrive interleaved (so fragments are keyed by their ``index``), and some reuse an index for
+the next call (so a new id at a known index starts a new call).
 """
 
 from __future__ import annotations
@@ -19,20 +20,42 @@ from typing import Any
 
 @dataclass
 class ToolCallFragments:
-    """Merges OpenAI Chat ``delta.tool_calls`` fragments by index."""
+    """Merges OpenAI Chat ``delta.tool_calls`` fragments by index (calls ordered by index, then by start).
 
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    A fragment whose id differs from the id of the call open at its index starts a new call: some servers
+    reuse index 0 for every call of a reply, and merging those would concatenate two calls' arguments.
+    """
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    _at_index: dict[int, int] = field(default_factory=dict)  # wire index -> position of its open call
+    _order: list[tuple[int, int]] = field(default_factory=list)  # per position: (wire index, position)
     _last: int | None = None
 
-    def add(self, fragment: dict[str, Any]) -> None:
+    def _new(self, index: int | None = None) -> int:
+        position = len(self.calls)
+        self.calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        self._order.append((position if index is None else index, position))
+        return position
+
+    def _position(self, fragment: dict[str, Any]) -> int:
         index = fragment.get("index")
+        frag_id = fragment.get("id")
         if index is None:
             # Without an index: the call with the same id, else the call being built, else a new one.
-            frag_id = fragment.get("id")
-            match = [i for i, c in self.calls.items() if frag_id and c.get("id") == frag_id]
-            index = match[0] if match else (self._last if self._last is not None and not frag_id else len(self.calls))
-        call = self.calls.setdefault(index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
-        self._last = index
+            match = [i for i, c in enumerate(self.calls) if frag_id and c.get("id") == frag_id]
+            if match:
+                return match[0]
+            return self._last if self._last is not None and not frag_id else self._new()
+        position = self._at_index.get(index)
+        if position is None or (frag_id and self.calls[position]["id"] and self.calls[position]["id"] != frag_id):
+            position = self._new(index)
+            self._at_index[index] = position
+        return position
+
+    def add(self, fragment: dict[str, Any]) -> None:
+        position = self._position(fragment)
+        call = self.calls[position]
+        self._last = position
         if fragment.get("id"):
             call["id"] = fragment["id"]
         if fragment.get("type"):
@@ -44,7 +67,7 @@ class ToolCallFragments:
             call["function"]["arguments"] += function["arguments"]
 
     def result(self) -> list[dict[str, Any]]:
-        return [self.calls[i] for i in sorted(self.calls)]
+        return [self.calls[position] for _, position in sorted(self._order)]
 
 
 def assemble_anthropic(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -17,6 +17,21 @@ def test_fragments_merge_by_index_overwriting_id_and_name() -> None:
     ]
 
 
+def test_a_new_id_at_a_reused_index_starts_a_new_call() -> None:
+    """Servers that send every call at index 0: two calls, never one with both argument strings."""
+    merge = ToolCallFragments()
+    merge.add({"index": 0, "id": "a", "type": "function", "function": {"name": "calc", "arguments": '{"x"'}})
+    merge.add({"index": 0, "function": {"arguments": ": 1}"}})
+    merge.add({"index": 0, "id": "b", "type": "function", "function": {"name": "read", "arguments": "{}"}})
+    merge.add({"index": 0, "id": "b", "function": {"arguments": ""}})  # the id repeated: same call
+    merge.add({"index": 1, "id": "c", "type": "function", "function": {"name": "calc", "arguments": "{}"}})
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in merge.result()] == [
+        ("a", "calc", '{"x": 1}'),
+        ("b", "read", "{}"),
+        ("c", "calc", "{}"),
+    ]
+
+
 def test_fragments_without_index_follow_their_id_or_the_current_call() -> None:
     merge = ToolCallFragments()
     merge.add({"id": "a", "function": {"name": "calc", "arguments": "{"}})
