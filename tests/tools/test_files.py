@@ -75,8 +75,7 @@ def test_long_files_come_in_pages(attachments: Path) -> None:
     (attachments / "long.txt").write_text("0123456789" * 5)
     first = text_of(read_file_result(attachments, "long.txt", 0, page_chars=20))
     assert (
-        first
-        == "01234567890123456789\n[showing characters 0-20 of 50; call read_file again with offset=20 for more]"
+        first == "01234567890123456789\n[showing characters 0-20 of 50; call read_file again with offset=20 for more]"
     )
     last = text_of(read_file_result(attachments, "long.txt", 40, page_chars=20))
     assert last == "0123456789\n[showing characters 40-50 of 50; end of file]"
@@ -91,29 +90,6 @@ def test_images_come_back_as_image_content(attachments: Path) -> None:
     kinds = [item.type for item in result.content]
     assert kinds == ["text", "image"]
     assert result.content[1].mime_type == "image/png"
-
-
-def test_office_formats_need_their_optional_reader(attachments: Path) -> None:
-    (attachments / "book.xlsx").write_bytes(b"PK\x03\x04 not really a workbook")
-    try:
-        import openpyxl  # noqa: F401
-    except ImportError:
-        with pytest.raises(ToolError, match="needs the optional package 'openpyxl'"):
-            read_file_result(attachments, "book.xlsx")
-    else:
-        with pytest.raises(ToolError, match="could not open the workbook"):
-            read_file_result(attachments, "book.xlsx")
-
-
-def test_xlsx_is_read_sheet_by_sheet(attachments: Path) -> None:
-    openpyxl = pytest.importorskip("openpyxl")
-    book = openpyxl.Workbook()
-    book.active.title = "Sales"
-    book.active.append(["item", "qty"])
-    book.active.append(["apple", 3])
-    book.save(attachments / "sales.xlsx")
-    text = text_of(read_file_result(attachments, "sales.xlsx"))
-    assert text == "## Sheet 'Sales' (2 rows x 2 columns)\nitem,qty\napple,3"
 
 
 def test_listing_is_sorted_relative_and_marks_links(attachments: Path) -> None:
