@@ -152,6 +152,14 @@ class ToolServerConfig:
 
 
 @dataclass
+class SearchToolConfig:
+    # tool-search (conf/tools/web.yaml): serper | brave | tavily | searxng; each backend's key variable is
+    # in flowllm/tools/search.py (KEY_ENV), never here.
+    backend: str = "serper"
+    searxng_url: str = ""
+
+
+@dataclass
 class ToolsConfig:
     name: str = MISSING
     servers: dict[str, ToolServerConfig] = field(default_factory=dict)
@@ -160,6 +168,9 @@ class ToolsConfig:
     scope: str = "task"  # task | run: how long a server process lives
     # Hand the per-task key-value store (flowllm/tools/state.py) to tools that ask for it.
     task_state: bool = False
+    search: SearchToolConfig = field(default_factory=SearchToolConfig)
+    # Start the loopback web fixture server (flowllm/emulator/web.py) for the run's *.web.test pages.
+    web_fixtures: bool = False
 
 
 @dataclass

@@ -221,13 +221,18 @@ def rank(query: str, limit: int) -> list[Hit]:
     return [hit for _, _, hit in sorted(scored, key=lambda s: (s[0], s[1]))[: max(limit, 0)]]
 
 
+def _key_ok(value: str | None) -> bool:
+    """A key is accepted unless missing or spelled ``bad...`` (how tests send a key the service refuses)."""
+    return bool(value) and not str(value).startswith("bad")
+
+
 def _unauthorized(message: str) -> JSONResponse:
     return JSONResponse({"message": message, "statusCode": 401}, status_code=401)
 
 
 async def serper(request: Request) -> Response:
     # POST https://google.serper.dev/search, X-API-KEY header, JSON {"q", "num"}; answers {"organic": [...]}.
-    if not request.headers.get("x-api-key"):
+    if not _key_ok(request.headers.get("x-api-key")):
         return _unauthorized("Unauthorized.")
     body = await request.json()
     hits = rank(str(body.get("q", "")), int(body.get("num", 10)))
@@ -242,7 +247,7 @@ async def serper(request: Request) -> Response:
 
 async def brave(request: Request) -> Response:
     # GET https://api.search.brave.com/res/v1/web/search?q=&count=, X-Subscription-Token header.
-    if not request.headers.get("x-subscription-token"):
+    if not _key_ok(request.headers.get("x-subscription-token")):
         return JSONResponse(
             {"type": "ErrorResponse", "error": {"code": "SUBSCRIPTION_TOKEN_INVALID", "status": 422}},
             status_code=422,
@@ -263,7 +268,8 @@ async def brave(request: Request) -> Response:
 
 async def tavily(request: Request) -> Response:
     # POST https://api.tavily.com/search, Authorization: Bearer tvly-..., JSON {"query", "max_results"}.
-    if not request.headers.get("authorization", "").lower().startswith("bearer "):
+    auth = request.headers.get("authorization", "")
+    if not auth.lower().startswith("bearer ") or not _key_ok(auth[7:].strip()):
         return _unauthorized("Unauthorized: missing or invalid API key.")
     body = await request.json()
     hits = rank(str(body.get("query", "")), int(body.get("max_results", 5)))
