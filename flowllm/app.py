@@ -35,7 +35,7 @@ from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult,
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.tools import open_tool_pool
-from flowllm.tools.webconf import check_web_tools, web_fixtures
+from flowllm.tools.webconf import check_web_tools, web_tools
 
 log = logging.getLogger("flowllm")
 
@@ -88,7 +88,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"provider.emulator_script '{script}' does not exist")
         provider_cfg.emulator_script = str(script)
     check_provider_config(provider_cfg)
-    check_web_tools(cfg.tools)
+    check_web_tools(cfg)
     tasks = load_tasks(
         resolve_path(cfg.dataset.path, "dataset.path"),
         limit=cfg.dataset.limit,
@@ -164,8 +164,8 @@ def build_experiment(
 
 async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
     progress = ProgressReporter(enabled=bool(cfg.progress))
-    # The loopback web fixture server (tools.web_fixtures), started next to the provider's emulator.
-    async with web_fixtures(cfg.tools), open_provider(parts["provider_cfg"], ledger=ledger) as provider:
+    # The web cache and the loopback web fixture server (tools.web_fixtures), next to the provider's emulator.
+    async with web_tools(cfg, recorder.run_dir), open_provider(parts["provider_cfg"], ledger=ledger) as provider:
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress)
         return await experiment.run(parts["tasks"])
 

@@ -264,6 +264,13 @@ class RecorderConfig:
 
 
 @dataclass
+class ReplayToolsConfig:
+    # provider=replay: `saved` serves the replayed run's search and browse results (web_cache/), `live` fetches
+    # them again (flowllm/tools/webcache.py). Local tools always rerun.
+    tools: str = "saved"
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -276,6 +283,7 @@ class FlowConfig:
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
     subagents: dict[str, SubAgentConfig] = field(default_factory=dict)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    replay: ReplayToolsConfig = field(default_factory=ReplayToolsConfig)
     progress: bool = True
 
 

@@ -20,6 +20,7 @@ from the same pages, so a search leads to a page that exists.
 from __future__ import annotations
 
 import asyncio
+import collections
 import re
 import socket
 import threading
@@ -348,6 +349,17 @@ async def binary(request: Request) -> Response:
     return Response(bytes(range(256)) * 64, media_type="application/octet-stream")
 
 
+def counting(app: Any, seen: collections.Counter[str]) -> Any:
+    """An ASGI wrapper counting requests per path: how tests prove a cached run made no network call."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            seen[scope.get("path", "")] += 1
+        await app(scope, receive, send)
+
+    return asgi
+
+
 def build_app() -> Starlette:
     routes = [
         Route("/serper/search", serper, methods=["POST"]),
@@ -376,6 +388,8 @@ class WebFixtures:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # Requests per path, on the server's one event loop (read from tests after the calls returned).
+        self.requests: collections.Counter[str] = collections.Counter()
 
     @property
     def base_url(self) -> str:
@@ -390,7 +404,11 @@ class WebFixtures:
         sock.listen(128)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            build_app(), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+            counting(build_app(), self.requests),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
         )
         server = uvicorn.Server(config)
         self._server = server

@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.emulator.web import FIXTURE_DOMAIN, FIXTURES_ENV
 from flowllm.tools.documents import DocumentError, Kind, Limits, convert, decode_text, kind_of
+from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
 
 SERVER_NAME = "tool-browse"
 DEFAULT_PAGE_CHARS = 12000
@@ -108,9 +109,10 @@ class UrlPolicy:
 class Browser:
     """Fetches and converts pages; keeps each URL's text for the life of the server (one task)."""
 
-    def __init__(self, policy: UrlPolicy, limits: BrowseLimits | None = None) -> None:
+    def __init__(self, policy: UrlPolicy, limits: BrowseLimits | None = None, cache: WebCache | None = None) -> None:
         self.policy = policy
         self.limits = limits or BrowseLimits()
+        self.cache = cache or WebCache(None)
         self._texts: dict[str, str] = {}
 
     async def fetch(self, url: str) -> Fetched:
@@ -170,12 +172,19 @@ class Browser:
             return Fetched(target.url, content_type, bytes(body), truncated)
 
     async def text(self, url: str) -> str:
+        """The page's text: from this task's memory, else the run's web cache, else the network."""
         if url in self._texts:
             return self._texts[url]
-        fetched = await self.fetch(url)
-        text = await asyncio.to_thread(page_text, fetched)
+        try:
+            text = await self.cache.get("read_url", {"url": url}, lambda: self._fetch_text(url))
+        except (CachedError, ReplayMiss) as exc:
+            raise BrowseError(str(exc)) from None
         self._texts[url] = text
         return text
+
+    async def _fetch_text(self, url: str) -> str:
+        fetched = await self.fetch(url)
+        return await asyncio.to_thread(page_text, fetched)
 
 
 def _texty(content_type: str) -> bool:
@@ -307,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--total-s", type=float, default=BrowseLimits.total_s, help="time cap per fetch")
     args = parser.parse_args(argv)
     policy = UrlPolicy(os.environ.get(FIXTURES_ENV) or None)
-    browser = Browser(policy, BrowseLimits(max_bytes=args.max_bytes, total_s=args.total_s))
+    limits = BrowseLimits(max_bytes=args.max_bytes, total_s=args.total_s)
+    browser = Browser(policy, limits, WebCache.from_environment())
     build_server(browser, args.page_chars).run()
 
 

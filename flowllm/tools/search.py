@@ -22,6 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.emulator.web import FIXTURES_ENV
+from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
 
 SERVER_NAME = "tool-search"
 MAX_RESULTS = 20
@@ -189,14 +190,28 @@ def format_results(query: str, results: list[SearchResult]) -> str:
     return "\n".join(lines)
 
 
-def build_server(client: SearchClient | None, problem: str | None = None) -> MCPServer:
+async def cached_search(client: SearchClient, cache: WebCache, query: str, num_results: int = 10) -> str:
+    """The formatted results, from the run's web cache when this search was made before."""
+    args = {"backend": client.backend.value, "query": query, "num_results": num_results}
+
+    async def fetch() -> str:
+        return format_results(query, await client.search(query, num_results))
+
+    try:
+        return await cache.get("web_search", args, fetch)
+    except (CachedError, ReplayMiss) as exc:
+        raise SearchError(str(exc)) from None
+
+
+def build_server(client: SearchClient | None, problem: str | None = None, cache: WebCache | None = None) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions="Searches the web.", log_level="WARNING")
+    web_cache = cache or WebCache(None)
 
     async def web_search(query: str, num_results: int = 10) -> str:
         if client is None:
             raise ToolError(f"web search is not available: {problem}")
         try:
-            return format_results(query, await client.search(query, num_results))
+            return await cached_search(client, web_cache, query, num_results)
         except SearchError as exc:
             raise ToolError(str(exc)) from None
 
@@ -232,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         problem = None
     except SearchError as exc:  # the server still starts, so the model is told why instead of a dead tool
         client, problem = None, str(exc)
-    build_server(client, problem).run()
+    build_server(client, problem, WebCache.from_environment()).run()
 
 
 if __name__ == "__main__":
