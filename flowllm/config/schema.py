@@ -160,6 +160,16 @@ class SearchToolConfig:
 
 
 @dataclass
+class AudioToolConfig:
+    # tool-audio: an OpenAI-compatible audio.transcriptions endpoint (empty base_url: OpenAI's) and the variable
+    # holding its key; emulator=true answers from provider.emulator_script instead (offline runs).
+    base_url: str = ""
+    model: str = "whisper-1"
+    api_key_env: str = "OPENAI_API_KEY"
+    emulator: bool = False
+
+
+@dataclass
 class ToolsConfig:
     name: str = MISSING
     servers: dict[str, ToolServerConfig] = field(default_factory=dict)
@@ -169,6 +179,7 @@ class ToolsConfig:
     # Hand the per-task key-value store (flowllm/tools/state.py) to tools that ask for it.
     task_state: bool = False
     search: SearchToolConfig = field(default_factory=SearchToolConfig)
+    audio: AudioToolConfig = field(default_factory=AudioToolConfig)
     # Start the loopback web fixture server (flowllm/emulator/web.py) for the run's *.web.test pages.
     web_fixtures: bool = False
 

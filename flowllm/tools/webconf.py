@@ -11,6 +11,7 @@ unless ``replay.tools=live``).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,9 +19,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from flowllm.emulator import Emulator
+from flowllm.emulator.script import Script
 from flowllm.emulator.web import FIXTURES_ENV, WebFixtures
 from flowllm.errors import ConfigError
+from flowllm.providers.factory import resolve_script
 from flowllm.providers.replay import resolve_run_dir
+from flowllm.tools.audio import AUDIO_BASE_URL_ENV
 from flowllm.tools.search import SearchError, parse_backend, required_env
 from flowllm.tools.webcache import CACHE_DIR, CACHE_ENV, CACHE_MODE_ENV, CacheMode
 
@@ -63,18 +68,32 @@ async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]
     """The run's web tool environment; yields the fixture server's URL, or None when it is off."""
     env = cache_env(cfg, run_dir)
     server: WebFixtures | None = None
+    emulator: Emulator | None = None
     if cfg.tools.get("web_fixtures"):
         server = WebFixtures()
         env[FIXTURES_ENV] = await asyncio.to_thread(server.start)
+    if OmegaConf.select(cfg, "tools.audio.emulator", default=False):
+        script = OmegaConf.select(cfg, "provider.emulator_script")
+        if not script:
+            raise ConfigError("tools.audio.emulator needs provider.emulator_script (the transcripts are scripted)")
+        emulator = Emulator(Script.load(resolve_script(str(script))))
+        await asyncio.to_thread(emulator.start)
+        env[AUDIO_BASE_URL_ENV] = emulator.openai_base_url
     try:
         servers: Any = cfg.tools.get("servers") or {}
         with open_dict(cfg.tools):
             for entry in servers.values():
                 entry.env.update(env)
+            # The transcription key goes to tool-audio alone (servers get a minimal environment otherwise).
+            key_env = OmegaConf.select(cfg, "tools.audio.api_key_env", default="")
+            if "tool-audio" in servers and key_env and os.environ.get(key_env):
+                servers["tool-audio"].env[key_env] = os.environ[key_env]
         yield env.get(FIXTURES_ENV)
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
+        if emulator is not None:
+            await asyncio.to_thread(emulator.stop)
 
 
 register_resolvers()
