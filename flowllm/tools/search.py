@@ -190,11 +190,23 @@ def format_results(query: str, results: list[SearchResult]) -> str:
     return "\n".join(lines)
 
 
-async def cached_search(client: SearchClient, cache: WebCache, query: str, num_results: int = 10) -> str:
-    """The formatted results, from the run's web cache when this search was made before."""
-    args = {"backend": client.backend.value, "query": query, "num_results": num_results}
+async def cached_search(
+    client: SearchClient | None,
+    cache: WebCache,
+    query: str,
+    num_results: int = 10,
+    *,
+    backend: Backend | None = None,
+    problem: str | None = None,
+) -> str:
+    """The formatted results, from the run's web cache when this search was made before (a replay needs no
+    working client: it never searches)."""
+    name = (client.backend if client is not None else backend or Backend.SERPER).value
+    args = {"backend": name, "query": query, "num_results": num_results}
 
     async def fetch() -> str:
+        if client is None:
+            raise SearchError(f"web search is not available: {problem}")
         return format_results(query, await client.search(query, num_results))
 
     try:
@@ -203,15 +215,18 @@ async def cached_search(client: SearchClient, cache: WebCache, query: str, num_r
         raise SearchError(str(exc)) from None
 
 
-def build_server(client: SearchClient | None, problem: str | None = None, cache: WebCache | None = None) -> MCPServer:
+def build_server(
+    client: SearchClient | None,
+    problem: str | None = None,
+    cache: WebCache | None = None,
+    backend: Backend | None = None,
+) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions="Searches the web.", log_level="WARNING")
     web_cache = cache or WebCache(None)
 
     async def web_search(query: str, num_results: int = 10) -> str:
-        if client is None:
-            raise ToolError(f"web search is not available: {problem}")
         try:
-            return await cached_search(client, web_cache, query, num_results)
+            return await cached_search(client, web_cache, query, num_results, backend=backend, problem=problem)
         except SearchError as exc:
             raise ToolError(str(exc)) from None
 
@@ -239,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         help="use the run's web fixture server",
     )
     args = parser.parse_args(argv)
+    backend: Backend | None = None
     try:
         backend = parse_backend(args.backend)
         client: SearchClient | None = SearchClient.from_environment(
@@ -247,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         problem = None
     except SearchError as exc:  # the server still starts, so the model is told why instead of a dead tool
         client, problem = None, str(exc)
-    build_server(client, problem, WebCache.from_environment()).run()
+    build_server(client, problem, WebCache.from_environment(), backend).run()
 
 
 if __name__ == "__main__":
