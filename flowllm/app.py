@@ -44,6 +44,7 @@ from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
 from flowllm.tools import open_tool_pool
+from flowllm.tools.webconf import check_web_tools, web_tools
 
 log = logging.getLogger("flowllm")
 
@@ -96,6 +97,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"provider.emulator_script '{script}' does not exist")
         provider_cfg.emulator_script = str(script)
     check_provider_config(provider_cfg)
+    check_web_tools(cfg)
     tasks = load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
     check_scorer(cfg.dataset.scorer)
     judge_cfg = cast(JudgeConfig, OmegaConf.to_object(cfg.judge))
@@ -204,7 +206,12 @@ async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder,
         redactor=recorder.redactor,
         prices=parts["prices"],
     )
-    async with open_provider(parts["provider_cfg"], ledger=ledger) as provider, scorer_ctx as scorer:
+    # The web cache and the loopback web fixture server (tools.web_fixtures), next to the provider's emulator.
+    async with (
+        web_tools(cfg, recorder.run_dir),
+        open_provider(parts["provider_cfg"], ledger=ledger) as provider,
+        scorer_ctx as scorer,
+    ):
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer)
         return await experiment.run(parts["tasks"])
 

@@ -209,6 +209,24 @@ class ToolServerConfig:
 
 
 @dataclass
+class SearchToolConfig:
+    # tool-search (conf/tools/web.yaml): serper | brave | tavily | searxng; each backend's key variable is
+    # in flowllm/tools/search.py (KEY_ENV), never here.
+    backend: str = "serper"
+    searxng_url: str = ""
+
+
+@dataclass
+class AudioToolConfig:
+    # tool-audio: an OpenAI-compatible audio.transcriptions endpoint (empty base_url: OpenAI's) and the variable
+    # holding its key; emulator=true answers from provider.emulator_script instead (offline runs).
+    base_url: str = ""
+    model: str = "whisper-1"
+    api_key_env: str = "OPENAI_API_KEY"
+    emulator: bool = False
+
+
+@dataclass
 class ToolsConfig:
     name: str = MISSING
     servers: dict[str, ToolServerConfig] = field(default_factory=dict)
@@ -217,6 +235,10 @@ class ToolsConfig:
     scope: str = "task"  # task | run: how long a server process lives
     # Hand the per-task key-value store (flowllm/tools/state.py) to tools that ask for it.
     task_state: bool = False
+    search: SearchToolConfig = field(default_factory=SearchToolConfig)
+    audio: AudioToolConfig = field(default_factory=AudioToolConfig)
+    # Start the loopback web fixture server (flowllm/emulator/web.py) for the run's *.web.test pages.
+    web_fixtures: bool = False
 
 
 @dataclass
@@ -347,6 +369,13 @@ class RecorderConfig:
 
 
 @dataclass
+class ReplayToolsConfig:
+    # provider=replay: `saved` serves the replayed run's search and browse results (web_cache/), `live` fetches
+    # them again (flowllm/tools/webcache.py). Local tools always rerun.
+    tools: str = "saved"
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -360,6 +389,7 @@ class FlowConfig:
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
     subagents: dict[str, SubAgentConfig] = field(default_factory=dict)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    replay: ReplayToolsConfig = field(default_factory=ReplayToolsConfig)
     progress: bool = True
 
 
@@ -377,6 +407,10 @@ SCHEMAS: dict[str, type] = {
 def register_configs(cs: ConfigStore | None = None) -> None:
     """Register the root schema and one ``base_<group>`` schema per group for the YAML files to extend."""
     cs = cs or ConfigStore.instance()
+    # ${flowllm_search_env:<backend>} (conf/tools/web.yaml): the search backend's key variable.
+    from flowllm.tools.webconf import register_resolvers
+
+    register_resolvers()
     cs.store(name="base_config", node=FlowConfig)
     for group, schema in SCHEMAS.items():
         cs.store(group=group, name=f"base_{group}", node=schema)

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
+from flowllm.emulator import anthropic_wire, media, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply
 from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
 from flowllm.emulator.script import Reply, Script
@@ -163,6 +163,7 @@ class EmulatorApp:
         self.throttle = RequestThrottle(self.faults.rate_limit) if self.faults.rate_limit else None
         routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
         routes.append(Route("/health", self._health, methods=["GET"]))
+        routes.extend(media.routes(script))  # /v1/audio/transcriptions (flowllm/emulator/media.py)
         self.app = _expose_transport(Starlette(routes=routes))
 
     async def _health(self, request: Request) -> Response:

@@ -4,23 +4,20 @@ Run it as ``python -m flowllm.tools.files [--workspace DIR]``. Both tools are co
 ``..``, absolute paths elsewhere and symbolic links that point out are refused with a clear error. Paths in
 results are relative to the folder, so two runs in different folders answer identically.
 
-Formats: text (UTF-8, UTF-16 with a BOM, else Latin-1), CSV/TSV (with a shape line), JSON (pretty-printed);
-images come back as image content; ``.xlsx``, ``.pdf`` and ``.docx`` are read with ``openpyxl``, ``pypdf`` and
-``python-docx`` when those optional packages are installed (the error says which one to install otherwise).
-Long files are served in pages of ``--page-chars`` characters; the note at the end says how to read on.
+Formats (``flowllm.tools.documents``): PDF, Word, Excel (every sheet as a table), PowerPoint, HTML, notebooks
+and EPUB through markitdown; zip archives member by member; CSV/TSV with a shape line; JSON/JSON-LD
+pretty-printed; XML, Markdown, code and other text as is; images come back as image content. Only regular
+files with one link are read (no FIFOs, devices or hard links), and zip containers are measured before any
+reader inflates them. Long files are served in pages of ``--page-chars`` characters; the note at the end says
+how to read on.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
-import csv
-import io
-import json
-import mimetypes
+import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -35,165 +32,66 @@ from flowllm.tools.common import (
     scrub_workspace,
     workspace_from,
 )
+from flowllm.tools.documents import DEFAULT_LIMITS, IMAGE_MIME, DocumentError, Kind, Limits, convert, kind_of
 
 SERVER_NAME = "tool-files"
 DEFAULT_PAGE_CHARS = 16000  # below the pool's default 20,000-character cut, so the paging note survives
 MAX_LIST_ENTRIES = 500
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
-MAX_READ_BYTES = 64 * 1024 * 1024  # larger files are refused: read them with run_python instead
-
-IMAGE_TYPES = {
-    ".png": "image/png",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".gif": "image/gif",
-    ".webp": "image/webp",
-}
 
 
 class ReadError(Exception):
-    """A file that exists but cannot be shown (missing optional reader, corrupt document...)."""
+    """A file that exists but cannot be shown (not a regular file, over a limit, corrupt document...)."""
 
 
-def decode_text(data: bytes) -> str:
-    """Text from bytes without guessing wildly: BOMs first, then UTF-8, then Latin-1 (never fails)."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="replace")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16", errors="replace")
+def open_regular(path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path``, refusing anything but a plain file of this workspace.
+
+    FIFOs and devices are refused from ``stat`` before any ``open`` (opening a FIFO blocks until a writer comes;
+    a device may never end), and the descriptor is opened non-blocking and checked again with ``fstat`` so a
+    file swapped for a FIFO between the two calls cannot block either. A hard link (``st_nlink > 1``) is
+    refused: code run by the model can ``os.link('/etc/passwd', 'x')`` inside the workspace, and neither the
+    owner (root on both sides in a container) nor the device (the same filesystem) tells such a link from a
+    real attachment, while the run itself copies attachments (one link each).
+    """
+    info = path.stat()
+    _check_regular(info)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
-
-
-def looks_binary(data: bytes) -> bool:
-    sample = data[:8192]
-    if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return False  # UTF-16 text has NUL bytes by design
-    return b"\x00" in sample
-
-
-def _read_csv(data: bytes, suffix: str) -> str:
-    text = decode_text(data)
-    delimiter = "\t" if suffix == ".tsv" else ","
-    if suffix != ".tsv":
-        with contextlib.suppress(csv.Error):  # no clear delimiter: keep the comma
-            delimiter = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|").delimiter
-    try:
-        rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
-    except csv.Error as exc:
-        return f"(could not parse as CSV: {exc}; raw text follows)\n{text}"
-    columns = max((len(r) for r in rows), default=0)
-    sep = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}.get(delimiter, repr(delimiter))
-    header = f"[CSV: {len(rows)} rows (including any header row) x {columns} columns, {sep}-separated]"
-    return f"{header}\n{text}"
-
-
-def _read_json(data: bytes, suffix: str) -> str:
-    text = decode_text(data)
-    if suffix == ".jsonl":
-        return text
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"(not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; raw text follows)\n{text}"
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def _read_xlsx(path: Path) -> str:
-    try:
-        import openpyxl
-    except ImportError:
-        raise ReadError(
-            "reading .xlsx files needs the optional package 'openpyxl' (pip install openpyxl); "
-            "or convert the file with run_python"
-        ) from None
-    try:
-        book = openpyxl.load_workbook(path, read_only=True, data_only=True)
-    except Exception as exc:
-        raise ReadError(f"could not open the workbook: {exc}") from None
-    parts: list[str] = []
-    try:
-        for sheet in book.worksheets:
-            rows = [["" if v is None else str(v) for v in row] for row in sheet.iter_rows(values_only=True)]
-            while rows and not any(rows[-1]):
-                rows.pop()
-            width = max((len(r) for r in rows), default=0)
-            parts.append(f"## Sheet '{sheet.title}' ({len(rows)} rows x {width} columns)")
-            buffer = io.StringIO()
-            writer = csv.writer(buffer, lineterminator="\n")
-            for row in rows:
-                writer.writerow(row)
-            parts.append(buffer.getvalue().rstrip("\n"))
+        info = os.fstat(fd)
+        _check_regular(info)
+        if info.st_size > max_bytes:
+            raise ReadError(
+                f"the file is {info.st_size:,} bytes, too large to read here; process it with run_python instead"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(max_bytes + 1)[:max_bytes]
     finally:
-        book.close()
-    return "\n".join(parts)
+        os.close(fd)
 
 
-def _read_pdf(path: Path) -> str:
-    try:
-        import pypdf
-    except ImportError:
-        raise ReadError("reading .pdf files needs the optional package 'pypdf' (pip install pypdf)") from None
-    try:
-        reader = pypdf.PdfReader(str(path))
-        pages = [f"--- page {i} ---\n{(page.extract_text() or '').strip()}" for i, page in enumerate(reader.pages, 1)]
-    except Exception as exc:
-        raise ReadError(f"could not read the PDF: {exc}") from None
-    return f"[PDF: {len(pages)} pages]\n" + "\n".join(pages)
-
-
-def _read_docx(path: Path) -> str:
-    try:
-        import docx
-    except ImportError:
+def _check_regular(info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+        raise ReadError(f"it is {kind}, not a regular file: only plain files are read")
+    if info.st_nlink > 1:
         raise ReadError(
-            "reading .docx files needs the optional package 'python-docx' (pip install python-docx)"
-        ) from None
-    try:
-        document = docx.Document(str(path))
-    except Exception as exc:
-        raise ReadError(f"could not open the document: {exc}") from None
-    parts = [p.text for p in document.paragraphs]
-    for n, table in enumerate(document.tables, 1):
-        parts.append(f"## Table {n}")
-        parts.extend(" | ".join(cell.text for cell in row.cells) for row in table.rows)
-    return "\n".join(parts)
-
-
-DOCUMENT_READERS: dict[str, Callable[[Path], str]] = {
-    ".xlsx": _read_xlsx,
-    ".xlsm": _read_xlsx,
-    ".pdf": _read_pdf,
-    ".docx": _read_docx,
-}
-
-
-def render_file(path: Path) -> str | tuple[str, bytes]:
-    """The file as text, or ``(mime type, bytes)`` for an image. Raises ``ReadError`` when it cannot."""
-    suffix = path.suffix.lower()
-    size = path.stat().st_size
-    if suffix in DOCUMENT_READERS:
-        return DOCUMENT_READERS[suffix](path)
-    if suffix in IMAGE_TYPES:
-        if size > MAX_IMAGE_BYTES:
-            raise ReadError(f"the image is {size:,} bytes, over the {MAX_IMAGE_BYTES:,}-byte limit")
-        return IMAGE_TYPES[suffix], path.read_bytes()
-    if size > MAX_READ_BYTES:
-        raise ReadError(f"the file is {size:,} bytes, too large to read here; process it with run_python instead")
-    data = path.read_bytes()
-    if suffix in (".csv", ".tsv"):
-        return _read_csv(data, suffix)
-    if suffix in (".json", ".jsonl"):
-        return _read_json(data, suffix)
-    if looks_binary(data):
-        kind = mimetypes.guess_type(path.name)[0] or "unknown type"
-        raise ReadError(
-            f"this is a binary file ({kind}, {size:,} bytes) that cannot be shown as text; "
-            "inspect it with run_python if needed"
+            f"it is a hard link ({info.st_nlink} names for one file): refused, since it may point at a file "
+            "outside the task folder; copy the file instead of linking it"
         )
-    return decode_text(data)
+
+
+def render_file(path: Path, limits: Limits = DEFAULT_LIMITS) -> str | tuple[str, bytes]:
+    """The file as text, or ``(mime type, bytes)`` for an image. Raises ``ReadError`` when it cannot."""
+    kind = kind_of(path.name)
+    cap = MAX_IMAGE_BYTES if kind is Kind.IMAGE else limits.max_bytes
+    data = open_regular(path, cap)
+    if kind is Kind.IMAGE:
+        return IMAGE_MIME[path.suffix.lower()], data
+    try:
+        return convert(data, path.name, limits=limits)
+    except DocumentError as exc:
+        raise ReadError(str(exc)) from None
 
 
 def page(text: str, offset: int, page_chars: int) -> str:
@@ -319,8 +217,9 @@ def build_server(workspace: Path, page_chars: int = DEFAULT_PAGE_CHARS) -> MCPSe
         name="read_file",
         description=(
             "Read a file from the task's folder. 'path' is relative to that folder (e.g. 'data.csv' or "
-            "'docs/report.pdf'). Text, CSV, JSON, and (when the readers are installed) .xlsx, .pdf and .docx "
-            "are returned as text; images are returned as images. Long files come in pages of "
+            "'docs/report.pdf'). PDF, Word, Excel (every sheet), PowerPoint, HTML, CSV, JSON, XML, zip archives "
+            "(every member) and text are returned as text or markdown; images are returned as images. "
+            "Long files come in pages of "
             f"{page_chars:,} characters: pass 'offset' (a character position) to read further."
         ),
     )

@@ -25,7 +25,7 @@ Compose = Callable[[Sequence[str]], DictConfig]
 
 
 def test_gaia_experiment_on_the_fixture(composed: Compose, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("BRAVE_API_KEY", raising=False)  # the web search server is optional: disabled, run goes on
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)  # the web search server is optional: disabled, run goes on
     # Only the servers the fixture's replies use: each server is a process per task.
     cfg = composed(gaia_overrides("~tools.servers.tool-files", "~tools.servers.tool-math"))
     assert cfg.experiment.name == "gaia" and cfg.agent.max_turns == 20

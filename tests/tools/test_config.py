@@ -47,14 +47,14 @@ def test_default_has_the_three_builtin_servers() -> None:
 def test_web_tools_are_disabled_with_a_warning_without_their_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv("BRAVE_API_KEY", raising=False)
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
     settings = load_settings(compose_tools("web"))
     search = next(s for s in settings.servers if s.name == "tool-search")
-    assert search.requires_env == ("BRAVE_API_KEY",)
+    assert search.requires_env == ("SERPER_API_KEY",)
     with caplog.at_level(logging.WARNING, logger="flowllm.tools.pool"):
         pool = ToolPool(settings, tmp_path)  # disabling happens before any process starts
     assert set(pool.unavailable) == {"tool-search"}
-    assert "BRAVE_API_KEY not set" in caplog.text
+    assert "SERPER_API_KEY not set" in caplog.text
 
 
 def test_a_server_without_a_command_is_a_config_error() -> None:

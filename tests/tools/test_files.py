@@ -92,29 +92,6 @@ def test_images_come_back_as_image_content(attachments: Path) -> None:
     assert result.content[1].mime_type == "image/png"
 
 
-def test_office_formats_need_their_optional_reader(attachments: Path) -> None:
-    (attachments / "book.xlsx").write_bytes(b"PK\x03\x04 not really a workbook")
-    try:
-        import openpyxl  # noqa: F401
-    except ImportError:
-        with pytest.raises(ToolError, match="needs the optional package 'openpyxl'"):
-            read_file_result(attachments, "book.xlsx")
-    else:
-        with pytest.raises(ToolError, match="could not open the workbook"):
-            read_file_result(attachments, "book.xlsx")
-
-
-def test_xlsx_is_read_sheet_by_sheet(attachments: Path) -> None:
-    openpyxl = pytest.importorskip("openpyxl")
-    book = openpyxl.Workbook()
-    book.active.title = "Sales"
-    book.active.append(["item", "qty"])
-    book.active.append(["apple", 3])
-    book.save(attachments / "sales.xlsx")
-    text = text_of(read_file_result(attachments, "sales.xlsx"))
-    assert text == "## Sheet 'Sales' (2 rows x 2 columns)\nitem,qty\napple,3"
-
-
 def test_listing_is_sorted_relative_and_marks_links(attachments: Path) -> None:
     listing = list_files_text(attachments).splitlines()
     assert listing == [

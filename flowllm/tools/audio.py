@@ -1,0 +1,115 @@
+"""``tool-audio``: an MCP server (stdio) with one tool, ``transcribe(path)``.
+
+Run it as ``python -m flowllm.tools.audio --base-url URL --model whisper-1 --api-key-env OPENAI_API_KEY``. The
+file (in the task's folder, a regular file with one link, at most 25 MB as the OpenAI API accepts) is sent to an
+OpenAI-compatible ``audio.transcriptions`` endpoint through the official SDK. Without a configured provider
+(``tools.audio.base_url`` / ``tools.audio.api_key_env``) the tool answers with an error saying what to set.
+``$FLOWLLM_AUDIO_BASE_URL`` (set by the run when ``tools.audio.emulator`` is true) points it at the loopback
+emulator, which answers from its script (flowllm/emulator/media.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from flowllm.tools.common import ConfinementError, add_workspace_argument, confine, scrub_workspace, workspace_from
+from flowllm.tools.documents import Kind, kind_of
+from flowllm.tools.files import ReadError, open_regular
+
+SERVER_NAME = "tool-audio"
+AUDIO_BASE_URL_ENV = "FLOWLLM_AUDIO_BASE_URL"
+MAX_AUDIO_BYTES = 25 * 1024 * 1024
+EMULATOR_KEY = "flowllm-emulator"
+
+
+@dataclass(frozen=True)
+class Transcriber:
+    base_url: str | None
+    model: str
+    api_key: str | None
+    timeout_s: float = 120.0
+
+    def problem(self) -> str | None:
+        if not self.base_url and not self.api_key:
+            return (
+                "no transcription provider is configured: set tools.audio.base_url (an OpenAI-compatible "
+                "server) and/or tools.audio.api_key_env (the variable holding its key)"
+            )
+        if not self.api_key:
+            return "the transcription provider's key is not set (tools.audio.api_key_env names the variable)"
+        return None
+
+    async def transcribe(self, name: str, data: bytes) -> str:
+        from openai import APIError, AsyncOpenAI
+
+        client = AsyncOpenAI(
+            base_url=self.base_url or None, api_key=self.api_key, timeout=self.timeout_s, max_retries=2
+        )
+        try:
+            result = await client.audio.transcriptions.create(model=self.model, file=(name, data))
+        except APIError as exc:
+            raise ToolError(f"transcription failed: {exc.message}") from None
+        finally:
+            await client.close()
+        return result.text
+
+
+async def transcribe_file(workspace: Path, transcriber: Transcriber, path: str) -> str:
+    problem = transcriber.problem()
+    if problem:
+        raise ToolError(problem)
+    try:
+        target = confine(workspace, path)
+    except ConfinementError as exc:
+        raise ToolError(scrub_workspace(str(exc), workspace)) from None
+    if not target.exists():
+        raise ToolError(f"no such audio file: '{path}'")
+    if kind_of(target.name) is not Kind.AUDIO:
+        raise ToolError(f"'{path}' is not an audio file (mp3, wav, m4a, flac, ogg)")
+    try:
+        data = open_regular(target, MAX_AUDIO_BYTES)
+    except (ReadError, OSError) as exc:
+        raise ToolError(f"cannot read '{path}': {exc}") from None
+    text = await transcriber.transcribe(target.name, data)
+    return f"[transcript of '{path}']\n{text}"
+
+
+def build_server(workspace: Path, transcriber: Transcriber) -> MCPServer:
+    server = MCPServer(SERVER_NAME, instructions="Transcribes audio files.", log_level="WARNING")
+
+    async def transcribe(path: str) -> str:
+        return await transcribe_file(workspace, transcriber, path)
+
+    server.add_tool(
+        transcribe,
+        name="transcribe",
+        description="Transcribe an audio file of the task's folder (mp3, wav, m4a, flac, ogg) into text.",
+        structured_output=False,
+    )
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m flowllm.tools.audio", description=__doc__)
+    add_workspace_argument(parser)
+    parser.add_argument("--base-url", default="", help="an OpenAI-compatible server (default: OpenAI's)")
+    parser.add_argument("--model", default="whisper-1")
+    parser.add_argument("--api-key-env", default="", help="the variable holding the key")
+    args = parser.parse_args(argv)
+    emulator = os.environ.get(AUDIO_BASE_URL_ENV)
+    if emulator:
+        transcriber = Transcriber(emulator, args.model, EMULATOR_KEY)
+    else:
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        transcriber = Transcriber(args.base_url or None, args.model, key)
+    build_server(workspace_from(args.workspace), transcriber).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The run-level wiring of the web tools: the composed tools=web config, the search key resolver, where the web
+cache lives in a run and in a replay, and bad settings as one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from flowllm.config.schema import register_configs
+from flowllm.errors import ConfigError
+from flowllm.tools.webcache import CACHE_ENV, CACHE_MODE_ENV
+from flowllm.tools.webconf import cache_env, check_web_tools, web_tools
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+register_configs()
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_tools_web_runs_only_flowllms_own_servers_and_names_the_backends_key() -> None:
+    cfg = composed("tools=web", "tools.search.backend=tavily")
+    servers = cfg.tools.servers
+    assert {"tool-search", "tool-browse", "tool-audio"} <= set(servers)
+    assert all(s.command == "python" for s in servers.values())  # nothing fetched with npx at run time
+    assert list(servers["tool-search"].requires_env) == ["TAVILY_API_KEY"]
+    assert list(composed("tools=web", "tools.search.backend=searxng").tools.servers["tool-search"].requires_env) == []
+
+
+def test_bad_settings_are_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"tools\.search\.backend: unknown search backend 'bing'"):
+        check_web_tools(composed("tools=web", "tools.search.backend=bing"))
+    with pytest.raises(ConfigError, match=r"replay\.tools must be saved or live, not 'sometimes'"):
+        check_web_tools(composed("tools=web", "replay.tools=sometimes"))
+
+
+def test_the_cache_is_the_runs_own_or_in_a_replay_the_replayed_runs(tmp_path: Path) -> None:
+    cfg = composed("tools=web")
+    assert cache_env(cfg, tmp_path) == {CACHE_ENV: str(tmp_path / "web_cache"), CACHE_MODE_ENV: "rw"}
+    old = tmp_path / "old"
+    replay = composed("tools=web", "provider=replay", f"provider.run_dir={old}")
+    assert cache_env(replay, tmp_path / "new") == {CACHE_ENV: str(old / "web_cache"), CACHE_MODE_ENV: "replay"}
+    live = composed("tools=web", "provider=replay", f"provider.run_dir={old}", "replay.tools=live")
+    assert cache_env(live, tmp_path / "new")[CACHE_MODE_ENV] == "rw"
+
+
+async def test_the_fixture_server_and_the_cache_reach_every_server(tmp_path: Path) -> None:
+    cfg = composed("tools=web", "tools.web_fixtures=true")
+    async with web_tools(cfg, tmp_path) as url:
+        assert url is not None and url.startswith("http://127.0.0.1:")
+        env = OmegaConf.to_container(cfg.tools.servers["tool-browse"].env)
+        assert env == {"FLOWLLM_WEB_FIXTURES": url, CACHE_ENV: str(tmp_path / "web_cache"), CACHE_MODE_ENV: "rw"}
