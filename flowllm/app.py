@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
+from flowllm.cli.exit_codes import ExitCode, run_exit_code
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.datasets.gaia import load_tasks
 from flowllm.engine import Recorder, build_pipeline, make_runner
@@ -247,7 +248,7 @@ def app(cfg: DictConfig) -> dict[str, Any]:
         message = f"flowllm: error: {exc}"
         print(message, file=sys.stderr)
         if not multirun:
-            sys.exit(2)
+            sys.exit(ExitCode.CONFIG)
         # A raising job would stop Hydra from calling on_multirun_end: report and move on.
         status = _job_error(cfg, run_dir, str(exc))
         _refresh_sweep(hydra_cfg)
@@ -262,8 +263,10 @@ def app(cfg: DictConfig) -> dict[str, Any]:
     if multirun:
         _refresh_sweep(hydra_cfg)
         return {"status": summary["status"], "accuracy": summary["accuracy"], "cost_usd": summary["cost_usd"]}
-    if summary["interrupted"]:
-        sys.exit(130)  # the shell's code for Ctrl-C; the summary and finished results are saved
+    # 130 (the shell's code for Ctrl-C) when interrupted; 3 or 4 when some or all tasks failed (flowllm/cli).
+    code = run_exit_code(summary)
+    if code is not ExitCode.OK:
+        sys.exit(code)
     return summary
 
 

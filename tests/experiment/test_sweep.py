@@ -32,9 +32,18 @@ def _job(sweep: Path, name: str, overrides: list[str], summary: dict | None) -> 
 
 def _summary(accuracy: float, cost: float | None, interrupted: bool = False) -> dict:
     return {
-        "tasks": 10, "correct": int(accuracy * 10), "completed": 10, "failed": 0, "accuracy": accuracy,
-        "parse_rate": 0.9, "usage": {"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 10},
-        "cost_usd": cost, "wall_seconds": 3.5, "interrupted": interrupted, "provider": "p", "model": "m",
+        "tasks": 10,
+        "correct": int(accuracy * 10),
+        "completed": 10,
+        "failed": 0,
+        "accuracy": accuracy,
+        "parse_rate": 0.9,
+        "usage": {"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 10},
+        "cost_usd": cost,
+        "wall_seconds": 3.5,
+        "interrupted": interrupted,
+        "provider": "p",
+        "model": "m",
     }
 
 
@@ -112,7 +121,7 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         "provider=offline,offline_chat,claude",
         env={"ANTHROPIC_API_KEY": ""},
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 5, proc.stdout + proc.stderr  # a job errored: the sweep says so
     summary = read_json(sweep_dir / SWEEP_JSON)
     jobs = {j["label"]: j for j in summary["jobs"]}
     assert set(jobs) == {"provider=offline", "provider=offline_chat", "provider=claude"}
@@ -130,7 +139,10 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
     (sweep_dir / SWEEP_JSON).unlink()
     rebuilt = subprocess.run(
         [sys.executable, "-m", "flowllm.experiment.sweep", str(sweep_dir), "--no-plot"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert read_json(sweep_dir / SWEEP_JSON)["jobs"] == summary["jobs"]
@@ -158,7 +170,8 @@ def test_ray_local_launcher_sweep() -> None:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         jobs = read_json(sweep_dir / SWEEP_JSON)["jobs"]
         assert [(j["label"], j["status"], j["accuracy"]) for j in jobs] == [
-            ("provider=offline", "ok", 0.5), ("provider=offline_responses", "ok", 0.5)
+            ("provider=offline", "ok", 0.5),
+            ("provider=offline_responses", "ok", 0.5),
         ]
         # Ray kept its session files inside the sweep folder.
         assert any((sweep_dir / ".ray").glob("session_*"))
