@@ -253,6 +253,15 @@ class RecorderConfig:
 
 
 @dataclass
+class PreflightConfig:
+    """Checks before the first task (flowllm/experiment/preflight.py): every problem listed at once, exit 2."""
+
+    providers: bool = True  # each real provider (and fallback) answers a models listing; emulators are skipped
+    tools: bool = True  # each tool server starts and lists its tools
+    timeout_s: float = 15.0  # per provider check
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -266,6 +275,7 @@ class FlowConfig:
     subagents: dict[str, SubAgentConfig] = field(default_factory=dict)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     progress: bool = True
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
 
 
 SCHEMAS: dict[str, type] = {

@@ -299,8 +299,8 @@ class Experiment:
         return self.open_tools(self.tools_cfg, workspace)
 
     async def _discover_tools(self) -> None:
-        if self.open_tools is not open_tool_pool:
-            return
+        if self.open_tools is not open_tool_pool or self.tools_catalog is not None:
+            return  # the catalog may come from preflight, which started every server already
         with tempfile.TemporaryDirectory(prefix="flowllm-tools-") as scratch:
             self.tools_catalog = await discover_tools(self.tools_cfg, Path(scratch))
 
