@@ -4,5 +4,13 @@ import sys
 
 from flowllm.cli.run import run_main
 
+
+def main() -> None:
+    """Kept for console scripts installed before ``flowllm`` got subcommands (flowllm.cli.command)."""
+    from flowllm.cli.command import console_main
+
+    console_main()
+
+
 if __name__ == "__main__":
     sys.exit(run_main())

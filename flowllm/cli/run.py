@@ -60,6 +60,11 @@ def explain(exc: BaseException, argv: Sequence[str]) -> str:
 def run_main(argv: Sequence[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line); returns the exit code (see flowllm.cli.exit_codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):  # Hydra's page lists the base_* schemas as choices: ours does not
+        from flowllm.cli.command import help_text
+
+        sys.stdout.write(help_text())
+        return ExitCode.OK
     # Ray (hydra/launcher=ray) reads these when it starts a local instance: no usage reporting, no token
     # authentication between the processes of one machine. A user who needs either sets the variable.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

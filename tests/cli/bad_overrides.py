@@ -1,6 +1,8 @@
 """The table of bad overrides walked through the real command line (tests/cli/test_bad_overrides.py).
 
 Each row: the overrides, and a fragment the one-line message must contain (it names the setting or the fix).
+Most rows fail while Hydra composes (a second each); those checked by the app itself import the whole stack, so
+the table keeps one or two of those per group.
 """
 
 from __future__ import annotations
@@ -10,16 +12,13 @@ BAD_OVERRIDES: list[tuple[tuple[str, ...], str]] = [
     (("provider=claud",), "did you mean claude"),
     (("provider=base_provider",), "not a choice"),
     (("provider.max_tokens=many",), "provider.max_tokens"),
-    (("provider.protocol=grpc",), "grpc"),
     (("provider.emulator_script=/nonexistent/script.yaml",), "provider.emulator_script"),
     (("provider.fallbacks=[nobody]",), "nobody"),
-    (("provider.tool_protocol=morse",), "morse"),
     # pipeline
     (("pipeline=agent_trun",), "did you mean agent_turn"),
     (("pipeline.nodes.call_model._target_=no.such.Node",), "no.such.Node"),
     # runner
     (("runner=legcy",), "did you mean legacy"),
-    (("runner.name=bogus",), "bogus"),
     # repair
     (("repair=ful",), "did you mean full"),
     (("repair.stages=[nope]",), "nope"),
@@ -31,7 +30,6 @@ BAD_OVERRIDES: list[tuple[tuple[str, ...], str]] = [
     # experiment
     (("+experiment=gaa",), "did you mean gaia"),
     (("experiment.attempts=0",), "experiment.attempts"),
-    (("experiment.pricing=/nonexistent/pricing.yaml",), "pricing"),
     # subagents
     (("+subagents=nobody",), "subagents=nobody"),
     # agent
@@ -41,7 +39,6 @@ BAD_OVERRIDES: list[tuple[tuple[str, ...], str]] = [
     (("~agent.nothing",), "agent.nothing"),
     # dataset
     (("dataset.path=/nonexistent/flowllm-data",), "/nonexistent/flowllm-data"),
-    (("dataset.format=csv",), "csv"),
     # recorder, memory, the root
     (("recorder.snapshot=some",), "recorder.snapshot"),
     (("memory.enabled=perhaps",), "memory.enabled"),

@@ -8,22 +8,55 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.report import write_report
 from tests.inspect.test_report import make_multirun
-from tests.inspect.test_report_browser import WAIT_S, browser  # noqa: F401  (the module's Chromium fixture)
 from tests.replay.runs import FixtureRuns
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+if CHROMIUM is None or CHROMEDRIVER is None:
+    pytest.skip("Chromium is absent (apt-get install chromium chromium-driver)", allow_module_level=True)
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+WAIT_S = 20
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1600,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
 
 MONEY = re.compile(r"^\$\d[\d,]*\.\d{2,4}$")
 
 
-def test_cost_card_task_columns_and_sweep_columns(runs: FixtureRuns, tmp_path: Path, browser: object) -> None:  # noqa: F811
+def test_cost_card_task_columns_and_sweep_columns(runs: FixtureRuns, tmp_path: Path, browser: object) -> None:
     driver: object = browser
     multirun = make_multirun(runs, tmp_path / "multirun")
     report, _ = write_report(multirun, tmp_path / "report.html")
