@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 COMPLETED = "completed"
 FAILED = "failed"
 ATTEMPTS_DIR = "attempts"
+TIMING_FILE = "timing.json"
 
 __all__ = [
     "COMPLETED",
@@ -75,6 +76,7 @@ class TaskOutcome:
     # pass@k: how many attempts ran, and what each one gave (usage above is the sum over all of them).
     attempts: int = 1
     attempt_log: list[dict[str, Any]] = field(default_factory=list)
+    _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,9 +94,15 @@ class TaskOutcome:
             "bad_tool_calls": self.bad_tool_calls,
             "failed_tool_calls": self.failed_tool_calls,
             "repairs": dict(sorted(self.repairs.items())),
-            "wall_seconds": round(self.wall_seconds, 3),
             "attempts": self.attempts,
             "attempt_log": self.attempt_log,
+        }
+
+    def timing_dict(self) -> dict[str, Any]:
+        """``timing.json``: what changes from one identical run to the next, kept out of ``result.json``."""
+        return {
+            "wall_seconds": round(self.wall_seconds, 3),
+            "attempts": [round(float(e.get("wall_seconds", 0.0)), 3) for e in self._attempt_timings],
         }
 
     @classmethod
@@ -113,7 +121,6 @@ class TaskOutcome:
             "stop": self.stop,
             "error": self.error,
             "usage": self.usage.to_dict(),
-            "wall_seconds": round(self.wall_seconds, 3),
         }
 
 
@@ -199,6 +206,7 @@ class Experiment:
         for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
             partial.unlink(missing_ok=True)
         (task_dir / "result.json").unlink(missing_ok=True)
+        (task_dir / TIMING_FILE).unlink(missing_ok=True)
 
     def _workspace(self, task: Task) -> Path:
         workspace = self.recorder.task_dir(task.task_id) / "workspace"
@@ -273,6 +281,7 @@ class Experiment:
         """All attempts at a task; writes its ``result.json`` once, at the end."""
         self._fresh_task_dir(task)
         log_entries: list[dict[str, Any]] = []
+        timings: list[dict[str, Any]] = []
         usage = Usage()
         wall = 0.0
         outcome: TaskOutcome | None = None
@@ -281,6 +290,7 @@ class Experiment:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
             outcome = await self.attempt(task)
             log_entries.append(outcome.attempt_entry(number))
+            timings.append({"attempt": number, "wall_seconds": outcome.wall_seconds})
             usage = usage + outcome.usage
             wall += outcome.wall_seconds
             if outcome.correct:
@@ -290,6 +300,10 @@ class Experiment:
         outcome.usage = usage
         outcome.wall_seconds = wall
         outcome.attempt_log = log_entries if len(log_entries) > 1 else []
+        outcome._attempt_timings = timings
+        # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
+        # result.json stays the last file of a finished task).
+        self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         return outcome
 

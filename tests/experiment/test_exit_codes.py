@@ -18,6 +18,7 @@ def _run(run_dir: Path, *ids: str) -> tuple[int, str]:
 def test_run_exit_codes_tell_failed_tasks_from_wrong_answers(tmp_path: Path) -> None:
     cases = {
         "wrong": ((WRONG_TASK,), ExitCode.OK),  # a wrong answer completed: not a failure
+        "wrong-again": ((WRONG_TASK,), ExitCode.OK),
         "some": ((LIST_TASK, MISSING_FILE_TASK), ExitCode.SOME_FAILED),
         "all": ((MISSING_FILE_TASK,), ExitCode.ALL_FAILED),
     }
@@ -28,6 +29,11 @@ def test_run_exit_codes_tell_failed_tasks_from_wrong_answers(tmp_path: Path) -> 
         assert code == expected, f"{name}: exit {code}\n{output[-2000:]}"
         summary = read_json(tmp_path / name / "summary.json")
         assert run_exit_code(summary) == expected
+    # Two identical runs: result.json is byte-identical (timings live in timing.json beside it), so diff -r works.
+    first, second = (tmp_path / run / "tasks" / WRONG_TASK for run in ("wrong", "wrong-again"))
+    assert (first / "result.json").read_bytes() == (second / "result.json").read_bytes()
+    assert "wall_seconds" not in read_json(first / "result.json")
+    assert read_json(first / "timing.json")["wall_seconds"] > 0
 
 
 def test_a_config_error_exits_2_with_one_line(tmp_path: Path) -> None:
