@@ -282,18 +282,17 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
     # Long cells end with an ellipsis so that the table fits the terminal (the full text: `task TASK_ID`).
     cut = {"overflow": "ellipsis", "no_wrap": True}
     for name, kwargs in (
-        ("task", {**cut, "max_width": 36}),
+        ("task", {**cut, "min_width": 12, "max_width": 36}),
         ("level", {}),
         ("status", {}),
-        ("answer", {**cut, "max_width": 28}),
-        ("expected", {**cut, "max_width": 20}),
+        ("answer", {**cut, "min_width": 12, "max_width": 28}),
+        ("expected", {**cut, "min_width": 10, "max_width": 20}),
         ("turns", {"justify": "right"}),
         ("calls", {"justify": "right"}),
         ("bad", {"justify": "right"}),
-        ("tokens", {"justify": "right"}),
-        ("cost", {"justify": "right"}),
-        ("repairs", cut),
-        ("error", {**cut, "max_width": 60}),
+        ("tokens", {"justify": "right", "no_wrap": True}),
+        ("cost", {"justify": "right", "no_wrap": True}),
+        ("error", {**cut, "min_width": 10, "max_width": 60}),
     ):
         table.add_column(name, **kwargs)
     for r in rows:
@@ -310,7 +309,6 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
             _fmt(r["bad_tool_calls"]),
             format_tokens(tokens, r["tokens_estimated"]) if tokens is not None else "-",
             format_usd(r["cost_usd"]) if tokens is not None else "-",
-            _fmt(r["repairs"]),
             short_error(first_line(r["error"] or "", 200)) if r["error"] else "",
         )
     console.print(table)
