@@ -282,17 +282,18 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
     # Long cells end with an ellipsis so that the table fits the terminal (the full text: `task TASK_ID`).
     cut = {"overflow": "ellipsis", "no_wrap": True}
     for name, kwargs in (
-        ("task", {**cut, "min_width": 12, "max_width": 36}),
-        ("level", {}),
-        ("status", {}),
-        ("answer", {**cut, "min_width": 12, "max_width": 28}),
-        ("expected", {**cut, "min_width": 10, "max_width": 20}),
-        ("turns", {"justify": "right"}),
-        ("calls", {"justify": "right"}),
-        ("bad", {"justify": "right"}),
-        ("tokens", {"justify": "right", "no_wrap": True}),
-        ("cost", {"justify": "right", "no_wrap": True}),
-        ("error", {**cut, "min_width": 10, "max_width": 60}),
+        ("task", {**cut, "min_width": 12, "max_width": 30}),
+        ("level", {"no_wrap": True, "min_width": 5}),
+        ("status", {"no_wrap": True, "min_width": 10}),
+        ("answer", {**cut, "min_width": 10, "max_width": 24}),
+        ("expected", {**cut, "min_width": 8, "max_width": 16}),
+        ("turns", {"justify": "right", "no_wrap": True, "min_width": 5}),
+        ("calls", {"justify": "right", "no_wrap": True, "min_width": 5}),
+        ("bad", {"justify": "right", "no_wrap": True, "min_width": 3}),
+        ("tokens", {"justify": "right", "no_wrap": True, "min_width": 8}),
+        ("cost", {"justify": "right", "no_wrap": True, "min_width": 8}),
+        ("repairs", {**cut, "min_width": 8, "max_width": 20}),
+        ("error", {**cut, "min_width": 5, "max_width": 40}),
     ):
         table.add_column(name, **kwargs)
     for r in rows:
@@ -309,6 +310,7 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
             _fmt(r["bad_tool_calls"]),
             format_tokens(tokens, r["tokens_estimated"]) if tokens is not None else "-",
             format_usd(r["cost_usd"]) if tokens is not None else "-",
+            _fmt(r["repairs"]),
             short_error(first_line(r["error"] or "", 200)) if r["error"] else "",
         )
     console.print(table)
