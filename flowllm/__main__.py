@@ -1,6 +1,16 @@
-"""``python -m flowllm``: the Hydra application (see flowllm.app)."""
+"""``python -m flowllm``: the Hydra application (flowllm.cli.run; the run itself is flowllm.app)."""
 
-from flowllm.app import main
+import sys
+
+from flowllm.cli.run import run_main
+
+
+def main() -> None:
+    """Kept for console scripts installed before ``flowllm`` got subcommands (flowllm.cli.command)."""
+    from flowllm.cli.command import console_main
+
+    console_main()
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main())

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -24,17 +23,21 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
+from flowllm.cli.config_check import refuse_ignored_overrides
+from flowllm.cli.exit_codes import ExitCode, run_exit_code
 from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
+from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit
-from flowllm.experiment.report import print_summary
+from flowllm.experiment.report import print_summary, what_acted
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
+from flowllm.experiment.task_usage import read_bills
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.rundir.layout import RunLayout
@@ -78,27 +81,53 @@ def _choice(group: str, cfg: DictConfig) -> str:
         return str(cfg[group].get("name"))
 
 
-def prepare(cfg: DictConfig) -> dict[str, Any]:
-    """Validate everything and build what the run needs; raises FlowError (or ValueError) on bad input."""
+class _Problems:
+    """Collects the problems of independent checks, so that one run lists them all (flowllm/experiment/preflight)."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def check(self, step: Callable[[], Any]) -> Any:
+        try:
+            return step()
+        except PreflightError as exc:
+            self.found.extend(exc.problems)
+        except (FlowError, ValueError) as exc:
+            self.found.append(str(exc))
+        return None
+
+
+def _check_settings(cfg: DictConfig) -> None:
     if cfg.recorder.snapshot not in ("all", "errors", "none"):
         raise ConfigError(f"recorder.snapshot must be all, errors or none, not '{cfg.recorder.snapshot}'")
     if cfg.experiment.max_concurrent < 1:
         raise ConfigError("experiment.max_concurrent must be at least 1")
     if cfg.experiment.attempts < 1:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
+    if cfg.agent.max_turns < 1:
+        raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
+
+
+def _pipeline(cfg: DictConfig) -> tuple[Any, Any]:
     source = f"conf/pipeline/{_choice('pipeline', cfg)}.yaml"
     pipeline = build_pipeline(cfg.pipeline.nodes, source=source, contract=AGENT_TURN)
     runner = make_runner(cfg.runner.name, cfg.runner.item_timeout_s, cfg.runner.turn_timeout_s)
     runner.validate(pipeline)
+    return pipeline, runner
+
+
+def _provider(cfg: DictConfig) -> ProviderConfig:
     provider_cfg = cast(ProviderConfig, OmegaConf.to_object(cfg.provider))
     if provider_cfg.emulator_script:
         script = resolve_path(provider_cfg.emulator_script, "provider.emulator_script")
         if not script.is_file():
             raise ConfigError(f"provider.emulator_script '{script}' does not exist")
         provider_cfg.emulator_script = str(script)
-    check_provider_config(provider_cfg)
-    check_web_tools(cfg)
-    tasks = load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
+    return provider_cfg
+
+
+def _judge(cfg: DictConfig, provider_cfg: ProviderConfig) -> tuple[JudgeConfig, ProviderConfig | None]:
+    """The scorer's judge: its settings, and its provider when the dataset is judged."""
     check_scorer(cfg.dataset.scorer)
     judge_cfg = cast(JudgeConfig, OmegaConf.to_object(cfg.judge))
     judge_provider: ProviderConfig | None = None
@@ -106,14 +135,42 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         judge_template(judge_cfg.template)
         judge_provider = judge_provider_config(judge_cfg, provider_cfg)
         check_provider_config(judge_provider)
-    prices = PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing"))
+    return judge_cfg, judge_provider
+
+
+def prepare(cfg: DictConfig) -> dict[str, Any]:
+    """Validate everything and build what the run needs; raises PreflightError listing every problem found."""
+    parts, problems = prepare_parts(cfg)
+    if problems:
+        raise PreflightError(problems)
+    return parts
+
+
+def prepare_parts(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
+    """What could be built, and every problem found on the way (so that a run lists them all at once)."""
+    problems = _Problems()
+    problems.check(lambda: _check_settings(cfg))
+    pipeline_runner = problems.check(lambda: _pipeline(cfg))
+    provider_cfg = problems.check(lambda: _provider(cfg))
+    if provider_cfg is not None:
+        problems.check(lambda: check_provider_config(provider_cfg))
+    problems.check(lambda: check_web_tools(cfg))
+    tasks = problems.check(
+        lambda: load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
+    )
+    judge = problems.check(lambda: _judge(cfg, provider_cfg)) if provider_cfg is not None else None
+    prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
+    subagents = problems.check(lambda: subagent_specs(cfg))
+    if problems.found:
+        return {"provider_cfg": provider_cfg}, problems.found
+    pipeline, runner = pipeline_runner
+    assert judge is not None  # provider_cfg was built, or problems were found above
+    judge_cfg, judge_provider = judge
     settings = AgentSettings(
         max_turns=cfg.agent.max_turns,
         system_prompt=cfg.agent.system_prompt,
         summary_prompt=cfg.agent.summary_prompt,
     )
-    if settings.max_turns < 1:
-        raise ConfigError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
     return {
         "pipeline": pipeline,
         "runner": runner,
@@ -121,10 +178,22 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         "tasks": tasks,
         "settings": settings,
         "prices": prices,
-        "subagents": subagent_specs(cfg),
+        "subagents": subagents,
         "judge_cfg": judge_cfg,
         "judge_provider": judge_provider,
-    }
+    }, []
+
+
+def preflight_targets(provider_cfg: ProviderConfig) -> list[ProviderTarget]:
+    """The providers of the run: the main one and every fallback, alias and agent model it routes to."""
+    try:
+        plan = check_provider_config(provider_cfg)
+    except FlowError:  # reported by prepare; the main provider can still be reached
+        plan = None
+    if plan is None:
+        return [ProviderTarget(provider_cfg.name, provider_cfg)]
+    members = [ProviderTarget(m.id, m.cfg) for m in plan.members.values()]
+    return members or [ProviderTarget(provider_cfg.name, provider_cfg)]
 
 
 def priced_model(provider_cfg: ProviderConfig) -> str:
@@ -197,7 +266,8 @@ def build_experiment(
 
 
 async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
-    progress = ProgressReporter(enabled=bool(cfg.progress))
+    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger)
+    catalog = parts.get("tools_catalog")
     scorer_ctx = open_scorer(
         cfg.dataset.scorer,
         judge=parts["judge_cfg"],
@@ -213,6 +283,8 @@ async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder,
         scorer_ctx as scorer,
     ):
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer)
+        if catalog is not None:
+            experiment.tools_catalog = catalog  # preflight started every server once already
         return await experiment.run(parts["tasks"])
 
 
@@ -222,11 +294,42 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
     return sum(1 for o in load_outcomes(run_dir, tasks) if o.status == "completed")
 
 
+def run_preflight(cfg: DictConfig) -> dict[str, Any]:
+    """``prepare``, then the live checks (providers answer, tool servers start): every problem at once."""
+    parts, problems = prepare_parts(cfg)
+    provider_cfg = parts.get("provider_cfg")
+    targets: list[ProviderTarget] = []
+    if provider_cfg is not None:
+        targets = preflight_targets(provider_cfg)
+    if cfg.progress:
+        servers = len(cfg.tools.get("servers") or {}) if cfg.preflight.tools else 0
+        checked = sum(1 for t in targets if not t.cfg.emulator_script) if cfg.preflight.providers else 0
+        ProgressReporter().status(
+            f"preflight: starting {servers} tool server{'s' if servers != 1 else ''}, "
+            f"checking {checked} provider{'s' if checked != 1 else ''}..."
+        )
+    try:
+        parts["tools_catalog"] = asyncio.run(
+            preflight(
+                targets,
+                cfg.tools,
+                providers=bool(cfg.preflight.providers),
+                tools=bool(cfg.preflight.tools),
+                timeout_s=float(cfg.preflight.timeout_s),
+            )
+        )
+    except PreflightError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise PreflightError(problems)
+    return parts
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
     cfg = inherit_replayed_run(cfg)
-    parts = prepare(cfg)
+    parts = run_preflight(cfg)
     tasks = parts["tasks"]
     started = time.perf_counter()
     resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
@@ -279,8 +382,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             template=parts["judge_cfg"].template if judge_provider is not None else None,
         )
     )
+    summary["acted"] = what_acted(summary["providers"], result.outcomes)
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
-    print_summary(summary, result.outcomes, run_dir)
+    print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
     return summary
 
 
@@ -299,8 +403,8 @@ def _refresh_sweep(hydra_cfg: Any) -> None:
         log.warning("flowllm: could not refresh the sweep summary: %s", exc)
 
 
-@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
-def app(cfg: DictConfig) -> dict[str, Any]:
+def hydra_job(cfg: DictConfig) -> dict[str, Any]:
+    """One Hydra job (a run, or one job of a multirun); started by flowllm.cli.run once the config composed."""
     # One line per HTTP request or MCP message drowns the progress bar; our own warnings still show.
     for noisy in ("httpx2", "httpx", "httpcore2", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -308,12 +412,15 @@ def app(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
+        if multirun:  # a single run was checked before this module was imported (flowllm.cli.run)
+            refuse_ignored_overrides(cfg)
         summary = run(cfg, run_dir)
     except FlowError as exc:
-        message = f"flowllm: error: {exc}"
-        print(message, file=sys.stderr)
+        # One line per problem (preflight lists every problem it found).
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"flowllm: error: {line}", file=sys.stderr)
         if not multirun:
-            sys.exit(2)
+            sys.exit(ExitCode.CONFIG)
         # A raising job would stop Hydra from calling on_multirun_end: report and move on.
         status = _job_error(cfg, run_dir, str(exc))
         _refresh_sweep(hydra_cfg)
@@ -328,14 +435,15 @@ def app(cfg: DictConfig) -> dict[str, Any]:
     if multirun:
         _refresh_sweep(hydra_cfg)
         return {"status": summary["status"], "accuracy": summary["accuracy"], "cost_usd": summary["cost_usd"]}
-    if summary["interrupted"]:
-        sys.exit(130)  # the shell's code for Ctrl-C; the summary and finished results are saved
+    # 130 (the shell's code for Ctrl-C) when interrupted; 3 or 4 when some or all tasks failed (flowllm/cli).
+    code = run_exit_code(summary)
+    if code is not ExitCode.OK:
+        sys.exit(code)
     return summary
 
 
 def main() -> None:
-    # Ray (hydra/launcher=ray) reads these when it starts a local instance: no usage reporting, no token
-    # authentication between the processes of one machine. A user who needs either sets the variable.
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    app()
+    """``python -m flowllm``: see flowllm.cli.run (the config is checked before this module is imported)."""
+    from flowllm.cli.run import run_main
+
+    sys.exit(run_main())

@@ -376,6 +376,15 @@ class ReplayToolsConfig:
 
 
 @dataclass
+class PreflightConfig:
+    """Checks before the first task (flowllm/experiment/preflight.py): every problem listed at once, exit 2."""
+
+    providers: bool = True  # each real provider (and fallback) answers a models listing; emulators are skipped
+    tools: bool = True  # each tool server starts and lists its tools
+    timeout_s: float = 15.0  # per provider check
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -391,6 +400,7 @@ class FlowConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     replay: ReplayToolsConfig = field(default_factory=ReplayToolsConfig)
     progress: bool = True
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
 
 
 SCHEMAS: dict[str, type] = {

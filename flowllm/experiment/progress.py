@@ -1,32 +1,103 @@
-"""Progress of a run on the terminal: tasks done, accuracy so far, tokens, failures (rich)."""
+"""Progress of a run on the terminal (rich): tasks done and running, accuracy, tokens and cost so far, ETA.
+
+Tokens and cost follow every model call: the bar reads the usage ledger's new lines at each refresh, so a long
+task's spending shows while it runs, not when it ends. While the bar is live, log records are printed through
+the same rich console (above the bar) instead of straight to stderr, which would garble it.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 if TYPE_CHECKING:
     from flowllm.experiment.runner import TaskOutcome
 
 
+class LedgerTally:
+    """Running totals of a usage ledger's attempt lines, read incrementally (the ledger only appends)."""
+
+    def __init__(self, ledger: Any = None) -> None:
+        self.ledger = ledger
+        self._seen = 0
+        self.tokens = 0
+        self.cost_usd = 0.0
+        self.priced = True
+        self.calls = 0
+
+    def poll(self) -> None:
+        lines = getattr(self.ledger, "lines", None)
+        if lines is None:
+            return
+        end = len(lines)
+        for line in lines[self._seen : end]:
+            if line.get("type") != "attempt" or line.get("outcome") != "ok":
+                continue
+            usage = line.get("usage") or {}
+            self.calls += 1
+            self.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+            if line.get("cost_usd") is None:
+                self.priced = False
+            else:
+                self.cost_usd += float(line["cost_usd"])
+        self._seen = end
+
+
+class _SpendColumn(ProgressColumn):
+    """Tokens and cost billed so far, fresh at every refresh."""
+
+    def __init__(self, tally: LedgerTally, fallback_tokens: Any) -> None:
+        super().__init__()
+        self.tally = tally
+        self.fallback_tokens = fallback_tokens
+
+    def render(self, task: Any) -> Text:
+        self.tally.poll()
+        if self.tally.ledger is None:
+            return Text(f"tokens {self.fallback_tokens():,}")
+        cost = f"${self.tally.cost_usd:,.4f}" if self.tally.priced else "unpriced"
+        return Text(f"tokens {self.tally.tokens:,} cost {cost}")
+
+
 class ProgressReporter:
     """A rich progress bar fed by the experiment; silent when disabled or not on a terminal."""
 
-    def __init__(self, console: Console | None = None, enabled: bool = True) -> None:
+    def __init__(self, console: Console | None = None, enabled: bool = True, ledger: Any = None) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled
+        self.tally = LedgerTally(ledger)
         self._progress: Progress | None = None
         self._bar: Any = None
+        self._swapped: list[tuple[logging.Logger, logging.Handler]] = []
+        self._rich_handler: logging.Handler | None = None
         self.done = 0
         self.correct = 0
         self.failed = 0
+        self.running = 0
         self.tokens = 0
+
+    def status(self, text: str) -> None:
+        """A start-up line ("starting 3 tool servers..."), before the bar exists."""
+        if self.enabled:
+            self.console.print(f"[dim]flowllm:[/dim] {text}")
 
     def _fields(self) -> dict[str, Any]:
         accuracy = f"{self.correct / self.done:.1%}" if self.done else "-"
-        return {"accuracy": accuracy, "tokens": f"{self.tokens:,}", "failed": self.failed}
+        return {"accuracy": accuracy, "failed": self.failed, "running": self.running}
 
     def start(self, total: int, already: list[TaskOutcome]) -> None:
         for outcome in already:
@@ -37,15 +108,41 @@ class ProgressReporter:
             TextColumn("[bold]tasks"),
             BarColumn(),
             MofNCompleteColumn(),
+            TextColumn("running {task.fields[running]}"),
             TextColumn("acc {task.fields[accuracy]}"),
-            TextColumn("tokens {task.fields[tokens]}"),
+            _SpendColumn(self.tally, lambda: self.tokens),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
             console=self.console,
             transient=False,
         )
+        self._route_logging()
         self._progress.start()
         self._bar = self._progress.add_task("tasks", total=total, completed=len(already), **self._fields())
+
+    def _route_logging(self) -> None:
+        """Terminal log handlers print through the live console while the bar runs (files keep theirs)."""
+        handler = RichHandler(console=self.console, show_time=False, show_path=False, markup=False)
+        handler.setLevel(logging.WARNING)
+        self._rich_handler = handler
+        root = logging.getLogger()
+        for existing in list(root.handlers):
+            stream = getattr(existing, "stream", None)
+            if isinstance(existing, logging.StreamHandler) and stream in (sys.stderr, sys.stdout):
+                root.removeHandler(existing)
+                self._swapped.append((root, existing))
+        root.addHandler(handler)
+
+    def _restore_logging(self) -> None:
+        root = logging.getLogger()
+        if self._rich_handler is not None:
+            root.removeHandler(self._rich_handler)
+            self._rich_handler = None
+        for logger, handler in self._swapped:
+            logger.addHandler(handler)
+        self._swapped.clear()
 
     def _count(self, outcome: TaskOutcome) -> None:
         self.done += 1
@@ -53,10 +150,13 @@ class ProgressReporter:
         self.failed += int(outcome.status != "completed")
         self.tokens += outcome.usage.total_tokens
 
-    def task_started(self, task_id: str) -> None:  # hook for richer displays; the bar shows counts only
-        return None
+    def task_started(self, task_id: str) -> None:
+        self.running += 1
+        if self._progress is not None:
+            self._progress.update(self._bar, **self._fields())
 
     def task_done(self, outcome: TaskOutcome) -> None:
+        self.running = max(0, self.running - 1)
         self._count(outcome)
         if self._progress is not None:
             self._progress.update(self._bar, advance=1, **self._fields())
@@ -65,3 +165,4 @@ class ProgressReporter:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        self._restore_logging()

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 COMPLETED = "completed"
 FAILED = "failed"
 ATTEMPTS_DIR = "attempts"
+TIMING_FILE = "timing.json"
 
 __all__ = [
     "COMPLETED",
@@ -86,6 +87,7 @@ class TaskOutcome:
     verdict: str | None = None
     judge: dict[str, Any] | None = None
     categories: dict[str, Any] = field(default_factory=dict)
+    _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"replay": self.replay} if self.replay is not None else {}
@@ -104,7 +106,6 @@ class TaskOutcome:
             "bad_tool_calls": self.bad_tool_calls,
             "failed_tool_calls": self.failed_tool_calls,
             "repairs": dict(sorted(self.repairs.items())),
-            "wall_seconds": round(self.wall_seconds, 3),
             "attempts": self.attempts,
             "attempt_log": self.attempt_log,
             **extra,
@@ -119,6 +120,13 @@ class TaskOutcome:
         self.score_error = score.error
         self.verdict = score.verdict
         self.judge = dict(score.details) if score.details else None
+
+    def timing_dict(self) -> dict[str, Any]:
+        """``timing.json``: what changes from one identical run to the next, kept out of ``result.json``."""
+        return {
+            "wall_seconds": round(self.wall_seconds, 3),
+            "attempts": [round(float(e.get("wall_seconds", 0.0)), 3) for e in self._attempt_timings],
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskOutcome:
@@ -137,7 +145,6 @@ class TaskOutcome:
             "stop": self.stop,
             "error": self.error,
             "usage": self.usage.to_dict(),
-            "wall_seconds": round(self.wall_seconds, 3),
         }
 
 
@@ -229,6 +236,7 @@ class Experiment:
         for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
             partial.unlink(missing_ok=True)
         (task_dir / "result.json").unlink(missing_ok=True)
+        (task_dir / TIMING_FILE).unlink(missing_ok=True)
 
     def _workspace(self, task: Task) -> Path:
         workspace = self.recorder.task_dir(task.task_id) / "workspace"
@@ -326,6 +334,7 @@ class Experiment:
         """All attempts at a task; writes its ``result.json`` once, at the end."""
         self._fresh_task_dir(task)
         log_entries: list[dict[str, Any]] = []
+        timings: list[dict[str, Any]] = []
         usage = Usage()
         wall = 0.0
         outcome: TaskOutcome | None = None
@@ -334,6 +343,7 @@ class Experiment:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
             outcome = await self.attempt(task, number)
             log_entries.append(outcome.attempt_entry(number))
+            timings.append({"attempt": number, "wall_seconds": outcome.wall_seconds})
             usage = usage + outcome.usage
             wall += outcome.wall_seconds
             if outcome.correct:
@@ -343,6 +353,10 @@ class Experiment:
         outcome.usage = usage
         outcome.wall_seconds = wall
         outcome.attempt_log = log_entries if len(log_entries) > 1 else []
+        outcome._attempt_timings = timings
+        # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
+        # result.json stays the last file of a finished task).
+        self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         return outcome
 
@@ -358,8 +372,8 @@ class Experiment:
         return self.open_tools(self.tools_cfg, workspace)
 
     async def _discover_tools(self) -> None:
-        if self.open_tools is not open_tool_pool:
-            return
+        if self.open_tools is not open_tool_pool or self.tools_catalog is not None:
+            return  # the catalog may come from preflight, which started every server already
         with tempfile.TemporaryDirectory(prefix="flowllm-tools-") as scratch:
             self.tools_catalog = await discover_tools(self.tools_cfg, Path(scratch))
 

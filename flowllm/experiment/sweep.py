@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from flowllm.cli.exit_codes import ExitCode, sweep_exit_code
 from flowllm.engine.recorder import atomic_write, read_json
 from flowllm.experiment.report import format_usd, make_console
 
@@ -356,6 +357,11 @@ class SweepSummaryCallback(Callback):
             log.warning("flowllm: could not write the sweep summary in %s: %s", sweep_dir, exc)
             return
         print_sweep(summary)
+        # Hydra discards the jobs' return values: the sweep's exit code is decided here, from the job rows.
+        code = sweep_exit_code(job.to_dict() for job in summary.jobs)
+        if code is not ExitCode.OK:
+            print(f"flowllm: sweep exits {int(code)} ({code.name.lower().replace('_', ' ')})", file=sys.stderr)
+            sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from flowllm.experiment.report import acted_row, format_tokens, format_usd, short_error
+from flowllm.experiment.task_usage import TaskBill, read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import diff_runs
 from flowllm.inspect.views import (
@@ -88,7 +90,9 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:g}"
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, dict):
         return ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
     return str(value)
@@ -123,6 +127,40 @@ def _kv_table(rows: Sequence[tuple[str, Any]], title: str | None = None) -> Tabl
         # Text, never a markup string: values are data and may contain [brackets].
         table.add_row(key, value if isinstance(value, Text) else Text(_fmt(value)))
     return table
+
+
+def _pct(value: Any) -> str:
+    return f"{value:.1%}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:,.1f}s" if isinstance(value, (int, float)) else "-"
+
+
+def _tokens_in_out(usage: dict[str, Any]) -> str:
+    mark = " (estimated)" if usage.get("estimated") else ""
+    return f"{_fmt(usage.get('input_tokens'))} / {_fmt(usage.get('output_tokens'))}{mark}"
+
+
+def _spend_rows(figures: dict[str, Any], bills: dict[str, TaskBill]) -> list[tuple[str, Any]]:
+    """Cost and billed tokens: summary.json's cost block, and the ledger's every call (failed tasks included)."""
+    rows: list[tuple[str, Any]] = []
+    cost = figures.get("cost") or {}
+    if cost.get("total_usd") is not None:
+        mark = " (estimated token counts)" if cost.get("estimated_tokens") else ""
+        rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){mark}"))
+    elif cost:
+        rows.append(("cost", f"- ({cost.get('note') or 'unpriced'})"))
+    if bills:
+        total = sum(b.total_tokens for b in bills.values())
+        priced = all(b.cost_usd is not None for b in bills.values())
+        spent = format_usd(sum(b.cost_usd or 0.0 for b in bills.values())) if priced else "unpriced"
+        mark = " (estimated)" if any(b.estimated for b in bills.values()) else ""
+        rows.append(("billed (every call)", f"{total:,} tokens{mark}, {spent}"))
+    acted = figures.get("acted")
+    if isinstance(acted, dict):
+        rows.append(("what acted", acted_row(acted)))
+    return rows
 
 
 # ----- commands on one run ----------------------------------------------------------------------------------
@@ -168,10 +206,11 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
             "tool calls / bad blocks / failed",
             f"{figures.get('tool_calls')} / {figures.get('bad_tool_calls')} / {figures.get('failed_tool_calls')}",
         ),
-        ("parse rate", figures.get("parse_rate")),
+        ("parse rate", _pct(figures.get("parse_rate"))),
         ("repairs by stage", figures.get("repairs")),
-        ("tokens in / out", f"{usage.get('input_tokens', '-')} / {usage.get('output_tokens', '-')}" if usage else None),
-        ("wall time (s)", figures.get("wall_seconds")),
+        ("tokens in / out", _tokens_in_out(usage) if usage else None),
+        *_spend_rows(figures, read_bills(run.path)),
+        ("wall time", _seconds(figures.get("wall_seconds"))),
     ]
     if figures.get("by_level"):
         rows.append(
@@ -208,17 +247,31 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
     return 0
 
 
+TASK_STATUSES = ("failed", "wrong", "correct", "completed", "unfinished")
+
+
+def shown_status(row: dict[str, Any]) -> str:
+    """What the status column shows: failed, wrong or correct (completed = wrong + correct), unfinished."""
+    if row["status"] == "completed":
+        return "correct" if row["correct"] else "wrong"
+    return str(row["status"])
+
+
+def matches_status(row: dict[str, Any], wanted: str) -> bool:
+    shown = shown_status(row)
+    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong"))
+
+
 def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | None, level: int | None) -> int:
+    bills = read_bills(run.path)
     rows = [result_row(t) for t in run.tasks]
+    for r in rows:
+        bill = bills.get(r["task_id"])
+        r["billed_tokens"] = bill.total_tokens if bill else None
+        r["cost_usd"] = bill.cost_usd if bill else None
+        r["tokens_estimated"] = bool(bill and bill.estimated)
     if status:
-        wanted = status.lower()
-        rows = [
-            r
-            for r in rows
-            if r["status"] == wanted
-            or (wanted == "wrong" and r["status"] == "completed" and not r["correct"])
-            or (wanted == "correct" and r["correct"])
-        ]
+        rows = [r for r in rows if matches_status(r, status)]
     if level is not None:
         rows = [r for r in rows if r["level"] == level]
     if as_json:
@@ -227,35 +280,39 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
     table = Table(
         title=f"tasks of {run.path} ({len(rows)} of {len(run.tasks)})", title_justify="left", box=box.SIMPLE_HEAD
     )
+    # Long cells end with an ellipsis so that the table fits the terminal (the full text: `task TASK_ID`).
+    cut = {"overflow": "ellipsis", "no_wrap": True}
     for name, kwargs in (
-        ("task", {"no_wrap": True}),
-        ("level", {}),
-        ("status", {}),
-        ("correct", {}),
-        ("answer", {"overflow": "fold", "max_width": 28}),
-        ("expected", {"overflow": "fold", "max_width": 28}),
-        ("turns", {"justify": "right"}),
-        ("calls", {"justify": "right"}),
-        ("bad", {"justify": "right"}),
-        ("failed", {"justify": "right"}),
-        ("repairs", {"overflow": "fold"}),
-        ("error", {"overflow": "fold", "max_width": 50}),
+        ("task", {**cut, "min_width": 12, "max_width": 30}),
+        ("level", {"no_wrap": True, "min_width": 5}),
+        ("status", {"no_wrap": True, "min_width": 10}),
+        ("answer", {**cut, "min_width": 10, "max_width": 24}),
+        ("expected", {**cut, "min_width": 8, "max_width": 16}),
+        ("turns", {"justify": "right", "no_wrap": True, "min_width": 5}),
+        ("calls", {"justify": "right", "no_wrap": True, "min_width": 5}),
+        ("bad", {"justify": "right", "no_wrap": True, "min_width": 3}),
+        ("tokens", {"justify": "right", "no_wrap": True, "min_width": 8}),
+        ("cost", {"justify": "right", "no_wrap": True, "min_width": 8}),
+        ("repairs", {**cut, "min_width": 8, "max_width": 20}),
+        ("error", {**cut, "min_width": 5, "max_width": 40}),
     ):
         table.add_column(name, **kwargs)
     for r in rows:
+        shown = shown_status(r)
+        tokens = r["billed_tokens"]
         table.add_row(
             r["task_id"],
             _fmt(r["level"]),
-            Text(r["status"], style=_status_style(r["status"], r["correct"])),
-            Text(_fmt(r["correct"]), style="green" if r["correct"] else "red"),
+            Text(shown, style={"correct": "green", "wrong": "yellow"}.get(shown, "red")),
             _fmt(r["answer"]),
             _fmt(r["ground_truth"]),
             _fmt(r["turns"]),
             _fmt(r["tool_calls"]),
             _fmt(r["bad_tool_calls"]),
-            _fmt(r["failed_tool_calls"]),
+            format_tokens(tokens, r["tokens_estimated"]) if tokens is not None else "-",
+            format_usd(r["cost_usd"]) if tokens is not None else "-",
             _fmt(r["repairs"]),
-            first_line(r["error"] or "", 120) or "",
+            short_error(first_line(r["error"] or "", 200)) if r["error"] else "",
         )
     console.print(table)
     return 0
@@ -468,15 +525,58 @@ def cmd_failures(run: RunRecord, console: Console, as_json: bool, kind: str | No
 
 
 # ----- diff and report ---------------------------------------------------------------------------------------
+def run_spend(run: RunRecord) -> dict[str, Any]:
+    """Billed tokens and cost of a run (every call in its ledger; else the tasks' recorded usage, unpriced)."""
+    bills = read_bills(run.path)
+    if bills:
+        priced = all(b.cost_usd is not None for b in bills.values())
+        return {
+            "tokens": sum(b.total_tokens for b in bills.values()),
+            "cost_usd": round(sum(b.cost_usd or 0.0 for b in bills.values()), 6) if priced else None,
+            "estimated": any(b.estimated for b in bills.values()),
+        }
+    usage = task_summary(run).get("usage") or {}
+    tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+    return {"tokens": tokens, "cost_usd": (task_summary(run).get("cost") or {}).get("total_usd"), "estimated": False}
+
+
+def _change(a: float | None, b: float | None, money: bool = False) -> str:
+    if a is None or b is None:
+        return "-"
+    delta = b - a
+    shown = format_usd(abs(delta)) if money else f"{abs(delta):,.0f}"
+    sign = "+" if delta > 0 else "-" if delta < 0 else "±"
+    pct = f" ({delta / a:+.1%})" if a else ""
+    return f"{sign}{shown}{pct}"
+
+
+def spend_table(a: dict[str, Any], b: dict[str, Any]) -> Table:
+    table = Table(title="spend", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("", "A", "B", "change"):
+        table.add_column(name, justify="right" if name else "left")
+    table.add_row(
+        "tokens (billed)",
+        format_tokens(a["tokens"], a["estimated"]),
+        format_tokens(b["tokens"], b["estimated"]),
+        _change(a["tokens"], b["tokens"]),
+    )
+    table.add_row(
+        "cost", format_usd(a["cost_usd"]), format_usd(b["cost_usd"]), _change(a["cost_usd"], b["cost_usd"], True)
+    )
+    return table
+
+
 def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all: bool) -> int:
     a, b = _open(a_path), _open(b_path)
     result = diff_runs(a, b)
+    spend_a, spend_b = run_spend(a), run_spend(b)
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
         return 0
     console.print(
         Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff", border_style="cyan")
     )
+    console.print(spend_table(spend_a, spend_b))
     if result.settings_changes:
         console.print(
             _kv_table(
@@ -544,7 +644,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="settings, figures and what went wrong (the default)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("tasks", help="one line per task")
-    p.add_argument("--status", help="completed | failed | unfinished | wrong | correct")
+    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct")
     p.add_argument("--level", type=int)
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("task", help="one task: turns, tool calls, repairs, errors, the answer")

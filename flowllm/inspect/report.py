@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import (
     Artifact,
     NotARunError,
@@ -66,6 +67,15 @@ class _Strings:
 
 def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dict[str, Any]:
     """Everything the page shows about one run, as JSON-able data."""
+    bills = read_bills(run.path)
+    priced = all(b.cost_usd is not None for b in bills.values())
+    spend = {
+        "tokens": sum(b.total_tokens for b in bills.values()) if bills else None,
+        "cost_usd": round(sum(b.cost_usd or 0.0 for b in bills.values()), 6) if bills and priced else None,
+        "estimated": any(b.estimated for b in bills.values()),
+        "retries": sum(b.retries for b in bills.values()),
+        "fallbacks": sum(b.fallbacks for b in bills.values()),
+    }
     tasks = []
     for task in run.tasks:
         views = task_turn_views(task)
@@ -103,6 +113,11 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
                 }
             )
         row = result_row(task)
+        bill = bills.get(task.task_id)
+        # What the task was billed (the ledger's every call, failed tasks included), not only its answer's usage.
+        row["billed_tokens"] = bill.total_tokens if bill else None
+        row["cost_usd"] = None if bill is None or bill.cost_usd is None else round(bill.cost_usd, 6)
+        row["tokens_estimated"] = bool(bill and bill.estimated)
         row["failures"] = [f.__dict__ for f in task_failures(task, views)]
         row["turn_records"] = turns
         tasks.append(row)  # the row's own fields are short; only the turns are interned
@@ -119,6 +134,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
             "repair": run.setting("repair.name"),
         },
         "summary": task_summary(run),
+        "spend": spend,
         "problems": run.problems,
         "tasks": tasks,
     }
@@ -283,7 +299,12 @@ function prettyText(v) { return pretty(v).replace(/^\n/, ""); }
 function statusClass(s, correct) { return s === "completed" ? (correct ? "ok" : "warn") : "bad"; }
 function statusLabel(t) { return t.status === "completed" && !t.correct ? "wrong answer" : t.status; }
 
-function cards(summary) {
+function usd(v) {
+  if (v === null || v === undefined) return "-";
+  return v < 1 ? "$" + v.toFixed(4) : "$" + v.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
+}
+function tokens(v, estimated) { return v === null || v === undefined ? "-" : (estimated ? "~" : "") + v.toLocaleString("en-US"); }
+function cards(summary, spend) {
   const s = summary || {};
   const acc = typeof s.accuracy === "number" ? (s.accuracy * 100).toFixed(1) + "%" : "-";
   const u = s.usage || {};
@@ -291,12 +312,17 @@ function cards(summary) {
     ["failed", fmt(s.failed)], ["turns", fmt(s.turns)], ["tool calls", fmt(s.tool_calls)],
     ["bad blocks", fmt(s.bad_tool_calls)], ["failed calls", fmt(s.failed_tool_calls)], ["parse rate", fmt(s.parse_rate)],
     ["tokens in / out", fmt(u.input_tokens) + " / " + fmt(u.output_tokens)], ["wall time", s.wall_seconds ? secs(s.wall_seconds) : "-"]];
+  if (spend) {
+    items.push(["cost", usd(spend.cost_usd)], ["billed tokens", tokens(spend.tokens, spend.estimated)],
+      ["retries / fallbacks", fmt(spend.retries) + " / " + fmt(spend.fallbacks)]);
+  }
   return el("div", {class: "cards", id: "summary-cards"}, items.map(([k, v]) => el("div", {class: "card"}, el("div", {class: "k", text: k}), el("div", {class: "v", text: v}))));
 }
 
 const COLUMNS = [["task_id", "task"], ["level", "level"], ["status", "status"], ["correct", "correct"], ["answer", "answer"],
   ["ground_truth", "expected"], ["turns", "turns"], ["tool_calls", "calls"], ["bad_tool_calls", "bad"],
-  ["failed_tool_calls", "failed"], ["repairs", "repairs"], ["wall_seconds", "time"], ["error", "error"]];
+  ["failed_tool_calls", "failed"], ["repairs", "repairs"], ["billed_tokens", "tokens"], ["cost_usd", "cost"],
+  ["wall_seconds", "time"], ["error", "error"]];
 
 function renderRun(container, run) {
   container.innerHTML = "";
@@ -306,7 +332,7 @@ function renderRun(container, run) {
     el("div", {class: "panel"}, el("div", {class: "kv"}, settings.map(([k, v]) => [el("span", {class: "k", text: k}), el("span", {text: fmt(v)})]),
       run.overrides && run.overrides.length ? [el("span", {class: "k", text: "overrides"}), el("code", {text: run.overrides.join(" ")})] : [],
       el("span", {class: "k", text: "path"}), el("code", {text: run.path}))),
-    cards(run.summary));
+    cards(run.summary, run.spend));
   if (run.problems && run.problems.length)
     container.append(el("div", {class: "panel warn", id: "run-problems"}, el("strong", {text: "Problems reading the run"}), el("ul", {}, run.problems.map(p => el("li", {text: p})))));
 
@@ -346,6 +372,8 @@ function renderRun(container, run) {
           if (key === "status") return el("td", {}, el("span", {class: "pill " + statusClass(t.status, t.correct), text: statusLabel(t)}));
           if (key === "correct") return el("td", {class: v ? "ok" : "bad", text: fmt(v)});
           if (key === "wall_seconds") return el("td", {text: v === null || v === undefined ? "-" : secs(v)});
+          if (key === "billed_tokens") return el("td", {class: "num cost-col", text: tokens(v, t.tokens_estimated)});
+          if (key === "cost_usd") return el("td", {class: "num cost-col", text: t.billed_tokens === null ? "-" : usd(v)});
           if (key === "error" && v) v = String(v).split("\n")[0].slice(0, 140);
           return el("td", {text: fmt(v)});
         }));
@@ -457,6 +485,7 @@ function renderComparison(container, runs) {
     ["tool calls", r => fmt(r.summary.tool_calls)], ["bad", r => fmt(r.summary.bad_tool_calls)],
     ["failed calls", r => fmt(r.summary.failed_tool_calls)], ["parse rate", r => fmt(r.summary.parse_rate)],
     ["repairs", r => fmt(r.summary.repairs)], ["tokens in / out", r => { const u = r.summary.usage || {}; return fmt(u.input_tokens) + " / " + fmt(u.output_tokens); }],
+    ["billed tokens", r => tokens((r.spend || {}).tokens, (r.spend || {}).estimated)], ["cost", r => usd((r.spend || {}).cost_usd)],
     ["wall", r => r.summary.wall_seconds ? secs(r.summary.wall_seconds) : "-"]];
   container.append(el("h2", {text: "Sweep comparison"}),
     el("table", {id: "comparison"}, el("thead", {}, el("tr", {}, cols.map(([h]) => el("th", {text: h})))),

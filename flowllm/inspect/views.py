@@ -7,6 +7,7 @@ are plain data: the terminal commands, ``--json`` and the HTML report all render
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -169,6 +170,15 @@ def task_turn_views(task: TaskRecord) -> list[TurnView]:
     return [turn_view(t, agent) for agent, t in task.all_turns()]
 
 
+def _timing(task: TaskRecord) -> dict[str, Any]:
+    """``timing.json`` beside ``result.json`` (timings are kept out of results so runs compare with diff -r)."""
+    try:
+        value = json.loads((task.path / "timing.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def result_row(task: TaskRecord) -> dict[str, Any]:
     """The task's result.json fields a table shows, with safe defaults for unfinished or unreadable tasks."""
     usage = task.field("usage") or {}
@@ -186,7 +196,7 @@ def result_row(task: TaskRecord) -> dict[str, Any]:
         "failed_tool_calls": task.field("failed_tool_calls", 0),
         "repairs": task.field("repairs") or {},
         "error": task.error,
-        "wall_seconds": task.field("wall_seconds"),
+        "wall_seconds": task.field("wall_seconds", _timing(task).get("wall_seconds")),
         "input_tokens": usage.get("input_tokens") if isinstance(usage, dict) else None,
         "output_tokens": usage.get("output_tokens") if isinstance(usage, dict) else None,
         "problems": list(task.problems),

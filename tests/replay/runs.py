@@ -42,8 +42,9 @@ class Finished:
     stdout: str
     stderr: str
 
-    def check(self) -> Finished:
-        assert self.returncode == 0, f"flowllm failed ({self.returncode}):\n{self.stderr[-3000:]}"
+    def check(self, expected: int = 0) -> Finished:
+        """The run ended with ``expected`` (0: every task completed; 3: some failed, see flowllm/cli/exit_codes)."""
+        assert self.returncode == expected, f"flowllm exited {self.returncode}:\n{self.stderr[-3000:]}"
         return self
 
     def result(self, task_id: str) -> dict:

@@ -1,0 +1,1 @@
+"""The command line around the Hydra app: exit codes, config checks before a run, the ``flowllm`` command."""

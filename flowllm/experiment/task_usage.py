@@ -1,0 +1,84 @@
+"""What each task was billed, from the usage ledger (``usage.jsonl``): every attempt, failed tasks included.
+
+A task's ``result.json`` counts the usage of the answer it recorded, so a task that failed after five paid
+calls shows 0 there. The ledger has every attempt with its task, tokens and cost: this is what the console
+table, ``inspect`` and the HTML report show per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+LEDGER_FILE = "usage.jsonl"
+
+
+@dataclass
+class TaskBill:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = 0.0  # None when a billed model has no price
+    estimated: bool = False  # some counts were estimated (the server reported none)
+    calls: int = 0
+    attempts: int = 0
+    failed_attempts: int = 0
+    fallbacks: int = 0  # calls answered by a fallback provider
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def retries(self) -> int:
+        return max(0, self.attempts - self.calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total_tokens": self.total_tokens, "retries": self.retries}
+
+
+def bills_by_task(lines: Iterable[Mapping[str, Any]]) -> dict[str, TaskBill]:
+    bills: dict[str, TaskBill] = {}
+    for line in lines:
+        task = line.get("task_id")
+        if task is None:
+            continue
+        bill = bills.setdefault(str(task), TaskBill())
+        kind = line.get("type")
+        if kind == "call":
+            bill.calls += 1
+            bill.fallbacks += int(bool(line.get("fallback")) and line.get("outcome") == "ok")
+        elif kind == "attempt":
+            bill.attempts += 1
+            if line.get("outcome") != "ok":
+                bill.failed_attempts += 1
+                continue
+            usage = line.get("usage") or {}
+            bill.input_tokens += int(usage.get("input_tokens") or 0)
+            bill.output_tokens += int(usage.get("output_tokens") or 0)
+            bill.cache_read_tokens += int(usage.get("cache_read_tokens") or 0)
+            bill.cache_write_tokens += int(usage.get("cache_write_tokens") or 0)
+            bill.estimated = bill.estimated or bool(usage.get("estimated"))
+            cost = line.get("cost_usd")
+            bill.cost_usd = None if cost is None or bill.cost_usd is None else bill.cost_usd + float(cost)
+    return bills
+
+
+def read_bills(run_dir: Path | str) -> dict[str, TaskBill]:
+    """The bills of a run folder; empty when it has no ledger (older runs, replays of them)."""
+    path = Path(run_dir) / LEDGER_FILE
+    if not path.is_file():
+        return {}
+    lines = []
+    for raw in path.read_bytes().splitlines():
+        if raw.strip():
+            try:
+                lines.append(orjson.loads(raw))
+            except orjson.JSONDecodeError:  # a line cut by a crash: the rest still counts
+                continue
+    return bills_by_task(lines)

@@ -1,0 +1,69 @@
+"""Exit codes through the real command line: scripts and CI can tell a clean run from failed tasks."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from flowllm.cli.exit_codes import ExitCode, run_exit_code, sweep_exit_code
+from flowllm.engine.recorder import read_json
+from tests.experiment.helpers import LIST_TASK, MISSING_FILE_TASK, WRONG_TASK, gaia_overrides, run_flowllm
+
+
+def _run(run_dir: Path, *ids: str) -> tuple[int, str]:
+    proc = run_flowllm(*gaia_overrides("tools=none", f"hydra.run.dir={run_dir}", f"dataset.task_ids=[{','.join(ids)}]"))
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_run_exit_codes_tell_failed_tasks_from_wrong_answers(tmp_path: Path) -> None:
+    cases = {
+        "wrong": ((WRONG_TASK,), ExitCode.OK),  # a wrong answer completed: not a failure
+        "wrong-again": ((WRONG_TASK,), ExitCode.OK),
+        "some": ((LIST_TASK, MISSING_FILE_TASK), ExitCode.SOME_FAILED),
+        "all": ((MISSING_FILE_TASK,), ExitCode.ALL_FAILED),
+    }
+    with ThreadPoolExecutor(len(cases)) as pool:
+        done = {name: pool.submit(_run, tmp_path / name, *ids) for name, (ids, _) in cases.items()}
+    for name, (_, expected) in cases.items():
+        code, output = done[name].result()
+        assert code == expected, f"{name}: exit {code}\n{output[-2000:]}"
+        summary = read_json(tmp_path / name / "summary.json")
+        assert run_exit_code(summary) == expected
+    # Two identical runs: result.json is byte-identical (timings live in timing.json beside it), so diff -r works.
+    first, second = (tmp_path / run / "tasks" / WRONG_TASK for run in ("wrong", "wrong-again"))
+    assert (first / "result.json").read_bytes() == (second / "result.json").read_bytes()
+    assert "wall_seconds" not in read_json(first / "result.json")
+    assert read_json(first / "timing.json")["wall_seconds"] > 0
+
+
+def test_a_config_error_exits_2_with_one_line(tmp_path: Path) -> None:
+    proc = run_flowllm(*gaia_overrides(f"hydra.run.dir={tmp_path}", "dataset.path=/nonexistent/flowllm-data"))
+    assert proc.returncode == ExitCode.CONFIG
+    assert "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("flowllm: error")]
+
+
+def test_a_sweep_with_an_errored_job_exits_non_zero(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    proc = run_flowllm(
+        "-m",
+        *gaia_overrides("tools=none", f"hydra.sweep.dir={sweep_dir}", f"dataset.task_ids=[{LIST_TASK}]"),
+        # the second job's setting is refused: that job errors, the first completes
+        "experiment.attempts=1,0",
+        timeout=240,
+    )
+    assert proc.returncode == ExitCode.SWEEP_JOB_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
+    statuses = [job["status"] for job in read_json(sweep_dir / "sweep_summary.json")["jobs"]]
+    assert statuses == ["ok", "error"]
+
+
+def test_sweep_code_is_the_worst_job() -> None:
+    ok = {"status": "ok", "completed": 2, "failed": 0}
+    some = {"status": "ok", "completed": 1, "failed": 1}
+    none_ok = {"status": "ok", "completed": 0, "failed": 2}
+    assert sweep_exit_code([ok, ok]) is ExitCode.OK
+    assert sweep_exit_code([ok, some]) is ExitCode.SOME_FAILED
+    assert sweep_exit_code([ok, none_ok]) is ExitCode.SOME_FAILED
+    assert sweep_exit_code([none_ok, none_ok]) is ExitCode.ALL_FAILED
+    assert sweep_exit_code([ok, {"status": "error"}]) is ExitCode.SWEEP_JOB_ERROR
+    assert sweep_exit_code([{"status": "error"}, {"status": "interrupted"}]) is ExitCode.INTERRUPTED
