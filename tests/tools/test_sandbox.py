@@ -12,8 +12,7 @@ from tests.tools.helpers import alive, descendants, needs_proc
 async def test_runs_in_the_workspace_and_shows_paths_relative_to_it(workspace: Path) -> None:
     (workspace / "data.txt").write_text("42\n")
     result = await run_python_code(
-        "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\n"
-        "print(os.path.abspath('o.csv'))",
+        "import os\nprint(os.getcwd())\nprint(open('data.txt').read().strip())\nprint(os.path.abspath('o.csv'))",
         workspace,
     )
     assert result.ok
@@ -60,9 +59,7 @@ async def test_the_wall_clock_limit_stops_a_loop_and_keeps_what_it_printed(works
 
 
 async def test_the_memory_limit_turns_a_huge_allocation_into_a_clear_error(workspace: Path) -> None:
-    result = await run_python_code(
-        "block = bytearray(4 * 1024 ** 3)\n", workspace, SandboxLimits(memory_mb=512)
-    )
+    result = await run_python_code("block = bytearray(4 * 1024 ** 3)\n", workspace, SandboxLimits(memory_mb=512))
     assert not result.ok
     assert "MemoryError" in result.stderr
     assert "the limit is 512 MB" in result.render()
@@ -123,8 +120,7 @@ async def test_background_children_do_not_outlive_the_call(workspace: Path) -> N
     code = "import subprocess\np = subprocess.Popen(['sleep', '60'])\nprint(p.pid)"
     result = await run_python_code(code, workspace)
     assert result.ok
-    child = int(result.stdout.strip())
-    assert alive({child}) == set()
+    # The printed pid may be one of the sandbox's own PID namespace: look from here instead.
     assert alive(descendants() - before) == set()
 
 
