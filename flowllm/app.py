@@ -28,6 +28,7 @@ from flowllm.datasets.gaia import load_tasks
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
+from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
@@ -35,6 +36,7 @@ from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult,
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.tools import open_tool_pool
+from flowllm.tools.sandbox import protect_process
 
 log = logging.getLogger("flowllm")
 
@@ -76,6 +78,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError("experiment.max_concurrent must be at least 1")
     if cfg.experiment.attempts < 1:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
+    check_timeouts(cfg)
     source = f"conf/pipeline/{_choice('pipeline', cfg)}.yaml"
     pipeline = build_pipeline(cfg.pipeline.nodes, source=source)
     runner = make_runner(cfg.runner.name, cfg.runner.item_timeout_s, cfg.runner.turn_timeout_s)
@@ -272,4 +275,5 @@ def main() -> None:
     # authentication between the processes of one machine. A user who needs either sets the variable.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    protect_process()  # this process holds the API keys: no other process may read its memory or environ
     app()
