@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.errors import ConfigError
@@ -64,13 +65,7 @@ def check_run_dir(folder: Path | str, setting: str = "hydra.run.dir") -> None:
         )
 
 
-try:
-    from hydra.experimental.callback import Callback
-except ImportError:  # pragma: no cover - hydra is a dependency; kept importable for type checkers
-    Callback = object  # type: ignore[misc,assignment]
-
-
-class RunDirCheck(Callback):  # type: ignore[misc]
+class RunDirCheck(Callback):
     """Stops a run whose folder cannot be written, with one line, before Hydra tries to write there."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
