@@ -389,17 +389,24 @@ class Experiment:
         # What the model or a tool echoed may hold a key: the table shows what the files hold, masked.
         outcome.answer = self.recorder.redactor.mask(outcome.answer)
         outcome.error = self.recorder.redactor.mask(outcome.error)
+        # Its node records first: a task whose records did not all land is failed (a rerun runs it again).
+        await asyncio.to_thread(self.recorder.flush)
+        self._fail_if_unrecorded(outcome)
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         await asyncio.to_thread(self.recorder.flush)
-        failure = self.recorder.task_write_error(task.task_id)
-        if failure is not None:
-            # Its result is not on disk, so it is not finished: a rerun runs it again. No new task starts.
-            outcome.status, outcome.correct = FAILED, False
-            outcome.error = f"the task's records could not be written: {failure}"
-            if self.stop_reason is None:
-                self.stop_reason = failure
-                log.error("flowllm: no new tasks start: %s (rerun into this folder to resume)", failure)
+        self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
         return outcome
+
+    def _fail_if_unrecorded(self, outcome: TaskOutcome) -> None:
+        """A write in the task's folder failed (a full disk): the task fails with the reason; no new task starts."""
+        failure = self.recorder.task_write_error(outcome.task_id)
+        if failure is None or outcome.error == f"the task's records could not be written: {failure}":
+            return
+        outcome.status, outcome.correct = FAILED, False
+        outcome.error = f"the task's records could not be written: {failure}"
+        if self.stop_reason is None:
+            self.stop_reason = failure
+            log.error("flowllm: no new tasks start: %s (rerun into this folder to resume)", failure)
 
     def _open_tools(self, workspace: Path) -> Any:
         if self.tools_catalog is not None:

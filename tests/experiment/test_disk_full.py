@@ -27,7 +27,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount_point.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount_point)], capture_output=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount_point)], capture_output=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
     try:
@@ -38,9 +38,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def _dataset(folder: Path) -> Path:
     folder.mkdir()
-    rows = [{"task_id": f"t{i}", "Question": f"q{i}", "Level": 1, "Final answer": "none"} for i in range(8)]
+    rows = [{"task_id": f"t{i}", "Question": f"q{i}", "Level": 1, "Final answer": "none"} for i in range(4)]
     (folder / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    padding = "lorem ipsum " * 6000  # ~70 KB a reply, recorded in several node files
+    padding = "lorem ipsum " * 400  # ~5 KB a reply, recorded in several node files
     (folder / "script.yaml").write_text(yaml.safe_dump({"default": [{"text": padding + "\\boxed{none}"}]}))
     return folder
 
@@ -53,7 +53,7 @@ def _run(dataset: Path, run_dir: Path) -> subprocess.CompletedProcess[str]:
         f"provider.emulator_script={dataset / 'script.yaml'}",
         f"hydra.run.dir={run_dir}",
         "experiment.max_concurrent=1",
-        "~tools.servers.tool-python",
+        "tools=none",
         timeout=300,
     )
 
@@ -65,22 +65,25 @@ def test_a_full_run_directory_fails_with_one_line_and_resumes_when_space_is_back
     run_dir = small_disk / "run"
     proc = _run(dataset, run_dir)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output
+    # 130: the summary landed and says the run was cut short; 2: even summary.json could not be written.
+    assert proc.returncode in (2, 130), output
     assert "Traceback" not in output
     assert "No space left on device" in output
-    assert output.count("No space left on device") <= 3, output  # the first failure, the stop, the summary
+    # The first failure, the stop, and perhaps the summary: never one line per file.
+    assert output.count("No space left on device") <= 3, output
     assert "no new tasks start" in output
     # What landed is readable: the ledger (even if cut) and every result.json.
     UsageLedger.read(run_dir / "usage.jsonl")
     finished = [json.loads(p.read_text()) for p in run_dir.glob("tasks/*/result.json")]
-    assert len(finished) < 8
+    assert len(finished) < 4
+    completed_before = sum(1 for r in finished if r["status"] == "completed")
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
     proc = _run(dataset, run_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["completed"] == 8 and summary["correct"] == 8
-    assert summary["resumed"] == len(finished)
+    assert summary["completed"] == 4 and summary["correct"] == 4
+    assert summary["resumed"] == completed_before
 
 
 def test_the_ledger_reader_skips_and_reports_a_cut_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
