@@ -9,10 +9,16 @@ result. Then a resume runs over a hand-forged and a hand-broken ``result.json``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
+from omegaconf import DictConfig
 
+from flowllm.app import prepare
+from flowllm.datasets.gaia import DatasetError
+from flowllm.errors import ConfigError
 from tests.experiment.helpers import run_flowllm
 
 CANARIES = {
@@ -23,6 +29,7 @@ CANARIES = {
     "DB_PASSWORD": "canary-password-1234567890",
 }
 HIDDEN = "hidden-answer-8c1e"
+ODD_IDS = ["a/b", "../up", "x" * 300]
 
 
 def _python_call(code: str) -> dict[str, str]:
@@ -41,6 +48,8 @@ def _dataset(folder: Path, run_dir: Path) -> Path:
         {"task_id": "forger", "Question": "What is 2+2?", "Level": 1, "Final answer": "4"},
         {"task_id": "snoop", "Question": "What is 3+3?", "Level": 1, "Final answer": "6"},
         {"task_id": "echo", "Question": "What is 5+5?", "Level": 1, "Final answer": "10"},
+        # Ids that cannot name a folder: mapped to a safe one, kept in result.json (the default reply is right).
+        *({"task_id": i, "Question": "q", "Level": 1, "Final answer": "none"} for i in ODD_IDS),
     ]
     (folder / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cheat = f"""
@@ -95,7 +104,9 @@ def _run(dataset: Path, run_dir: Path) -> tuple[int, str]:
         f"dataset.path={dataset}",
         f"provider.emulator_script={dataset / 'script.yaml'}",
         f"hydra.run.dir={run_dir}",
-        "experiment.max_concurrent=1",
+        "experiment.max_concurrent=4",
+        "~tools.servers.tool-files",
+        "~tools.servers.tool-math",
         env=CANARIES,
         timeout=300,
     )
@@ -118,7 +129,12 @@ def test_hostile_task_code_gets_no_answer_no_forged_score_and_no_key(tmp_path: P
     forger = json.loads((run_dir / "tasks" / "forger" / "result.json").read_text())
     assert "forged" not in (forger["answer"] or "")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["correct"] == 0
+    assert summary["correct"] == len(ODD_IDS)  # only the tasks whose honest answer is right
+    folders = [p for p in (run_dir / "tasks").iterdir() if p.name not in ("victim", "cheat", "forger", "snoop", "echo")]
+    assert all(len(p.name) <= 120 for p in folders)
+    recorded = {json.loads((p / "result.json").read_text())["task_id"] for p in folders}
+    assert recorded == set(ODD_IDS)
+    assert not (tmp_path / "up").exists() and not (run_dir / "up").exists()
     # No canary anywhere: not in a file of the run, not in what was printed.
     written = _everything_written(run_dir) + output.encode()
     for name, value in CANARIES.items():
@@ -135,51 +151,34 @@ def test_hostile_task_code_gets_no_answer_no_forged_score_and_no_key(tmp_path: P
     code, output = _run(dataset, run_dir)
     assert code == 0, output
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["correct"] == 0 and summary["resumed"] == 4  # snoop ran again, the rest was kept
+    # snoop ran again, the rest was kept (the odd ids found again), and the forged score did not count.
+    assert summary["correct"] == len(ODD_IDS) and summary["resumed"] == 4 + len(ODD_IDS)
     assert "says correct=True; scored against the dataset it is False" in output
     assert "snoop/result.json is not a valid result (turns: expected int" in output
     assert isinstance(json.loads(snoop_file.read_text())["turns"], int)
 
 
-def test_attachments_outside_the_dataset_and_bad_timeouts_stop_the_run_with_one_line(tmp_path: Path) -> None:
+def test_attachments_outside_the_dataset_and_bad_timeouts_are_refused_before_the_first_task(
+    composed: Callable[..., DictConfig], tmp_path: Path
+) -> None:
     dataset = tmp_path / "data"
     dataset.mkdir()
     row = {"task_id": "t", "Question": "q", "Level": 1, "Final answer": "a", "file_name": "../../etc/passwd"}
+    base = ["+experiment=gaia", f"dataset.path={dataset}", "tools=none"]
     (dataset / "metadata.jsonl").write_text(json.dumps(row) + "\n")
-    proc = run_flowllm("+experiment=gaia", f"dataset.path={dataset}", f"hydra.run.dir={tmp_path / 'r1'}")
-    assert proc.returncode == 2
-    assert "attachment '../../etc/passwd' is outside the dataset folder" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not any((tmp_path / "r1").rglob("passwd"))
-    row["file_name"] = "/etc/passwd"
-    (dataset / "metadata.jsonl").write_text(json.dumps(row) + "\n")
-    proc = run_flowllm("+experiment=gaia", f"dataset.path={dataset}", f"hydra.run.dir={tmp_path / 'r2'}")
-    assert proc.returncode == 2 and "outside the dataset folder" in proc.stderr
-    row["file_name"] = ""
-    (dataset / "metadata.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(DatasetError, match=r"attachment '../../etc/passwd' is outside the dataset folder"):
+        prepare(composed(base))
+    (dataset / "metadata.jsonl").write_text(json.dumps({**row, "file_name": "/etc/passwd"}) + "\n")
+    with pytest.raises(DatasetError, match=r"outside the dataset folder"):
+        prepare(composed(base))
+    (dataset / "metadata.jsonl").write_text(json.dumps({**row, "file_name": ""}) + "\n")
     for setting in ("experiment.task_timeout_s=-1", "runner.item_timeout_s=-5", "runner.turn_timeout_s=0"):
-        proc = run_flowllm("+experiment=gaia", f"dataset.path={dataset}", f"hydra.run.dir={tmp_path / 'r3'}", setting)
-        assert proc.returncode == 2, (setting, proc.stderr)
-        assert "must be a positive number of seconds" in proc.stderr and "Traceback" not in proc.stderr
-        assert not (tmp_path / "r3" / "tasks").exists()
+        with pytest.raises(ConfigError, match="must be a positive number of seconds"):
+            prepare(composed([*base, setting]))
 
 
-def test_task_ids_that_cannot_name_a_folder_get_a_safe_one_and_keep_their_id(tmp_path: Path) -> None:
-    dataset = tmp_path / "data"
-    dataset.mkdir()
-    ids = ["a/b", "../up", "x" * 300]
-    rows = [{"task_id": i, "Question": "q", "Level": 1, "Final answer": "none"} for i in ids]
-    (dataset / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (dataset / "script.yaml").write_text(yaml.safe_dump({"default": [{"text": "\\boxed{none}"}]}))
-    run_dir = tmp_path / "run"
-    code, output = _run(dataset, run_dir)
-    assert code == 0, output
-    folders = sorted(p.name for p in (run_dir / "tasks").iterdir())
-    assert len(folders) == 3 and all("/" not in f and len(f) <= 120 for f in folders)
-    recorded = {json.loads((run_dir / "tasks" / f / "result.json").read_text())["task_id"] for f in folders}
-    assert recorded == set(ids)
-    assert not (tmp_path / "up").exists()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["correct"] == 3
-    code, output = _run(dataset, run_dir)  # and a resume finds them again
-    assert code == 0 and json.loads((run_dir / "summary.json").read_text())["resumed"] == 3
+def test_an_unwritable_run_directory_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    proc = run_flowllm("+experiment=gaia", "tools=none", f"hydra.run.dir={tmp_path / 'file' / 'run'}")
+    assert proc.returncode == 2
+    assert "cannot be written" in proc.stderr and "Traceback" not in proc.stderr
