@@ -142,6 +142,8 @@ async def test_a_double_forked_setsid_child_dies_with_the_call(workspace: Path) 
     """
     result = await _run(code, workspace)
     assert result.ok, result.render()
+    if result.gaps is None or {"pid namespace", "cgroup"} <= set(result.gaps):
+        pytest.skip("neither a PID namespace nor a cgroup here: a setsid child can leave the session")
     for _ in range(100):
         if not _processes_with(marker):
             break
