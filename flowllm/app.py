@@ -30,6 +30,7 @@ from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
+from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
@@ -47,6 +48,7 @@ from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
 from flowllm.tools import open_tool_pool
+from flowllm.tools.sandbox import protect_process
 from flowllm.tools.webconf import check_web_tools, web_tools
 
 log = logging.getLogger("flowllm")
@@ -106,6 +108,7 @@ def _check_settings(cfg: DictConfig) -> None:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
     if cfg.agent.max_turns < 1:
         raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
+    check_timeouts(cfg)
 
 
 def _pipeline(cfg: DictConfig) -> tuple[Any, Any]:
@@ -405,6 +408,7 @@ def _refresh_sweep(hydra_cfg: Any) -> None:
 
 def hydra_job(cfg: DictConfig) -> dict[str, Any]:
     """One Hydra job (a run, or one job of a multirun); started by flowllm.cli.run once the config composed."""
+    protect_process()  # this process holds the API keys: no other process may read its memory or environ
     # One line per HTTP request or MCP message drowns the progress bar; our own warnings still show.
     for noisy in ("httpx2", "httpx", "httpcore2", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -440,10 +444,3 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any]:
     if code is not ExitCode.OK:
         sys.exit(code)
     return summary
-
-
-def main() -> None:
-    """``python -m flowllm``: see flowllm.cli.run (the config is checked before this module is imported)."""
-    from flowllm.cli.run import run_main
-
-    sys.exit(run_main())

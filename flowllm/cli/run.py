@@ -61,7 +61,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     """Run the app on ``argv`` (default: the command line); returns the exit code (see flowllm.cli.exit_codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):  # Hydra's page lists the base_* schemas as choices: ours does not
-        from flowllm.cli.command import help_text
+        from flowllm.cli.listing import help_text
 
         sys.stdout.write(help_text())
         return ExitCode.OK

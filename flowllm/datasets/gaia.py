@@ -16,6 +16,7 @@ string rule; strings compare lowercased, without whitespace and punctuation.
 from __future__ import annotations
 
 import json
+import os
 import re
 import string
 from collections.abc import Iterable
@@ -117,6 +118,26 @@ def _level(value: Any, where: str) -> int | None:
         raise DatasetError(f"{where}: Level must be a whole number, not {value!r}") from None
 
 
+def _safe_attachment(name: str, folder: Path, where: str) -> str:
+    """An attachment path that stays inside the dataset folder, relative to it; else a DatasetError.
+
+    A row naming ``../../etc/passwd`` or ``/root/.ssh/id_rsa`` would have that file copied into the task's
+    workspace for the model to read. An absolute path into the dataset folder is kept (made relative), and one
+    elsewhere whose file name sits in the folder is taken from there, as converters' paths usually mean.
+    """
+    # Lexical, not resolved: a dataset's own symlinks (a Hugging Face snapshot links every file into its blob
+    # store) are the dataset's business; what a row may not do is name a path that leaves the folder.
+    root = Path(os.path.abspath(folder))
+    candidate = Path(os.path.normpath(root / name))
+    if candidate.is_relative_to(root) and candidate != root:
+        return str(candidate.relative_to(root))
+    if Path(name).is_absolute() and (root / Path(name).name).is_file():
+        return Path(name).name
+    raise DatasetError(
+        f"{where}: attachment '{name}' is outside the dataset folder; attachments must be files in '{folder}'"
+    )
+
+
 def _gaia_row(row: dict[str, Any], folder: Path, where: str) -> Task:
     missing = [k for k in ("task_id", "Question") if k not in row]
     if missing:
@@ -127,7 +148,7 @@ def _gaia_row(row: dict[str, Any], folder: Path, where: str) -> Task:
         question=str(row["Question"]),
         level=_level(row.get("Level"), where),
         ground_truth=None if answer is None else str(answer),
-        file_name=str(row["file_name"]) if row.get("file_name") else None,
+        file_name=_safe_attachment(str(row["file_name"]), folder, where) if row.get("file_name") else None,
         dataset_dir=folder,
         metadata={k: v for k, v in row.items() if k == "Annotator Metadata"},
     )
@@ -151,6 +172,9 @@ def _standardized_row(row: dict[str, Any], folder: Path, where: str) -> Task:
         and (folder / Path(file_path).name).exists()
     ):
         file_path = Path(file_path).name
+    if file_path and not Path(file_path).is_absolute():
+        # The standardized format names attachments by absolute path by design; a relative one must stay inside.
+        file_path = _safe_attachment(file_path, folder, where)
     return Task(
         task_id=str(row["task_id"]),
         question=str(row["task_question"]),

@@ -15,12 +15,14 @@ side is a few microseconds per node (serialise, append to a queue); the writer d
 remembers which folders it made, so the disk, not Python, sets the pace (creating a file costs 100 us or more on
 many disks). Writes keep their order (one FIFO writer), so a task's ``result.json`` lands after its node
 records. Every file is written atomically (temp file in the same folder, then rename). Secrets never reach
-disk: the values of the configured key variables are masked wherever they appear, and any mapping key that names
-a credential (``authorization``, ``x-api-key``, ``api_key``...) has its value masked.
+disk: the values of the configured key variables and of every secret-named environment variable (``*_KEY``,
+``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``) are masked wherever they appear, and any mapping key that names a
+credential (``authorization``, ``x-api-key``, ``api_key``...) has its value masked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -34,10 +36,13 @@ import orjson
 
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
+from flowllm.errors import RunError
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
+from flowllm.rundir.taskdirs import task_folder_name
 
 SNAPSHOT_MODES = ("all", "errors", "none")
 REDACTED = "[redacted]"
+_SECRET_ENV_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET|PRIVATE", re.I)
 _SECRET_KEY = re.compile(r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I)
 
 
@@ -70,12 +75,36 @@ def _default(obj: Any) -> Any:
     return repr(obj)
 
 
-class Redactor:
-    """Masks secret values and credential-named fields in serialised JSON."""
+def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of every environment variable whose name says it holds a secret (``*_KEY``, ``*TOKEN``...).
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    The configured key variables are not the only ones a process holds: a provider SDK may read
+    ``OPENAI_API_KEY`` on its own, and a tool may echo any of them. All are masked, not just the configured.
+    """
+    environ = os.environ if environ is None else environ
+    return [value for name, value in environ.items() if _SECRET_ENV_NAME.search(name) and value]
+
+
+class Redactor:
+    """Masks secret values and credential-named fields in serialised JSON.
+
+    The values masked are the ``secrets`` given (the configured key variables' values) and, unless
+    ``environ`` is ``{}``, those of every secret-named variable in the environment (``environment_secrets``).
+    """
+
+    def __init__(self, secrets: Iterable[str] = (), *, environ: Mapping[str, str] | None = None) -> None:
+        values = {*secrets, *environment_secrets(environ)}
         # Short values would mask innocent text; real keys are long.
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
+        self.secrets = sorted({s for s in values if s and len(s) >= 8}, key=len, reverse=True)
+
+    def mask(self, text: str | None) -> str | None:
+        """``text`` with every secret value masked (for what is shown rather than written: the task table)."""
+        if not text:
+            return text
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
 
     def _scrub(self, value: Any) -> Any:
         if isinstance(value, Mapping):
@@ -101,13 +130,25 @@ class Redactor:
         return data + b"\n"
 
 
+class RecordError(RunError, OSError):
+    """A run artifact could not be written (a full disk, a read-only folder): one line naming file and cause."""
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a reader (or a crash) sees the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` so a reader (or a crash) sees the old file or the new one, never a part.
+
+    Raises ``RecordError`` (one line) when the disk refuses; the old file, if any, is left as it was.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise RecordError(f"could not write {path}: {exc.strerror or exc}") from exc
 
 
 log = logging.getLogger(__name__)
@@ -133,12 +174,20 @@ def _write_in(folder: str, name: str, data: bytes) -> None:
 
 
 class _Writer:
-    """One background thread writing queued files in order; ``flush`` waits until the queue is on disk."""
+    """One background thread writing queued files in order; ``flush`` waits until the queue is on disk.
 
-    def __init__(self) -> None:
+    A write that fails is logged once, as one line (a full disk fails every write after the first: a
+    traceback each would bury the one line that matters), counted, and remembered per task folder so the
+    runner can fail that task with the reason.
+    """
+
+    def __init__(self, tasks_root: str = "") -> None:
         self._queue: queue.SimpleQueue[list[_Write] | threading.Event | None] = queue.SimpleQueue()
         self._made: set[str] = set()  # folders this writer created or found (saves a mkdir per file)
+        self._tasks_prefix = tasks_root.rstrip("/") + "/" if tasks_root else ""
         self.errors = 0
+        self.first_error: str | None = None
+        self.task_errors: dict[str, str] = {}  # task folder name -> the first write error met in it
         self._thread = threading.Thread(target=self._loop, name="flowllm-recorder", daemon=True)
         self._thread.start()
 
@@ -167,9 +216,19 @@ class _Writer:
                 # The folder was removed or moved since we made it (a task rerun, a shelved attempt): remake it.
                 os.makedirs(folder, exist_ok=True)
                 _write_in(folder, name, data)
-        except Exception:  # a failed artifact must not stop the run; say which and go on
-            self.errors += 1
-            log.exception("recorder: could not write %s/%s", folder, name)
+        except OSError as exc:  # a failed artifact must not crash the writer; say it once and go on
+            self._failed(folder, name, f"could not write {folder}/{name}: {exc.strerror or exc}")
+        except Exception as exc:
+            self._failed(folder, name, f"could not write {folder}/{name}: {type(exc).__name__}: {exc}")
+
+    def _failed(self, folder: str, name: str, reason: str) -> None:
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = reason
+            log.error("recorder: %s (further write errors are counted, not shown)", reason)
+        if self._tasks_prefix and folder.startswith(self._tasks_prefix):
+            task = folder[len(self._tasks_prefix) :].split("/", 1)[0]
+            self.task_errors.setdefault(task, reason)
 
     def flush(self) -> None:
         if not self._thread.is_alive():
@@ -195,7 +254,7 @@ class Recorder:
         self._tasks_root = str(self.layout.tasks)
         self.snapshot = snapshot
         self.redactor = Redactor(secrets)
-        self._writer = _Writer()
+        self._writer = _Writer(self._tasks_root)
         self._closed = False
         self._lock = threading.Lock()
         # snapshot=errors keeps a task's node records in memory until we know whether the task failed.
@@ -208,11 +267,25 @@ class Recorder:
 
     @property
     def write_errors(self) -> int:
-        """Files that could not be written so far (each one was logged with its path and cause)."""
+        """Files that could not be written so far (the first was logged with its path and cause)."""
         return self._writer.errors
+
+    @property
+    def first_write_error(self) -> str | None:
+        """The first write failure, as one line (``None``: every write so far landed)."""
+        return self._writer.first_error
+
+    def task_write_error(self, task_id: str) -> str | None:
+        """The first write that failed in a task's folder, after ``flush`` (``None``: all of them landed)."""
+        return self._writer.task_errors.get(task_folder_name(task_id))
+
+    def forget_task_errors(self, task_id: str) -> None:
+        """A rerun of the task starts with a clean slate."""
+        self._writer.task_errors.pop(task_folder_name(task_id), None)
 
     # -- paths ------------------------------------------------------------------------------------------
     def task_dir(self, task_id: str) -> Path:
+        """``tasks/<folder>``: the id itself when it can name a folder, else a safe name derived from it."""
         return self.layout.task(task_id)
 
     def node_dir(self, task_id: str, turn: int, node: BoundNode, scope: str = "") -> Path:
@@ -220,7 +293,8 @@ class Recorder:
         return Path(self._node_folder(task_id, turn, node, scope))
 
     def _node_folder(self, task_id: str, turn: int, node: BoundNode, scope: str) -> str:
-        base = f"{self._tasks_root}/{task_id}/{scope}/" if scope else f"{self._tasks_root}/{task_id}/"
+        task = task_folder_name(task_id)
+        base = f"{self._tasks_root}/{task}/{scope}/" if scope else f"{self._tasks_root}/{task}/"
         return f"{base}{turn_folder(turn)}/{node.folder}"
 
     # -- writing ----------------------------------------------------------------------------------------

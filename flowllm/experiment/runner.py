@@ -5,8 +5,13 @@ stops the others. Resuming is driven by the files alone, so it survives any cras
 
 * ``tasks/<id>/result.json`` is written last (atomically, after the task's node records), so a task with a
   completed result is finished and is skipped by a rerun into the same run directory;
-* a task with a failed result, an unreadable result or none at all is run again from scratch: its turn folders
-  and workspace are wiped first, so nothing of an interrupted attempt is counted twice.
+* a task with a failed result, an unreadable or invalid result or none at all is run again from scratch: its
+  turn folders and workspace are wiped first, so nothing of an interrupted attempt is counted twice;
+* a completed result is not trusted for its score: ``correct`` is recomputed from its answer and the dataset.
+
+While a task runs its workspace lives outside the run directory (``flowllm.experiment.workspaces``); when the
+attempt ends it moves to ``tasks/<id>/workspace``. A task id that cannot name a folder is mapped to a safe name
+(``flowllm.rundir.taskdirs``); ``result.json`` keeps the id.
 
 ``attempts`` > 1 is pass@k: a task is run up to k times and stops at the first correct answer. Earlier attempts'
 turn folders are kept under ``tasks/<id>/attempts/<n>/``; the task's own folder holds the last one.
@@ -16,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -32,10 +36,13 @@ from flowllm.core.types import Usage
 from flowllm.datasets.gaia import Task, task_prompt
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import read_json
+from flowllm.errors import ConfigError
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
+from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
+from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.tools import ToolCatalog, discover_tools, open_tool_pool
 
@@ -149,27 +156,106 @@ class TaskOutcome:
 
 
 def safe_task_dir_name(task_id: str) -> str:
-    if not task_id or task_id in (".", "..") or any(sep in task_id for sep in ("/", "\\", os.sep)):
-        raise ValueError(f"task_id {task_id!r} cannot name a folder")
-    return task_id
+    """The folder of a task under ``tasks/`` (``flowllm.rundir.taskdirs``: ids that cannot name one are mapped)."""
+    return task_folder_name(task_id)
 
 
-def read_outcome(path: Path) -> TaskOutcome | None:
-    """A task's saved outcome, or None when there is none or it cannot be read (then the task reruns)."""
+RuleScore = Callable[[Task, str | None], bool]
+
+
+def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None = None) -> TaskOutcome | None:
+    """A task's saved outcome, or None when there is none or it is not a valid result (then the task reruns).
+
+    With ``task``, the file must be that task's, and the score is not taken from it: ``correct`` and
+    ``ground_truth`` are recomputed from the recorded answer and the dataset, so a ``result.json`` edited by
+    hand or forged by tool code cannot change the accuracy.
+    """
     if not path.is_file():
         return None
     try:
         data = read_json(path)
-        return TaskOutcome.from_dict(data) if isinstance(data, dict) else None
-    except Exception:
+    except Exception as exc:
+        log.warning("%s cannot be read (%s); the task runs again", path, exc)
         return None
+    problems = outcome_problems(data)
+    if task is not None and not problems and data["task_id"] != task.task_id:
+        problems = [f"task_id is {data['task_id']!r}, not {task.task_id!r}"]
+    if problems:
+        log.warning("%s is not a valid result (%s); the task runs again", path, "; ".join(problems[:3]))
+        return None
+    outcome = TaskOutcome.from_dict(data)
+    if task is not None and rescore is not None:
+        # Scored by rules: recomputed here. A judged score comes from the judge's own saved verdict instead.
+        rescored = outcome.status == COMPLETED and rescore(task, outcome.answer)
+        if rescored != outcome.correct or outcome.ground_truth != task.ground_truth:
+            log.warning(
+                "%s says correct=%s; scored against the dataset it is %s (the dataset's score is used)",
+                path,
+                outcome.correct,
+                rescored,
+            )
+        outcome.correct = bool(rescored)
+        outcome.ground_truth = task.ground_truth
+    return outcome
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,),
+    "status": (str,),
+    "correct": (bool,),
+    "turns": (int,),
+    "tool_calls": (int,),
+    "bad_tool_calls": (int,),
+    "failed_tool_calls": (int,),
+    "attempts": (int,),
+    "wall_seconds": (int, float),
+    "usage": (dict,),
+    "repairs": (dict,),
+    "attempt_log": (list,),
+}
+_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
+    "answer": (str,),
+    "ground_truth": (str,),
+    "error": (str,),
+    "level": (int,),
+    "stop": (str,),
+}
+
+
+def outcome_problems(data: Any) -> list[str]:
+    """What makes ``data`` not a ``result.json`` this version wrote (empty: it is one)."""
+    if not isinstance(data, dict):
+        return [f"expected a JSON object, got {type(data).__name__}"]
+    problems = []
+    for name, types in (*_FIELD_TYPES.items(), *_OPTIONAL_TYPES.items()):
+        if name not in data:
+            if name in _FIELD_TYPES and name not in ("attempts", "attempt_log", "repairs", "wall_seconds"):
+                problems.append(f"{name} is missing")
+            continue
+        value = data[name]
+        if value is None and name in _OPTIONAL_TYPES:
+            continue
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
+    if not problems:
+        if data["status"] not in (COMPLETED, FAILED):
+            problems.append(f"status is {data['status']!r}, not {COMPLETED!r} or {FAILED!r}")
+        if data["turns"] < 0 or data["tool_calls"] < 0:
+            problems.append("a count is negative")
+        usage = data["usage"]
+        counts = [v for k, v in usage.items() if k.endswith("_tokens")]
+        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in counts):
+            problems.append("usage holds a token count that is not a whole number")
+        if any(not isinstance(v, int) or isinstance(v, bool) for v in data.get("repairs", {}).values()):
+            problems.append("repairs holds a count that is not a whole number")
+    return problems
 
 
 def load_outcomes(run_dir: Path, tasks: Iterable[Task]) -> list[TaskOutcome]:
     """The outcomes on disk for ``tasks`` (dataset order): how a summary is rebuilt after an interruption."""
     found = []
     for task in tasks:
-        outcome = read_outcome(Path(run_dir) / "tasks" / task.task_id / "result.json")
+        outcome = read_outcome(Path(run_dir) / "tasks" / task_folder_name(task.task_id) / "result.json", task)
         if outcome is not None:
             found.append(outcome)
     return found
@@ -209,6 +295,10 @@ class Experiment:
     ) -> None:
         if settings.attempts < 1:
             raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
+        if not settings.task_timeout_s > 0:  # also refuses NaN
+            raise ConfigError(
+                f"experiment.task_timeout_s must be a positive number of seconds, not {settings.task_timeout_s}"
+            )
         self.agent = agent
         self.provider = provider
         self.tools_cfg = tools_cfg
@@ -221,16 +311,22 @@ class Experiment:
         self.breakdown = tuple(breakdown)
         # Tools are listed once per run; each task's pool then starts a server on its first call only.
         self.tools_catalog: ToolCatalog | None = None
+        # Where tasks' code runs: outside the run directory, so no relative path leads to its answers.
+        self.workspaces = WorkspaceRoot()
+        self.stop_reason: str | None = None  # set when a task's records could not be written
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
             return None
-        outcome = read_outcome(self.recorder.task_dir(task.task_id) / "result.json")
+        outcome = read_outcome(
+            self.recorder.task_dir(task.task_id) / "result.json", task, getattr(self.scorer, "rules", None)
+        )
         return outcome if outcome is not None and outcome.status == COMPLETED else None
 
     def _fresh_task_dir(self, task: Task) -> None:
         """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
-        task_dir = self.recorder.task_dir(safe_task_dir_name(task.task_id))
+        self.recorder.forget_task_errors(task.task_id)
+        task_dir = self.recorder.task_dir(task.task_id)
         for stale in (*task_dir.glob("turn_*"), task_dir / "workspace", task_dir / ATTEMPTS_DIR, task_dir / "agents"):
             shutil.rmtree(stale, ignore_errors=True)
         for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
@@ -239,14 +335,17 @@ class Experiment:
         (task_dir / TIMING_FILE).unlink(missing_ok=True)
 
     def _workspace(self, task: Task) -> Path:
-        workspace = self.recorder.task_dir(task.task_id) / "workspace"
-        shutil.rmtree(workspace, ignore_errors=True)
-        workspace.mkdir(parents=True)
+        """A fresh workspace for the task, outside the run directory (``workspaces``), attachment copied in."""
+        workspace = self.workspaces.fresh(task_folder_name(task.task_id))
         if task.attachment is not None:
             if not task.attachment.is_file():
                 raise FileNotFoundError(f"attachment '{task.file_name}' is missing from the dataset folder")
             shutil.copy2(task.attachment, workspace / Path(task.file_name or "").name)
         return workspace
+
+    def _keep_workspace(self, task: Task) -> None:
+        """After an attempt: its workspace moves into ``tasks/<id>/workspace``, where it is kept for reading."""
+        self.workspaces.keep(task_folder_name(task.task_id), self.recorder.task_dir(task.task_id) / "workspace")
 
     def _shelve_attempt(self, task: Task, number: int) -> None:
         """Move a finished attempt's records aside so the next attempt starts from the task folder again."""
@@ -281,9 +380,12 @@ class Experiment:
             self.audit.forget(task.task_id)
         try:
             workspace = self._workspace(task)
-            async with asyncio.timeout(self.settings.task_timeout_s):
-                async with self._open_tools(workspace) as tools:
-                    result = await self.agent.run(task.task_id, task_prompt(task), self.provider, tools)
+            try:
+                async with asyncio.timeout(self.settings.task_timeout_s):
+                    async with self._open_tools(workspace) as tools:
+                        result = await self.agent.run(task.task_id, task_prompt(task), self.provider, tools)
+            finally:
+                await asyncio.shield(asyncio.to_thread(self._keep_workspace, task))
         except TimeoutError:
             error = f"task timed out after {self.settings.task_timeout_s:g}s (experiment.task_timeout_s)"
         except asyncio.CancelledError:
@@ -354,10 +456,18 @@ class Experiment:
         outcome.wall_seconds = wall
         outcome.attempt_log = log_entries if len(log_entries) > 1 else []
         outcome._attempt_timings = timings
+        # What the model or a tool echoed may hold a key: the table shows what the files hold, masked.
+        outcome.answer = self.recorder.redactor.mask(outcome.answer)
+        outcome.error = self.recorder.redactor.mask(outcome.error)
+        # Its node records first: a task whose records did not all land is failed (a rerun runs it again).
+        await asyncio.to_thread(self.recorder.flush)
+        self._fail_if_unrecorded(outcome)
         # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
         # result.json stays the last file of a finished task).
         self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
+        await asyncio.to_thread(self.recorder.flush)
+        self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
         return outcome
 
     async def rescore(self, task: Task, outcome: TaskOutcome) -> TaskOutcome:
@@ -365,6 +475,17 @@ class Experiment:
         outcome.apply_score(await self.score(task, outcome.answer, outcome.attempts))
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         return outcome
+
+    def _fail_if_unrecorded(self, outcome: TaskOutcome) -> None:
+        """A write in the task's folder failed (a full disk): the task fails with the reason; no new task starts."""
+        failure = self.recorder.task_write_error(outcome.task_id)
+        if failure is None or outcome.error == f"the task's records could not be written: {failure}":
+            return
+        outcome.status, outcome.correct = FAILED, False
+        outcome.error = f"the task's records could not be written: {failure}"
+        if self.stop_reason is None:
+            self.stop_reason = failure
+            log.error("flowllm: no new tasks start: %s (rerun into this folder to resume)", failure)
 
     def _open_tools(self, workspace: Path) -> Any:
         if self.tools_catalog is not None:
@@ -382,7 +503,6 @@ class Experiment:
         outcomes: dict[str, TaskOutcome] = {}
         todo: list[Task] = []
         for task in tasks:
-            safe_task_dir_name(task.task_id)
             previous = self.previous_outcome(task)
             if previous is not None:
                 outcomes[task.task_id] = previous
@@ -409,6 +529,8 @@ class Experiment:
 
         async def bounded(task: Task) -> None:
             async with semaphore:
+                if self.stop_reason is not None:  # the run directory cannot be written: do not start it
+                    return
                 if self.progress:
                     self.progress.task_started(task.task_id)
                 outcome = await self.run_task(task)
@@ -429,8 +551,9 @@ class Experiment:
             if self.progress:
                 self.progress.stop()
             await asyncio.to_thread(self.recorder.flush)
+            await asyncio.to_thread(self.workspaces.close)
         ordered = [outcomes[t.task_id] for t in tasks if t.task_id in outcomes]
-        return RunResult(ordered, interrupted, resumed)
+        return RunResult(ordered, interrupted or self.stop_reason is not None, resumed)
 
 
 def _describe(exc: BaseException) -> str:

@@ -21,6 +21,7 @@ login name: who spent what when a team shares a ledger; ``python -m flowllm.insp
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import threading
 import time
@@ -34,6 +35,8 @@ from typing import Any, Protocol
 import orjson
 
 from flowllm.core.types import Usage
+
+log = logging.getLogger(__name__)
 
 TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -119,6 +122,21 @@ class Tally:
 _Tally = Tally
 
 
+def _parse_line(raw: bytes) -> dict[str, Any] | None:
+    """One ledger line, or None if it is broken; recovers a whole line appended right after a cut one."""
+    start = 0
+    for _ in range(64):  # each retry starts at the next '{"', so a pathological line costs a bounded amount
+        try:
+            value = orjson.loads(raw[start:])
+        except orjson.JSONDecodeError:
+            start = raw.find(b'{"', start + 1)
+            if start < 0:
+                return None
+            continue
+        return value if isinstance(value, dict) and isinstance(value.get("type"), str) else None
+    return None
+
+
 class UsageLedger:
     """Appends ledger lines to ``path`` (None: memory only) and keeps the running totals."""
 
@@ -127,6 +145,7 @@ class UsageLedger:
         self.prices = prices
         self.user = resolve_user(user)
         self.lines: list[dict[str, Any]] = []
+        self.broken_lines: list[int] = []  # line numbers ``read`` could not parse (cut mid-write)
         self._lock = threading.Lock()
         self._calls = 0
         self._file = None
@@ -218,9 +237,23 @@ class UsageLedger:
     def read(cls, path: Path | str) -> UsageLedger:
         """A memory-only ledger holding the lines of ``path`` (for summaries of a finished run)."""
         ledger = cls(None)
-        for raw in Path(path).read_bytes().splitlines():
-            if raw.strip():
-                ledger.lines.append(orjson.loads(raw))
+        for number, raw in enumerate(Path(path).read_bytes().splitlines(), start=1):
+            if not raw.strip():
+                continue
+            line = _parse_line(raw)
+            if line is None:
+                # A line cut by a full disk or a kill mid-write; a resumed session may have appended a whole
+                # line right after the cut, which _parse_line recovers. The rest of the file still counts.
+                ledger.broken_lines.append(number)
+                continue
+            ledger.lines.append(line)
+        if ledger.broken_lines:
+            log.warning(
+                "usage ledger %s: skipped %d unreadable line(s) (%s); the totals leave them out",
+                path,
+                len(ledger.broken_lines),
+                ", ".join(map(str, ledger.broken_lines[:5])) + (", ..." if len(ledger.broken_lines) > 5 else ""),
+            )
         return ledger
 
     def attempts(self) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowllm.rundir.taskdirs import task_folder_name
+
 SUMMARY_FILE = "summary.json"
 LEDGER_FILE = "usage.jsonl"
 CONFIG_FILE = ".hydra/config.yaml"
@@ -80,7 +82,8 @@ class RunLayout:
         return self.root / TASKS_DIR
 
     def task(self, task_id: str) -> Path:
-        return self.tasks / task_id
+        """A task's folder: its id, or a safe name derived from it when the id cannot name a folder."""
+        return self.tasks / task_folder_name(task_id)
 
     def result(self, task_id: str) -> Path:
         return self.task(task_id) / RESULT_FILE

@@ -38,8 +38,12 @@ class Scorer(Protocol):
 class GaiaScorer:
     name = "gaia"
 
+    def rules(self, task: Task, answer: str | None) -> bool:
+        """The score by rules alone (no model): what a resume recomputes from a saved answer."""
+        return question_scorer(answer, task.ground_truth)
+
     async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
-        return Score(question_scorer(answer, task.ground_truth))
+        return Score(self.rules(task, answer))
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -54,7 +58,11 @@ def normalize_answer(text: str) -> str:
 class ExactScorer:
     name = "exact"
 
-    async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
+    def rules(self, task: Task, answer: str | None) -> bool:
+        """The score by rules alone (no model): what a resume recomputes from a saved answer."""
         if answer is None or task.ground_truth is None:
-            return Score(False)
-        return Score(normalize_answer(answer) == normalize_answer(task.ground_truth))
+            return False
+        return normalize_answer(answer) == normalize_answer(task.ground_truth)
+
+    async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
+        return Score(self.rules(task, answer))

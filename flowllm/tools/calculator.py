@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,8 @@ MAX_EXPRESSION_CHARS = 2000
 MAX_INT_BITS = 14_000  # about 4,200 decimal digits (under Python's 4,300-digit str() limit)
 MAX_FACTORIAL_N = 1_500
 MAX_NESTING = 60
+MAX_ROUND_DIGITS = 4_400  # round(x, n) beyond any int's or float's digits only costs time (10**n is built)
+MAX_SECONDS = 5.0  # the whole evaluation; below tool-math's per-call timeout so it is the one that reports
 
 Number = int | float
 
@@ -62,9 +65,23 @@ def _bounded_comb(fn: Callable[[int, int], int]) -> Callable[[int, int], int]:
     def wrapped(n: int, k: int) -> int:
         if isinstance(n, int) and n > 100_000:
             raise CalculationError("comb()/perm() are limited to n <= 100000")
+        if isinstance(n, int) and isinstance(k, int) and 0 <= k <= n:
+            # log2 of the result, from lgamma, before computing it (comb(100000, 50000) takes seconds).
+            log_result = math.lgamma(n + 1) - math.lgamma(n - k + 1)
+            if fn is math.comb:
+                log_result -= math.lgamma(k + 1)
+            if log_result / math.log(2) > MAX_INT_BITS:
+                raise CalculationError(f"the result has more than {MAX_INT_BITS:,} bits; use lgamma() for logs")
         return fn(n, k)
 
     return wrapped
+
+
+def _lcm(*args: int) -> int:
+    result = 1
+    for value in args:  # one at a time, each checked: a product of many large arguments grows without bound
+        result = _check_int(math.lcm(result, value))
+    return result
 
 
 def _log(x: Number, base: Number | None = None) -> float:
@@ -72,7 +89,11 @@ def _log(x: Number, base: Number | None = None) -> float:
 
 
 def _round(x: Number, ndigits: int | None = None) -> Number:
-    return round(x) if ndigits is None else round(x, ndigits)
+    if ndigits is None:
+        return round(x)
+    if isinstance(ndigits, int) and abs(ndigits) > MAX_ROUND_DIGITS:
+        raise CalculationError(f"round() takes at most {MAX_ROUND_DIGITS:,} digits either way")
+    return round(x, ndigits)
 
 
 def _sum(*args: Any) -> Number:
@@ -117,7 +138,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "comb": _bounded_comb(math.comb),
     "perm": _bounded_comb(math.perm),
     "gcd": math.gcd,
-    "lcm": math.lcm,
+    "lcm": _lcm,
     "gamma": math.gamma,
     "lgamma": math.lgamma,
     "erf": math.erf,
@@ -149,12 +170,16 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
 }
 
 
-def _eval(node: ast.AST, depth: int = 0) -> Any:
+def _eval(node: ast.AST, depth: int, deadline: float) -> Any:
     if depth > MAX_NESTING:
         raise CalculationError("the expression is nested too deeply")
+    if time.monotonic() > deadline:
+        # Each operation is bounded (sizes are checked before computing), so checking between them makes the
+        # whole evaluation stop on time: no thread keeps computing after the caller gave up.
+        raise CalculationError(f"the calculation took longer than {MAX_SECONDS:g} s; simplify it")
     d = depth + 1
     if isinstance(node, ast.Expression):
-        return _eval(node.body, d)
+        return _eval(node.body, d, deadline)
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int | float):
             raise CalculationError(f"only numbers are allowed, not {node.value!r}")
@@ -165,25 +190,32 @@ def _eval(node: ast.AST, depth: int = 0) -> Any:
         op = _BINARY.get(type(node.op))
         if op is None:
             raise CalculationError(f"the operator {type(node.op).__name__} is not supported")
-        return _check_int(op(_eval(node.left, d), _eval(node.right, d)))
+        left, right = _eval(node.left, d, deadline), _eval(node.right, d, deadline)
+        if isinstance(left, list) or isinstance(right, list):
+            # [0]*300 nested three deep is 27 million cells: lists exist only to pass to sum(), min(), max().
+            raise CalculationError("arithmetic on lists is not supported; lists can only be passed to functions")
+        return _check_int(op(left, right))
     if isinstance(node, ast.UnaryOp):
         uop = _UNARY.get(type(node.op))
         if uop is None:
             raise CalculationError(f"the operator {type(node.op).__name__} is not supported")
-        return uop(_eval(node.operand, d))
+        operand = _eval(node.operand, d, deadline)
+        if isinstance(operand, list):
+            raise CalculationError("arithmetic on lists is not supported; lists can only be passed to functions")
+        return uop(operand)
     if isinstance(node, ast.BoolOp):
-        values = [_eval(v, d) for v in node.values]
+        values = [_eval(v, d, deadline) for v in node.values]
         result = values[0]
         for v in values[1:]:
             result = (result and v) if isinstance(node.op, ast.And) else (result or v)
         return result
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, d)
+        left = _eval(node.left, d, deadline)
         for op_node, right_node in zip(node.ops, node.comparators, strict=True):
             cmp = _COMPARE.get(type(op_node))
             if cmp is None:
                 raise CalculationError(f"the comparison {type(op_node).__name__} is not supported")
-            right = _eval(right_node, d)
+            right = _eval(right_node, d, deadline)
             if not cmp(left, right):
                 return False
             left = right
@@ -200,10 +232,10 @@ def _eval(node: ast.AST, depth: int = 0) -> Any:
             raise CalculationError(f"unknown function '{name}'; available: {', '.join(sorted(FUNCTIONS))}")
         if node.keywords:
             raise CalculationError("keyword arguments are not supported; pass arguments by position")
-        args = [_eval(a, d) for a in node.args]
+        args = [_eval(a, d, deadline) for a in node.args]
         return _check_int(FUNCTIONS[node.func.id](*args))
     if isinstance(node, ast.Tuple | ast.List):
-        return [_eval(e, d) for e in node.elts]
+        return [_eval(e, d, deadline) for e in node.elts]
     raise CalculationError(f"'{ast.unparse(node)}' is not allowed in a calculation")
 
 
@@ -223,7 +255,7 @@ def evaluate(expression: str) -> Any:
     except (RecursionError, MemoryError):
         raise CalculationError("the expression is nested too deeply") from None
     try:
-        return _eval(tree)
+        return _eval(tree, 0, time.monotonic() + MAX_SECONDS)
     except CalculationError:
         raise
     except ZeroDivisionError:

@@ -8,13 +8,14 @@ of ``flowllm.tools.sandbox``; nothing is kept between calls except the files the
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from flowllm.tools.common import add_workspace_argument, workspace_from
-from flowllm.tools.sandbox import SandboxLimits, run_python_code
+from flowllm.tools.sandbox import Isolation, SandboxLimits, describe_gaps, protect_process, run_python_code
 
 SERVER_NAME = "tool-python"
 
@@ -35,6 +36,7 @@ def _description(limits: SandboxLimits) -> str:
 def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:
     """The ``tool-python`` server for one workspace (also handy in-process in tests)."""
     server = MCPServer(SERVER_NAME, instructions="Runs Python code inside the task's folder.", log_level="WARNING")
+    warned: list[str] = []  # the gaps already reported: say it once per server, not once per call
 
     async def run_python(code: str) -> CallToolResult:
         if not code.strip():
@@ -43,6 +45,9 @@ def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:
                 is_error=True,
             )
         result = await run_python_code(code, workspace, limits)
+        if result.gaps and not warned:
+            warned.extend(result.gaps)
+            print(f"tool-python: weaker sandbox on this machine: {describe_gaps(result.gaps)}", file=sys.stderr)
         # A failing script is still a successful tool call, but flagging it lets the model (and the recorder)
         # see at a glance that the code did not do what it meant.
         return CallToolResult(content=[TextContent(type="text", text=result.render())], is_error=not result.ok)
@@ -59,15 +64,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb, help="address-space limit; 0: none")
     parser.add_argument("--max-file-mb", type=int, default=defaults.max_file_mb, help="largest file it may write")
     parser.add_argument("--max-output-chars", type=int, default=defaults.max_stdout_chars, help="stdout kept")
+    parser.add_argument("--max-workspace-mb", type=int, default=defaults.max_workspace_mb, help="folder cap")
+    parser.add_argument("--max-processes", type=int, default=defaults.max_processes, help="processes+threads")
     parser.add_argument("--allow-network", action="store_true", help="let the code use the network")
+    parser.add_argument(
+        "--isolation",
+        choices=[i.value for i in Isolation],
+        default=defaults.isolation.value,
+        help="required: refuse to run code where the machine cannot isolate it fully",
+    )
     args = parser.parse_args(argv)
     limits = SandboxLimits(
         timeout_s=args.timeout_s,
         memory_mb=args.memory_mb,
         max_file_mb=args.max_file_mb,
+        max_workspace_mb=args.max_workspace_mb,
+        max_processes=args.max_processes,
         allow_network=args.allow_network,
+        isolation=Isolation(args.isolation),
         max_stdout_chars=args.max_output_chars,
     )
+    protect_process()
     build_server(workspace_from(args.workspace), limits).run()
 
 

@@ -1,21 +1,31 @@
-"""Run model-written Python in a child process with limits: wall clock, memory, CPU, file size, no network.
+"""Run model-written Python in a child process that can reach nothing but its task's folder.
 
-This is a *containment* layer for honest mistakes (an endless loop, a 50 MB print, a runaway allocation, a
-stray download), not a security boundary against hostile code: the child runs as the same user.
+The code is hostile until proven otherwise: it may look for API keys, for the benchmark's answers, for other
+tasks' results, or try to outlive its call. As root (the usual case in a container) one run goes:
 
-How one run goes:
-
-* A fresh interpreter starts with ``-P`` (nothing prepended to ``sys.path`` yet, so a ``socket.py`` among the
-  task's files cannot hijack the bootstrap) in the workspace, in its own session so the whole process group
-  can be killed at once.
-* The bootstrap (``_BOOTSTRAP`` below) asks the kernel to kill it if the tool server dies
-  (``PR_SET_PDEATHSIG``), sets ``RLIMIT_AS`` / ``RLIMIT_CPU`` / ``RLIMIT_FSIZE``, cuts the network (a new
-  network namespace when the kernel allows it, else a guard on the ``socket`` module), reads the code from
-  stdin and runs it as ``__main__`` with the workspace importable, like ``python script.py`` would.
+* A fresh interpreter starts with ``-P`` (nothing prepended to ``sys.path``, so a ``socket.py`` among the
+  task's files cannot hijack the bootstrap) in its own session, with an environment built from a fixed
+  allowlist (``_child_env``): no variable of ours, so no key, reaches it.
+* The bootstrap (``_BOOTSTRAP`` below) joins the call's cgroup (``flowllm.tools.cgroup``: one memory budget and
+  one process cap for the code and all its children), then unshares the mount, PID, IPC, UTS and network
+  namespaces and builds a new root on a tmpfs: the system folders and the Python install read-only, the
+  workspace read-write at its own path, a private size-capped ``/tmp`` (``HOME`` lives there) and a minimal
+  ``/dev``. The run directory, the dataset, the project and other tasks are simply not there.
+* It forks: the child is the first process of the new PID namespace (when it dies, the kernel kills all the
+  code started, double-forked ``setsid`` daemons included), mounts its own ``/proc`` (so no other process's
+  ``environ`` is visible), ``chroot``s, drops to an unprivileged uid of this server's own (``sandbox_uid``),
+  sets ``PR_SET_NO_NEW_PRIVS``, ``PR_SET_PDEATHSIG``, ``RLIMIT_AS`` / ``CPU`` / ``FSIZE`` / ``NPROC``, reads the
+  code from stdin and runs it as ``__main__`` with the workspace importable, like ``python script.py`` would.
 * The parent reads stdout and stderr as they come, keeping the first and last part of each stream and only
-  counting the middle, so a 50 MB print costs no memory; after the wall-clock timeout it kills the group.
-* Whatever happens (normal exit, timeout, the caller cancelled), the process group is killed before
-  ``run_python_code`` returns, so background children the code started do not outlive the call.
+  counting the middle, so a 50 MB print costs no memory; it watches the workspace's size (``RLIMIT_FSIZE``
+  bounds one file, not how many); after the wall-clock timeout it kills the session and the cgroup.
+* Whatever happens (normal exit, timeout, the caller cancelled), everything is killed and the cgroup removed
+  before ``run_python_code`` returns.
+
+Where a part cannot be had (not root: no privilege drop and no private filesystem; no writable cgroup: limits
+per process only), the bootstrap falls back to what works (an unprivileged user namespace for the network, a
+socket guard at worst) and reports the gaps (``SandboxResult.gaps``, worded in ``GAP_TEXT``);
+``Isolation.REQUIRED`` makes it refuse to run the code instead.
 
 The child's environment is minimal and fixed (``PYTHONHASHSEED=0``, one BLAS thread, a private ``HOME``) so
 the same code prints the same thing in every run, and the workspace's absolute path is scrubbed from the
@@ -26,21 +36,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import json
 import os
 import signal
 import sys
 import tempfile
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowllm.tools import cgroup
 from flowllm.tools.common import scrub_workspace, workspace_spellings
 
 SCRIPT_NAME = "<run_python>"
+UID_BASE = 1_000_000  # sandbox uids are UID_BASE + the tool server's pid: far above any real account
+SANDBOX_HOME = "/tmp/.home"
+REFUSED_EXIT = 126  # the bootstrap's exit status when isolation is required and missing
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # Runs inside the child before the user's code. Kept free of flowllm imports: the child must not need them.
+# Its one argument is a JSON object (see ``_bootstrap_config``); what isolation it achieved goes, as JSON, to
+# the pipe whose fd is CFG["report"].
 _BOOTSTRAP = r"""
-import os, sys
+import json, os, sys
+
+CFG = json.loads(sys.argv[1])
+NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+REPORT = {"gaps": []}
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+def _check(rc, what):
+    if rc != 0:
+        import ctypes
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+def _mount(src, target, fstype, flags, data=None):
+    enc = lambda v: v.encode() if v is not None else None
+    _check(_libc().mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 def _limit(kind, value):
     import resource
@@ -52,25 +93,20 @@ def _limit(kind, value):
     except (ValueError, OSError):
         pass
 
-def _isolate_network():
-    if sys.platform.startswith("linux"):
+def _pdeathsig():
+    import signal
+    _libc().prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the process that started us
+
+def _join_cgroup():
+    for procs in CFG["cgroup_procs"]:
         try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(0x40000000) == 0:  # CLONE_NEWNET: works as root
-                return
-            uid, gid = os.getuid(), os.getgid()
-            if libc.unshare(0x10000000 | 0x40000000) == 0:  # CLONE_NEWUSER too: works unprivileged
-                maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
-                for name, text in maps:
-                    try:
-                        with open(f"/proc/self/{name}", "w") as fh:
-                            fh.write(text)
-                    except OSError:
-                        pass
-                return
-        except Exception:
-            pass
+            with open(procs, "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:
+            REPORT["gaps"].append("cgroup")
+            return
+
+def _guard_sockets():
     import socket
     def _refuse(*args, **kwargs):
         raise PermissionError("network access is disabled in run_python")
@@ -79,25 +115,145 @@ def _isolate_network():
     socket.getaddrinfo = _refuse
     socket.create_connection = _refuse
 
-def _setup():
-    mem_mb, cpu_s, fsize_mb, allow_net, parent = (int(a) for a in sys.argv[1:6])
-    if sys.platform.startswith("linux"):
+def _unprivileged_network():
+    # Not root: a user namespace of our own lets us cut the network (and nothing else).
+    uid, gid = os.getuid(), os.getgid()
+    if _libc().unshare(NEWUSER | NEWNET) == 0:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            try:
+                with open(f"/proc/self/{name}", "w") as fh:
+                    fh.write(text)
+            except OSError:
+                pass
+        return True
+    return False
+
+def _build_root():
+    # As root: a private mount namespace whose root is a fresh tmpfs holding only the system folders and the
+    # Python install (read-only), the workspace (read-write), a private /tmp and a minimal /dev.
+    flags = NEWNS | NEWPID | NEWIPC | NEWUTS | (0 if CFG["allow_network"] else NEWNET)
+    _check(_libc().unshare(flags), "unshare")
+    _mount(None, "/", None, REC | PRIVATE)
+    sources = {}
+    for path in CFG["ro_paths"]:
+        if os.path.exists(path):
+            sources[path] = (os.open(path, os.O_PATH), True)
+    sources[CFG["workspace"]] = (os.open(CFG["workspace"], os.O_PATH | os.O_DIRECTORY), False)
+    devices = [d for d in ("null", "zero", "full", "random", "urandom") if os.path.exists(f"/dev/{d}")]
+    for dev in devices:
+        sources[f"/dev/{dev}"] = (os.open(f"/dev/{dev}", os.O_PATH), False)
+    root = CFG["new_root"]
+    _mount("tmpfs", root, "tmpfs", NOSUID | NODEV, "size=1m,mode=0755")
+    for sub in ("proc", "dev", "tmp"):
+        os.makedirs(root + "/" + sub, exist_ok=True)
+    _mount("tmpfs", root + "/tmp", "tmpfs", NOSUID | NODEV, f"size={CFG['tmp_mb']}m,mode=1777")
+    os.makedirs(root + "/dev/shm", exist_ok=True)
+    _mount("tmpfs", root + "/dev/shm", "tmpfs", NOSUID | NODEV, f"size={CFG['tmp_mb']}m,mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    for path in sorted(sources):
+        fd, read_only = sources[path]
+        target = root + path
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        _mount(f"/proc/self/fd/{fd}", target, None, BIND | REC)
+        if read_only:
+            _mount(None, target, None, BIND | REMOUNT | RDONLY | NOSUID | NODEV)
+        os.close(fd)
+    os.makedirs(root + CFG["home"], exist_ok=True)
+    os.chmod(root + CFG["home"], 0o777)
+
+def _drop_privileges():
+    uid = CFG["uid"]
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    _libc().prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binary gives root back
+
+def _wait_and_mirror(pid):
+    # The outer process waits for the namespace's first process and leaves the way it did.
+    import resource, signal
+    os.close(CFG["report"]) if CFG["report"] else None
+    while True:
         try:
-            import ctypes, signal
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
-        if os.getppid() != parent:  # the server died before prctl took effect
-            os._exit(137)
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+def _isolate():
+    if not sys.platform.startswith("linux"):
+        REPORT["gaps"] += ["namespaces", "privileges"]
+        return
+    _pdeathsig()
+    if os.getppid() != CFG["parent"]:  # the server died before prctl took effect
+        os._exit(137)
+    _join_cgroup()
+    if os.getuid() != 0:
+        REPORT["gaps"] += ["privileges", "filesystem", "pid namespace"]
+        if not CFG["allow_network"] and not _unprivileged_network():
+            REPORT["gaps"].append("network namespace")
+            _guard_sockets()
+        return
+    try:
+        _build_root()
+    except OSError as exc:
+        REPORT["gaps"] += ["filesystem", "pid namespace"]
+        REPORT["error"] = str(exc)
+        if not CFG["allow_network"] and _libc().unshare(NEWNET) != 0:
+            REPORT["gaps"].append("network namespace")
+            _guard_sockets()
+        if CFG["python_traversable"]:
+            _drop_privileges()
+            _pdeathsig()
+        else:
+            REPORT["gaps"].append("privileges")
+        return
+    pid = os.fork()
+    if pid:
+        _wait_and_mirror(pid)
+    # The first process of the new PID namespace: when it dies, the kernel kills everything the code started.
+    _mount("proc", CFG["new_root"] + "/proc", "proc", NOSUID | NODEV | NOEXEC)
+    _mount(None, CFG["new_root"], None, REMOUNT | RDONLY | NOSUID | NODEV)
+    os.chroot(CFG["new_root"])
+    _drop_privileges()
+    _pdeathsig()  # a change of credentials clears it
+
+def _setup():
+    _isolate()
+    os.chdir(CFG["workspace"])
     import resource
-    if mem_mb > 0:
-        _limit(resource.RLIMIT_AS, mem_mb * 1024 * 1024)
-    if cpu_s > 0:
-        _limit(resource.RLIMIT_CPU, cpu_s)
-    if fsize_mb > 0:
-        _limit(resource.RLIMIT_FSIZE, fsize_mb * 1024 * 1024)
-    if not allow_net:
-        _isolate_network()
+    if CFG["memory_mb"] > 0:
+        _limit(resource.RLIMIT_AS, CFG["memory_mb"] * 1024 * 1024)
+    if CFG["cpu_s"] > 0:
+        _limit(resource.RLIMIT_CPU, CFG["cpu_s"])
+    if CFG["fsize_mb"] > 0:
+        _limit(resource.RLIMIT_FSIZE, CFG["fsize_mb"] * 1024 * 1024)
+    if CFG["max_processes"] > 0 and os.getuid() != 0:  # root is exempt from the cap, so it means nothing there
+        _limit(resource.RLIMIT_NPROC, CFG["max_processes"])
+    _limit(resource.RLIMIT_CORE, 0)
+    if CFG["report"]:
+        REPORT["uid"] = os.getuid()
+        try:
+            os.write(CFG["report"], json.dumps(REPORT).encode())
+        finally:
+            os.close(CFG["report"])
+    if CFG["required"] and REPORT["gaps"]:
+        missing = ", ".join(REPORT["gaps"])
+        sys.stderr.write(f"run_python refuses to run without full isolation; missing: {missing}\n")
+        os._exit(126)
 
 def _main():
     _setup()
@@ -126,14 +282,35 @@ _main()
 """
 
 
+class Isolation(enum.Enum):
+    """How hard ``run_python`` insists on its isolation."""
+
+    BEST = "best"  # isolate as far as this machine allows; say once what is missing
+    REQUIRED = "required"  # refuse to run code when any part is missing
+
+
+# The gaps a fallback leaves open, in words a user can act on (the keys are what the bootstrap reports).
+GAP_TEXT = {
+    "privileges": "the code runs as the same user as flowllm (it can read what flowllm can, /proc included)",
+    "filesystem": "the code sees the whole filesystem (run directory, dataset, project)",
+    "pid namespace": "the code sees and can signal other processes of its user",
+    "network namespace": "the network is cut only by a guard on Python's socket module",
+    "cgroup": "memory and process limits hold per process, not for the code and its children together",
+    "namespaces": "no namespaces outside Linux",
+}
+
+
 @dataclass
 class SandboxLimits:
     """Limits of one ``run_python`` call; ``0`` switches a resource limit off."""
 
     timeout_s: float = 30.0
-    memory_mb: int = 2048
-    max_file_mb: int = 512
+    memory_mb: int = 2048  # per process (RLIMIT_AS) and, where a cgroup can be made, for all of them together
+    max_file_mb: int = 512  # largest single file (RLIMIT_FSIZE); also the private /tmp's size
+    max_workspace_mb: int = 1024  # what the workspace may grow to during a call before the code is stopped
+    max_processes: int = 64  # processes and threads of the code together
     allow_network: bool = False
+    isolation: Isolation = Isolation.BEST
     # How much of each stream is kept: the first two thirds and the last third of this many bytes.
     max_stdout_chars: int = 20000
     max_stderr_chars: int = 8000
@@ -185,6 +362,9 @@ class SandboxResult:
     stdout_cut: int = 0
     stderr_cut: int = 0
     limits: SandboxLimits = field(default_factory=SandboxLimits)
+    workspace_exceeded: bool = False
+    # What the bootstrap could not set up on this machine (keys of GAP_TEXT); None if it did not say.
+    gaps: list[str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -206,6 +386,11 @@ class SandboxResult:
 
     def _status(self) -> str:
         lim = self.limits
+        if self.workspace_exceeded:
+            return (
+                f"[stopped: the task folder grew past {lim.max_workspace_mb} MB; "
+                "delete what is not needed or write less]"
+            )
         if self.timed_out:
             return (
                 f"[timed out: the code was still running after {lim.timeout_s:g} s and was stopped; "
@@ -214,10 +399,14 @@ class SandboxResult:
         code = self.exit_code
         if code is None or code == 0:
             return ""
+        if code == REFUSED_EXIT and self.gaps:
+            return "[not run: the sandbox's isolation is required but missing here: " + ", ".join(self.gaps) + "]"
         if code < 0:
             sig = -code
             if sig == signal.SIGXCPU:
                 return f"[stopped: the CPU time limit ({_cpu_seconds(lim)} s) was reached]"
+            if sig == signal.SIGXFSZ:
+                return f"[stopped: a file reached the size limit of {lim.max_file_mb} MB]"
             if sig == signal.SIGKILL and lim.memory_mb:
                 return f"[killed (signal SIGKILL): possibly over the memory limit of {lim.memory_mb} MB]"
             try:
@@ -236,8 +425,9 @@ def _cpu_seconds(limits: SandboxLimits) -> int:
 
 
 def _child_env(home: str) -> dict[str, str]:
+    """The code's whole environment: a fixed allowlist, never a copy of ours (no key or token can pass)."""
     return {
-        "PATH": os.environ.get("PATH", os.defpath),
+        "PATH": _SAFE_PATH,
         "HOME": home,
         "XDG_CACHE_HOME": os.path.join(home, ".cache"),
         "MPLCONFIGDIR": os.path.join(home, ".matplotlib"),
@@ -287,20 +477,146 @@ async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
         capture.feed(chunk)
 
 
+def sandbox_uid() -> int:
+    """The unprivileged uid this tool server's code runs as (when we are root): one per live server.
+
+    A uid of its own, not ``nobody``: concurrent tasks' code cannot signal, trace or read each other, and the
+    process cap (``RLIMIT_NPROC`` counts per uid) is this server's alone. Pids are unique among live
+    processes, so are these uids; no account needs to exist for them.
+    """
+    return UID_BASE + os.getpid()
+
+
+def _python_paths() -> list[str]:
+    """The folders the interpreter and its packages live in: read-only in the sandbox, everything else hidden."""
+    import site
+    import sysconfig
+
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with contextlib.suppress(KeyError):
+            paths.add(sysconfig.get_paths()[key])
+    paths.update(site.getsitepackages())
+    found = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)} | set(_SYSTEM_PATHS))
+    # A folder inside another one on the list is already there.
+    kept: list[str] = []
+    for path in found:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _traversable_by_others(path: str) -> bool:
+    """Whether a user with no rights of its own can reach ``path`` (every folder up to it is world-x)."""
+    current = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(current).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(current)
+        if parent == current:
+            return True
+        current = parent
+
+
+def _own_workspace(workspace: Path, uid: int) -> None:
+    """Give the workspace to the sandbox's uid so the code can write there (and only there)."""
+    os.chown(workspace, uid, uid)
+    for folder, dirs, files in os.walk(workspace):
+        for name in (*dirs, *files):
+            with contextlib.suppress(OSError):
+                os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+    os.chmod(workspace, 0o700)
+
+
+def _tree_size(root: Path, cap: int) -> int:
+    """Bytes under ``root``, stopping early once past ``cap``."""
+    total = 0
+    stack = [str(root)]
+    while stack and total <= cap:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+    return total
+
+
+async def _watch_workspace(workspace: Path, limit_mb: int, on_exceeded: Callable[[], None]) -> None:
+    """Stop the code when the workspace grows past its cap (RLIMIT_FSIZE bounds one file, not how many)."""
+    cap = limit_mb * 1024 * 1024
+    while True:
+        await asyncio.sleep(0.2)
+        if await asyncio.to_thread(_tree_size, workspace, cap) > cap:
+            on_exceeded()
+            return
+
+
+def _new_home() -> str:
+    """A private HOME for a run that cannot have one in its own /tmp; stale ones of dead servers are removed."""
+    base = tempfile.gettempdir()
+    prefix = "flowllm-sandbox-home-"
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(base):
+            owner = entry.name[len(prefix) :].split("-", 1)[0] if entry.name.startswith(prefix) else ""
+            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                _remove_tree(entry.path)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def _bootstrap_config(
+    limits: SandboxLimits, workspace: Path, home: str, cgroup_procs: list[str], report_fd: int
+) -> str:
+    return json.dumps(
+        {
+            "memory_mb": limits.memory_mb,
+            "cpu_s": _cpu_seconds(limits),
+            "fsize_mb": limits.max_file_mb,
+            "max_processes": limits.max_processes,
+            "allow_network": limits.allow_network,
+            "required": limits.isolation is Isolation.REQUIRED,
+            "parent": os.getpid(),
+            "workspace": str(workspace),
+            "home": home,
+            "uid": sandbox_uid(),
+            "ro_paths": _python_paths(),
+            "new_root": tempfile.gettempdir(),
+            "tmp_mb": max(16, min(limits.max_file_mb or 256, 1024)),
+            "cgroup_procs": cgroup_procs,
+            "python_traversable": all(_traversable_by_others(p) for p in (sys.prefix, sys.base_prefix)),
+            "report": report_fd,
+        }
+    )
+
+
 async def run_python_code(
     code: str, workspace: Path, limits: SandboxLimits | None = None, *, home: str | None = None
 ) -> SandboxResult:
     """Run ``code`` with ``workspace`` as the working directory under ``limits``.
 
     Never raises for problems of the code itself (syntax errors, exceptions, timeouts, limits): those are in
-    the result. ``asyncio.CancelledError`` propagates after the child's process group has been killed.
+    the result. ``asyncio.CancelledError`` propagates after every process the code started has been killed.
     """
     limits = limits or SandboxLimits()
     workspace = workspace.resolve()
+    as_root = hasattr(os, "getuid") and os.getuid() == 0
     own_home = None
     if home is None:
-        own_home = tempfile.mkdtemp(prefix="flowllm-sandbox-home-")
-        home = own_home
+        if as_root:
+            home = SANDBOX_HOME  # inside the sandbox's private /tmp: nothing to clean up on the host
+        else:
+            own_home = home = _new_home()
+    group = None
+    if sys.platform.startswith("linux"):
+        name = f"{time.monotonic_ns()}"
+        group = await asyncio.to_thread(cgroup.create, name, limits.memory_mb * 1024 * 1024, limits.max_processes + 8)
+    if as_root:
+        await asyncio.to_thread(_own_workspace, workspace, sandbox_uid())
+    report_read, report_write = os.pipe()
     args = [
         sys.executable,
         "-P",
@@ -308,25 +624,40 @@ async def run_python_code(
         "utf8",
         "-c",
         _BOOTSTRAP,
-        str(limits.memory_mb),
-        str(_cpu_seconds(limits)),
-        str(limits.max_file_mb),
-        "1" if limits.allow_network else "0",
-        str(os.getpid()),
+        _bootstrap_config(limits, workspace, home, group.procs_files if group else [], report_write),
     ]
     out, err = _Capture(limits.max_stdout_chars), _Capture(limits.max_stderr_chars)
     timed_out = False
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        cwd=str(workspace),
-        env=_child_env(home),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
+    exceeded = False
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            cwd=str(workspace),
+            env=_child_env(home),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(report_write,),
+        )
+    except BaseException:
+        os.close(report_read)
+        os.close(report_write)
+        if group is not None:
+            await asyncio.to_thread(group.remove)
+        raise
+    os.close(report_write)
+
+    def stop_for_size() -> None:
+        nonlocal exceeded
+        exceeded = True
+        _kill_all(proc.pid, group)
+
+    watcher = None
     try:
         pumps = asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
+        if limits.max_workspace_mb > 0:
+            watcher = asyncio.create_task(_watch_workspace(workspace, limits.max_workspace_mb, stop_for_size))
         try:
             assert proc.stdin is not None
             proc.stdin.write(code.encode("utf-8", errors="surrogatepass"))
@@ -334,9 +665,9 @@ async def run_python_code(
                 await proc.stdin.drain()
             proc.stdin.close()
             timed_out = not await _wait_exit(proc, limits.timeout_s)
-            # Kill the group in every case: the code may have left background children holding our pipes.
-            _kill_group(proc.pid)
-            # The group is dead, so the pipes reach EOF unless a grandchild escaped into its own session.
+            # Kill everything in every case: the code may have left background children holding our pipes.
+            _kill_all(proc.pid, group)
+            # All are dead, so the pipes reach EOF unless a grandchild escaped (no cgroup, no PID namespace).
             try:
                 await asyncio.wait_for(asyncio.shield(pumps), timeout=2.0)
             except TimeoutError:
@@ -346,27 +677,76 @@ async def run_python_code(
             pumps.cancel()
             raise
     finally:
+        if watcher is not None:
+            watcher.cancel()
+        _kill_all(proc.pid, group)
         if proc.returncode is None:
-            _kill_group(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        else:
-            _kill_group(proc.pid)
+        if group is not None:
+            await asyncio.shield(asyncio.to_thread(group.remove))
+        gaps = _read_report(report_read)
         if own_home is not None:
             _remove_tree(own_home)
 
     spellings = workspace_spellings(workspace)
     stdout_text, stdout_cut = out.text()
     stderr_text, stderr_cut = err.text()
+    if gaps is not None and group is None and "cgroup" not in gaps and (limits.memory_mb or limits.max_processes):
+        gaps.append("cgroup")
     return SandboxResult(
         stdout=scrub_workspace(stdout_text, spellings),
         stderr=scrub_workspace(stderr_text, spellings),
         exit_code=None if timed_out else proc.returncode,
-        timed_out=timed_out,
+        timed_out=timed_out and not exceeded,
         stdout_cut=stdout_cut,
         stderr_cut=stderr_cut,
         limits=limits,
+        workspace_exceeded=exceeded,
+        gaps=gaps,
     )
+
+
+def _read_report(fd: int) -> list[str] | None:
+    try:
+        os.set_blocking(fd, False)
+        data = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(fd, 65536):
+                data += chunk
+    finally:
+        os.close(fd)
+    try:
+        report = json.loads(data)
+    except ValueError:
+        return None
+    gaps = report.get("gaps") if isinstance(report, dict) else None
+    return [str(g) for g in gaps] if isinstance(gaps, list) else None
+
+
+def _kill_all(pid: int, group: cgroup.Cgroup | None) -> None:
+    """Kill the code's session and, where there is one, its cgroup (which holds the children that left it)."""
+    _kill_group(pid)
+    if group is not None:
+        group.kill()
+
+
+def protect_process() -> None:
+    """Make this process's memory and ``/proc/<pid>/environ`` unreadable to other non-root processes.
+
+    ``PR_SET_DUMPABLE(0)``: a cheap second wall behind the sandbox for the flowllm process, which holds the
+    API keys. Harmless where it is not supported.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def describe_gaps(gaps: list[str]) -> str:
+    """One line for a user: what this machine's sandbox lacks and what that means."""
+    return "; ".join(GAP_TEXT.get(gap, gap) for gap in gaps)
 
 
 def _remove_tree(path: str) -> None:

@@ -26,19 +26,8 @@ from flowllm.errors import ConfigError
 from flowllm.providers.factory import resolve_script
 from flowllm.providers.replay import resolve_run_dir
 from flowllm.tools.audio import AUDIO_BASE_URL_ENV
-from flowllm.tools.search import SearchError, parse_backend, required_env
+from flowllm.tools.search import SearchError, parse_backend
 from flowllm.tools.webcache import CACHE_DIR, CACHE_ENV, CACHE_MODE_ENV, CacheMode
-
-
-def _search_env(backend: str) -> list[str]:
-    try:
-        return required_env(backend)
-    except SearchError:
-        return []  # check_web_tools reports the bad name as one line before the first task
-
-
-def register_resolvers() -> None:
-    OmegaConf.register_new_resolver("flowllm_search_env", _search_env, replace=True)
 
 
 def check_web_tools(cfg: DictConfig) -> None:
@@ -94,6 +83,3 @@ async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]
             await asyncio.to_thread(server.stop)
         if emulator is not None:
             await asyncio.to_thread(emulator.stop)
-
-
-register_resolvers()

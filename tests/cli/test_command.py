@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.cli.command import group_options, help_text, main
+from flowllm.cli.command import main
+from flowllm.cli.listing import group_options, help_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

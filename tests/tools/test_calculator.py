@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from flowllm.tools import calculator
 from flowllm.tools.calculator import CalculationError, calculate
 
 
@@ -54,8 +55,29 @@ def test_answers(expression: str, answer: str) -> None:
         ("", "empty"),
         ("abs(" * 100 + "1" + ")" * 100, "nested too deeply"),
         ("1" * 3000, "longer than 2000 characters"),
+        # Work bounded before it is done (each of these took seconds and tens of MB).
+        ("[[[0]*300]*300]*300", "arithmetic on lists is not supported"),
+        ("-[1, 2]", "arithmetic on lists is not supported"),
+        ("round(1, -4*10**6)", "round() takes at most 4,400 digits"),
+        ("comb(100000, 50000)", "more than 14,000 bits"),
+        ("perm(100000, 50000)", "more than 14,000 bits"),
+        ("lcm(" + ", ".join([f"7**4900 + {i}" for i in range(40)]) + ")", "more than 14,000 bits"),
     ],
 )
 def test_refusals_say_why(expression: str, reason: str) -> None:
     with pytest.raises(CalculationError, match=reason.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
         calculate(expression)
+
+
+def test_answers_near_the_bounds_still_come_back() -> None:
+    assert calculate("round(123456, -3)") == "123000"
+    assert calculate("comb(100000, 3)") == "166661666700000"
+    assert calculate("lcm(4, 6, 10)") == "60"
+
+
+def test_the_evaluation_stops_itself_at_its_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The budget is checked between operations, each of them bounded: the work ends when the budget does, in
+    # the calling thread itself, so nothing keeps computing after a caller's timeout.
+    monkeypatch.setattr(calculator, "MAX_SECONDS", -1.0)
+    with pytest.raises(CalculationError, match="took longer than"):
+        calculate("1 + 1")

@@ -120,8 +120,7 @@ async def test_background_children_do_not_outlive_the_call(workspace: Path) -> N
     code = "import subprocess\np = subprocess.Popen(['sleep', '60'])\nprint(p.pid)"
     result = await run_python_code(code, workspace)
     assert result.ok
-    child = int(result.stdout.strip())
-    assert alive({child}) == set()
+    # The printed pid may be one of the sandbox's own PID namespace: look from here instead.
     assert alive(descendants() - before) == set()
 
 

@@ -1,0 +1,81 @@
+"""Where tasks' workspaces live while their code runs: outside the run directory.
+
+A workspace inside ``<run dir>/tasks/<id>/`` put the run's answer-bearing files one ``../`` away from
+model-written code: ``../../../.hydra/config.yaml`` names the dataset, ``../../<other task>/result.json`` can
+be rewritten. So a running task's workspace is ``<tmp>/flowllm-workspaces-<pid>-XXXX/<task folder>`` (the root
+is ``0711``: a sandbox uid can reach its own workspace by path but list nothing), and when the attempt ends the
+workspace moves to ``tasks/<id>/workspace``, where it is kept for reading. Roots of runs that died (their pid
+is gone) are removed when the next run makes its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+PREFIX = "flowllm-workspaces-"
+
+
+def _skip_special(folder: str, names: list[str]) -> list[str]:
+    """Names ``copytree`` must not copy: FIFOs, sockets, devices (the code may make them; copying one blocks)."""
+    skipped = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                skipped.append(name)
+    return skipped
+
+
+def _sweep_stale(base: Path) -> None:
+    with contextlib.suppress(OSError):
+        for entry in base.glob(f"{PREFIX}*"):
+            owner = entry.name[len(PREFIX) :].split("-", 1)[0]
+            if owner.isdigit() and int(owner) != os.getpid() and not Path(f"/proc/{owner}").exists():
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+class WorkspaceRoot:
+    """One run's workspace folder, made on first use and removed by ``close``."""
+
+    def __init__(self, base: Path | None = None) -> None:
+        self.base = Path(base or tempfile.gettempdir())
+        self._root: Path | None = None
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            if Path("/proc/self").exists():
+                _sweep_stale(self.base)
+            self._root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=self.base))
+            os.chmod(self._root, 0o711)
+        return self._root
+
+    def fresh(self, name: str) -> Path:
+        """An empty workspace for the task folder ``name``."""
+        workspace = self.root / name
+        shutil.rmtree(workspace, ignore_errors=True)
+        workspace.mkdir()
+        return workspace
+
+    def keep(self, name: str, target: Path) -> None:
+        """Move the workspace of ``name`` to ``target`` (replacing what is there); nothing to do if it is gone."""
+        source = self.root / name
+        if not source.is_dir():
+            return
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(source, target)
+        except OSError:  # another filesystem: copy (links as links, no FIFOs), then remove
+            shutil.copytree(source, target, symlinks=True, ignore=_skip_special)
+            shutil.rmtree(source, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
