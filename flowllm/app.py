@@ -34,7 +34,7 @@ from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
-from flowllm.tools import open_tool_pool
+from flowllm.tools import load_settings, open_tool_pool
 
 log = logging.getLogger("flowllm")
 
@@ -87,6 +87,7 @@ def prepare(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"provider.emulator_script '{script}' does not exist")
         provider_cfg.emulator_script = str(script)
     check_provider_config(provider_cfg)
+    load_settings(cfg.tools)  # ToolConfigError: a server entry that cannot work, before anything starts
     tasks = load_tasks(
         resolve_path(cfg.dataset.path, "dataset.path"),
         limit=cfg.dataset.limit,
@@ -204,6 +205,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         attempts=cfg.experiment.attempts,
     )
     summary["status"] = "interrupted" if result.interrupted else "finished"
+    summary["tools"] = {"unavailable": dict(sorted(result.tools_unavailable.items()))}
     summary["experiment"] = cfg.experiment.name
     summary["provider"] = cfg.provider.name
     summary["model"] = cfg.provider.model

@@ -13,7 +13,7 @@ from flowllm.core.interfaces import Provider, ToolBackend
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
 from flowllm.engine.runners import NodeObserver
-from flowllm.tools.textproto import describe_tools_for_prompt
+from flowllm.tools.textproto import describe_server_instructions, describe_tools_for_prompt
 
 STOP_NO_TOOL_CALLS = "no_tool_calls"
 STOP_MAX_TURNS = "max_turns"
@@ -64,6 +64,8 @@ def build_system_prompt(base: str, tools: list[ToolSpec], tool_protocol: str) ->
     parts = [base.strip()] if base.strip() else []
     if tools and tool_protocol == "xml":
         parts.append(describe_tools_for_prompt(tools))
+    elif tools and describe_server_instructions(tools):  # native: the schemas go in the request, not these
+        parts.append(describe_server_instructions(tools))
     return [text_block("\n\n".join(parts))] if parts else []
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolResult
@@ -22,7 +21,8 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
     if native:
         blocks = []
         for r in results:
-            content: list[Block] = [{"type": "text", "text": r.content}, *r.images]
+            # The server's order when it mixed text and images; else the text, then the images.
+            content: list[Block] = list(r.parts) or [{"type": "text", "text": r.content}, *r.images]
             blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
     else:
         blocks = [{"type": "text", "text": format_tool_result(r)} for r in results]
@@ -32,14 +32,6 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
         "content": blocks,
         "meta": {"kind": "tool_results", "calls": [{"server": r.server, "tool": r.name} for r in results]},
     }
-
-
-def _takes_state(tools: Any) -> bool:
-    """Whether a backend's ``call`` accepts the task state (the pool does; a sub-agent wrapper does not)."""
-    try:
-        return "state" in inspect.signature(tools.call).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class DispatchTools(Node):
@@ -68,10 +60,10 @@ class DispatchTools(Node):
     ) -> dict[str, Any]:
         tools = ctx.tools
         extra: dict[str, Any] = {}
-        if self.task_state and tools is not None and _takes_state(tools):
-            store = getattr(tools, "task_state", None)
-            if store is not None:
-                extra["state"] = store
+        # ToolBackend.call declares `state`; a backend without a store (task_state None) is passed nothing.
+        store = getattr(tools, "task_state", None) if self.task_state and tools is not None else None
+        if store is not None:
+            extra["state"] = store
 
         async def execute(p: PreparedCall) -> ToolResult:
             c = p.call
