@@ -121,3 +121,20 @@ def test_an_empty_command_on_the_command_line_is_one_line_and_exit_2(tmp_path: P
         "flowllm: error: tools.servers.tool-math: give either a 'command' (a local server over stdio) "
         "or a 'url' (a remote server); the command is empty"
     ]
+
+
+async def test_a_disabled_server_is_warned_about_once_per_run_however_many_tasks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowllm.tools import open_tool_catalog, open_tool_pool
+
+    monkeypatch.delenv("FLOWLLM_NO_SUCH_KEY", raising=False)
+    cfg = {"servers": {"keyed": {"command": "python", "args": ["-c", "pass"], "requires_env": ["FLOWLLM_NO_SUCH_KEY"]}}}
+    with caplog.at_level(logging.WARNING, logger="flowllm.tools.pool"):
+        async with open_tool_catalog(cfg) as catalog:
+            for task in ("a", "b", "c"):  # three tasks of one run
+                (tmp_path / task).mkdir()
+                async with open_tool_pool(cfg, tmp_path / task, catalog=catalog) as pool:
+                    assert "FLOWLLM_NO_SUCH_KEY not set" in pool.unavailable["keyed"]
+    assert caplog.text.count("server 'keyed' is disabled") == 1
+    assert catalog.unavailable == {"keyed": pool.unavailable["keyed"]}
