@@ -47,7 +47,7 @@ from flowllm.scoring.judge import judge_template
 from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
-from flowllm.tools import open_tool_pool
+from flowllm.tools import load_settings, open_tool_pool
 from flowllm.tools.sandbox import protect_process
 from flowllm.tools.webconf import check_web_tools, web_tools
 
@@ -158,6 +158,8 @@ def prepare_parts(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
     if provider_cfg is not None:
         problems.check(lambda: check_provider_config(provider_cfg))
     problems.check(lambda: check_web_tools(cfg))
+    # ToolConfigError: a server entry that cannot work, before anything starts.
+    problems.check(lambda: load_settings(cfg.tools))
     tasks = problems.check(
         lambda: load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
     )
@@ -364,6 +366,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         attempts=cfg.experiment.attempts,
     )
     summary["status"] = "interrupted" if result.interrupted else "finished"
+    summary["tools"] = {"unavailable": dict(sorted(result.tools_unavailable.items()))}
     summary["experiment"] = cfg.experiment.name
     summary["provider"] = cfg.provider.name
     summary["model"] = cfg.provider.model

@@ -15,7 +15,7 @@ from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, t
 from flowllm.engine import Pipeline, Runner, TurnContext
 from flowllm.engine.runners import NodeObserver
 from flowllm.rundir.layout import subagent_scope
-from flowllm.tools.textproto import describe_tools_for_prompt
+from flowllm.tools.textproto import describe_server_instructions, describe_tools_for_prompt
 
 STOP_NO_TOOL_CALLS = "no_tool_calls"
 STOP_MAX_TURNS = "max_turns"
@@ -60,6 +60,8 @@ def build_system_prompt(base: str, tools: list[ToolSpec], tool_protocol: str) ->
     parts = [base.strip()] if base.strip() else []
     if tools and tool_protocol == "xml":
         parts.append(describe_tools_for_prompt(tools))
+    elif tools and describe_server_instructions(tools):  # native: the schemas go in the request, not these
+        parts.append(describe_server_instructions(tools))
     return [text_block("\n\n".join(parts))] if parts else []
 
 

@@ -17,6 +17,7 @@ from flowllm.core.types import ToolResult, ToolSpec, Usage
 
 if TYPE_CHECKING:
     from flowllm.agent.loop import AgentResult
+    from flowllm.tools.state import TaskState
 
 SUBAGENT_PREFIX = "agent-"
 SUBTASK_TOOL = "execute_subtask"
@@ -72,12 +73,23 @@ class FilteredTools:
     async def list_tools(self) -> list[ToolSpec]:
         return [t for t in await self.inner.list_tools() if self._allowed(t["server"])]
 
+    @property
+    def task_state(self) -> TaskState | None:
+        return self.inner.task_state if self.inner is not None else None
+
     async def call(
-        self, server: str | None, name: str, arguments: dict[str, Any], *, call_id: str, timeout_s: float
+        self,
+        server: str | None,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str,
+        timeout_s: float,
+        state: TaskState | None = None,
     ) -> ToolResult:
         if server is not None and not self._allowed(server):
             return ToolResult(call_id, server, name, f"Error: server '{server}' is not available to this agent", True)
-        return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s)
+        return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
 
     async def aclose(self) -> None:  # the parent owns the pool
         return None
@@ -105,8 +117,19 @@ class SubAgentTools:
             return next(iter(self.specs.values()))
         return None
 
+    @property
+    def task_state(self) -> TaskState | None:
+        return self.inner.task_state if self.inner is not None else None
+
     async def call(
-        self, server: str | None, name: str, arguments: dict[str, Any], *, call_id: str, timeout_s: float
+        self,
+        server: str | None,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str,
+        timeout_s: float,
+        state: TaskState | None = None,
     ) -> ToolResult:
         spec = self._spec_for(server, name)
         if spec is None:
@@ -115,7 +138,7 @@ class SubAgentTools:
                 return ToolResult(call_id, server, name, f"Error: unknown agent '{server}'. Agents: {known}", True)
             if self.inner is None:
                 return ToolResult(call_id, server, name, "Error: no tools are available", True)
-            return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s)
+            return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
         subtask = arguments.get("subtask")
         if name != SUBTASK_TOOL or not isinstance(subtask, str) or not subtask.strip():
             return ToolResult(

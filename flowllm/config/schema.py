@@ -199,13 +199,23 @@ class PipelineConfig:
 
 @dataclass
 class ToolServerConfig:
-    command: str = MISSING
+    """One MCP server (flowllm/tools/settings.py reads it; unknown keys are refused there)."""
+
+    command: str | None = None  # a local server over stdio...
+    url: str | None = None  # ...or a remote one: streamable HTTP, or SSE with transport: sse
+    transport: str | None = None  # stdio | streamable_http | sse; default: stdio with a command, else HTTP
+    # HTTP header -> the environment variable holding its value (keys never live in config files).
+    headers: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # the server's working directory; ${workspace} (also in args, env) is the task folder
     timeout_s: float = 60.0
     blacklist: list[str] = field(default_factory=list)
     # Tools that need a key are optional: a missing variable disables the server with a warning.
     requires_env: list[str] = field(default_factory=list)
+    scope: str | None = None  # task | run; default: tools.scope
+    # Re-run a call after the server crashed mid-call even when the tool is not annotated idempotent.
+    retry_on_crash: bool = False
 
 
 @dataclass
@@ -229,16 +239,20 @@ class AudioToolConfig:
 @dataclass
 class ToolsConfig:
     name: str = MISSING
-    servers: dict[str, ToolServerConfig] = field(default_factory=dict)
+    # Entries follow ToolServerConfig, checked by flowllm/tools/settings.py (one line per mistake). Typed Any so
+    # that `+tools.servers.NAME={url: ...}` can add a server: OmegaConf refuses a dict for a dataclass value.
+    servers: dict[str, Any] = field(default_factory=dict)
     call_timeout_s: float = 60.0
     max_result_chars: int = 20000
-    scope: str = "task"  # task | run: how long a server process lives
+    scope: str = "task"  # task | run: how long a server process lives (a server's own scope wins)
     # Hand the per-task key-value store (flowllm/tools/state.py) to tools that ask for it.
     task_state: bool = False
     search: SearchToolConfig = field(default_factory=SearchToolConfig)
     audio: AudioToolConfig = field(default_factory=AudioToolConfig)
     # Start the loopback web fixture server (flowllm/emulator/web.py) for the run's *.web.test pages.
     web_fixtures: bool = False
+    # A server's `instructions` join the tool manual, cut to this many characters (0: left out).
+    instructions_max_chars: int = 2000
 
 
 @dataclass

@@ -8,9 +8,12 @@ node may rely on; ``flowllm.providers`` and ``flowllm.tools`` implement them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from flowllm.tools.state import TaskState
 
 WireProtocol = Literal["anthropic", "openai_chat", "openai_responses"]
 ToolProtocol = Literal["xml", "native"]
@@ -61,7 +64,22 @@ class ToolBackend(Protocol):
     async def list_tools(self) -> list[ToolSpec]: ...
 
     async def call(
-        self, server: str | None, name: str, arguments: dict[str, Any], *, call_id: str, timeout_s: float
-    ) -> ToolResult: ...
+        self,
+        server: str | None,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str,
+        timeout_s: float,
+        state: TaskState | None = None,
+    ) -> ToolResult:
+        """``state``: the task's key-value store, passed by dispatch when ``tools.task_state`` is on; a backend
+        hands it to the tools that ask for it (or ignores it)."""
+        ...
+
+    @property
+    def task_state(self) -> TaskState | None:
+        """The task's store for dispatch to pass back into ``call`` (None: this backend keeps none)."""
+        ...
 
     async def aclose(self) -> None: ...

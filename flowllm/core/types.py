@@ -68,6 +68,8 @@ class ToolSpec(TypedDict):
     input_schema: dict[str, Any]
     # Set by mark_cache on the last tool (Anthropic's tool-definitions breakpoint), for the native protocol.
     cache_control: NotRequired[dict[str, Any]]
+    # The server's `instructions` (capped), on the first tool of each server: part of the tool manual.
+    server_instructions: NotRequired[str]
 
 
 def text_block(text: str) -> Block:
@@ -192,9 +194,17 @@ class ToolResult:
     content: str
     is_error: bool = False
     images: list[Block] = field(default_factory=list)
+    # The result's text and image blocks in the server's order, when it mixed them (else empty: content, images).
+    parts: list[Block] = field(default_factory=list)
+    structured: Any = None  # the tool's structuredContent, kept as sent
+    progress: list[dict[str, Any]] = field(default_factory=list)  # the server's progress notifications
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for key in ("parts", "structured", "progress"):  # absent when unused: older records stay as they were
+            if not data[key]:
+                del data[key]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolResult:

@@ -7,6 +7,7 @@ Layout under the run directory:
     tasks/<task_id>/turn_<NNN>/<NN>_<node>/meta.json     start, duration, status, error and traceback
     tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...  a sub-agent's turns
     tasks/<task_id>/result.json
+    blobs/<sha256>.<ext>                                  media, once per run (engine/blobs.py)
     summary.json
 
 Serialisation (orjson) happens on the caller's thread, at once, so later mutation cannot change what was
@@ -34,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from flowllm.engine.blobs import BlobStore
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
 from flowllm.errors import RunError
@@ -255,6 +257,8 @@ class Recorder:
         self.snapshot = snapshot
         self.redactor = Redactor(secrets)
         self._writer = _Writer(self._tasks_root)
+        # Media once per run, content-addressed (flowllm/engine/blobs.py); records hold references.
+        self.blobs = BlobStore(self.run_dir, lambda folder, name, raw: self._writer.put([(folder, name, raw)]))
         self._closed = False
         self._lock = threading.Lock()
         # snapshot=errors keeps a task's node records in memory until we know whether the task failed.
@@ -308,6 +312,12 @@ class Recorder:
             raise RuntimeError("the recorder is closed")
         self._writer.put(files)
 
+    def _dumps(self, value: Any, *, scrub_fields: bool = True) -> bytes:
+        data = self.redactor.dumps(value, scrub_fields=scrub_fields)
+        if b'"media_type"' in data and b'"data"' in data:  # inline media: stored once, referenced here
+            data = self.redactor.dumps(self.blobs.externalize(value), scrub_fields=scrub_fields)
+        return data
+
     def on_node(
         self,
         ctx: TurnContext,
@@ -319,7 +329,7 @@ class Recorder:
         if self.snapshot == "none":
             return
         folder = self._node_folder(ctx.task_id, ctx.turn, node, ctx.scope)
-        dumps = self.redactor.dumps
+        dumps = self._dumps
         files: list[_Write] = [(folder, INPUT_FILE, dumps(dict(inputs)))]
         if outputs is not None:
             files.append((folder, OUTPUT_FILE, dumps(dict(outputs))))

@@ -20,9 +20,9 @@ turn folders are kept under ``tasks/<id>/attempts/<n>/``; the task's own folder 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -44,7 +44,7 @@ from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
-from flowllm.tools import ToolCatalog, discover_tools, open_tool_pool
+from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +274,7 @@ class RunResult:
     outcomes: list[TaskOutcome]  # dataset order; tasks that never finished are absent
     interrupted: bool
     resumed: int  # tasks skipped because an earlier run completed them
+    tools_unavailable: dict[str, str] = field(default_factory=dict)  # server -> why (disabled, failed to start)
 
 
 class Experiment:
@@ -492,11 +493,11 @@ class Experiment:
             return self.open_tools(self.tools_cfg, workspace, catalog=self.tools_catalog)
         return self.open_tools(self.tools_cfg, workspace)
 
-    async def _discover_tools(self) -> None:
-        if self.open_tools is not open_tool_pool or self.tools_catalog is not None:
-            return  # the catalog may come from preflight, which started every server already
-        with tempfile.TemporaryDirectory(prefix="flowllm-tools-") as scratch:
-            self.tools_catalog = await discover_tools(self.tools_cfg, Path(scratch))
+    async def _discover_tools(self, stack: contextlib.AsyncExitStack) -> None:
+        """Check the servers once for the run; the run-scoped ones stay connected until ``stack`` closes."""
+        if self.open_tools is not open_tool_pool:
+            return
+        self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools_cfg))
 
     async def run(self, tasks: list[Task]) -> RunResult:
         """Run every task not completed before; outcomes come back in dataset order."""
@@ -521,8 +522,9 @@ class Experiment:
             async with asyncio.TaskGroup() as group:
                 for task in rescore:
                     group.create_task(again(task))
+        tools_stack = contextlib.AsyncExitStack()
         if todo:
-            await self._discover_tools()
+            await self._discover_tools(tools_stack)
         if self.progress:
             self.progress.start(total=len(tasks), already=list(outcomes.values()))
         semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent))
@@ -550,10 +552,12 @@ class Experiment:
         finally:
             if self.progress:
                 self.progress.stop()
+            await tools_stack.aclose()
             await asyncio.to_thread(self.recorder.flush)
             await asyncio.to_thread(self.workspaces.close)
         ordered = [outcomes[t.task_id] for t in tasks if t.task_id in outcomes]
-        return RunResult(ordered, interrupted or self.stop_reason is not None, resumed)
+        unavailable = dict(self.tools_catalog.unavailable) if self.tools_catalog is not None else {}
+        return RunResult(ordered, interrupted or self.stop_reason is not None, resumed, tools_unavailable=unavailable)
 
 
 def _describe(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.engine.blobs import describe_blob
 from flowllm.inspect.artifacts import (
     ARTIFACT_FILES,
     MAIN_AGENT,
@@ -159,6 +160,8 @@ def turn_view(turn: TurnRecord, agent: str = MAIN_AGENT) -> TurnView:
         result = results.get(call.id)
         if result is not None:
             call.result = str(result.get("content", ""))
+            media = [describe_blob(i) for i in result.get("images") or [] if isinstance(i, dict)]
+            call.result = "\n".join(t for t in (call.result, *media) if t)  # [image 64x64 png, blobs/ab12...]
             call.result_error = bool(result.get("is_error"))
     for bad in outs.get("bad_tool_calls") or []:
         if isinstance(bad, dict):

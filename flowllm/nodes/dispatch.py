@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +23,12 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
     if native:
         blocks = []
         for r in results:
-            content: list[Block] = [{"type": "text", "text": frame_native_result(r.content)}, *r.images]
+            # The server's order when it mixed text and images (each text part framed as data); else the text,
+            # then the images.
+            content: list[Block] = [
+                {**part, "text": frame_native_result(part["text"])} if part.get("type") == "text" else part
+                for part in r.parts
+            ] or [{"type": "text", "text": frame_native_result(r.content)}, *r.images]
             blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
     else:
         blocks = [
@@ -37,14 +41,6 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
         "content": blocks,
         "meta": {"kind": "tool_results", "calls": [{"server": r.server, "tool": r.name} for r in results]},
     }
-
-
-def _takes_state(tools: Any) -> bool:
-    """Whether a backend's ``call`` accepts the task state (the pool does; a sub-agent wrapper does not)."""
-    try:
-        return "state" in inspect.signature(tools.call).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class DispatchTools(Node):
@@ -73,10 +69,10 @@ class DispatchTools(Node):
     ) -> dict[str, Any]:
         tools = ctx.tools
         extra: dict[str, Any] = {}
-        if self.task_state and tools is not None and _takes_state(tools):
-            store = getattr(tools, "task_state", None)
-            if store is not None:
-                extra["state"] = store
+        # ToolBackend.call declares `state`; a backend without a store (task_state None) is passed nothing.
+        store = getattr(tools, "task_state", None) if self.task_state and tools is not None else None
+        if store is not None:
+            extra["state"] = store
 
         async def execute(p: PreparedCall) -> ToolResult:
             c = p.call

@@ -1,9 +1,15 @@
-"""Tools over MCP: the built-in servers and the per-task pool (DESIGN.md section 5).
+"""Tools over MCP: the built-in servers and the per-run catalog and the per-task pool.
 
 Public API (imported lazily, so that ``python -m flowllm.tools.python`` and the other servers start without
 loading the pool's dependencies):
 
-* ``open_tool_pool(cfg, workspace)``: async context manager yielding a ``ToolPool`` (a ``ToolBackend``).
+* ``open_tool_catalog(cfg)``: once per run: checks every server, keeps the ``scope: run`` ones connected.
+* ``open_tool_pool(cfg, workspace, catalog=...)``: async context manager yielding a ``ToolPool`` (a
+  ``ToolBackend``) for one task.
+
+Modules, one job each: ``settings`` (the config, checked), ``connection`` (one server's session, restarts, the
+client side of the protocol), ``routing`` (which server answers, argument checks), ``results`` (MCP content
+to flowllm results), ``pool`` (the run's catalog and the task's pool).
 * ``ToolPool``: ``list_tools()``, ``call(server, name, arguments, *, call_id, timeout_s)``, ``aclose()``.
 * ``format_tool_result(result)`` and ``describe_tools_for_prompt(tools)``: the text protocol.
 * ``validate_arguments(arguments, schema)``: the JSON Schema subset check the pool applies.
@@ -18,15 +24,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flowllm.tools.pool import (
-        PoolSettings,
-        ServerSpec,
-        ToolCatalog,
-        ToolPool,
-        discover_tools,
-        load_settings,
-        open_tool_pool,
-    )
+    from flowllm.tools.pool import ToolCatalog, ToolPool, discover_tools, open_tool_catalog, open_tool_pool
+    from flowllm.tools.settings import PoolSettings, ServerSpec, load_settings
     from flowllm.tools.textproto import describe_tools_for_prompt, format_tool_result
     from flowllm.tools.validation import validate_arguments
 
@@ -35,9 +34,10 @@ _EXPORTS = {
     "open_tool_pool": "flowllm.tools.pool",
     "discover_tools": "flowllm.tools.pool",
     "ToolCatalog": "flowllm.tools.pool",
-    "load_settings": "flowllm.tools.pool",
-    "PoolSettings": "flowllm.tools.pool",
-    "ServerSpec": "flowllm.tools.pool",
+    "open_tool_catalog": "flowllm.tools.pool",
+    "load_settings": "flowllm.tools.settings",
+    "PoolSettings": "flowllm.tools.settings",
+    "ServerSpec": "flowllm.tools.settings",
     "format_tool_result": "flowllm.tools.textproto",
     "describe_tools_for_prompt": "flowllm.tools.textproto",
     "validate_arguments": "flowllm.tools.validation",
@@ -52,6 +52,7 @@ __all__ = [
     "discover_tools",
     "format_tool_result",
     "load_settings",
+    "open_tool_catalog",
     "open_tool_pool",
     "validate_arguments",
 ]

@@ -1,492 +1,172 @@
-"""The per-task tool pool: MCP servers over stdio, started together, called safely, stopped without orphans.
+"""The tools of a run and of each task: which servers run, for how long, and what a call promises.
 
-``open_tool_pool(cfg, workspace)`` starts every configured server (concurrently: each costs about a second of
-imports), asks each for its tools, and yields a ``ToolPool``, a ``flowllm.core.interfaces.ToolBackend``.
-Leaving the context, normally, on an error or on cancellation, stops every server process and its group.
+``open_tool_catalog(cfg)`` runs once per run: it checks every configured server once (a disabled or failed
+server is warned about once, and listed in ``unavailable`` for the run's summary), records each server's tools,
+and keeps the ``scope: run`` servers connected for the whole run. ``open_tool_pool(cfg, workspace,
+catalog=...)`` then gives one task a ``ToolPool`` (a ``flowllm.core.interfaces.ToolBackend``): task-scoped
+servers start on the task's first call of one of their tools and stop with the task; run-scoped ones are
+borrowed. Without a catalog, a pool starts every server itself (tests, benchmarks, one-off use).
 
 What ``ToolPool.call`` promises, because a tool is where an agent touches the world and must never hang or
 kill the run:
 
 * It never raises for a tool-side problem. An unknown server or tool, arguments that fail the tool's input
-  schema, a timeout, a server that crashed, a protocol error: each becomes
+  schema, a timeout, a server that crashed or cannot be reached, a protocol error: each becomes
   ``ToolResult(is_error=True, content="Error: <what happened and what to do>")``. Only
   ``asyncio.CancelledError`` (and programming errors of the caller) propagate.
-* A wrong or missing server name is corrected when exactly one server offers the tool.
-* A server that died before answering is restarted once and the call retried; a second death is reported.
-  Restarts are shared: three calls that saw the same crash cause one restart.
+* Routing (``routing.py``): a wrong server name is corrected only among running servers.
+* A server that died mid-call is restarted (restarts shared); the call is re-run only for tools safe to re-run
+  (``connection.py``); otherwise the model is told the tool may or may not have acted.
 * A call that times out is abandoned (the server is told to cancel it); the server is then pinged in the
   background and restarted if it stopped answering, so one hung tool cannot wedge the next calls.
 * Results longer than ``max_result_chars`` are cut with a note saying how much was cut, and the workspace's
   absolute path is replaced by ``.`` in every result, so runs in different folders compare file by file.
-
-Each server's connection lives in its own asyncio task (``_Connection``): the SDK's ``stdio_client`` and
-``ClientSession`` are anyio context managers that must be entered and left by the same task, while calls come
-from whichever task the runner uses.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-import anyio
 import mcp_types as types
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.shared.exceptions import MCPError
 
-import flowllm
 from flowllm.config.schema import ToolsConfig
 from flowllm.core.types import Block, ToolResult, ToolSpec
-from flowllm.tools.common import WORKSPACE_ENV, scrub_workspace, workspace_spellings
+from flowllm.tools.common import scrub_workspace, workspace_spellings
+from flowllm.tools.connection import (
+    DEFAULT_START_TIMEOUT_S,
+    PING_TIMEOUT_S,
+    ServerFailure,
+    ServerHandle,
+)
+from flowllm.tools.results import convert_content, convert_result, truncate_text
+from flowllm.tools.routing import READ_RESOURCE_SCHEMA, READ_RESOURCE_TOOL, argument_problem, route, tool_names
+from flowllm.tools.settings import PoolSettings, Scope, ServerSpec, load_settings
 from flowllm.tools.state import STATE_META_KEY, TaskState, result_state_update, tool_asks_for_state
-from flowllm.tools.validation import describe_signature, validate_arguments
 
 log = logging.getLogger(__name__)
 
-DEFAULT_START_TIMEOUT_S = 30.0
-PING_TIMEOUT_S = 5.0
-MAX_RESTARTS = 3  # per server and pool: a server that keeps dying is given up on
-STDERR_TAIL_CHARS = 1500
-_PYTHON_COMMANDS = {"python", "python3", "${python}"}
-
-
-# --------------------------------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """One server entry of a ``conf/tools/*.yaml`` file, normalised."""
-
-    name: str
-    command: str
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    timeout_s: float = 60.0
-    blacklist: frozenset[str] = frozenset()
-    requires_env: tuple[str, ...] = ()
-
-    @property
-    def uses_our_python(self) -> bool:
-        return self.command in _PYTHON_COMMANDS
-
-    def executable(self) -> str:
-        # 'python' means the interpreter running flowllm, so a virtualenv's packages are there for the server.
-        return sys.executable if self.uses_our_python else self.command
-
-    def missing_env(self, environ: Mapping[str, str] | None = None) -> list[str]:
-        environ = os.environ if environ is None else environ
-        return [var for var in self.requires_env if not environ.get(var)]
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    servers: tuple[ServerSpec, ...]
-    call_timeout_s: float = 60.0
-    max_result_chars: int = 20000
-    scope: str = "task"
-
-
-def _plain(cfg: Any) -> Any:
-    """A DictConfig, a dataclass or a mapping, as plain Python containers (interpolations resolved)."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(cfg, DictConfig | ListConfig):
-        return OmegaConf.to_container(cfg, resolve=True)
-    if hasattr(cfg, "__dataclass_fields__"):
-        return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    return cfg
-
-
-def load_settings(cfg: ToolsConfig | Mapping[str, Any] | Any) -> PoolSettings:
-    """Normalise a ``ToolsConfig`` (dataclass, DictConfig or plain mapping) into ``PoolSettings``."""
-    data = _plain(cfg)
-    if not isinstance(data, Mapping):
-        raise TypeError(f"tools config must be a mapping, got {type(cfg).__name__}")
-    servers: list[ServerSpec] = []
-    for name, entry in (data.get("servers") or {}).items():
-        entry = _plain(entry)
-        if not isinstance(entry, Mapping) or not entry.get("command"):
-            raise ValueError(f"tools.servers.{name}: a server needs a 'command'")
-        servers.append(
-            ServerSpec(
-                name=str(name),
-                command=str(entry["command"]),
-                args=tuple(str(a) for a in entry.get("args") or ()),
-                env={str(k): str(v) for k, v in (entry.get("env") or {}).items()},
-                timeout_s=float(entry.get("timeout_s", 60.0)),
-                blacklist=frozenset(str(t) for t in entry.get("blacklist") or ()),
-                requires_env=tuple(str(v) for v in entry.get("requires_env") or ()),
-            )
-        )
-    return PoolSettings(
-        servers=tuple(servers),
-        call_timeout_s=float(data.get("call_timeout_s", 60.0)),
-        max_result_chars=int(data.get("max_result_chars", 20000)),
-        scope=str(data.get("scope", "task")),
-    )
-
-
-def _server_env(spec: ServerSpec, workspace: Path) -> dict[str, str]:
-    """The environment a server gets on top of the SDK's minimal default (HOME, PATH, ...)."""
-    env = dict(spec.env)
-    env[WORKSPACE_ENV] = str(workspace)
-    for var in spec.requires_env:  # the key a server needs must reach it, or requiring it is pointless
-        if os.environ.get(var):
-            env.setdefault(var, os.environ[var])
-    if spec.uses_our_python:
-        # flowllm may run from a source checkout rather than an installed package: let `-m flowllm.tools.x`
-        # find the same flowllm as this process.
-        root = str(Path(flowllm.__file__).resolve().parent.parent)
-        parts = [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root)]
-        if env.get("PYTHONPATH"):
-            parts.insert(0, env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(parts)
-    return env
-
-
-# ------------------------------------------------------------------------------------------------- errors
-
-
-class _ServerFailure(Exception):
-    """A call could not get an answer from the server; the message is for the model."""
-
-
-def _describe_exception(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe_exception(e) for e in exc.exceptions)
-    if isinstance(exc, MCPError):
-        return exc.message
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {exc.filename or exc}"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _is_connection_loss(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_is_connection_loss(e) for e in exc.exceptions)
-    if isinstance(exc, MCPError):
-        return exc.code == types.CONNECTION_CLOSED
-    return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError)
-
-
-# -------------------------------------------------------------------------------------------- connections
-
-
-class _Connection:
-    """One running server process and its MCP session, owned by a dedicated task."""
-
-    def __init__(self, spec: ServerSpec, params: StdioServerParameters, errlog: TextIO) -> None:
-        self.spec = spec
-        self.params = params
-        self.errlog = errlog
-        self.session: ClientSession | None = None
-        self.tools: list[types.Tool] = []
-        self.lost = False  # set once a call saw the connection close
-        self._ready: asyncio.Future[None] | None = None
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def open(self, timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._ready = loop.create_future()
-        self._task = asyncio.create_task(self._run(), name=f"flowllm-tool-server:{self.spec.name}")
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.shield(self._ready)
-        except TimeoutError:
-            await self.close()
-            raise _ServerFailure(f"did not finish starting within {timeout_s:g} s") from None
-        except BaseException:
-            await self.close()
-            raise
-
-    async def _run(self) -> None:
-        assert self._ready is not None
-        try:
-            async with stdio_client(self.params, errlog=self.errlog) as (read, write):
-                client_info = types.Implementation(name="flowllm", version=flowllm.__version__)
-                async with ClientSession(read, write, client_info=client_info) as session:
-                    await session.initialize()
-                    self.tools = await _list_all_tools(session)
-                    self.session = session
-                    self._ready.set_result(None)
-                    await self._stop.wait()
-        except asyncio.CancelledError:
-            if not self._ready.done():
-                self._ready.cancel()
-            raise
-        except Exception as exc:  # including anyio's ExceptionGroups: a failed start or a broken connection
-            if not self._ready.done():
-                self._ready.set_exception(_ServerFailure(_describe_exception(exc)))
-            else:
-                log.debug("tool server %s: connection ended: %s", self.spec.name, _describe_exception(exc))
-        finally:
-            self.lost = True
-
-    async def close(self) -> None:
-        """Stop the server: close its stdin, then TERM/KILL its process group (the SDK's shutdown)."""
-        task = self._task
-        if task is None:
-            return
-        self._stop.set()
-        if self._ready is not None and not self._ready.done():
-            task.cancel()  # still starting: nothing to wind down politely
-        # Shielded: if our caller is cancelled meanwhile, the owner task still finishes its bounded shutdown.
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.shield(task)
-        if not task.done():  # we were cancelled while waiting: let the shutdown go on, but propagate
-            raise asyncio.CancelledError
-
-
-async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    for _ in range(100):  # a server that pages forever is a broken server, not a reason to hang
-        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        result = await session.list_tools(params=params)
-        tools.extend(result.tools)
-        cursor = result.next_cursor
-        if not cursor:
-            break
-    return tools
-
-
-class _ServerHandle:
-    """A configured server across restarts: state, tools, the live connection, the shared restart."""
-
-    def __init__(self, spec: ServerSpec, workspace: Path, start_timeout_s: float, ping_timeout_s: float) -> None:
-        self.spec = spec
-        self.workspace = workspace
-        self.start_timeout_s = start_timeout_s
-        self.ping_timeout_s = ping_timeout_s
-        self.tools: dict[str, types.Tool] = {}
-        self.problem: str | None = None  # why the server is unavailable (disabled or failed)
-        self.conn: _Connection | None = None
-        self.generation = 0
-        self.restarts = 0
-        self._restart_task: asyncio.Task[None] | None = None
-        self._errlog: TextIO | None = None
-        self._closed = False
-        self._start_lock = asyncio.Lock()
-
-    # -- lifecycle
-
-    async def ensure_started(self) -> None:
-        """Start a lazily opened server on its first call; concurrent first calls share one start."""
-        if self.generation > 0:
-            return
-        async with self._start_lock:
-            if self.generation == 0:
-                if self._closed:
-                    raise _ServerFailure("the tool pool is closed")
-                if self.problem is not None:
-                    raise _ServerFailure(self.problem)
-                await self.start()
-
-    def _params(self) -> StdioServerParameters:
-        return StdioServerParameters(
-            command=self.spec.executable(),
-            args=list(self.spec.args),
-            env=_server_env(self.spec, self.workspace),
-            encoding_error_handler="replace",
-        )
-
-    async def start(self) -> None:
-        if self._errlog is None:
-            # The server's stderr goes to a private file: out of our console, and its tail explains a crash.
-            self._errlog = tempfile.TemporaryFile(  # noqa: SIM115 - lives as long as the server; closed in close()
-                mode="w+", encoding="utf-8", errors="replace"
-            )
-        conn = _Connection(self.spec, self._params(), self._errlog)
-        try:
-            await conn.open(self.start_timeout_s)
-        except _ServerFailure as exc:
-            self.problem = self._with_stderr(f"server '{self.spec.name}' failed to start: {exc}")
-            raise _ServerFailure(self.problem) from None
-        self.conn = conn
-        self.generation += 1
-        self.tools = {t.name: t for t in conn.tools}
-        self.problem = None
-
-    async def restart(self, seen_generation: int) -> None:
-        """Restart once per crash, however many calls noticed it; callers wait on the same attempt."""
-        if self._closed:
-            raise _ServerFailure("the tool pool is closed")
-        if self.generation != seen_generation and self.conn is not None and not self.conn.lost:
-            return  # someone else already restarted it
-        if self._restart_task is None or self._restart_task.done():
-            if self.restarts >= MAX_RESTARTS:
-                raise _ServerFailure(
-                    f"server '{self.spec.name}' stopped {self.restarts + 1} times and is not restarted again"
-                )
-            self.restarts += 1
-            self._restart_task = asyncio.create_task(self._do_restart(), name=f"restart:{self.spec.name}")
-        # Shielded: a caller's own timeout must not abort a restart the other callers are waiting for.
-        await asyncio.shield(self._restart_task)
-
-    async def _do_restart(self) -> None:
-        old, self.conn = self.conn, None
-        if old is not None:
-            await old.close()
-        log.warning("tool server %s stopped; restarting it (restart %d)", self.spec.name, self.restarts)
-        await self.start()
-
-    async def close(self) -> None:
-        self._closed = True
-        if self._restart_task is not None and not self._restart_task.done():
-            self._restart_task.cancel()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.shield(self._restart_task)
-        conn, self.conn = self.conn, None
-        try:
-            if conn is not None:
-                await conn.close()
-        finally:
-            if self._errlog is not None:
-                self._errlog.close()
-                self._errlog = None
-
-    # -- calls
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
-    ) -> types.CallToolResult:
-        """Call with one restart-and-retry if the server is gone; raise ``_ServerFailure`` otherwise."""
-        for attempt in range(2):
-            conn, generation = self.conn, self.generation
-            if conn is None or conn.session is None or conn.lost:
-                await self.restart(generation)
-                continue
-            try:
-                result = await conn.session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
-            except MCPError as exc:
-                if exc.code != types.CONNECTION_CLOSED:
-                    raise _ServerFailure(f"the server answered with a protocol error: {exc.message}") from None
-            except Exception as exc:
-                if not _is_connection_loss(exc):
-                    raise _ServerFailure(f"the call failed: {_describe_exception(exc)}") from None
-            else:
-                if isinstance(result, types.CallToolResult):
-                    return result
-                raise _ServerFailure("the server asked for input mid-call, which flowllm tools do not support")
-            # The connection is gone: the process died (or closed its pipes) before answering.
-            conn.lost = True
-            if attempt == 0:
-                await self.restart(generation)
-        raise _ServerFailure(
-            self._with_stderr(
-                f"server '{self.spec.name}' stopped while running '{name}', again after a restart; "
-                "the tool probably crashes on these arguments"
-            )
-        )
-
-    async def check_health(self) -> None:
-        """After a timeout: ping, and restart the server if it no longer answers (its event loop hangs)."""
-        conn, generation = self.conn, self.generation
-        if conn is None or conn.session is None or conn.lost:
-            return
-        try:
-            async with asyncio.timeout(self.ping_timeout_s):
-                await conn.session.send_ping()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            conn.lost = True
-            log.warning("tool server %s stopped answering after a timeout; restarting it", self.spec.name)
-            with contextlib.suppress(_ServerFailure):
-                await self.restart(generation)
-
-    def _with_stderr(self, message: str) -> str:
-        tail = self.stderr_tail()
-        return f"{message}. The server's error output ends with:\n{tail}" if tail else message
-
-    def stderr_tail(self, limit: int = STDERR_TAIL_CHARS) -> str:
-        if self._errlog is None:
-            return ""
-        try:
-            fd = self._errlog.fileno()
-            size = os.fstat(fd).st_size
-            data = os.pread(fd, limit * 4, max(0, size - limit * 4))
-        except (OSError, ValueError, AttributeError):
-            return ""
-        text = data.decode("utf-8", errors="replace").strip()
-        return scrub_workspace(text[-limit:], self.workspace)
-
-
-# ----------------------------------------------------------------------------------------------- the pool
+__all__ = [
+    "PoolSettings",
+    "ServerSpec",
+    "ToolCatalog",
+    "ToolPool",
+    "convert_result",
+    "discover_tools",
+    "load_settings",
+    "open_tool_catalog",
+    "open_tool_pool",
+    "truncate_text",
+]
 
 
 def _error(call_id: str, server: str | None, name: str, message: str) -> ToolResult:
     return ToolResult(call_id=call_id, server=server, name=name, content=f"Error: {message}", is_error=True)
 
 
-def truncate_text(text: str, limit: int) -> str:
-    """Cut ``text`` to ``limit`` characters with a note saying how much was cut (no cut when it fits)."""
-    if limit <= 0 or len(text) <= limit:
-        return text
-    cut = len(text) - limit
-    return f"{text[:limit]}\n[... {cut:,} of {len(text):,} characters cut: the result was longer than {limit:,}]"
+def _cap(text: str, limit: int) -> str:
+    if limit <= 0:
+        return ""
+    return text if len(text) <= limit else text[:limit] + f" [... cut at {limit:,} characters]"
 
 
-def convert_result(result: types.CallToolResult) -> tuple[str, list[Block]]:
-    """An MCP result's content as (text, image blocks)."""
-    texts: list[str] = []
-    images: list[Block] = []
-    for item in result.content:
-        if isinstance(item, types.TextContent):
-            texts.append(item.text)
-        elif isinstance(item, types.ImageContent):
-            images.append({"type": "image", "media_type": item.mime_type, "data": item.data})
-        elif isinstance(item, types.EmbeddedResource):
-            res = item.resource
-            if isinstance(res, types.TextResourceContents):
-                texts.append(res.text)
-            else:
-                texts.append(f"[binary resource {res.uri} ({res.mime_type or 'unknown type'}) not shown]")
-        elif isinstance(item, types.ResourceLink):
-            texts.append(f"[resource link: {item.uri}]")
-        elif isinstance(item, types.AudioContent):
-            texts.append(f"[audio ({item.mime_type}) not shown]")
-    if not texts and not images and result.structured_content is not None:
-        import json
+@dataclass
+class _Listing:
+    """What one server offered when the catalog checked it."""
 
-        texts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
-    return "\n".join(texts), images
+    tools: dict[str, types.Tool]
+    instructions: str = ""
+    resources: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass
 class ToolCatalog:
-    """What the configured servers offer, listed once per run (``discover_tools``).
+    """The run's view of its servers: their listings, the run-scoped live handles, the unavailable ones."""
 
-    Starting an MCP server costs about a second of CPU (importing ``mcp``). With a catalog, a task's pool lists
-    tools from it and starts a server only when the task first calls one of its tools: a task that uses one
-    server of three pays for one. Tool schemas must not depend on the workspace (true for the built-in servers).
-    """
-
-    tools: dict[str, dict[str, types.Tool]] = field(default_factory=dict)
+    listings: dict[str, _Listing] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    shared: dict[str, ServerHandle] = field(default_factory=dict)  # scope=run: one connection for all tasks
+    startup_seconds: float = 0.0
+
+    @property
+    def tools(self) -> dict[str, dict[str, types.Tool]]:
+        return {name: dict(listing.tools) for name, listing in self.listings.items()}
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(h.close() for h in self.shared.values()), return_exceptions=True)
+        self.shared.clear()
+
+
+def _disabled_reason(spec: ServerSpec) -> str | None:
+    missing = spec.missing_env()
+    if not missing:
+        return None
+    return f"server '{spec.name}' is disabled: environment variable(s) {', '.join(missing)} not set"
+
+
+@asynccontextmanager
+async def open_tool_catalog(
+    cfg: ToolsConfig | Mapping[str, Any] | Any,
+    *,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ping_timeout_s: float = PING_TIMEOUT_S,
+    keep_run_servers: bool = True,
+) -> AsyncIterator[ToolCatalog]:
+    """Check every server once for the run; keep the run-scoped ones connected until the context ends."""
+    settings = load_settings(cfg)
+    catalog = ToolCatalog()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with tempfile.TemporaryDirectory(prefix="flowllm-tools-") as scratch:
+
+        async def check(spec: ServerSpec) -> None:
+            reason = _disabled_reason(spec)
+            if reason is not None:
+                log.warning("%s; its tools are not offered", reason)
+                catalog.unavailable[spec.name] = reason
+                return
+            shared = keep_run_servers and spec.scope is Scope.RUN
+            handle = ServerHandle(spec, None if shared else Path(scratch), start_timeout_s, ping_timeout_s)
+            try:
+                await handle.start()
+            except ServerFailure as exc:
+                log.warning("%s", exc)
+                catalog.unavailable[spec.name] = str(exc)
+                await handle.close()
+                return
+            catalog.listings[spec.name] = _Listing(dict(handle.tools), handle.instructions, handle.resources)
+            if shared:
+                catalog.shared[spec.name] = handle
+            else:
+                await handle.close()
+
+        try:
+            await asyncio.gather(*(check(s) for s in settings.servers))
+        except BaseException:
+            await catalog.aclose()
+            raise
+    catalog.startup_seconds = loop.time() - began
+    try:
+        yield catalog
+    finally:
+        await catalog.aclose()
 
 
 async def discover_tools(
-    cfg: ToolsConfig | Mapping[str, Any] | Any, workspace: Path, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    cfg: ToolsConfig | Mapping[str, Any] | Any,
+    workspace: Path | None = None,
+    *,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
 ) -> ToolCatalog:
-    """Start every server once (in ``workspace``), record its tools, stop it."""
-    async with open_tool_pool(cfg, workspace, start_timeout_s=start_timeout_s) as pool:
-        return ToolCatalog(
-            tools={name: dict(h.tools) for name, h in pool._handles.items() if h.tools},
-            unavailable=pool.unavailable,
-        )
+    """Every server's tools, checked once and stopped (no run-scoped connections are kept)."""
+    async with open_tool_catalog(cfg, start_timeout_s=start_timeout_s, keep_run_servers=False) as catalog:
+        return ToolCatalog(listings=dict(catalog.listings), unavailable=dict(catalog.unavailable))
 
 
 class ToolPool:
@@ -506,90 +186,83 @@ class ToolPool:
         self.catalog = catalog
         self.workspace = Path(workspace).resolve()
         self._spellings = workspace_spellings(self.workspace)
-        self._handles: dict[str, _ServerHandle] = {}
+        self._handles: dict[str, ServerHandle] = {}
+        self._owned: list[ServerHandle] = []  # the handles this pool starts and stops (not the run's)
         self._unavailable: dict[str, str] = {}  # server -> why (disabled for a missing key, failed to start)
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._task_state: TaskState | None = None
         for spec in settings.servers:
-            missing = spec.missing_env()
-            if missing:
-                reason = f"server '{spec.name}' is disabled: environment variable(s) {', '.join(missing)} not set"
-                log.warning("%s; its tools are not offered", reason)
-                self._unavailable[spec.name] = reason
-                continue
-            handle = _ServerHandle(spec, self.workspace, start_timeout_s, ping_timeout_s)
             if catalog is not None:
-                if spec.name in catalog.unavailable:
+                if spec.name in catalog.unavailable:  # warned about once, by the catalog
                     self._unavailable[spec.name] = catalog.unavailable[spec.name]
                     continue
-                handle.tools = dict(catalog.tools.get(spec.name, {}))
+                if spec.name in catalog.shared:
+                    self._handles[spec.name] = catalog.shared[spec.name]
+                    continue
+            else:
+                reason = _disabled_reason(spec)
+                if reason is not None:
+                    log.warning("%s; its tools are not offered", reason)
+                    self._unavailable[spec.name] = reason
+                    continue
+            handle = ServerHandle(spec, self.workspace, start_timeout_s, ping_timeout_s)
+            if catalog is not None:
+                listing = catalog.listings.get(spec.name, _Listing({}))
+                handle.tools = dict(listing.tools)
+                handle.instructions = listing.instructions
+                handle.resources = listing.resources
             self._handles[spec.name] = handle
+            self._owned.append(handle)
 
     async def start(self) -> None:
         """Start every enabled server concurrently; a server that fails is logged and left out.
 
-        With a catalog nothing starts here: each server starts on its first call.
+        With a catalog nothing starts here: each task-scoped server starts on its first call.
         """
         if self.catalog is not None:
             return
 
-        async def start_one(handle: _ServerHandle) -> None:
+        async def start_one(handle: ServerHandle) -> None:
             try:
                 await handle.start()
-            except _ServerFailure as exc:
+            except ServerFailure as exc:
                 log.warning("%s", exc)
                 self._unavailable[handle.spec.name] = str(exc)
 
-        await asyncio.gather(*(start_one(h) for h in self._handles.values()))
+        await asyncio.gather(*(start_one(h) for h in self._owned))
 
     @property
     def unavailable(self) -> dict[str, str]:
         """Servers that are configured but not usable, with the reason (for logs and the run summary)."""
         return dict(self._unavailable)
 
-    def _live(self) -> Iterable[_ServerHandle]:
-        # Servers that answered list_tools at least once (a failed start leaves no tools).
-        return (h for h in self._handles.values() if h.tools)
-
     async def list_tools(self) -> list[ToolSpec]:
         specs: list[ToolSpec] = []
-        for handle in self._live():
-            for tool in handle.tools.values():
-                if tool.name in handle.spec.blacklist:
-                    continue
-                specs.append(
-                    {
-                        "server": handle.spec.name,
-                        "name": tool.name,
-                        "description": tool.description or tool.title or "",
-                        "input_schema": dict(tool.input_schema or {"type": "object", "properties": {}}),
-                    }
-                )
+        for handle in self._handles.values():
+            if handle.tools_stale:
+                await handle.refresh_tools()
+            if not handle.tools or handle.problem is not None:
+                continue
+            first = True
+            for name in tool_names(handle):
+                tool = handle.tools.get(name)
+                spec: ToolSpec = {
+                    "server": handle.spec.name,
+                    "name": name,
+                    "description": (tool.description or tool.title or "")
+                    if tool is not None
+                    else "Read a resource of this server by its URI (as a tool result or link named it).",
+                    "input_schema": dict(tool.input_schema or {"type": "object", "properties": {}})
+                    if tool is not None
+                    else dict(READ_RESOURCE_SCHEMA),
+                }
+                instructions = _cap(handle.instructions, self.settings.instructions_max_chars)
+                if first and instructions:
+                    spec["server_instructions"] = instructions
+                first = False
+                specs.append(spec)
         return specs
-
-    def _route(self, server: str | None, name: str) -> _ServerHandle | str:
-        """The handle serving ``server``/``name``, or the error message for the model."""
-        handle = self._handles.get(server) if server else None
-        if handle is not None and name in handle.tools:
-            if name in handle.spec.blacklist:
-                return f"tool '{name}' on server '{server}' is disabled in this configuration"
-            return handle
-        offering = [h for h in self._live() if name in h.tools and name not in h.spec.blacklist]
-        if len(offering) == 1:
-            return offering[0]  # a wrong or missing server name, corrected: only one server has this tool
-        if len(offering) > 1:
-            names = ", ".join(f"'{h.spec.name}'" for h in offering)
-            return f"tool '{name}' is offered by several servers ({names}); name the server"
-        if server in self._unavailable:
-            return self._unavailable[server]
-        if any(name in h.spec.blacklist for h in self._handles.values() if name in h.tools):
-            return f"tool '{name}' is disabled in this configuration"
-        available = "; ".join(
-            f"{h.spec.name}: {', '.join(t for t in h.tools if t not in h.spec.blacklist)}" for h in self._live()
-        )
-        where = f" on server '{server}'" if server else ""
-        return f"unknown tool '{name}'{where}. Available tools: {available or 'none'}"
 
     @property
     def task_state(self) -> TaskState:
@@ -598,6 +271,9 @@ class ToolPool:
         if self._task_state is None:
             self._task_state = TaskState.for_workspace(self.workspace, fresh=True)
         return self._task_state
+
+    def _scrub(self, text: str) -> str:
+        return scrub_workspace(text, self._spellings)
 
     async def call(
         self,
@@ -615,32 +291,30 @@ class ToolPool:
         back in the result and are applied to it."""
         if self._closed:
             return _error(call_id, server, name, "the tool pool is closed")
-        routed = self._route(server, name)
+        routed = route(self._handles, self._unavailable, server, name)
         if isinstance(routed, str):
-            return _error(call_id, server, name, routed)
+            return _error(call_id, server, name, self._scrub(routed))
         handle = routed
         server = handle.spec.name
-        tool = handle.tools[name]
-        problems = validate_arguments(arguments, dict(tool.input_schema or {}))
-        if problems:
-            signature = describe_signature(dict(tool.input_schema or {}))
-            return _error(
-                call_id,
-                server,
-                name,
-                f"invalid arguments for {server}.{name}: {'; '.join(problems)}. Expected: {signature}",
-            )
+        problem = argument_problem(handle, name, arguments)
+        if problem:
+            return _error(call_id, server, name, problem)
         try:
             await handle.ensure_started()
-        except _ServerFailure as exc:
-            return _error(call_id, server, name, scrub_workspace(str(exc), self._spellings))
+        except ServerFailure as exc:
+            self._unavailable.setdefault(server, str(exc))
+            return _error(call_id, server, name, self._scrub(str(exc)))
+        if name not in handle.tools:  # the resource reader flowllm adds
+            return await self._read_resource(handle, call_id, str(arguments["uri"]), timeout_s)
+        tool = handle.tools[name]
         limits = [t for t in (timeout_s, handle.spec.timeout_s) if t and t > 0]
         limit = min(limits) if limits else None
         stateful = state is not None and tool_asks_for_state(tool)
         meta = {STATE_META_KEY: state.values(server)} if state is not None and stateful else None
+        progress: list[dict[str, Any]] = []
         try:
             async with asyncio.timeout(limit):
-                result = await handle.call_tool(name, arguments, meta)
+                result = await handle.call_tool(name, arguments, meta, progress)
         except TimeoutError:
             self._spawn(handle.check_health())
             return _error(
@@ -650,25 +324,76 @@ class ToolPool:
                 f"{server}.{name} did not finish within {limit:g} s and was abandoned; "
                 "try a smaller piece of work or different arguments",
             )
-        except _ServerFailure as exc:
-            return _error(call_id, server, name, scrub_workspace(str(exc), self._spellings))
+        except ServerFailure as exc:
+            return _error(call_id, server, name, self._scrub(str(exc)))
         update = result_state_update(result) if stateful else None
         if state is not None and update:
             try:
                 state.apply(server, update)
             except ValueError as exc:
                 return _error(call_id, server, name, f"{server}.{name} sent an unusable state update: {exc}")
-        text, images = convert_result(result)
+        text, images, parts, structured = convert_content(result)
+        return self._result(call_id, server, name, text, images, parts, bool(result.is_error), structured, progress)
+
+    def _result(
+        self,
+        call_id: str,
+        server: str,
+        name: str,
+        text: str,
+        images: list[Block],
+        parts: list[Block],
+        is_error: bool,
+        structured: Any = None,
+        progress: list[dict[str, Any]] | None = None,
+    ) -> ToolResult:
         if not text and not images:
             text = "(the tool returned no content)"
-        text = truncate_text(scrub_workspace(text, self._spellings), self.settings.max_result_chars)
+        limit = self.settings.max_result_chars
+        text = truncate_text(self._scrub(text), limit)
+        parts = [
+            {"type": "text", "text": truncate_text(self._scrub(p["text"]), limit)} if p.get("type") == "text" else p
+            for p in parts
+        ]
         return ToolResult(
             call_id=call_id,
             server=server,
             name=name,
             content=text,
-            is_error=bool(result.is_error),
+            is_error=is_error,
             images=images,
+            parts=parts,
+            structured=structured,
+            progress=progress or [],
+        )
+
+    async def _read_resource(self, handle: ServerHandle, call_id: str, uri: str, timeout_s: float) -> ToolResult:
+        server = handle.spec.name
+        try:
+            async with asyncio.timeout(timeout_s if timeout_s > 0 else None):
+                read = await handle.read_resource(uri)
+        except TimeoutError:
+            return _error(call_id, server, READ_RESOURCE_TOOL, f"reading {uri} did not finish within {timeout_s:g} s")
+        except ServerFailure as exc:
+            return _error(call_id, server, READ_RESOURCE_TOOL, self._scrub(str(exc)))
+        texts: list[str] = []
+        images: list[Block] = []
+        parts: list[Block] = []
+        for item in read.contents:
+            if isinstance(item, types.TextResourceContents):
+                texts.append(item.text)
+                parts.append({"type": "text", "text": item.text})
+            elif (item.mime_type or "").startswith("image/"):
+                block: Block = {"type": "image", "media_type": item.mime_type or "image/png", "data": item.blob}
+                images.append(block)
+                parts.append(block)
+            else:
+                kind = item.mime_type or "unknown type"
+                note = f"[binary resource {item.uri} ({kind}), {len(item.blob) * 3 // 4:,} bytes, not shown]"
+                texts.append(note)
+                parts.append({"type": "text", "text": note})
+        return self._result(
+            call_id, server, READ_RESOURCE_TOOL, "\n".join(texts), images, parts if images else [], False
         )
 
     def _spawn(self, coro: Any) -> None:
@@ -677,7 +402,7 @@ class ToolPool:
         task.add_done_callback(self._background.discard)
 
     async def aclose(self) -> None:
-        """Stop every server (idempotent). Safe to call while the caller is being cancelled."""
+        """Stop every server this pool started (idempotent). Safe to call while the caller is being cancelled."""
         if self._closed:
             return
         self._closed = True
@@ -685,7 +410,7 @@ class ToolPool:
             task.cancel()
         closing = asyncio.gather(
             *(asyncio.shield(t) for t in self._background),
-            *(h.close() for h in self._handles.values()),
+            *(h.close() for h in self._owned),
             return_exceptions=True,
         )
         # Shielded so a second cancellation cannot interrupt the shutdown half-way: the servers still stop.

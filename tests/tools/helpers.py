@@ -74,3 +74,19 @@ def builtin_config() -> dict[str, Any]:
             "tool-math": {"command": "python", "args": ["-m", "flowllm.tools.math"]},
         },
     }
+
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK_PRELOAD = Path(__file__).parent / "servers" / "loopback.cjs"
+# Installed by .ci/run (`npm install --prefix .ci-npm ...`, pinned): the reference server nobody here wrote.
+EVERYTHING = ROOT / ".ci-npm" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+
+def everything_or_skip() -> Path:
+    import shutil
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the npm server-everything tests need it")
+    if not EVERYTHING.is_file():
+        pytest.skip(f"{EVERYTHING.relative_to(ROOT)} is missing: run `npm install --prefix .ci-npm` as .ci/run does")
+    return EVERYTHING

@@ -79,7 +79,7 @@ async def test_failing_code_is_an_error_result_with_the_traceback(pool: ToolPool
     assert result.is_error
     assert "json.decoder.JSONDecodeError" in result.content and result.content.endswith("[exit status 1]")
     wrapped = format_tool_result(result)
-    assert wrapped.startswith('<tool_result server="tool-python" tool="run_python">')
+    assert wrapped.startswith('<tool_result server="tool-python" tool="run_python" is_error="true">')
 
 
 async def test_files_refuses_paths_out_of_the_task_folder(pool: ToolPool) -> None:

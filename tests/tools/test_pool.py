@@ -61,6 +61,21 @@ async def test_a_crash_mid_call_restarts_the_server_and_retries_once(workspace: 
         assert (await call(pool, "sleep", {"seconds": 0})).content == "slept 0"
 
 
+async def test_a_crash_of_a_tool_with_side_effects_is_not_rerun(workspace: Path, state_dir: Path) -> None:
+    async with open_tool_pool(flaky_config(state_dir), workspace) as pool:
+        result = await call(pool, "write_once", {"name": "w"})
+        assert result.is_error and "may or may not have acted" in result.content
+        assert (state_dir / "w").read_text() == "acted\n", "the call must not have been sent twice"
+        # The server was restarted for the next calls.
+        assert not (await call(pool, "where", {})).is_error
+
+
+async def test_retry_on_crash_in_config_reruns_a_tool_without_annotations(workspace: Path, state_dir: Path) -> None:
+    async with open_tool_pool(flaky_config(state_dir, retry_on_crash=True), workspace) as pool:
+        result = await call(pool, "write_once", {"name": "w"})
+    assert (result.is_error, result.content) == (False, "wrote w")
+
+
 async def test_a_tool_that_always_crashes_is_reported_after_one_retry(workspace: Path, state_dir: Path) -> None:
     async with open_tool_pool(flaky_config(state_dir), workspace) as pool:
         result = await call(pool, "crash", {})

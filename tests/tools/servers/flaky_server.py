@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
 
 server = MCPServer("flaky", log_level="WARNING")
+# Safe to re-run after a crash: the pool retries these; write_once (a side effect) it does not.
+READ_ONLY = ToolAnnotations(readOnlyHint=True)
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 async def sleep(seconds: float, label: str = "") -> str:
     """Sleep without blocking the server, then answer."""
     await asyncio.sleep(seconds)
@@ -31,13 +34,24 @@ async def block(seconds: float) -> str:
     return "blocked"
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def crash() -> str:
     """Kill the server process before answering."""
     os._exit(3)
 
 
 @server.tool()
+def write_once(name: str) -> str:
+    """A tool with a side effect (not idempotent): append a line, then die the first time."""
+    marker = Path(os.environ["FLAKY_STATE"]) / name
+    with marker.open("a") as fh:
+        fh.write("acted\n")
+    if marker.read_text().count("acted") == 1:
+        os._exit(5)
+    return f"wrote {name}"
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=True))
 def crash_once(name: str) -> str:
     """Kill the server the first time it is called with ``name``; answer on the retry."""
     marker = Path(os.environ["FLAKY_STATE"]) / name
@@ -47,19 +61,19 @@ def crash_once(name: str) -> str:
     return f"survived {name}"
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def big(chars: int) -> str:
     """Return a long text."""
     return "x" * chars
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def where() -> str:
     """Say which workspace the pool passed, and this process id."""
     return f"{os.environ.get('FLOWLLM_WORKSPACE', '')} pid={os.getpid()} key={os.environ.get('FLAKY_KEY', '')}"
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def pick(color: Literal["red", "green"], count: int, tags: list[str] | None = None) -> str:
     """Echo a validated choice."""
     return f"{count} {color} {tags or []}"
