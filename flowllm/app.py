@@ -198,6 +198,12 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
+    from flowllm.experiment import workers
+
+    if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
+        return workers.run_shard(cfg, run_dir)
+    if workers.resolve_workers(cfg.experiment.get("workers", 1)) > 1:
+        return workers.run_parallel(cfg, run_dir, workers.resolve_workers(cfg.experiment.workers))
     parts = prepare(cfg)
     tasks = parts["tasks"]
     started = time.perf_counter()
