@@ -14,9 +14,11 @@ the parent then reports the run interrupted and exits 130. Children die with the
 ``PR_SET_PDEATHSIG``, else a watchdog on the parent's pid), so SIGKILL leaves what it leaves with one process:
 finished tasks on disk, nothing half-counted, and a rerun into the same folder resumes.
 
-Rate limits (``provider.rate_limit`` of the provider and of every fallback or alias target) are per process,
-so each of the N workers gets 1/N of requests_per_minute and tokens_per_minute, and a share of max_in_flight
-that adds up to it (a max_in_flight below N is refused: a worker cannot have less than one request at once).
+``experiment.max_concurrent`` stays the whole run's: each worker runs its share of it (the shares add up to it;
+never more workers than that). Rate limits (``provider.rate_limit`` of the provider and of every fallback or
+alias target) are per process, so each of the N workers gets 1/N of requests_per_minute and tokens_per_minute,
+and a share of max_in_flight that adds up to it (a max_in_flight below N is refused: a worker cannot have less
+than one request at once).
 """
 
 from __future__ import annotations
@@ -106,16 +108,18 @@ class Shard:
             raise ConfigError(f"experiment.worker_shard '{path}' cannot be read: {exc}") from None
 
 
-# ----- rate limits: each worker's share --------------------------------------------------------------------
+# ----- each worker's share of the run's limits ------------------------------------------------------------
+def share(total: int, index: int, of: int) -> int:
+    """Worker ``index``'s part of a whole-number limit, such that the parts of all ``of`` workers add up to it."""
+    return total // of + (1 if index < total % of else 0)
+
+
 def share_rate_limit(cfg: RateLimitConfig, index: int, of: int) -> RateLimitConfig:
     """Worker ``index`` of ``of``: 1/of of the per-minute budgets, a share of max_in_flight adding up to it."""
-    flight = cfg.max_in_flight
-    if flight is not None:
-        flight = int(flight) // of + (1 if index < int(flight) % of else 0)
     return RateLimitConfig(
         requests_per_minute=None if cfg.requests_per_minute is None else float(cfg.requests_per_minute) / of,
         tokens_per_minute=None if cfg.tokens_per_minute is None else float(cfg.tokens_per_minute) / of,
-        max_in_flight=flight,
+        max_in_flight=None if cfg.max_in_flight is None else share(int(cfg.max_in_flight), index, of),
     )
 
 
@@ -181,6 +185,8 @@ def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if missing:
         raise ConfigError(f"worker {shard.index}: task {missing[0]!r} is not in the dataset any more")
     tasks = [by_id[t] for t in shard.task_ids]
+    # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
+    cfg.experiment.max_concurrent = share(int(cfg.experiment.max_concurrent), shard.index, shard.of)
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts["provider_cfg"]))
     ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
     interrupted = True
@@ -324,7 +330,8 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
         if previous is not None and previous.status == COMPLETED:
             already[task.task_id] = previous
     todo = [t.task_id for t in tasks if t.task_id not in already]
-    count = min(workers, len(todo))
+    # No more workers than tasks to run, nor than tasks allowed at once (max_concurrent is the whole run's).
+    count = min(workers, len(todo), int(cfg.experiment.max_concurrent))
     if count > 1:
         check_in_flight(parts["provider_cfg"], count)
     secrets = provider_secrets(parts["provider_cfg"])
