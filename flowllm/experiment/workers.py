@@ -231,9 +231,10 @@ def _die_with(parent_pid: int) -> Callable[[], None] | None:
     """Run in the child before exec: SIGKILL when the parent dies (Linux), even if it already has."""
     if not sys.platform.startswith("linux"):
         return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
 
     def preexec() -> None:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:
             os._exit(1)
 
