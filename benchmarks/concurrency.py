@@ -7,8 +7,9 @@ is not flowllm's. The ideal is T x latency (every task's turns back to back, all
 wall / ideal is what flowllm and the SDK add on top of the model's latency.
 
 Each level also runs over two worker processes, as ``experiment.workers=2`` does: the same stack in two fresh
-processes started together, each with its share of the tasks (and of ``max_concurrent``); the wall time is
-the span from the first worker's first task to the last worker's last result.
+processes, each with its share of the tasks (and of ``max_concurrent``), released together once both have
+started (imports and config, which the one-process column does not count either); the wall time is the span
+from the first worker's first task to the last worker's last result.
 
     python -m benchmarks.concurrency [--quick]
 """
@@ -51,7 +52,9 @@ def _peak_rss_mb() -> float:
     return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024
 
 
-def child(tasks: int, turns: int, latency_s: float, base_url: str, folder: Path, snapshot: str) -> dict[str, Any]:
+def child(
+    tasks: int, turns: int, latency_s: float, base_url: str, folder: Path, snapshot: str, barrier: bool = False
+) -> dict[str, Any]:
     """One level, in this process: returns the figures as a dict (printed as JSON by ``--child``)."""
     from benchmarks.stack import compose, multi_turn_answer, multi_turn_script, run_experiment, write_workload
 
@@ -68,6 +71,9 @@ def child(tasks: int, turns: int, latency_s: float, base_url: str, folder: Path,
         "progress=false",
     ]
     cfg = compose(overrides)
+    if barrier:  # one of several workers: start together, once every one has imported and composed
+        print("ready", flush=True)
+        sys.stdin.readline()
     before = _peak_rss_mb()
     figures = asyncio.run(run_experiment(cfg, folder / "run"))
     ended_at = time.time()  # the span of several worker processes is measured on the wall clock
@@ -161,10 +167,28 @@ def run_level_workers(tasks: int, sizes: Sizes, base_url: str, workers: int, sna
         for index in range(count):
             sub = Path(folder) / str(index)
             sub.mkdir()
-            cmd = _child_command(share(tasks, index, count), sizes, base_url, str(sub), snapshot)
+            cmd = [*_child_command(share(tasks, index, count), sizes, base_url, str(sub), snapshot), "--barrier"]
             procs.append(
-                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+                subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=subprocess_env(),
+                )
             )
+        for proc in procs:  # every worker has started (imports, config) before any runs a task
+            assert proc.stdout is not None
+            ready = proc.stdout.readline()
+            if ready.strip() != "ready":
+                raise RuntimeError(
+                    f"a worker of level {tasks} did not start: {ready!r} {proc.communicate()[1][-3000:]}"
+                )
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
         outs = [proc.communicate(timeout=1800) for proc in procs]
     parts = []
     for proc, (stdout, stderr) in zip(procs, outs, strict=True):
@@ -328,10 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", default="", help=argparse.SUPPRESS)
     parser.add_argument("--folder", default="", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", default="none", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         t0 = time.perf_counter()
-        figures = child(args.tasks, args.turns, args.latency, args.base_url, Path(args.folder), args.snapshot)
+        figures = child(
+            args.tasks, args.turns, args.latency, args.base_url, Path(args.folder), args.snapshot, args.barrier
+        )
         figures["process_s"] = time.perf_counter() - t0
         print(json.dumps(figures))
         return 0
