@@ -6,6 +6,11 @@ parser and repair, tools in process. The emulator runs in its own process too, a
 is not flowllm's. The ideal is T x latency (every task's turns back to back, all tasks overlapping), so
 wall / ideal is what flowllm and the SDK add on top of the model's latency.
 
+Each level also runs over two worker processes, as ``experiment.workers=2`` does: the same stack in two fresh
+processes, each with its share of the tasks (and of ``max_concurrent``), released together once both have
+started (imports and config, which the one-process column does not count either); the wall time is the span
+from the first worker's first task to the last worker's last result.
+
     python -m benchmarks.concurrency [--quick]
 """
 
@@ -26,6 +31,8 @@ from typing import Any
 from benchmarks.common import Section, Sizes, Stat, Target, md_table, python, subprocess_env
 
 RATIO_TARGET = 1.25
+WORKERS = 2  # the second column: tasks over this many processes
+SPEEDUP_TARGET = 1.7  # workers=2 against workers=1 at the top level, on two cores
 MEMORY_TARGET_MB = 1024.0
 
 
@@ -45,7 +52,9 @@ def _peak_rss_mb() -> float:
     return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024
 
 
-def child(tasks: int, turns: int, latency_s: float, base_url: str, folder: Path, snapshot: str) -> dict[str, Any]:
+def child(
+    tasks: int, turns: int, latency_s: float, base_url: str, folder: Path, snapshot: str, barrier: bool = False
+) -> dict[str, Any]:
     """One level, in this process: returns the figures as a dict (printed as JSON by ``--child``)."""
     from benchmarks.stack import compose, multi_turn_answer, multi_turn_script, run_experiment, write_workload
 
@@ -62,9 +71,14 @@ def child(tasks: int, turns: int, latency_s: float, base_url: str, folder: Path,
         "progress=false",
     ]
     cfg = compose(overrides)
+    if barrier:  # one of several workers: start together, once every one has imported and composed
+        print("ready", flush=True)
+        sys.stdin.readline()
     before = _peak_rss_mb()
     figures = asyncio.run(run_experiment(cfg, folder / "run"))
+    ended_at = time.time()  # the span of several worker processes is measured on the wall clock
     return {
+        "ended_at": ended_at,
         "tasks": tasks,
         "wall_s": figures.wall_s,
         "completed": figures.completed,
@@ -111,38 +125,94 @@ class EmulatorProcess:
                 self.proc.wait()
 
 
+def _child_command(tasks: int, sizes: Sizes, base_url: str, folder: str, snapshot: str) -> list[str]:
+    return [
+        python(),
+        "-m",
+        "benchmarks.concurrency",
+        "--child",
+        "--tasks",
+        str(tasks),
+        "--turns",
+        str(sizes.concurrency_turns),
+        "--latency",
+        str(sizes.latency_s),
+        "--base-url",
+        base_url,
+        "--folder",
+        folder,
+        "--snapshot",
+        snapshot,
+    ]
+
+
 def run_level(tasks: int, sizes: Sizes, base_url: str, snapshot: str = "none") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flowllm-bench-conc-") as folder:
         if sizes.in_process:
             return child(tasks, sizes.concurrency_turns, sizes.latency_s, base_url, Path(folder), snapshot)
-        cmd = [
-            python(),
-            "-m",
-            "benchmarks.concurrency",
-            "--child",
-            "--tasks",
-            str(tasks),
-            "--turns",
-            str(sizes.concurrency_turns),
-            "--latency",
-            str(sizes.latency_s),
-            "--base-url",
-            base_url,
-            "--folder",
-            folder,
-            "--snapshot",
-            snapshot,
-        ]
+        cmd = _child_command(tasks, sizes, base_url, folder, snapshot)
         out = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"concurrency level {tasks} failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def run_level_workers(tasks: int, sizes: Sizes, base_url: str, workers: int, snapshot: str = "none") -> dict[str, Any]:
+    """``tasks`` over ``workers`` processes started together, each its share (always separate processes)."""
+    from flowllm.experiment.workers import share
+
+    count = min(workers, tasks)
+    with tempfile.TemporaryDirectory(prefix="flowllm-bench-conc-w-") as folder:
+        procs = []
+        for index in range(count):
+            sub = Path(folder) / str(index)
+            sub.mkdir()
+            cmd = [*_child_command(share(tasks, index, count), sizes, base_url, str(sub), snapshot), "--barrier"]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=subprocess_env(),
+                )
+            )
+        for proc in procs:  # every worker has started (imports, config) before any runs a task
+            assert proc.stdout is not None
+            ready = proc.stdout.readline()
+            if ready.strip() != "ready":
+                raise RuntimeError(
+                    f"a worker of level {tasks} did not start: {ready!r} {proc.communicate()[1][-3000:]}"
+                )
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outs = [proc.communicate(timeout=1800) for proc in procs]
+    parts = []
+    for proc, (stdout, stderr) in zip(procs, outs, strict=True):
+        if proc.returncode != 0:
+            raise RuntimeError(f"concurrency level {tasks}, {count} workers, failed:\n{stderr[-3000:]}")
+        parts.append(json.loads(stdout.strip().splitlines()[-1]))
+    started = min(p["ended_at"] - p["wall_s"] for p in parts)
+    return {
+        "tasks": tasks,
+        "workers": count,
+        "wall_s": max(p["ended_at"] for p in parts) - started,
+        "completed": sum(p["completed"] for p in parts),
+        "correct": sum(p["correct"] for p in parts),
+        "turns": sum(p["turns"] for p in parts),
+        "errors": [e for p in parts for e in p["errors"]],
+        "rss_peak_mb": sum(p["rss_peak_mb"] for p in parts),  # the processes' peaks added up
+        "cpu_s": sum(p["cpu_s"] for p in parts),
+    }
+
+
 def measure(sizes: Sizes) -> dict[str, Any]:
     from benchmarks.stack import multi_turn_script, with_latency  # noqa: F401  (imported for the script only)
 
-    results: dict[str, Any] = {"levels": {}}
+    results: dict[str, Any] = {"levels": {}, "workers": {}}
     with tempfile.TemporaryDirectory(prefix="flowllm-bench-emu-") as folder:
         import yaml
 
@@ -152,6 +222,9 @@ def measure(sizes: Sizes) -> dict[str, Any]:
             for tasks in sizes.concurrency:
                 runs = [run_level(tasks, sizes, emulator.base_url) for _ in range(sizes.runs)]
                 results["levels"][tasks] = runs
+                results["workers"][tasks] = [
+                    run_level_workers(tasks, sizes, emulator.base_url, WORKERS) for _ in range(sizes.runs)
+                ]
     return results
 
 
@@ -160,6 +233,7 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
     rows = []
     ratios: dict[int, Stat] = {}
     peaks: dict[int, float] = {}
+    speedups: dict[int, float] = {}
     smallest = min(results["levels"])
     floor = Stat.of([r["rss_peak_mb"] for r in results["levels"][smallest]]).median
     for tasks, runs in results["levels"].items():
@@ -170,6 +244,10 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
         peak = Stat.of([r["rss_peak_mb"] for r in runs])
         peaks[tasks] = peak.median
         ok = all(r["completed"] == r["correct"] == tasks for r in runs)
+        spread = results["workers"][tasks]
+        wall_w = Stat.of([r["wall_s"] for r in spread])
+        speedups[tasks] = wall.median / wall_w.median
+        ok_w = all(r["completed"] == r["correct"] == tasks for r in spread)
         rows.append(
             [
                 tasks,
@@ -179,7 +257,15 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
                 f"{Stat.of([r['cpu_s'] / r['turns'] * 1000 for r in runs]).median:.1f}",
                 peak.fmt(0),
                 f"{(peak.median - floor) / (tasks - smallest) * 1024:,.0f}" if tasks > smallest else "-",
-                "all" if ok else f"{min(r['correct'] for r in runs)}/{tasks} (errors: {runs[0]['errors']})",
+                wall_w.fmt(2),
+                wall_w.scaled(1 / ideal).fmt(2, "x"),
+                f"{Stat.of([r['cpu_s'] / r['turns'] * 1000 for r in spread]).median:.1f}",
+                f"{speedups[tasks]:.2f}x",
+                # Last, as every end-to-end table: "all" when both runs got every task right.
+                "all"
+                if ok and ok_w
+                else f"1 worker {min(r['correct'] for r in runs)}/{tasks}, {WORKERS} workers "
+                f"{min(r['correct'] for r in spread)}/{tasks} (errors: {(runs[0]['errors'] or spread[0]['errors'])})",
             ]
         )
     table = md_table(
@@ -191,6 +277,10 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
             "flowllm CPU ms per turn",
             "peak RSS MB",
             f"KB per task above {smallest} task{'s' if smallest > 1 else ''}",
+            f"wall s, {WORKERS} workers",
+            f"wall / ideal, {WORKERS} workers",
+            f"CPU ms per turn, {WORKERS} workers",
+            f"{WORKERS} workers vs 1",
             "correct",
         ],
         rows,
@@ -208,6 +298,12 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
             f"< {MEMORY_TARGET_MB:,.0f} MB",
             f"{peaks[top]:,.0f} MB",
             peaks[top] < MEMORY_TARGET_MB,
+        ),
+        Target(
+            f"{WORKERS} workers against 1 at {top} tasks",
+            f">= {SPEEDUP_TARGET}x faster",
+            f"{speedups[top]:.2f}x",
+            speedups[top] >= SPEEDUP_TARGET,
         ),
     ]
     intro = f"""
@@ -238,7 +334,7 @@ process's (the emulator runs in its own); the growth per task is measured from t
         [table],
         notes,
         targets,
-        data={"ratio": {k: v.median for k, v in ratios.items()}, "peak_mb": peaks},
+        data={"ratio": {k: v.median for k, v in ratios.items()}, "peak_mb": peaks, "workers_speedup": speedups},
     )
 
 
@@ -256,10 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-url", default="", help=argparse.SUPPRESS)
     parser.add_argument("--folder", default="", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", default="none", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         t0 = time.perf_counter()
-        figures = child(args.tasks, args.turns, args.latency, args.base_url, Path(args.folder), args.snapshot)
+        figures = child(
+            args.tasks, args.turns, args.latency, args.base_url, Path(args.folder), args.snapshot, args.barrier
+        )
         figures["process_s"] = time.perf_counter() - t0
         print(json.dumps(figures))
         return 0

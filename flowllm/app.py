@@ -30,6 +30,7 @@ from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
+from flowllm.experiment import workers
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.pricing import PriceTable
@@ -334,6 +335,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
     cfg = inherit_replayed_run(cfg)
+    steps = workers.AppSteps(prepare=prepare, build_experiment=build_experiment, priced_model=priced_model)
+    if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
+        return workers.run_shard(cfg, run_dir, steps)
+    count = workers.resolve_workers(cfg.experiment.get("workers", 1))
+    if count > 1:
+        return workers.run_parallel(cfg, run_dir, count, steps)
     parts = run_preflight(cfg)
     tasks = parts["tasks"]
     started = time.perf_counter()

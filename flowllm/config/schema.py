@@ -375,6 +375,11 @@ class ExperimentConfig:
     pricing: str = "conf/pricing.yaml"  # USD per million tokens, per model; relative to cwd, else the project
     # Who the usage ledger charges (its "user" dimension); unset: $FLOWLLM_USER, else the login name.
     user: str | None = None
+    # Worker processes on this machine (flowllm/experiment/workers.py): a whole number >= 1, or auto (the usable
+    # cores). Each worker gets 1/N of the provider's rate limits.
+    workers: Any = 1
+    # Set by the parent of a run with workers > 1 for each worker it starts (its shard file); not for users.
+    worker_shard: str | None = None
 
 
 @dataclass

@@ -1,0 +1,419 @@
+"""``experiment.workers=N``: one run's tasks spread over N processes of this machine.
+
+The parent (the app the user started) checks everything as a one-process run does, picks the tasks still to
+run (dataset order, resume applied), deals them round-robin into N shards and starts N children: the same app
+(``python -m flowllm`` with the same overrides) in worker mode (``experiment.worker_shard`` names the shard
+file). Each child has its own event loop, provider clients and tool pools, writes only its own tasks' folders
+into the shared run directory and appends to the shared ``usage.jsonl`` (one ``write()`` of a whole line per
+entry on a file opened with O_APPEND: lines of several processes never interleave). Children write no summary.
+
+The parent shows the one progress display, following the ``result.json`` files as they appear, and builds the
+one ``summary.json`` from them and the ledger, like a one-process run. Ctrl-C or SIGTERM to the parent is
+forwarded once to every child as SIGINT (each cancels its running tasks, keeps what finished and exits 130);
+the parent then reports the run interrupted and exits 130. Children die with the parent (Linux
+``PR_SET_PDEATHSIG``, else a watchdog on the parent's pid), so SIGKILL leaves what it leaves with one process:
+finished tasks on disk, nothing half-counted, and a rerun into the same folder resumes.
+
+``experiment.max_concurrent`` stays the whole run's: each worker runs its share of it (the shares add up to it;
+never more workers than that). Rate limits (``provider.rate_limit`` of the provider and of every fallback or
+alias target) are per process, so each of the N workers gets 1/N of requests_per_minute and tokens_per_minute,
+and a share of max_in_flight that adds up to it (a max_in_flight below N is refused: a worker cannot have less
+than one request at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from omegaconf import DictConfig, OmegaConf
+
+from flowllm.config.schema import ProviderConfig, RateLimitConfig
+from flowllm.engine import Recorder
+from flowllm.engine.recorder import Redactor, atomic_write
+from flowllm.errors import ConfigError, RunError
+from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.report import print_summary
+from flowllm.experiment.runner import COMPLETED, RunResult, TaskOutcome, read_outcome, safe_task_dir_name, summarize
+from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
+from flowllm.providers.registry import Resolver, default_resolver
+
+if TYPE_CHECKING:
+    from flowllm.datasets.gaia import Task
+
+MAX_WORKERS = 64  # far above any one machine's useful count; a typo (workers=1000) fails instead
+POLL_S = 1.0  # how often the parent looks for new result.json files and exited children
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# Hydra overrides of the parent's own job that a worker must not inherit: it runs into the parent's folder,
+# once, in run mode.
+_PARENT_ONLY = (
+    "hydra.run.",
+    "hydra.sweep.",
+    "hydra.mode",
+    "hydra.job.",
+    "hydra.runtime.",
+    "hydra.output_subdir",
+    "hydra/launcher",
+    "hydra.launcher",
+    "hydra/sweeper",
+    "hydra.sweeper",
+)
+
+
+def resolve_workers(value: Any) -> int:
+    """``experiment.workers`` as a count: an int in [1, MAX_WORKERS], or ``auto`` (the usable cores)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+        raise ConfigError(f"experiment.workers must be auto or a whole number from 1 to {MAX_WORKERS}, not {value!r}")
+    return value
+
+
+def deal(task_ids: list[str], count: int) -> list[list[str]]:
+    """Round-robin shards (dataset order within each): worker i gets tasks i, i+N, i+2N..."""
+    return [task_ids[i::count] for i in range(count)]
+
+
+@dataclass
+class Shard:
+    """What one worker runs: its place among the workers and its tasks (dataset order)."""
+
+    index: int
+    of: int
+    task_ids: list[str]
+    parent_pid: int
+
+    def save(self, path: Path) -> None:
+        path.write_bytes(orjson.dumps(self.__dict__))
+
+    @classmethod
+    def load(cls, path: Path | str) -> Shard:
+        try:
+            return cls(**orjson.loads(Path(path).read_bytes()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"experiment.worker_shard '{path}' cannot be read: {exc}") from None
+
+
+# ----- each worker's share of the run's limits ------------------------------------------------------------
+def share(total: int, index: int, of: int) -> int:
+    """Worker ``index``'s part of a whole-number limit, such that the parts of all ``of`` workers add up to it."""
+    return total // of + (1 if index < total % of else 0)
+
+
+def share_rate_limit(cfg: RateLimitConfig, index: int, of: int) -> RateLimitConfig:
+    """Worker ``index`` of ``of``: 1/of of the per-minute budgets, a share of max_in_flight adding up to it."""
+    return RateLimitConfig(
+        requests_per_minute=None if cfg.requests_per_minute is None else float(cfg.requests_per_minute) / of,
+        tokens_per_minute=None if cfg.tokens_per_minute is None else float(cfg.tokens_per_minute) / of,
+        max_in_flight=None if cfg.max_in_flight is None else share(int(cfg.max_in_flight), index, of),
+    )
+
+
+def _shared(pcfg: ProviderConfig, index: int, of: int) -> ProviderConfig:
+    shared = copy.deepcopy(pcfg)
+    shared.rate_limit = share_rate_limit(pcfg.rate_limit, index, of)
+    return shared
+
+
+def shared_provider(pcfg: ProviderConfig, index: int, of: int) -> tuple[ProviderConfig, Resolver]:
+    """The provider config of worker ``index``, and a resolver giving its fallbacks' configs, each with the
+    worker's share of its rate limits."""
+    resolve = default_resolver(pcfg)
+    return _shared(pcfg, index, of), lambda name: _shared(resolve(name), index, of)
+
+
+def check_in_flight(pcfg: ProviderConfig, workers: int) -> None:
+    """A max_in_flight below the worker count cannot be shared out (a worker needs at least one slot)."""
+    plan = check_provider_config(pcfg)
+    members = [(pcfg.name, pcfg)] if plan is None else [(m.id, m.cfg) for m in plan.members.values()]
+    for name, cfg in members:
+        flight = cfg.rate_limit.max_in_flight
+        if flight is not None and flight < workers:
+            raise ConfigError(
+                f"provider '{name}': rate_limit.max_in_flight={flight} cannot be shared by experiment.workers="
+                f"{workers} (each worker needs at least one request at once): lower workers or raise the limit"
+            )
+
+
+# ----- the worker (child) ----------------------------------------------------------------------------------
+def _watch_parent(parent_pid: int) -> None:
+    """Where PR_SET_PDEATHSIG is missing: a thread that ends this worker once its parent is gone."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(POLL_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="flowllm-parent-watch", daemon=True).start()
+
+
+@dataclass(frozen=True)
+class AppSteps:
+    """The app's own steps a worker and the parent reuse, handed in by the app (which imports this module)."""
+
+    prepare: Callable[[DictConfig], dict[str, Any]]
+    build_experiment: Callable[..., Any]
+    priced_model: Callable[[ProviderConfig], str]
+
+
+def refuse_unsupported(cfg: DictConfig) -> None:
+    """What several workers cannot do yet, refused before the first task rather than done wrong."""
+    if OmegaConf.select(cfg, "dataset.scorer", default="gaia") == "judge":
+        raise ConfigError("experiment.workers above 1 cannot score with a judge yet: use experiment.workers=1")
+    if OmegaConf.select(cfg, "tools.web_fixtures", default=False):
+        raise ConfigError(
+            "experiment.workers above 1 cannot share the web fixture server yet: use experiment.workers=1"
+        )
+
+
+async def _run_shard_async(
+    cfg: DictConfig,
+    parts: dict[str, Any],
+    tasks: list[Task],
+    shard: Shard,
+    recorder: Recorder,
+    ledger: UsageLedger,
+    app: AppSteps,
+) -> RunResult:
+    pcfg, resolve = shared_provider(parts["provider_cfg"], shard.index, shard.of)
+    async with open_provider(pcfg, ledger=ledger, resolve=resolve) as provider:
+        experiment = app.build_experiment(cfg, parts, provider, recorder, progress=None)
+        return await experiment.run(tasks)
+
+
+def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
+    """Worker mode: run this worker's tasks into ``run_dir``; no progress display, no summary."""
+    shard = Shard.load(cfg.experiment.worker_shard)
+    if not sys.platform.startswith("linux"):
+        _watch_parent(shard.parent_pid)
+    parts = app.prepare(cfg)
+    by_id = {t.task_id: t for t in parts["tasks"]}
+    missing = [t for t in shard.task_ids if t not in by_id]
+    if missing:
+        raise ConfigError(f"worker {shard.index}: task {missing[0]!r} is not in the dataset any more")
+    tasks = [by_id[t] for t in shard.task_ids]
+    # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
+    cfg.experiment.max_concurrent = share(int(cfg.experiment.max_concurrent), shard.index, shard.of)
+    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts["provider_cfg"]))
+    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
+    interrupted = True
+    try:
+        interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger, app)).interrupted
+    except KeyboardInterrupt:  # a second Ctrl-C: what finished is on disk
+        pass
+    finally:
+        recorder.close()
+        ledger.close()
+    return {"interrupted": interrupted, "worker": shard.index}
+
+
+# ----- the parent ------------------------------------------------------------------------------------------
+def _quoted(value: str) -> str:
+    """A value for a Hydra override, whatever characters it holds."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def worker_command(hydra_cfg: Any, run_dir: Path, shard_path: Path) -> list[str]:
+    """The command line of one worker: the parent's app, config and overrides, into the parent's folder."""
+    command = [sys.executable, "-m", "flowllm", "--config-name", str(hydra_cfg.job.config_name)]
+    for source in hydra_cfg.runtime.config_sources:
+        if source.provider == "command-line":
+            command += ["--config-dir", str(source.path).removeprefix("file://")]
+    command += [o for o in hydra_cfg.overrides.task if _override_key(o) != "experiment.worker_shard"]
+    command += [o for o in hydra_cfg.overrides.hydra if not _override_key(o).startswith(_PARENT_ONLY)]
+    command += [
+        f"hydra.run.dir={_quoted(str(run_dir.resolve()))}",
+        "hydra.output_subdir=null",  # the parent's .hydra/ is the run's config
+        f"hydra.job.name={_quoted(str(hydra_cfg.job.name))}",  # the same log file as the parent's
+        f"experiment.worker_shard={_quoted(str(shard_path))}",
+    ]
+    return command
+
+
+def _die_with(parent_pid: int) -> Callable[[], None] | None:
+    """Run in the child before exec: SIGKILL when the parent dies (Linux), even if it already has."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+@dataclass
+class ResultWatcher:
+    """New ``result.json`` files of the tasks being run: what the progress display and the summary count.
+
+    A file there before the run started (a failed task being rerun, or any task under resume=false) only
+    counts once it has been replaced (the recorder writes it by rename: a new inode)."""
+
+    tasks_dir: Path
+    pending: dict[str, tuple[int, int, int] | None] = field(default_factory=dict)
+    outcomes: dict[str, TaskOutcome] = field(default_factory=dict)
+
+    @staticmethod
+    def _signature(path: Path) -> tuple[int, int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def watch(self, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            self.pending[task_id] = self._signature(self.tasks_dir / task_id / "result.json")
+
+    def poll(self) -> list[TaskOutcome]:
+        found = []
+        for task_id, before in list(self.pending.items()):
+            path = self.tasks_dir / task_id / "result.json"
+            now = self._signature(path)
+            if now is None or now == before:
+                continue
+            outcome = read_outcome(path)
+            if outcome is not None:
+                del self.pending[task_id]
+                self.outcomes[task_id] = outcome
+                found.append(outcome)
+        return found
+
+
+@dataclass
+class _Pool:
+    """The running workers, and how the run around them is going."""
+
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    signals: int = 0  # SIGINT/SIGTERM received (and forwarded)
+    failure: str | None = None
+
+    def forward(self, signum: int, frame: FrameType | None = None) -> None:
+        self.signals += 1
+        self.send(signal.SIGINT)
+
+    def send(self, signum: int) -> None:
+        for proc in self.procs:
+            proc.send_signal(signum)  # a no-op for one that has exited
+
+    def alive(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def check(self) -> None:
+        """A worker that failed on its own (not after our SIGINT) stops the run: its peers are interrupted."""
+        if self.failure is not None or self.signals:
+            return
+        for index, proc in enumerate(self.procs):
+            code = proc.poll()
+            if code not in (None, 0):
+                self.failure = f"worker {index + 1} of {len(self.procs)} exited with code {code}"
+                self.send(signal.SIGINT)
+                return
+
+
+def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) -> dict[str, Any]:
+    """The parent of a run with ``experiment.workers`` > 1; returns the summary (as ``app.run`` does)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    refuse_unsupported(cfg)
+    try:
+        hydra_cfg = HydraConfig.get()
+    except ValueError:
+        raise ConfigError("experiment.workers above 1 needs the app (python -m flowllm)") from None
+    parts = app.prepare(cfg)
+    tasks: list[Task] = parts["tasks"]
+    started = time.perf_counter()
+    tasks_dir = run_dir / "tasks"
+    already: dict[str, TaskOutcome] = {}
+    for task in tasks:
+        safe_task_dir_name(task.task_id)
+        previous = read_outcome(tasks_dir / task.task_id / "result.json") if cfg.experiment.resume else None
+        if previous is not None and previous.status == COMPLETED:
+            already[task.task_id] = previous
+    todo = [t.task_id for t in tasks if t.task_id not in already]
+    # No more workers than tasks to run, nor than tasks allowed at once (max_concurrent is the whole run's).
+    count = min(workers, len(todo), int(cfg.experiment.max_concurrent))
+    if count > 1:
+        check_in_flight(parts["provider_cfg"], count)
+    secrets = provider_secrets(parts["provider_cfg"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "usage.jsonl").open("ab").close()  # the workers append to it; an empty run still has one
+    watcher = ResultWatcher(tasks_dir)
+    watcher.watch(todo)
+    progress = ProgressReporter(enabled=bool(cfg.progress))
+    progress.start(total=len(tasks), already=list(already.values()))
+    pool = _Pool()
+    handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="flowllm-workers-") as scratch:
+            for index, shard_ids in enumerate(deal(todo, count)):
+                shard_path = Path(scratch) / f"shard-{index}.json"
+                Shard(index, count, shard_ids, os.getpid()).save(shard_path)
+                pool.procs.append(
+                    subprocess.Popen(
+                        worker_command(hydra_cfg, run_dir, shard_path),
+                        preexec_fn=_die_with(os.getpid()),
+                        process_group=0,  # a terminal's Ctrl-C reaches the parent only, which forwards it once
+                    )
+                )
+            while pool.alive():
+                for outcome in watcher.poll():
+                    progress.task_done(outcome)
+                pool.check()
+                time.sleep(POLL_S)
+            for outcome in watcher.poll():
+                progress.task_done(outcome)
+    finally:
+        progress.stop()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    interrupted = pool.signals > 0 or pool.failure is not None or bool(watcher.pending)
+    outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
+    finished = [o for o in outcomes if o is not None]
+    summary = summarize(
+        finished,
+        total=len(tasks),
+        wall_seconds=time.perf_counter() - started,
+        interrupted=interrupted,
+        resumed=len(already),
+        model=app.priced_model(parts["provider_cfg"]),
+        prices=parts["prices"],
+        attempts=cfg.experiment.attempts,
+    )
+    # The same fields, in the same order, as a one-process run's summary (app.run).
+    summary["status"] = "interrupted" if interrupted else "finished"
+    summary["experiment"] = cfg.experiment.name
+    summary["provider"] = cfg.provider.name
+    summary["model"] = cfg.provider.model
+    summary["runner"] = cfg.runner.name
+    summary["repair"] = cfg.repair.name
+    summary["dataset"] = str(cfg.dataset.path)
+    summary["providers"] = UsageLedger.read(run_dir / "usage.jsonl").summary()
+    if pool.failure is not None:
+        summary["status"] = "failed"
+        summary["error"] = pool.failure
+    atomic_write(run_dir / "summary.json", Redactor(secrets).dumps(summary))
+    print_summary(summary, finished, run_dir)
+    if pool.failure is not None:
+        raise RunError(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume")
+    return summary
