@@ -139,7 +139,7 @@ def compose(overrides: list[str]) -> DictConfig:
 
     import flowllm.app  # noqa: F401  (registers the structured configs and resolvers)
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "flowllm" / "conf"), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=overrides)
 
 

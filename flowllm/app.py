@@ -42,6 +42,7 @@ from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
+from flowllm.resources import bundled
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import check_scorer, judge_provider_config, open_scorer
 from flowllm.scoring.judge import judge_template
@@ -54,19 +55,14 @@ from flowllm.tools.webconf import check_web_tools, web_tools
 
 log = logging.getLogger("flowllm")
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 register_configs()
 # ${flowllm_abspath:...}: launchers that run elsewhere (Ray) need absolute folders; hydra.sweep.dir is relative.
 OmegaConf.register_new_resolver("flowllm_abspath", lambda p: str(Path(str(p)).resolve()), replace=True)
 
 
 def resolve_path(value: str, setting: str) -> Path:
-    """A relative path is looked up from the working directory, then from the project folder."""
-    path = Path(value).expanduser()
-    if path.is_absolute() or path.exists():
-        return path
-    candidate = PROJECT_ROOT / path
-    return candidate if candidate.exists() else path
+    """A relative path is looked up from the working directory, then among the bundled files (resources.py)."""
+    return bundled(value)
 
 
 def key_values(api_key_env: str | None) -> list[str]:

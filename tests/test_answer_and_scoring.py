@@ -106,7 +106,7 @@ def test_loader_errors_name_file_and_line(tmp_path: Path) -> None:
 
 
 def test_bundled_sample_is_valid() -> None:
-    tasks = load_tasks(Path(__file__).resolve().parents[1] / "data" / "sample")
+    tasks = load_tasks(Path(__file__).resolve().parents[1] / "flowllm" / "data" / "sample")
     assert len(tasks) >= 8
     for task in tasks:
         assert task.ground_truth

@@ -27,8 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from flowllm.config.schema import register_configs
+from flowllm.resources import CONFIG_DIR as PACKAGE_CONFIG_DIR
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONFIG_DIR = PACKAGE_CONFIG_DIR
 CONFIG_NAME = "config"
 SCHEMA_PREFIX = "base_"
 # Hydra's launchers come from pip extras: name the one to install when a launcher's config is missing.

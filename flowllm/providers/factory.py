@@ -40,6 +40,7 @@ from flowllm.providers.limiter import build_limiter, check_rate_limit_config
 from flowllm.providers.registry import Resolver, RoutePlan, plan_routes
 from flowllm.providers.resilient import ResilientProvider, Route, breaker_listener
 from flowllm.providers.retry import RetryPolicy
+from flowllm.resources import bundled
 
 # Sent instead of a key to servers that need none (the emulator, a local vLLM/SGLang/Ollama): the SDKs insist
 # on having one.
@@ -141,14 +142,10 @@ def known_protocols() -> list[str]:
 
 
 def resolve_script(path: str) -> Path:
-    """The emulator script: as given (relative to the working directory), else relative to the project
-    root."""
-    candidate = Path(path).expanduser()
+    """The emulator script: as given (relative to the working directory), else a bundled one (resources.py)."""
+    candidate = bundled(path)
     if candidate.is_file():
         return candidate
-    project_root = Path(__file__).resolve().parents[2]
-    if not candidate.is_absolute() and (project_root / candidate).is_file():
-        return project_root / candidate
     raise ProviderConfigError(f"provider.emulator_script: file not found: {path}")
 
 

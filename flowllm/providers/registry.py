@@ -31,10 +31,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.config.schema import ProviderConfig
 from flowllm.providers.errors import ProviderConfigError
+from flowllm.resources import PROVIDER_CONFIG_DIR
 
 log = logging.getLogger(__name__)
 
-PROJECT_PROVIDER_DIR = Path(__file__).resolve().parents[2] / "conf" / "provider"
+PROJECT_PROVIDER_DIR = PROVIDER_CONFIG_DIR
 MAIN_AGENT = "main"
 
 Resolver = Callable[[str], ProviderConfig]

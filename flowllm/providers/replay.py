@@ -69,17 +69,9 @@ class SavedCall:
     path: Path
 
 
-def _project_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def resolve_run_dir(value: str | Path) -> Path:
-    """``provider.run_dir`` as given (relative to the working directory), else relative to the project."""
-    path = Path(value).expanduser()
-    if path.is_dir() or path.is_absolute():
-        return path
-    candidate = _project_root() / path
-    return candidate if candidate.is_dir() else path
+    """``provider.run_dir`` as given: runs are written relative to the working directory (``hydra.run.dir``)."""
+    return Path(value).expanduser()
 
 
 def _saved_provider_config(run_dir: Path) -> dict[str, Any]:

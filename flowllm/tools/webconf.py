@@ -72,6 +72,8 @@ async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]
         servers: Any = cfg.tools.get("servers") or {}
         with open_dict(cfg.tools):
             for entry in servers.values():
+                if entry.get("env") is None:  # server entries are checked by tools/settings.py: env is optional
+                    entry.env = {}
                 entry.env.update(env)
             # The transcription key goes to tool-audio alone (servers get a minimal environment otherwise).
             key_env = OmegaConf.select(cfg, "tools.audio.api_key_env", default="")

@@ -9,11 +9,11 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, Agent, AgentSettings
-from flowllm.app import PROJECT_ROOT
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import read_json
 from flowllm.providers import open_provider
+from flowllm.resources import CONFIG_DIR
 
 CALL = """<use_mcp_tool>
 <server_name>tool-math</server_name>
@@ -37,7 +37,7 @@ SCRIPT = {
 @pytest.fixture(scope="module")
 def pipeline_cfg():
     register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="config")
 
 

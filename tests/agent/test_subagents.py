@@ -8,10 +8,11 @@ from pathlib import Path
 import yaml
 from hydra import compose, initialize_config_dir
 
-from flowllm.app import PROJECT_ROOT, run
+from flowllm.app import run
 from flowllm.config.schema import register_configs
 from flowllm.engine.recorder import read_json
 from flowllm.inspect import open_run
+from flowllm.resources import CONFIG_DIR
 
 DELEGATE = """I'll hand the computation to the analyst.
 <use_mcp_tool>
@@ -51,7 +52,7 @@ def test_a_subagent_solves_a_delegated_subtask(tmp_path: Path) -> None:
     (data / "metadata.jsonl").write_text(json.dumps(row) + "\n")
     (data / "script.yaml").write_text(yaml.safe_dump(SCRIPT))
     register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(
             config_name="config",
             overrides=[

@@ -10,16 +10,16 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.turn import AGENT_TURN, TurnOutcome
-from flowllm.app import PROJECT_ROOT
 from flowllm.config.schema import register_configs
 from flowllm.core.types import ModelResponse
 from flowllm.engine import NodeContractError, PipelineError, build_pipeline, make_runner
 from flowllm.engine.contract import Port, TurnContract
+from flowllm.resources import CONFIG_DIR
 
 
 def compose_cfg(*overrides: str):
     register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
 

@@ -44,7 +44,7 @@ def llama(log_dir: Path) -> Iterator[LlamaServer]:
 def local_config(base_url: str, model: str, *overrides: str) -> Any:
     """conf/provider/local.yaml as the app composes it, pointed at the server."""
     register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "flowllm" / "conf"), version_base="1.3"):
         cfg = compose(
             config_name="config",
             overrides=["provider=local", f"provider.base_url={base_url}", f"provider.model={model}", *overrides],

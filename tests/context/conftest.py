@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-from flowllm.app import PROJECT_ROOT
 from flowllm.config.schema import ProviderConfig, ThinkingConfig, register_configs
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.emulator import Emulator
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider
+from flowllm.resources import CONFIG_DIR
 
 PROTOCOLS = ("anthropic", "openai_chat", "openai_responses")
 LONG_TURNS = 12
@@ -93,7 +93,7 @@ def compose_cfg() -> Any:
     register_configs()
 
     def make(*overrides: str) -> Any:
-        with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             return compose(config_name="config", overrides=list(overrides))
 
     return make

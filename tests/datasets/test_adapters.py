@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def spec_of(experiment: str, *overrides: str) -> DatasetSpec:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(ROOT / "flowllm" / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"+experiment={experiment}", *overrides])
     return DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path"))
 
@@ -38,7 +38,7 @@ def test_browsecomp_rows_are_decrypted_with_their_canary() -> None:
     assert [t.ground_truth for t in tasks] == ["April", "The Heron Waltz", "f2"]
     assert tasks[0].metadata == {"topic": "History"}
     # The file itself holds only ciphertext.
-    raw = (ROOT / "data/browsecomp_sample/browse_comp_test_set.csv").read_text()
+    raw = (ROOT / "flowllm" / "data/browsecomp_sample/browse_comp_test_set.csv").read_text()
     assert "lighthouse" not in raw and "Heron" not in raw
 
 
@@ -85,7 +85,7 @@ def test_gaia_behind_the_contract_reads_as_the_gaia_loader_does() -> None:
     assert through_contract == direct
     assert [t.level for t in direct] == [1, 2, 3]
     assert through_contract[0].attachment is not None and through_contract[0].attachment.resolve() == (
-        ROOT / "data/gaia_sample/shelf.csv"
+        ROOT / "flowllm" / "data/gaia_sample/shelf.csv"
     )
 
 

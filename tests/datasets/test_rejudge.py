@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def composed(overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(ROOT / "flowllm" / "conf"), version_base="1.3"):
         return compose("config", overrides=overrides)
 
 

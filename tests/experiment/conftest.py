@@ -17,7 +17,7 @@ def composed() -> Callable[[Sequence[str]], DictConfig]:
     """Compose conf/ the way `python -m flowllm` does, with overrides, outside of a Hydra run."""
 
     def make(overrides: Sequence[str], hydra: bool = False) -> DictConfig:
-        with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(str(ROOT / "flowllm" / "conf"), version_base="1.3"):
             return compose("config", overrides=list(overrides), return_hydra_config=hydra)
 
     return make

@@ -77,8 +77,8 @@ def test_price_file_errors(tmp_path: Path) -> None:
 
 
 def test_shipped_price_table_prices_every_shipped_provider() -> None:
-    table = PriceTable.load(ROOT / "conf" / "pricing.yaml")
-    for path in sorted((ROOT / "conf" / "provider").glob("*.yaml")):
+    table = PriceTable.load(ROOT / "flowllm" / "conf" / "pricing.yaml")
+    for path in sorted((ROOT / "flowllm" / "conf" / "provider").glob("*.yaml")):
         model = (yaml.safe_load(path.read_text()) or {}).get("model")
         if model and model != "replay":  # replay's requests carry the replayed run's model
             assert table.lookup(model) is not None, f"{path.name}: no price for {model}"

@@ -66,7 +66,7 @@ def test_trivial_graph_matches_the_real_turn_graph_ports() -> None:
     from benchmarks.common import ROOT
     from benchmarks.turn_fixture import NODE_NAMES
 
-    real = OmegaConf.load(ROOT / "conf" / "pipeline" / "agent_turn.yaml")
+    real = OmegaConf.load(ROOT / "flowllm" / "conf" / "pipeline" / "agent_turn.yaml")
     assert tuple(real.nodes.keys()) == NODE_NAMES
     pipeline = trivial_pipeline()
     assert [n.name for n in pipeline.topological] == list(NODE_NAMES)

@@ -30,7 +30,7 @@ from flowllm.providers import (
 
 from .conftest import SCRIPT, SYSTEM, make_cfg
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "provider"
+CONF = Path(__file__).resolve().parents[2] / "flowllm" / "conf" / "provider"
 HELLO = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 
 

@@ -18,11 +18,11 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 import flowllm.app as app_module
-from flowllm.app import PROJECT_ROOT
 from flowllm.config.schema import register_configs
 from flowllm.core.types import Usage
 from flowllm.emulator.faults import Draw, FaultPlan
 from flowllm.providers.ledger import UsageLedger
+from flowllm.resources import CONFIG_DIR
 
 N_TASKS = 200
 OUTAGE = [f"t{i:03d}" for i in range(150, 158)]
@@ -123,7 +123,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "provider.key_pool.cooldown_s=0.01",
     ]
     register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = root / "run"
 

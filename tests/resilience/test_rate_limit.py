@@ -90,7 +90,7 @@ async def test_max_in_flight_one_sends_one_request_at_a_time(tmp_path: Path) -> 
 
 
 def test_the_local_provider_defaults_to_one_request_at_a_time() -> None:
-    local = FileResolver(ROOT / "conf" / "provider")("local")
+    local = FileResolver(ROOT / "flowllm" / "conf" / "provider")("local")
     assert local.rate_limit.max_in_flight == 1
     assert local.rate_limit.requests_per_minute is None and local.rate_limit.tokens_per_minute is None
 

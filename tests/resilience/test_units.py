@@ -329,12 +329,12 @@ def test_provider_secrets_cover_every_key_of_every_provider(
 def test_under_hydra_provider_names_resolve_through_compose() -> None:
     from hydra import initialize_config_dir
 
-    from flowllm.app import PROJECT_ROOT
     from flowllm.config.schema import register_configs
     from flowllm.providers.registry import HydraResolver, default_resolver
+    from flowllm.resources import CONFIG_DIR
 
     register_configs()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         resolve = default_resolver(ProviderConfig(name="offline", model="m"))
         assert isinstance(resolve, HydraResolver)
         chat = resolve("offline_chat")
