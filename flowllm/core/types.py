@@ -87,7 +87,7 @@ def message_text(message: Message) -> str:
 
 @dataclass
 class Usage:
-    """Token counts of one model call, in the convention of DESIGN.md section 3.
+    """Token counts of one model call: input counts every prompt token, cached or not.
 
     ``input_tokens`` counts every prompt token, cached or not; ``cache_read_tokens`` and
     ``cache_write_tokens`` are the parts of it read from and written to the cache. ``reasoning_tokens`` is the

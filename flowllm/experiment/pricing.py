@@ -1,6 +1,6 @@
 """What a run cost: token counts times the per-model prices of ``conf/pricing.yaml``.
 
-Usage follows DESIGN.md section 3: ``input_tokens`` counts every prompt token, cached or not, so the uncached
+Usage (flowllm/core/types.py): ``input_tokens`` counts every prompt token, cached or not, so the uncached
 part is what is left after the cache reads and writes; counting all three at full price would bill cached
 tokens twice.
 """

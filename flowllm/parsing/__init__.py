@@ -1,4 +1,4 @@
-"""Parsing: tool calls out of model replies, and JSON repair for their arguments (DESIGN.md section 4).
+"""Parsing: tool calls out of model replies, and JSON repair for their arguments.
 
     from flowllm.parsing import parse_tool_calls, repair_json, repair_arguments
     parsed = parse_tool_calls(payload, servers=None)   # -> Parsed(calls, bad, content, formats)

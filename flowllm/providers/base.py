@@ -1,6 +1,6 @@
 """What the three wire protocols share: config coercion, the call skeleton, tool naming, token estimates.
 
-A provider has three halves (DESIGN.md section 3): ``build_request`` (pure), ``send`` (the only I/O: the
+A provider has three halves: ``build_request`` (pure), ``send`` (the only I/O: the
 official SDK, streamed or not) and ``normalize`` (pure). ``BaseProvider`` implements ``send`` and
 ``normalize`` once:
 

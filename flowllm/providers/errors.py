@@ -51,7 +51,7 @@ _STATUS_KINDS: dict[int, str] = {
     529: "overloaded",
 }
 
-# Kinds worth retrying: transient by nature. 400/401/403/404 never are (DESIGN.md section 3); neither is a
+# Kinds worth retrying: transient by nature. 400/401/403/404 never are; neither is a
 # prompt too long for the model's context (``context_length``): the same request fails the same way again.
 # ``truncated`` is a stream that stopped before its final event (a proxy or server cut it).
 RETRYABLE_KINDS = frozenset(k for k in ErrorKind if k.transient)

@@ -29,7 +29,7 @@ def test_cost_counts_cached_tokens_once() -> None:
         "total": pytest.approx(0.04455),
     }
     assert SONNET.cost(usage) == pytest.approx(0.04455)
-    # Billing the cached tokens as input too would have cost 0.03 more: the double count DESIGN.md warns of.
+    # Billing the cached tokens as input too would have cost 0.03 more: the double count to avoid.
     assert SONNET.cost(usage) < (10_000 * 3.0 + 2_000 * 15.0) / 1e6
 
 

@@ -22,7 +22,7 @@ ROWS = load_corpus("tool_call_cases.jsonl")
 ALTERNATIVES: dict[str, tuple[str, list[dict[str, Any]]]] = {
     "tc-007": (
         "only the outer '}' is missing and the arguments are complete: flowllm mends it (a truncated reply is "
-        "mended, DESIGN.md section 4)",
+        "mended)",
         [{"name": "final_answer", "arguments": {"trigger": True}}],
     ),
 }

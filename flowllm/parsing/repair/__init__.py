@@ -1,4 +1,4 @@
-"""JSON repair as a configurable chain of stages (DESIGN.md section 4).
+"""JSON repair as a configurable chain of stages.
 
     repair_json(text, key=None, stages=None) -> Repaired(ok, value, stage, error, raw)
     repair_arguments(text, stages=None)      -> the same, but ``value`` is always a dict when ok

@@ -1,4 +1,4 @@
-"""Tool calls out of a model reply, whatever form they arrive in (DESIGN.md section 4).
+"""Tool calls out of a model reply, whatever form they arrive in.
 
     parse_tool_calls(payload, servers=None, formats=None, tools=None) -> Parsed(calls, bad, content, formats)
 

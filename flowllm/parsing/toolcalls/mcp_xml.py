@@ -1,4 +1,4 @@
-"""MiroFlow's ``<use_mcp_tool>`` text protocol, the engine's own (DESIGN.md section 4).
+"""MiroFlow's ``<use_mcp_tool>`` text protocol, the engine's own.
 
     <use_mcp_tool>
     <server_name>tool-python</server_name>
