@@ -21,8 +21,7 @@ ROWS = load_corpus("tool_call_cases.jsonl")
 # Debatable rows where flowllm takes the documented alternative; each is asserted for what flowllm does.
 ALTERNATIVES: dict[str, tuple[str, list[dict[str, Any]]]] = {
     "tc-007": (
-        "only the outer '}' is missing and the arguments are complete: flowllm mends it (a truncated reply is "
-        "mended)",
+        "only the outer '}' is missing and the arguments are complete: flowllm mends it (a truncated reply is mended)",
         [{"name": "final_answer", "arguments": {"trigger": True}}],
     ),
 }
