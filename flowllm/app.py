@@ -321,7 +321,8 @@ def run_preflight(cfg: DictConfig) -> dict[str, Any]:
             )
         )
     except PreflightError as exc:
-        problems.extend(exc.problems)
+        # A tool entry that cannot work is found by prepare and again by the start-up check: say it once.
+        problems.extend(problem for problem in exc.problems if problem not in problems)
     if problems:
         raise PreflightError(problems)
     return parts

@@ -79,7 +79,8 @@ def test_the_command_line_refuses_the_pipeline_before_any_task(tmp_path) -> None
         cwd=tmp_path,
     )
     assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "next_messages" in lines[0], proc.stderr
+    # One error line (preflight may also say what it is checking), no traceback.
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: error")]
+    assert len(errors) == 1 and "next_messages" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "tasks").exists()
