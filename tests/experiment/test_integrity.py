@@ -17,8 +17,7 @@ import yaml
 from omegaconf import DictConfig
 
 from flowllm.app import prepare
-from flowllm.datasets.gaia import DatasetError
-from flowllm.errors import ConfigError
+from flowllm.errors import BuildError
 from tests.experiment.helpers import run_flowllm
 
 CANARIES = {
@@ -166,14 +165,14 @@ def test_attachments_outside_the_dataset_and_bad_timeouts_are_refused_before_the
     row = {"task_id": "t", "Question": "q", "Level": 1, "Final answer": "a", "file_name": "../../etc/passwd"}
     base = ["+experiment=gaia", f"dataset.path={dataset}", "tools=none"]
     (dataset / "metadata.jsonl").write_text(json.dumps(row) + "\n")
-    with pytest.raises(DatasetError, match=r"attachment '../../etc/passwd' is outside the dataset folder"):
+    with pytest.raises(BuildError, match=r"attachment '../../etc/passwd' is outside the dataset folder"):
         prepare(composed(base))
     (dataset / "metadata.jsonl").write_text(json.dumps({**row, "file_name": "/etc/passwd"}) + "\n")
-    with pytest.raises(DatasetError, match=r"outside the dataset folder"):
+    with pytest.raises(BuildError, match=r"outside the dataset folder"):
         prepare(composed(base))
     (dataset / "metadata.jsonl").write_text(json.dumps({**row, "file_name": ""}) + "\n")
     for setting in ("experiment.task_timeout_s=-1", "runner.item_timeout_s=-5", "runner.turn_timeout_s=0"):
-        with pytest.raises(ConfigError, match="must be a positive number of seconds"):
+        with pytest.raises(BuildError, match="must be a positive number of seconds"):
             prepare(composed([*base, setting]))
 
 

@@ -106,6 +106,7 @@ async def test_a_models_listing_through_the_sdk(models_server: str, monkeypatch:
 
 async def test_tool_settings_problems_are_one_line() -> None:
     problems, catalog = await check_tools({"servers": {"tool-math": {"command": ""}}}, 10)
-    assert catalog is None and problems == ["tools.servers.tool-math: a server needs a 'command'"]
+    assert catalog is None and len(problems) == 1
+    assert problems[0].startswith("tools.servers.tool-math: ") and "the command is empty" in problems[0]
     problems, _ = await check_tools({"scope": "forever", "servers": {}}, 10)
-    assert problems == ["tools.scope must be task or run, not 'forever'"]
+    assert problems == ["tools.scope must be one of task, run, not 'forever'"]
