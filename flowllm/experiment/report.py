@@ -95,18 +95,17 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     return table
 
 
-def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
-    usage = summary["usage"]
-    tokens = summary.get("tokens", {})
+def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The accuracy line, and for a replay the exact/diverged counts it is scored on (replay_audit.py)."""
     replay = summary.get("replay")
     if replay is None:
-        rows = [("accuracy", f"{summary['accuracy']:.1%} ({summary['correct']}/{summary['tasks']})")]
+        return [("accuracy", f"{summary['accuracy']:.1%} ({summary['correct']}/{summary['tasks']})")]
     else:
         # A replay is scored on the tasks that replayed exactly; the others' replies answered another conversation.
         exact = replay.get("exact", 0)
         acc = summary.get("accuracy")
         shown = f"{acc:.1%} ({replay.get('exact_correct', 0)}/{exact} exact replays)" if acc is not None else "unknown"
-        rows = [
+        return [
             ("accuracy", shown if exact else "unknown: no task replayed exactly"),
             (
                 "replay",
@@ -115,6 +114,12 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
                 "correct)",
             ),
         ]
+
+
+def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
+    usage = summary["usage"]
+    tokens = summary.get("tokens", {})
+    rows = accuracy_rows(summary)
     for level, data in summary.get("by_level", {}).items():
         name = "no level" if level == "None" else f"level {level}"
         rows.append((f"  {name}", f"{data['accuracy']:.1%} ({data['correct']}/{data['tasks']})"))

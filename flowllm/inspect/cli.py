@@ -32,7 +32,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from flowllm.experiment.report import acted_row, format_tokens, format_usd, short_error
+from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, short_error
 from flowllm.experiment.task_usage import TaskBill, read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import diff_runs
@@ -194,11 +194,17 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
     usage = figures.get("usage") or {}
     accuracy = figures.get("accuracy")
     rows: list[tuple[str, Any]] = [
-        (
-            "accuracy",
-            f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
-            if isinstance(accuracy, (int, float))
-            else accuracy,
+        *(
+            accuracy_rows(figures)
+            if figures.get("replay") is not None
+            else [
+                (
+                    "accuracy",
+                    f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
+                    if isinstance(accuracy, (int, float))
+                    else accuracy,
+                )
+            ]
         ),
         ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
         ("turns", figures.get("turns")),
