@@ -131,7 +131,7 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "env", "needle"),
     [
-        (["provider=nope"], {}, "provider/nope"),
+        (["provider=nope"], {}, "provider=nope: no such option"),
         (["dataset.path=no/such/folder"], {}, "dataset folder 'no/such/folder' does not exist"),
         (["pipeline.nodes.normalize._target_=flowllm.nodes.model.Nope"], {}, "unknown _target_"),
         (["+pipeline.nodes.trim_history.inputs={messages: next_messages}"], {}, "cycle"),
