@@ -18,7 +18,7 @@ from tests.tools.helpers import alive, builtin_config, descendants, needs_proc
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 
 
 def compose_tools(name: str) -> DictConfig:

@@ -17,7 +17,7 @@ from flowllm.errors import ToolConfigError
 from flowllm.tools.pool import ToolPool
 from flowllm.tools.settings import Scope, Transport, load_settings
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 TOOL_SETS = sorted(p.stem for p in (CONF_DIR / "tools").glob("*.yaml"))
 
 
@@ -106,7 +106,7 @@ def test_workspace_is_substituted_in_args_env_and_cwd_even_through_hydra(tmp_pat
 
 
 def test_an_empty_command_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(CONF_DIR.parent)}
+    env = {**os.environ, "PYTHONPATH": str(CONF_DIR.parents[1])}
     done = subprocess.run(
         [sys.executable, "-m", "flowllm", "tools.servers.tool-math.command=''", f"hydra.run.dir={tmp_path}"],
         capture_output=True,

@@ -14,7 +14,7 @@ from flowllm.errors import ConfigError
 from flowllm.tools.webcache import CACHE_ENV, CACHE_MODE_ENV
 from flowllm.tools.webconf import cache_env, check_web_tools, web_tools
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 register_configs()
 
 
