@@ -121,7 +121,8 @@ def test_two_workers_give_the_same_results_as_one_with_pass_at_k(tmp_path: Path)
             *gaia_overrides(f"experiment.workers={workers}", "experiment.attempts=2", f"hydra.run.dir={run_dir}"),
             timeout=HANG_GUARD_S,
         )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        # The fixture has a task whose attachment is missing: some tasks failed, exit 3, with one worker or two.
+        assert proc.returncode == 3, proc.stdout + proc.stderr
         return run_dir
 
     with ThreadPoolExecutor(2) as pool:
