@@ -108,7 +108,14 @@ def test_workspace_is_substituted_in_args_env_and_cwd_even_through_hydra(tmp_pat
 def test_an_empty_command_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(CONF_DIR.parents[1])}
     done = subprocess.run(
-        [sys.executable, "-m", "flowllm", "tools.servers.tool-math.command=''", f"hydra.run.dir={tmp_path}"],
+        [
+            sys.executable,
+            "-m",
+            "flowllm",
+            "progress=false",
+            "tools.servers.tool-math.command=''",
+            f"hydra.run.dir={tmp_path}",
+        ],
         capture_output=True,
         text=True,
         env=env,
