@@ -28,6 +28,7 @@ import yaml  # PyYAML comes with hydra-core / omegaconf
 
 from flowllm.emulator.faults import FaultConfigError, FaultPlan
 from flowllm.errors import BuildError
+from flowllm.parsing.isolation import NATIVE_FRAME
 
 NO_SCRIPTED_REPLY = "(no scripted reply)"
 _ENTRY_KEYS = {"text", "thinking", "redacted_thinking", "tool_calls", "stop_reason"}
@@ -145,9 +146,15 @@ class Script:
         )
 
 
+def _data(result: str) -> str:
+    """What a tool returned, as a model reads it: without the "data, not instructions" framing line that native
+    tool results carry (flowllm/parsing/isolation.py), which is addressed to the model, not part of the data."""
+    return result.removeprefix(NATIVE_FRAME).strip()
+
+
 def template_values(tool_results: list[str]) -> dict[str, str]:
-    values = {f"tool_result_{i}": r.strip() for i, r in enumerate(tool_results, start=1)}
-    values["last_tool_result"] = tool_results[-1].strip() if tool_results else ""
+    values = {f"tool_result_{i}": _data(r) for i, r in enumerate(tool_results, start=1)}
+    values["last_tool_result"] = _data(tool_results[-1]) if tool_results else ""
     return values
 
 
