@@ -328,41 +328,15 @@ def run_preflight(cfg: DictConfig) -> dict[str, Any]:
     return parts
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Run the configured experiment into ``run_dir``; returns the summary."""
-    # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
-    cfg = inherit_replayed_run(cfg)
-    steps = workers.AppSteps(prepare=prepare, build_experiment=build_experiment, priced_model=priced_model)
-    if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
-        return workers.run_shard(cfg, run_dir, steps)
-    count = workers.resolve_workers(cfg.experiment.get("workers", 1))
-    if count > 1:
-        return workers.run_parallel(cfg, run_dir, count, steps)
-    parts = run_preflight(cfg)
+def run_summary(
+    cfg: DictConfig, parts: dict[str, Any], result: RunResult, run_dir: Path, *, wall_seconds: float
+) -> dict[str, Any]:
+    """``summary.json`` of a run: one place, used by one process and by the parent of several workers."""
     tasks = parts["tasks"]
-    started = time.perf_counter()
-    resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
-    # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
-    secrets = provider_secrets(parts["provider_cfg"])
-    if parts["judge_provider"] is not None:
-        secrets += [s for s in provider_secrets(parts["judge_provider"]) if s not in secrets]
-    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
-    # One line per attempt, appended across resumed sessions: what was really spent, failures included.
-    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
-    try:
-        result = asyncio.run(_run_async(cfg, parts, recorder, ledger))
-    except KeyboardInterrupt:
-        # A second Ctrl-C, or one before the loop could cancel cleanly: what finished is on disk.
-        result = None
-    finally:
-        recorder.close()
-        ledger.close()
-    if result is None:
-        result = RunResult(load_outcomes(run_dir, tasks), interrupted=True, resumed=resumed)
     summary = summarize(
         result.outcomes,
         total=len(tasks),
-        wall_seconds=time.perf_counter() - started,
+        wall_seconds=wall_seconds,
         interrupted=result.interrupted,
         resumed=result.resumed,
         model=priced_model(parts["provider_cfg"]),
@@ -393,6 +367,43 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         )
     )
     summary["acted"] = what_acted(summary["providers"], result.outcomes)
+    return summary
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Run the configured experiment into ``run_dir``; returns the summary."""
+    # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
+    cfg = inherit_replayed_run(cfg)
+    steps = workers.AppSteps(
+        prepare=prepare, build_experiment=build_experiment, priced_model=priced_model, run_summary=run_summary
+    )
+    if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
+        return workers.run_shard(cfg, run_dir, steps)
+    count = workers.resolve_workers(cfg.experiment.get("workers", 1))
+    if count > 1:
+        return workers.run_parallel(cfg, run_dir, count, steps)
+    parts = run_preflight(cfg)
+    tasks = parts["tasks"]
+    started = time.perf_counter()
+    resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
+    # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
+    secrets = provider_secrets(parts["provider_cfg"])
+    if parts["judge_provider"] is not None:
+        secrets += [s for s in provider_secrets(parts["judge_provider"]) if s not in secrets]
+    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
+    # One line per attempt, appended across resumed sessions: what was really spent, failures included.
+    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
+    try:
+        result = asyncio.run(_run_async(cfg, parts, recorder, ledger))
+    except KeyboardInterrupt:
+        # A second Ctrl-C, or one before the loop could cancel cleanly: what finished is on disk.
+        result = None
+    finally:
+        recorder.close()
+        ledger.close()
+    if result is None:
+        result = RunResult(load_outcomes(run_dir, tasks), interrupted=True, resumed=resumed)
+    summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
     print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
     return summary

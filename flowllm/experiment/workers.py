@@ -48,7 +48,7 @@ from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunError
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import COMPLETED, RunResult, TaskOutcome, read_outcome, safe_task_dir_name, summarize
+from flowllm.experiment.runner import COMPLETED, RunResult, TaskOutcome, read_outcome, safe_task_dir_name
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.registry import Resolver, default_resolver
 
@@ -168,6 +168,7 @@ class AppSteps:
     prepare: Callable[[DictConfig], dict[str, Any]]
     build_experiment: Callable[..., Any]
     priced_model: Callable[[ProviderConfig], str]
+    run_summary: Callable[..., dict[str, Any]]
 
 
 def refuse_unsupported(cfg: DictConfig) -> None:
@@ -390,25 +391,9 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     interrupted = pool.signals > 0 or pool.failure is not None or bool(watcher.pending)
     outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
     finished = [o for o in outcomes if o is not None]
-    summary = summarize(
-        finished,
-        total=len(tasks),
-        wall_seconds=time.perf_counter() - started,
-        interrupted=interrupted,
-        resumed=len(already),
-        model=app.priced_model(parts["provider_cfg"]),
-        prices=parts["prices"],
-        attempts=cfg.experiment.attempts,
-    )
-    # The same fields, in the same order, as a one-process run's summary (app.run).
-    summary["status"] = "interrupted" if interrupted else "finished"
-    summary["experiment"] = cfg.experiment.name
-    summary["provider"] = cfg.provider.name
-    summary["model"] = cfg.provider.model
-    summary["runner"] = cfg.runner.name
-    summary["repair"] = cfg.repair.name
-    summary["dataset"] = str(cfg.dataset.path)
-    summary["providers"] = UsageLedger.read(run_dir / "usage.jsonl").summary()
+    # The same summary as a one-process run's, built by the same function.
+    result = RunResult(finished, interrupted, len(already))
+    summary = app.run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     if pool.failure is not None:
         summary["status"] = "failed"
         summary["error"] = pool.failure
