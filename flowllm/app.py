@@ -344,7 +344,9 @@ def run_summary(
         attempts=cfg.experiment.attempts,
     )
     summary["status"] = "interrupted" if result.interrupted else "finished"
-    summary["tools"] = {"unavailable": dict(sorted(result.tools_unavailable.items()))}
+    unavailable = result.tools_unavailable
+    # None is "not known here", never "none": the parent of several workers does not see their tool servers.
+    summary["tools"] = {"unavailable": dict(sorted(unavailable.items())) if unavailable is not None else None}
     summary["experiment"] = cfg.experiment.name
     summary["provider"] = cfg.provider.name
     summary["model"] = cfg.provider.model

@@ -274,7 +274,8 @@ class RunResult:
     outcomes: list[TaskOutcome]  # dataset order; tasks that never finished are absent
     interrupted: bool
     resumed: int  # tasks skipped because an earlier run completed them
-    tools_unavailable: dict[str, str] = field(default_factory=dict)  # server -> why (disabled, failed to start)
+    # server -> why (disabled, failed to start); None when this process could not know (the parent of workers)
+    tools_unavailable: dict[str, str] | None = field(default_factory=dict)
 
 
 class Experiment:

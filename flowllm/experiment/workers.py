@@ -392,7 +392,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
     finished = [o for o in outcomes if o is not None]
     # The same summary as a one-process run's, built by the same function.
-    result = RunResult(finished, interrupted, len(already))
+    result = RunResult(finished, interrupted, len(already), tools_unavailable=None)
     summary = app.run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     if pool.failure is not None:
         summary["status"] = "failed"

@@ -68,7 +68,7 @@ def without_timings(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary_figures(summary: dict[str, Any]) -> dict[str, Any]:
-    # `tools.unavailable` is known to the workers, not yet to their parent: a gap the closing note names.
+    # `tools.unavailable` is known to the workers, not to their parent, which says so (None, never {}).
     figures = {k: v for k, v in summary.items() if k not in ("wall_seconds", "providers", "tools")}
     providers = summary["providers"]
     figures["providers"] = {k: v for k, v in providers.items() if not k.startswith("latency") and k != "hourly"}
@@ -144,6 +144,7 @@ def test_two_workers_give_the_same_results_as_one_with_pass_at_k(tmp_path: Path)
     assert wrong["attempts"] == 2 and [e["attempt"] for e in wrong["attempt_log"]] == [1, 2]
     assert (double / "tasks" / WRONG_TASK / "attempts" / "1").is_dir()
     summary = read_json(double / "summary.json")
+    assert summary["tools"] == {"unavailable": None}
     assert summary["status"] == "finished" and summary["tasks"] == summary["finished"] == 5
     assert "Traceback" not in (double / "app.log").read_text()
 
