@@ -44,13 +44,13 @@ async def _turn_seconds(k: int, runner_name: str, sizes: Sizes, work_dir: Path) 
     tools = InProcessTools()
     specs = await tools.list_tools()
     samples = []
-    async with open_provider(parts["provider_cfg"]) as provider:
+    async with open_provider(parts.provider_cfg) as provider:
         system = build_system_prompt("Use the tools.", specs, provider.tool_protocol)
         inputs = {"messages": [user_message("Run the tools.")], "system": system, "tools": specs}
         for i in range(sizes.runs + 1):
             ctx = TurnContext(task_id=f"k{k}", turn=1, provider=provider, tools=tools)
             t0 = time.perf_counter()
-            state = await parts["runner"].run(parts["pipeline"], inputs, ctx)
+            state = await parts.runner.run(parts.pipeline, inputs, ctx)
             seconds = time.perf_counter() - t0
             results = state["tool_results"]
             assert len(results) == k and all(r.content == "slept" for r in results), results

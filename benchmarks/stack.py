@@ -182,11 +182,11 @@ async def run_experiment(
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra" / "config.yaml")
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot)
     try:
-        async with open_provider(parts["provider_cfg"]) as provider:
+        async with open_provider(parts.provider_cfg) as provider:
             experiment = build_experiment(cfg, parts, provider, recorder, open_tools=open_tools)
             t0 = time.perf_counter()
             cpu0 = time.process_time()
-            result = await experiment.run(parts["tasks"])
+            result = await experiment.run(parts.tasks)
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
     finally:

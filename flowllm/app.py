@@ -33,6 +33,7 @@ from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment import workers
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
+from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit
@@ -97,8 +98,6 @@ class _Problems:
 
 
 def _check_settings(cfg: DictConfig) -> None:
-    if cfg.recorder.snapshot not in ("all", "errors", "none"):
-        raise ConfigError(f"recorder.snapshot must be all, errors or none, not '{cfg.recorder.snapshot}'")
     if cfg.experiment.max_concurrent < 1:
         raise ConfigError("experiment.max_concurrent must be at least 1")
     if cfg.experiment.attempts < 1:
@@ -138,16 +137,17 @@ def _judge(cfg: DictConfig, provider_cfg: ProviderConfig) -> tuple[JudgeConfig, 
     return judge_cfg, judge_provider
 
 
-def prepare(cfg: DictConfig) -> dict[str, Any]:
+def prepare(cfg: DictConfig) -> PreparedRun:
     """Validate everything and build what the run needs; raises PreflightError listing every problem found."""
-    parts, problems = prepare_parts(cfg)
-    if problems:
+    parts, _, problems = prepare_parts(cfg)
+    if problems or parts is None:
         raise PreflightError(problems)
     return parts
 
 
-def prepare_parts(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
-    """What could be built, and every problem found on the way (so that a run lists them all at once)."""
+def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig | None, list[str]]:
+    """The prepared run (None if anything is wrong), the provider config when it could be read, and every
+    problem found on the way (so that a run lists them all at once)."""
     problems = _Problems()
     problems.check(lambda: _check_settings(cfg))
     pipeline_runner = problems.check(lambda: _pipeline(cfg))
@@ -164,7 +164,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
     if problems.found:
-        return {"provider_cfg": provider_cfg}, problems.found
+        return None, provider_cfg, problems.found
     pipeline, runner = pipeline_runner
     assert judge is not None  # provider_cfg was built, or problems were found above
     judge_cfg, judge_provider = judge
@@ -173,17 +173,18 @@ def prepare_parts(cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
         system_prompt=cfg.agent.system_prompt,
         summary_prompt=cfg.agent.summary_prompt,
     )
-    return {
-        "pipeline": pipeline,
-        "runner": runner,
-        "provider_cfg": provider_cfg,
-        "tasks": tasks,
-        "settings": settings,
-        "prices": prices,
-        "subagents": subagents,
-        "judge_cfg": judge_cfg,
-        "judge_provider": judge_provider,
-    }, []
+    prepared = PreparedRun(
+        pipeline=pipeline,
+        runner=runner,
+        provider_cfg=provider_cfg,
+        tasks=tasks,
+        settings=settings,
+        prices=prices,
+        subagents=subagents,
+        judge_cfg=judge_cfg,
+        judge_provider=judge_provider,
+    )
+    return prepared, provider_cfg, []
 
 
 def preflight_targets(provider_cfg: ProviderConfig) -> list[ProviderTarget]:
@@ -222,7 +223,7 @@ def subagent_specs(cfg: DictConfig) -> dict[str, SubAgentSpec]:
 
 def build_experiment(
     cfg: DictConfig,
-    parts: dict[str, Any],
+    parts: PreparedRun,
     provider: Any,
     recorder: Recorder,
     *,
@@ -242,11 +243,11 @@ def build_experiment(
         else None
     )
     agent = Agent(
-        parts["pipeline"],
-        parts["runner"],
-        parts["settings"],
+        parts.pipeline,
+        parts.runner,
+        parts.settings,
         observer=audit if audit is not None else recorder,
-        subagents=parts["subagents"],
+        subagents=parts.subagents,
     )
     return Experiment(
         agent=agent,
@@ -267,27 +268,27 @@ def build_experiment(
     )
 
 
-async def _run_async(cfg: DictConfig, parts: dict[str, Any], recorder: Recorder, ledger: UsageLedger) -> RunResult:
+async def _run_async(cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger) -> RunResult:
     progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger)
-    catalog = parts.get("tools_catalog")
+    catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
         cfg.dataset.scorer,
-        judge=parts["judge_cfg"],
-        judge_provider=parts["judge_provider"],
+        judge=parts.judge_cfg,
+        judge_provider=parts.judge_provider,
         run_dir=recorder.run_dir,
         redactor=recorder.redactor,
-        prices=parts["prices"],
+        prices=parts.prices,
     )
     # The web cache and the loopback web fixture server (tools.web_fixtures), next to the provider's emulator.
     async with (
         web_tools(cfg, recorder.run_dir),
-        open_provider(parts["provider_cfg"], ledger=ledger) as provider,
+        open_provider(parts.provider_cfg, ledger=ledger) as provider,
         scorer_ctx as scorer,
     ):
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer)
         if catalog is not None:
             experiment.tools_catalog = catalog  # preflight started every server once already
-        return await experiment.run(parts["tasks"])
+        return await experiment.run(parts.tasks)
 
 
 def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
@@ -296,10 +297,9 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
     return sum(1 for o in load_outcomes(run_dir, tasks) if o.status == "completed")
 
 
-def run_preflight(cfg: DictConfig) -> dict[str, Any]:
+def run_preflight(cfg: DictConfig) -> PreparedRun:
     """``prepare``, then the live checks (providers answer, tool servers start): every problem at once."""
-    parts, problems = prepare_parts(cfg)
-    provider_cfg = parts.get("provider_cfg")
+    parts, provider_cfg, problems = prepare_parts(cfg)
     targets: list[ProviderTarget] = []
     if provider_cfg is not None:
         targets = preflight_targets(provider_cfg)
@@ -310,8 +310,9 @@ def run_preflight(cfg: DictConfig) -> dict[str, Any]:
             f"preflight: starting {servers} tool server{'s' if servers != 1 else ''}, "
             f"checking {checked} provider{'s' if checked != 1 else ''}..."
         )
+    catalog = None
     try:
-        parts["tools_catalog"] = asyncio.run(
+        catalog = asyncio.run(
             preflight(
                 targets,
                 cfg.tools,
@@ -323,24 +324,25 @@ def run_preflight(cfg: DictConfig) -> dict[str, Any]:
     except PreflightError as exc:
         # A tool entry that cannot work is found by prepare and again by the start-up check: say it once.
         problems.extend(problem for problem in exc.problems if problem not in problems)
-    if problems:
+    if problems or parts is None:
         raise PreflightError(problems)
+    parts.tools_catalog = catalog
     return parts
 
 
 def run_summary(
-    cfg: DictConfig, parts: dict[str, Any], result: RunResult, run_dir: Path, *, wall_seconds: float
+    cfg: DictConfig, parts: PreparedRun, result: RunResult, run_dir: Path, *, wall_seconds: float
 ) -> dict[str, Any]:
     """``summary.json`` of a run: one place, used by one process and by the parent of several workers."""
-    tasks = parts["tasks"]
+    tasks = parts.tasks
     summary = summarize(
         result.outcomes,
         total=len(tasks),
         wall_seconds=wall_seconds,
         interrupted=result.interrupted,
         resumed=result.resumed,
-        model=priced_model(parts["provider_cfg"]),
-        prices=parts["prices"],
+        model=priced_model(parts.provider_cfg),
+        prices=parts.prices,
         attempts=cfg.experiment.attempts,
     )
     summary["status"] = "interrupted" if result.interrupted else "finished"
@@ -356,7 +358,7 @@ def run_summary(
     # Calls per provider, retries, fallbacks, breaker events and the billed tokens of every attempt (failed
     # tasks included, unlike `usage`, which counts the tasks' recorded results), from the whole ledger.
     summary["providers"] = UsageLedger.read(run_dir / "usage.jsonl").summary()
-    judge_provider = parts["judge_provider"]
+    judge_provider = parts.judge_provider
     summary.update(
         scoring_summary(
             result.outcomes,
@@ -365,7 +367,7 @@ def run_summary(
             run_dir=run_dir,
             judge_provider=None if judge_provider is None else judge_provider.name,
             judge_model=None if judge_provider is None else judge_provider.model,
-            template=parts["judge_cfg"].template if judge_provider is not None else None,
+            template=parts.judge_cfg.template if judge_provider is not None else None,
         )
     )
     summary["acted"] = what_acted(summary["providers"], result.outcomes)
@@ -385,16 +387,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if count > 1:
         return workers.run_parallel(cfg, run_dir, count, steps)
     parts = run_preflight(cfg)
-    tasks = parts["tasks"]
+    tasks = parts.tasks
     started = time.perf_counter()
     resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
     # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
-    secrets = provider_secrets(parts["provider_cfg"])
-    if parts["judge_provider"] is not None:
-        secrets += [s for s in provider_secrets(parts["judge_provider"]) if s not in secrets]
+    secrets = provider_secrets(parts.provider_cfg)
+    if parts.judge_provider is not None:
+        secrets += [s for s in provider_secrets(parts.judge_provider) if s not in secrets]
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
     # One line per attempt, appended across resumed sessions: what was really spent, failures included.
-    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
+    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
     try:
         result = asyncio.run(_run_async(cfg, parts, recorder, ledger))
     except KeyboardInterrupt:

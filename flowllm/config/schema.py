@@ -382,16 +382,29 @@ class ExperimentConfig:
     worker_shard: str | None = None
 
 
+class SnapshotMode(StrEnum):
+    """Which nodes' inputs and outputs the recorder keeps (flowllm/engine/recorder.py)."""
+
+    all = "all"
+    errors = "errors"  # only the nodes of a failed turn
+    none = "none"
+
+
 @dataclass
 class RecorderConfig:
-    snapshot: str = "all"  # all | errors | none
+    snapshot: SnapshotMode = SnapshotMode.all
+
+
+class ReplayTools(StrEnum):
+    """Under provider=replay, where the tools that touch the world get their results."""
+
+    saved = "saved"  # the replayed run's search and browse results (web_cache/, flowllm/tools/webcache.py)
+    live = "live"  # fetched again
 
 
 @dataclass
 class ReplayToolsConfig:
-    # provider=replay: `saved` serves the replayed run's search and browse results (web_cache/), `live` fetches
-    # them again (flowllm/tools/webcache.py). Local tools always rerun.
-    tools: str = "saved"
+    tools: ReplayTools = ReplayTools.saved  # local tools always rerun
 
 
 @dataclass

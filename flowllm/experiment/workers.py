@@ -46,6 +46,7 @@ from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunError
+from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import COMPLETED, RunResult, TaskOutcome, read_outcome, safe_task_dir_name
@@ -165,7 +166,7 @@ def _watch_parent(parent_pid: int) -> None:
 class AppSteps:
     """The app's own steps a worker and the parent reuse, handed in by the app (which imports this module)."""
 
-    prepare: Callable[[DictConfig], dict[str, Any]]
+    prepare: Callable[[DictConfig], PreparedRun]
     build_experiment: Callable[..., Any]
     priced_model: Callable[[ProviderConfig], str]
     run_summary: Callable[..., dict[str, Any]]
@@ -183,14 +184,14 @@ def refuse_unsupported(cfg: DictConfig) -> None:
 
 async def _run_shard_async(
     cfg: DictConfig,
-    parts: dict[str, Any],
+    parts: PreparedRun,
     tasks: list[Task],
     shard: Shard,
     recorder: Recorder,
     ledger: UsageLedger,
     app: AppSteps,
 ) -> RunResult:
-    pcfg, resolve = shared_provider(parts["provider_cfg"], shard.index, shard.of)
+    pcfg, resolve = shared_provider(parts.provider_cfg, shard.index, shard.of)
     async with open_provider(pcfg, ledger=ledger, resolve=resolve) as provider:
         experiment = app.build_experiment(cfg, parts, provider, recorder, progress=None)
         return await experiment.run(tasks)
@@ -202,15 +203,15 @@ def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
     if not sys.platform.startswith("linux"):
         _watch_parent(shard.parent_pid)
     parts = app.prepare(cfg)
-    by_id = {t.task_id: t for t in parts["tasks"]}
+    by_id = {t.task_id: t for t in parts.tasks}
     missing = [t for t in shard.task_ids if t not in by_id]
     if missing:
         raise ConfigError(f"worker {shard.index}: task {missing[0]!r} is not in the dataset any more")
     tasks = [by_id[t] for t in shard.task_ids]
     # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
     cfg.experiment.max_concurrent = share(int(cfg.experiment.max_concurrent), shard.index, shard.of)
-    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts["provider_cfg"]))
-    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts["prices"], user=cfg.experiment.get("user"))
+    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts.provider_cfg))
+    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:
         interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger, app)).interrupted
@@ -342,7 +343,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     except ValueError:
         raise ConfigError("experiment.workers above 1 needs the app (python -m flowllm)") from None
     parts = app.prepare(cfg)
-    tasks: list[Task] = parts["tasks"]
+    tasks: list[Task] = parts.tasks
     started = time.perf_counter()
     tasks_dir = run_dir / "tasks"
     already: dict[str, TaskOutcome] = {}
@@ -355,8 +356,8 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     # No more workers than tasks to run, nor than tasks allowed at once (max_concurrent is the whole run's).
     count = min(workers, len(todo), int(cfg.experiment.max_concurrent))
     if count > 1:
-        check_in_flight(parts["provider_cfg"], count)
-    secrets = provider_secrets(parts["provider_cfg"])
+        check_in_flight(parts.provider_cfg, count)
+    secrets = provider_secrets(parts.provider_cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "usage.jsonl").open("ab").close()  # the workers append to it; an empty run still has one
     watcher = ResultWatcher(tasks_dir)

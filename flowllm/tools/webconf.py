@@ -32,10 +32,8 @@ from flowllm.tools.webcache import CACHE_DIR, CACHE_ENV, CACHE_MODE_ENV, CacheMo
 
 def check_web_tools(cfg: DictConfig) -> None:
     """Bad web tool settings, as one line before the first task."""
+    # replay.tools is a ReplayTools enum in the structured config: Hydra refuses another value.
     tools = cfg.tools
-    replay_tools = OmegaConf.select(cfg, "replay.tools", default="saved")
-    if replay_tools not in ("saved", "live"):
-        raise ConfigError(f"replay.tools must be saved or live, not '{replay_tools}'")
     search = tools.get("search")
     if search is not None and "tool-search" in (tools.get("servers") or {}):
         try:

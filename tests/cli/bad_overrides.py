@@ -40,7 +40,8 @@ BAD_OVERRIDES: list[tuple[tuple[str, ...], str]] = [
     # dataset
     (("dataset.path=/nonexistent/flowllm-data",), "/nonexistent/flowllm-data"),
     # recorder, memory, the root
-    (("recorder.snapshot=some",), "recorder.snapshot"),
+    (("recorder.snapshot=some",), "expected one of [all, errors, none]"),
+    (("replay.tools=sometimes",), "expected one of [saved, live]"),
     (("memory.enabled=perhaps",), "memory.enabled"),
     (("+foo=1",), "foo"),
     # the command line itself, and Hydra's groups
