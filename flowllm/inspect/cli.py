@@ -35,7 +35,7 @@ from rich.text import Text
 from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
 from flowllm.experiment.task_usage import TaskBill, read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
-from flowllm.inspect.diff import diff_runs
+from flowllm.inspect.diff import RunDiff, diff_runs
 from flowllm.inspect.views import (
     REPLAY_STATUSES,
     Failure,
@@ -708,8 +708,12 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
                 title="figures that differ",
             )
         )
+    if result.replay is not None:
+        console.print(replay_table(*result.replay))
     if not result.tasks:
         console.print(f"[green]no task differs ({len(result.unchanged)} compared)[/green]")
+        if result.replay is not None:
+            console.print(replay_line(result))
         return 0
     for t in result.tasks:
         if t.only_in:
@@ -717,14 +721,70 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
             continue
         rows: list[tuple[str, Any]] = [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in t.changes.items()]
         rows += [("tool calls", c) for c in t.call_changes]
+        if t.replay is not None:
+            rows.append(("replay", replay_pair(*t.replay, differs=t.replay_differs)))
         if t.divergence:
             rows.append(("first divergence", Text(t.divergence.describe(), style="magenta")))
-        console.print(Panel(_kv_table(rows), title=t.task_id, title_align="left", border_style="yellow"))
+        title = Text(t.task_id)
+        if t.replay_differs:
+            title.append("  replay verdict differs", style="bold magenta")
+        border = "magenta" if t.replay_differs else "yellow"
+        console.print(Panel(_kv_table(rows), title=title, title_align="left", border_style=border))
     console.print(
         f"{len(result.tasks)} task(s) differ, {len(result.unchanged)} unchanged"
         + (f": {', '.join(result.unchanged)}" if show_all and result.unchanged else "")
     )
+    if result.replay is not None:
+        console.print(replay_line(result))
     return 0
+
+
+def _replay_side(counts: dict[str, Any] | None) -> str:
+    if counts is None:
+        return "not a replay"
+    return ", ".join(f"{counts[s]} {s}" for s in REPLAY_STATUSES if s != "unverified" or counts[s])
+
+
+def replay_line(result: RunDiff) -> Text:
+    """The diff's closing line for replays: both sides' counts, and how many tasks' verdicts differ."""
+    assert result.replay is not None
+    line = Text(f"replay: A {_replay_side(result.replay[0])}; B {_replay_side(result.replay[1])}")
+    if result.replay_differs:
+        line.append(f"; verdict differs for {plural(len(result.replay_differs), 'task')}", style="bold magenta")
+    return line
+
+
+def replay_pair(a: dict[str, Any] | None, b: dict[str, Any] | None, differs: bool) -> Text:
+    """Both sides' verdicts of one task: ``A exact, B diverged at turn 1 / repair_arguments``."""
+    text = Text("A ").append_text(replay_text(a) if a is not None else Text("not a replay", style="dim"))
+    text.append(", B ").append_text(replay_text(b) if b is not None else Text("not a replay", style="dim"))
+    if differs:
+        text.append("  (differs)", style="bold magenta")
+    return text
+
+
+def replay_table(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Table:
+    """Each side's replay counts and its accuracy on exact replays and on all tasks."""
+    table = Table(title="replay", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("", "A", "B"):
+        table.add_column(name, justify="right" if name else "left")
+
+    def cell(counts: dict[str, Any] | None, key: str) -> str:
+        if counts is None:
+            return "not a replay" if key == "exact" else "-"
+        if key == "accuracy_exact":
+            return f"{_pct(counts[key])} ({counts['exact_correct']}/{counts['exact']})"
+        if key == "accuracy_all":
+            return f"{_pct(counts[key])} ({counts['correct']}/{counts['tasks']})"
+        return str(counts[key])
+
+    for key, label in (
+        *((s, s) for s in REPLAY_STATUSES),
+        ("accuracy_exact", "accuracy (exact replays)"),
+        ("accuracy_all", "accuracy (all tasks)"),
+    ):
+        table.add_row(label, cell(a, key), cell(b, key))
+    return table
 
 
 def cmd_report(path: str, output: str | None, max_chars: int, console: Console, as_json: bool) -> int:

@@ -160,3 +160,49 @@ def test_tasks_replay_filter_from_the_command_line(runs: FixtureRuns) -> None:
     assert done.returncode == 0, done.stderr
     assert LENIENT_TASK in done.stdout and CLEAN_TASK not in done.stdout
     assert "turn 1 / repair_arguments" in done.stdout
+
+
+def test_diff_of_two_replays_flags_the_task_whose_verdict_differs(
+    runs: FixtureRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exact, strict = runs.replays["legacy"].run_dir, runs.strict.run_dir
+    code, out, _ = inspect(capsys, "diff", exact, strict)
+    assert code == 0
+    flat = " ".join(out.replace("│", " ").split())
+    assert f"{LENIENT_TASK} replay verdict differs" in flat
+    assert "replay A exact, B diverged at turn 1 / repair_arguments (differs)" in flat
+    assert f"{CLEAN_TASK} replay verdict differs" not in flat
+    assert "replay: A 2 exact, 0 diverged, 0 missing; B 1 exact, 1 diverged, 0 missing; verdict differs for 1 task" in (
+        flat
+    )
+    data = inspect_json(capsys, "diff", exact, strict)
+    assert data["replay"]["a"]["exact"] == 2 and data["replay"]["b"]["diverged"] == 1  # type: ignore[index]
+    assert data["replay"]["verdict_differs"] == [LENIENT_TASK]  # type: ignore[index]
+    task = data["tasks"][0]  # type: ignore[index]
+    assert task["replay"]["a"] == {"status": "exact"} and task["replay"]["differs"] is True
+    assert (task["replay"]["b"]["status"], task["replay"]["b"]["node"]) == ("diverged", "repair_arguments")
+
+
+def test_diff_lists_a_task_that_diverged_with_the_same_result(
+    runs: FixtureRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two replays can agree on every result field while one of them answered from stale replies."""
+    data = inspect_json(capsys, "diff", runs.missing_turn.run_dir, runs.missing_turn.run_dir)
+    assert {t["task_id"] for t in data["tasks"]} == {LENIENT_TASK, CLEAN_TASK}  # type: ignore[index]
+    assert all(t["changes"] == {} and t["replay"]["differs"] is False for t in data["tasks"])  # type: ignore[index]
+    assert data["replay"]["verdict_differs"] == []  # type: ignore[index]
+
+
+def test_diff_against_a_run_that_is_not_a_replay(runs: FixtureRuns, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = inspect(capsys, "diff", runs.original.run_dir, runs.strict.run_dir)
+    assert code == 0
+    flat = " ".join(out.replace("│", " ").split())
+    assert "replay A not a replay, B diverged at turn 1 / repair_arguments" in flat
+    assert "replay verdict differs" not in flat  # one side has no verdict to differ from
+    assert "replay: A not a replay; B 1 exact, 1 diverged, 0 missing" in flat
+    assert "accuracy (exact replays) - 100.0% (1/1)" in flat
+    # Two runs that are not replays: no replay lines at all.
+    code, out, _ = inspect(capsys, "diff", runs.original.run_dir, runs.original.run_dir)
+    assert code == 0 and "replay" not in out.split("B:", 1)[1].split("\n", 1)[1]
+    data = inspect_json(capsys, "diff", runs.original.run_dir, runs.original.run_dir)
+    assert "replay" not in data  # type: ignore[operator]
