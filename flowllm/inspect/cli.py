@@ -426,7 +426,7 @@ def _replay_panel(run: RunRecord, task_id: str, detail: ReplayDetail, limit: int
         parts.append(
             Text(f"the node: {PROG} {run.path} node {task_id} {detail.turn} {detail.folder}{agent}", style="dim")
         )
-    if detail.saved_run:
+    if detail.saved_run and Path(detail.saved_run).expanduser().is_dir():
         parts.append(Text(f"against the saved run: {PROG} diff {detail.saved_run} {run.path}", style="dim"))
     return Panel(Group(*parts), title="replay", title_align="left", border_style=REPLAY_STYLES[detail.status])
 

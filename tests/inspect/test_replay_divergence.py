@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,18 @@ def test_diff_against_a_run_that_is_not_a_replay(runs: FixtureRuns, capsys: pyte
     assert code == 0 and "replay" not in out.split("B:", 1)[1].split("\n", 1)[1]
     data = inspect_json(capsys, "diff", runs.original.run_dir, runs.original.run_dir)
     assert "replay" not in data  # type: ignore[operator]
+
+
+def test_a_saved_run_that_is_gone_leaves_the_audit_description(
+    runs: FixtureRuns, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replayed run moved away: the task still says where and what changed, from its own result.json."""
+    run = tmp_path / "moved"
+    shutil.copytree(runs.strict.run_dir, run, ignore=shutil.ignore_patterns("workspace", "*.html"))
+    config = run / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace(str(runs.original.run_dir), str(tmp_path / "gone")))
+    replay = inspect_json(capsys, run, "task", LENIENT_TASK)["replay"]  # type: ignore[index]
+    assert (replay["status"], replay["folder"], replay["path"]) == ("diverged", "06_repair_arguments", None)
+    assert "cannot be read" in replay["note"]
+    code, out, _ = inspect(capsys, run, "task", LENIENT_TASK)
+    assert code == 0 and "prepared_calls[0].arguments" in out and "saved run:" not in out
