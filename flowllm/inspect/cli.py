@@ -1,7 +1,7 @@
 """``python -m flowllm.inspect``: a saved run in the terminal.
 
     python -m flowllm.inspect RUN_DIR                     summary: settings, figures, what went wrong
-    python -m flowllm.inspect RUN_DIR tasks [--status failed] [--level 2]
+    python -m flowllm.inspect RUN_DIR tasks [--status failed] [--level 2] [--replay diverged]
     python -m flowllm.inspect RUN_DIR task TASK_ID        turns, tool calls, repairs, errors, the answer
     python -m flowllm.inspect RUN_DIR node TASK TURN NODE [--only input|output|meta] [--raw]
     python -m flowllm.inspect RUN_DIR grep TEXT [--regex]
@@ -32,14 +32,20 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, short_error
+from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
 from flowllm.experiment.task_usage import TaskBill, read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
-from flowllm.inspect.diff import diff_runs
+from flowllm.inspect.diff import RunDiff, diff_runs
 from flowllm.inspect.views import (
+    REPLAY_STATUSES,
     Failure,
+    ReplayDetail,
     first_line,
     grep_run,
+    is_replay,
+    replay_detail,
+    replay_label,
+    replay_verdict,
     result_row,
     run_failures,
     task_failures,
@@ -232,6 +238,16 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         console.print(
             Panel("\n".join(f"- {p}" for p in run.problems), title="problems reading the run", border_style="yellow")
         )
+    # A replay's correct answers mean little where the replay parted from the saved run: those tasks, and where.
+    off_replay = [(t, v) for t in run.tasks if (v := replay_verdict(t)) is not None and v["status"] != "exact"]
+    if off_replay:
+        table = Table(title="tasks that did not replay exactly", title_justify="left", box=box.SIMPLE_HEAD)
+        table.add_column("task", no_wrap=True)
+        table.add_column("replay", no_wrap=True)
+        table.add_column("what changed", overflow="fold")
+        for task, verdict in off_replay:
+            table.add_row(task.task_id, replay_text(verdict), short_error(verdict.get("what") or task.error or ""))
+        console.print(table)
     bad_tasks = [t for t in run.tasks if t.status != "completed" or not t.correct]
     if bad_tasks:
         table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
@@ -250,6 +266,11 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} failures[/dim]")
     else:
         console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
+        if off_replay:
+            console.print(
+                f"[magenta]but {plural(len(off_replay), 'task')} did not replay exactly: the saved replies after the "
+                "divergence answered another conversation[/magenta]"
+            )
     return 0
 
 
@@ -268,18 +289,40 @@ def matches_status(row: dict[str, Any], wanted: str) -> bool:
     return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong"))
 
 
-def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | None, level: int | None) -> int:
+REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow"}
+
+
+def replay_text(verdict: dict[str, Any] | None, cell: bool = False) -> Text:
+    """A replay verdict, coloured; in a table cell, where it diverged goes on a second line."""
+    label = replay_label(verdict)
+    if cell:
+        label = label.replace(" at ", " at\n", 1)
+    return Text(label, style=REPLAY_STYLES.get((verdict or {}).get("status", ""), "dim"))
+
+
+def cmd_tasks(
+    run: RunRecord, console: Console, as_json: bool, status: str | None, level: int | None, replay: str | None = None
+) -> int:
+    replayed = is_replay(run)
+    if replay and not replayed:
+        raise UsageError(f"{run.path} is not a replay (provider=replay): --replay has nothing to filter")
     bills = read_bills(run.path)
-    rows = [result_row(t) for t in run.tasks]
-    for r in rows:
+    rows = []
+    for task in run.tasks:
+        r = result_row(task)
         bill = bills.get(r["task_id"])
         r["billed_tokens"] = bill.total_tokens if bill else None
         r["cost_usd"] = bill.cost_usd if bill else None
         r["tokens_estimated"] = bool(bill and bill.estimated)
+        if replayed:  # the verdict of replay_audit.py; a run that was not a replay has no such column
+            r["replay"] = replay_verdict(task)
+        rows.append(r)
     if status:
         rows = [r for r in rows if matches_status(r, status)]
     if level is not None:
         rows = [r for r in rows if r["level"] == level]
+    if replay:
+        rows = [r for r in rows if (r["replay"] or {}).get("status") == replay]
     if as_json:
         emit_json(rows)
         return 0
@@ -288,39 +331,53 @@ def cmd_tasks(run: RunRecord, console: Console, as_json: bool, status: str | Non
     )
     # Long cells end with an ellipsis so that the table fits the terminal (the full text: `task TASK_ID`).
     cut = {"overflow": "ellipsis", "no_wrap": True}
-    for name, kwargs in (
+    # A replay spends nothing: its tokens and cost columns would be empty, so its verdict takes their place.
+    spend = not replayed or any(r["billed_tokens"] is not None for r in rows)
+    columns: list[tuple[str, dict[str, Any]]] = [
         ("task", {**cut, "min_width": 12, "max_width": 30}),
         ("level", {"no_wrap": True, "min_width": 5}),
         ("status", {"no_wrap": True, "min_width": 10}),
+        *([("replay", {**cut, "min_width": 10, "max_width": 30})] if replayed else []),
         ("answer", {**cut, "min_width": 10, "max_width": 24}),
         ("expected", {**cut, "min_width": 8, "max_width": 16}),
         ("turns", {"justify": "right", "no_wrap": True, "min_width": 5}),
         ("calls", {"justify": "right", "no_wrap": True, "min_width": 5}),
         ("bad", {"justify": "right", "no_wrap": True, "min_width": 3}),
-        ("tokens", {"justify": "right", "no_wrap": True, "min_width": 8}),
-        ("cost", {"justify": "right", "no_wrap": True, "min_width": 8}),
+        *(
+            [
+                ("tokens", {"justify": "right", "no_wrap": True, "min_width": 8}),
+                ("cost", {"justify": "right", "no_wrap": True, "min_width": 8}),
+            ]
+            if spend
+            else []
+        ),
         ("repairs", {**cut, "min_width": 8, "max_width": 20}),
         ("error", {**cut, "min_width": 5, "max_width": 40}),
-    ):
+    ]
+    for name, kwargs in columns:
         table.add_column(name, **kwargs)
     for r in rows:
         shown = shown_status(r)
         tokens = r["billed_tokens"]
-        table.add_row(
-            r["task_id"],
-            _fmt(r["level"]),
-            Text(shown, style={"correct": "green", "wrong": "yellow"}.get(shown, "red")),
-            _fmt(r["answer"]),
-            _fmt(r["ground_truth"]),
-            _fmt(r["turns"]),
-            _fmt(r["tool_calls"]),
-            _fmt(r["bad_tool_calls"]),
-            format_tokens(tokens, r["tokens_estimated"]) if tokens is not None else "-",
-            format_usd(r["cost_usd"]) if tokens is not None else "-",
-            _fmt(r["repairs"]),
-            short_error(first_line(r["error"] or "", 200)) if r["error"] else "",
-        )
+        cells: dict[str, Any] = {
+            "task": r["task_id"],
+            "level": _fmt(r["level"]),
+            "status": Text(shown, style={"correct": "green", "wrong": "yellow"}.get(shown, "red")),
+            "replay": replay_text(r.get("replay"), cell=True),
+            "answer": _fmt(r["answer"]),
+            "expected": _fmt(r["ground_truth"]),
+            "turns": _fmt(r["turns"]),
+            "calls": _fmt(r["tool_calls"]),
+            "bad": _fmt(r["bad_tool_calls"]),
+            "tokens": format_tokens(tokens, r["tokens_estimated"]) if tokens is not None else "-",
+            "cost": format_usd(r["cost_usd"]) if tokens is not None else "-",
+            "repairs": _fmt(r["repairs"]),
+            "error": short_error(first_line(r["error"] or "", 200)) if r["error"] else "",
+        }
+        table.add_row(*(cells[name] for name, _ in columns))
     console.print(table)
+    if replayed and any((r["replay"] or {}).get("status") == "diverged" for r in rows):
+        console.print(f"[dim]what changed where a task diverged: {PROG} {esc(run.path)} task <task id>[/dim]")
     return 0
 
 
@@ -331,15 +388,64 @@ def _find_task(run: RunRecord, task_id: str) -> Any:
         raise NotFound(exc.args[0]) from None
 
 
+REPLAY_MEANING = {
+    "missing": "the pipeline asked for a reply the saved run never had: the task failed (see its error)",
+    "unverified": "the saved run kept no node outputs to compare with (recorder.snapshot=errors or none)",
+    "diverged": "the saved replies after this node answered the saved run's conversation, not this one: "
+    "the task is not scored in the replay's accuracy (accuracy_all counts it)",
+}
+
+
+def _value_block(value: Any, limit: int | None) -> Any:
+    """A JSON value as a person reads it: objects as YAML, a string as its text, anything else as JSON."""
+    if isinstance(value, (dict, list)):
+        return Syntax(_clip(to_yaml(value), limit).rstrip(), "yaml", word_wrap=True)
+    if isinstance(value, str):
+        return Text(_clip(value, limit))
+    return Text(json.dumps(value))
+
+
+def _replay_panel(run: RunRecord, task_id: str, detail: ReplayDetail, limit: int | None) -> Panel:
+    """What a replay verdict means for the task and, at a divergence, the saved and the new value."""
+    rows: list[tuple[str, Any]] = [("verdict", replay_text(replay_verdict(run.task(task_id))))]
+    if detail.path:
+        at = f" (they differ from character {detail.offset})" if detail.offset else ""
+        rows.append(("what changed", Text(f"{detail.node} output, at {detail.path}{at}", style="magenta")))
+    elif detail.what:  # the saved values could not be read back: the audit's own description
+        rows.append(("what changed", Text(detail.what, style="magenta")))
+    parts: list[Any] = [_kv_table(rows)]
+    if detail.path:
+        for label, value in (("saved run", detail.saved), ("this run", detail.new)):
+            parts.append(Text(f"{label}:", style="bold"))
+            parts.append(_value_block(value, limit))
+    if detail.note:
+        parts.append(Text(detail.note, style="yellow"))
+    parts.append(Text(REPLAY_MEANING.get(detail.status, ""), style="dim"))
+    if detail.folder and detail.turn is not None:
+        agent = f" --agent {detail.agent}" if detail.agent != MAIN_AGENT else ""
+        parts.append(
+            Text(f"the node: {PROG} {run.path} node {task_id} {detail.turn} {detail.folder}{agent}", style="dim")
+        )
+    if detail.saved_run and Path(detail.saved_run).expanduser().is_dir():
+        parts.append(Text(f"against the saved run: {PROG} diff {detail.saved_run} {run.path}", style="dim"))
+    return Panel(Group(*parts), title="replay", title_align="left", border_style=REPLAY_STYLES[detail.status])
+
+
 def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full: bool) -> int:
     task = _find_task(run, task_id)
     views = task_turn_views(task)
     failures = task_failures(task, views)
     row = result_row(task)
+    replay = replay_detail(run, task)
     if as_json:
-        emit_json({"result": row, "turns": [v.to_dict() for v in views], "failures": [asdict(f) for f in failures]})
+        data: dict[str, Any] = {"result": row}
+        if replay is not None:
+            data["replay"] = replay.to_dict()
+        emit_json({**data, "turns": [v.to_dict() for v in views], "failures": [asdict(f) for f in failures]})
         return 0
     limit = None if full else 600
+    # The node where the replay parted from the saved run, marked in its turn's timeline.
+    diverged_at = (replay.agent, replay.turn, replay.folder) if replay is not None and replay.folder else None
     title = Text.assemble((task.task_id, "bold"), "  ", (row["status"], _status_style(row["status"], row["correct"])))
     console.print(
         Panel(
@@ -357,6 +463,7 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
                     ("repairs", row["repairs"]),
                     ("wall time (s)", row["wall_seconds"]),
                     ("error", Text(row["error"], style="red") if row["error"] else None),
+                    *([("replay", replay_text(replay_verdict(task)))] if replay is not None else []),
                 ]
             ),
             title=title,
@@ -366,6 +473,8 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
     )
     for problem in task.problems:
         console.print(f"[yellow]! {esc(problem)}[/yellow]")
+    if replay is not None and replay.status != "exact":
+        console.print(_replay_panel(run, task.task_id, replay, limit))
     for view in views:
         who = f"turn {view.number}" + (f" (agent {view.agent})" if view.agent != MAIN_AGENT else "")
         parts: list[Any] = []
@@ -374,6 +483,8 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
             style = {"ok": "green", "error": "bold red"}.get(n.status, "yellow")
             timeline.append(f"{n.name}", style=style)
             timeline.append(f" {n.duration_s:.3f}s" if n.duration_s is not None else " ?s", style="dim")
+            if diverged_at == (view.agent, view.number, n.folder):
+                timeline.append(" (replay diverged here)", style="bold magenta")
             timeline.append("  ")
         parts.append(timeline)
         if view.text is not None:
@@ -597,8 +708,12 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
                 title="figures that differ",
             )
         )
+    if result.replay is not None:
+        console.print(replay_table(*result.replay))
     if not result.tasks:
         console.print(f"[green]no task differs ({len(result.unchanged)} compared)[/green]")
+        if result.replay is not None:
+            console.print(replay_line(result))
         return 0
     for t in result.tasks:
         if t.only_in:
@@ -606,14 +721,70 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
             continue
         rows: list[tuple[str, Any]] = [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in t.changes.items()]
         rows += [("tool calls", c) for c in t.call_changes]
+        if t.replay is not None:
+            rows.append(("replay", replay_pair(*t.replay, differs=t.replay_differs)))
         if t.divergence:
             rows.append(("first divergence", Text(t.divergence.describe(), style="magenta")))
-        console.print(Panel(_kv_table(rows), title=t.task_id, title_align="left", border_style="yellow"))
+        title = Text(t.task_id)
+        if t.replay_differs:
+            title.append("  replay verdict differs", style="bold magenta")
+        border = "magenta" if t.replay_differs else "yellow"
+        console.print(Panel(_kv_table(rows), title=title, title_align="left", border_style=border))
     console.print(
         f"{len(result.tasks)} task(s) differ, {len(result.unchanged)} unchanged"
         + (f": {', '.join(result.unchanged)}" if show_all and result.unchanged else "")
     )
+    if result.replay is not None:
+        console.print(replay_line(result))
     return 0
+
+
+def _replay_side(counts: dict[str, Any] | None) -> str:
+    if counts is None:
+        return "not a replay"
+    return ", ".join(f"{counts[s]} {s}" for s in REPLAY_STATUSES if s != "unverified" or counts[s])
+
+
+def replay_line(result: RunDiff) -> Text:
+    """The diff's closing line for replays: both sides' counts, and how many tasks' verdicts differ."""
+    assert result.replay is not None
+    line = Text(f"replay: A {_replay_side(result.replay[0])}; B {_replay_side(result.replay[1])}")
+    if result.replay_differs:
+        line.append(f"; verdict differs for {plural(len(result.replay_differs), 'task')}", style="bold magenta")
+    return line
+
+
+def replay_pair(a: dict[str, Any] | None, b: dict[str, Any] | None, differs: bool) -> Text:
+    """Both sides' verdicts of one task: ``A exact, B diverged at turn 1 / repair_arguments``."""
+    text = Text("A ").append_text(replay_text(a) if a is not None else Text("not a replay", style="dim"))
+    text.append(", B ").append_text(replay_text(b) if b is not None else Text("not a replay", style="dim"))
+    if differs:
+        text.append("  (differs)", style="bold magenta")
+    return text
+
+
+def replay_table(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Table:
+    """Each side's replay counts and its accuracy on exact replays and on all tasks."""
+    table = Table(title="replay", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("", "A", "B"):
+        table.add_column(name, justify="right" if name else "left")
+
+    def cell(counts: dict[str, Any] | None, key: str) -> str:
+        if counts is None:
+            return "not a replay" if key == "exact" else "-"
+        if key == "accuracy_exact":
+            return f"{_pct(counts[key])} ({counts['exact_correct']}/{counts['exact']})"
+        if key == "accuracy_all":
+            return f"{_pct(counts[key])} ({counts['correct']}/{counts['tasks']})"
+        return str(counts[key])
+
+    for key, label in (
+        *((s, s) for s in REPLAY_STATUSES),
+        ("accuracy_exact", "accuracy (exact replays)"),
+        ("accuracy_all", "accuracy (all tasks)"),
+    ):
+        table.add_row(label, cell(a, key), cell(b, key))
+    return table
 
 
 def cmd_report(path: str, output: str | None, max_chars: int, console: Console, as_json: bool) -> int:
@@ -652,6 +823,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="one line per task")
     p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct")
     p.add_argument("--level", type=int)
+    p.add_argument("--replay", choices=REPLAY_STATUSES, help="a replay's tasks by verdict (provider=replay runs)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("task", help="one task: turns, tool calls, repairs, errors, the answer")
     p.add_argument("task_id")
@@ -713,7 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "summary":
             return cmd_summary(run, console, as_json)
         if command == "tasks":
-            return cmd_tasks(run, console, as_json, ns.status, ns.level)
+            return cmd_tasks(run, console, as_json, ns.status, ns.level, ns.replay)
         if command == "task":
             return cmd_task(run, console, as_json, ns.task_id, ns.full)
         if command == "node":

@@ -4,6 +4,10 @@ The first divergence is searched turn by turn, node by node (in pipeline order),
 values that differ between any two live runs ignored (server ids, clocks: ``jsondiff.VOLATILE_KEYS``). For a
 replay with another repair chain it lands on the node that changed (``repair_arguments``' output); for two live
 runs of a model, on the first reply that differs.
+
+When either run is a replay, each task carries both sides' replay verdicts (flowllm/experiment/replay_audit.py):
+a task whose verdict is not the same in two replays is flagged, and a task that diverged or missed a turn is
+listed even when its result is the same, since its answer came from replies to another conversation.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, task_summary
-from flowllm.inspect.views import CallView, task_turn_views
+from flowllm.inspect.views import CallView, replay_counts, replay_label, replay_verdict, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
 
 # result.json fields compared, in the order changes are reported.
@@ -73,15 +77,35 @@ class TaskDiff:
     call_changes: list[str] = field(default_factory=list)
     divergence: Divergence | None = None
     only_in: str | None = None  # "A" or "B" when the task is in one run only
+    # When either run is a replay: each side's verdict (None for a side that is not a replay).
+    replay: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None
+
+    @property
+    def replay_differs(self) -> bool:
+        """Both runs are replays and the task replayed otherwise in each (exact in one, diverged in the other...)."""
+        if self.replay is None or None in self.replay:
+            return False
+        return replay_label(self.replay[0]) != replay_label(self.replay[1])
+
+    @property
+    def replay_off(self) -> bool:
+        """A side did not replay: its answer came from replies to another conversation, even if it is the same."""
+        return self.replay is not None and any(
+            v is not None and v.get("status") in ("diverged", "missing") for v in self.replay
+        )
 
     @property
     def differs(self) -> bool:
-        return bool(self.changes or self.call_changes or self.only_in)
+        return bool(self.changes or self.call_changes or self.only_in or self.replay_differs or self.replay_off)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["changes"] = {k: {"a": a, "b": b} for k, (a, b) in self.changes.items()}
         data["divergence"] = self.divergence.describe() if self.divergence else None
+        if self.replay is None:
+            del data["replay"]
+        else:
+            data["replay"] = {"a": self.replay[0], "b": self.replay[1], "differs": self.replay_differs}
         return data
 
 
@@ -93,9 +117,16 @@ class RunDiff:
     unchanged: list[str]
     summary_changes: dict[str, tuple[Any, Any]]
     settings_changes: dict[str, tuple[Any, Any]]
+    # Each side's replay counts (views.replay_counts) when either run is a replay; None otherwise.
+    replay: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None
+
+    @property
+    def replay_differs(self) -> list[str]:
+        """The tasks whose replay verdict is not the same in both runs."""
+        return [t.task_id for t in self.tasks if t.replay_differs]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "a": str(self.a),
             "b": str(self.b),
             "settings": {k: {"a": a, "b": b} for k, (a, b) in self.settings_changes.items()},
@@ -103,6 +134,9 @@ class RunDiff:
             "tasks": [t.to_dict() for t in self.tasks],
             "unchanged": self.unchanged,
         }
+        if self.replay is not None:
+            data["replay"] = {"a": self.replay[0], "b": self.replay[1], "verdict_differs": self.replay_differs}
+        return data
 
 
 def _value(artifact: Artifact) -> Any:
@@ -177,8 +211,10 @@ def first_divergence(a: TaskRecord, b: TaskRecord) -> Divergence | None:
     return None
 
 
-def diff_tasks(a: TaskRecord, b: TaskRecord) -> TaskDiff:
+def diff_tasks(a: TaskRecord, b: TaskRecord, replay: bool = False) -> TaskDiff:
     result = TaskDiff(a.task_id)
+    if replay:
+        result.replay = (replay_verdict(a), replay_verdict(b))
     for name in RESULT_FIELDS:
         va, vb = a.field(name), b.field(name)
         if name == "status":
@@ -209,18 +245,24 @@ def _settings(run: RunRecord) -> dict[str, Any]:
 def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
     by_id_b = {t.task_id: t for t in b.tasks}
     ids_a = {t.task_id for t in a.tasks}
+    counts = (replay_counts(a), replay_counts(b))
+    replay = counts != (None, None)
     tasks: list[TaskDiff] = []
     unchanged: list[str] = []
     for task in a.tasks:
         other = by_id_b.get(task.task_id)
         if other is None:
-            tasks.append(TaskDiff(task.task_id, only_in="A"))
+            tasks.append(TaskDiff(task.task_id, only_in="A", replay=(replay_verdict(task), None) if replay else None))
             continue
-        d = diff_tasks(task, other)
+        d = diff_tasks(task, other, replay)
         (tasks.append(d) if d.differs else unchanged.append(task.task_id))
-    tasks.extend(TaskDiff(t.task_id, only_in="B") for t in b.tasks if t.task_id not in ids_a)
+    tasks.extend(
+        TaskDiff(t.task_id, only_in="B", replay=(None, replay_verdict(t)) if replay else None)
+        for t in b.tasks
+        if t.task_id not in ids_a
+    )
     sa, sb = task_summary(a), task_summary(b)
     summary_changes = {k: (sa.get(k), sb.get(k)) for k in SUMMARY_FIELDS if sa.get(k) != sb.get(k)}
     set_a, set_b = _settings(a), _settings(b)
     settings_changes = {k: (set_a[k], set_b[k]) for k in set_a if set_a[k] != set_b[k]}
-    return RunDiff(a.path, b.path, tasks, unchanged, summary_changes, settings_changes)
+    return RunDiff(a.path, b.path, tasks, unchanged, summary_changes, settings_changes, counts if replay else None)

@@ -26,7 +26,16 @@ from flowllm.inspect.artifacts import (
     open_run,
     task_summary,
 )
-from flowllm.inspect.views import result_row, task_failures, task_turn_views
+from flowllm.inspect.views import (
+    is_replay,
+    replay_counts,
+    replay_detail,
+    replay_label,
+    replay_verdict,
+    result_row,
+    task_failures,
+    task_turn_views,
+)
 
 INTERN_MIN_CHARS = 64
 REF_KEY = "\u00a7s"  # {"§s": n} stands for strings[n]; a key no artifact uses
@@ -76,6 +85,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "retries": sum(b.retries for b in bills.values()),
         "fallbacks": sum(b.fallbacks for b in bills.values()),
     }
+    replayed = is_replay(run)
     tasks = []
     for task in run.tasks:
         views = task_turn_views(task)
@@ -119,6 +129,11 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         row["cost_usd"] = None if bill is None or bill.cost_usd is None else round(bill.cost_usd, 6)
         row["tokens_estimated"] = bool(bill and bill.estimated)
         row["failures"] = [f.__dict__ for f in task_failures(task, views)]
+        if replayed:  # the replay verdict, and where it diverged what the saved and the new run produced
+            row["replay"] = replay_verdict(task)
+            row["replay_label"] = replay_label(row["replay"])
+            detail = replay_detail(run, task)
+            row["replay_detail"] = strings.pack(detail.to_dict()) if detail and detail.status != "exact" else None
         row["turn_records"] = turns
         tasks.append(row)  # the row's own fields are short; only the turns are interned
     return {
@@ -134,6 +149,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
             "repair": run.setting("repair.name"),
         },
         "summary": task_summary(run),
+        "replay": replay_counts(run),
         "spend": spend,
         "problems": run.problems,
         "tasks": tasks,
@@ -241,6 +257,10 @@ pre { background: var(--bg); border: 1px solid var(--line); border-radius: 4px; 
 .kv .k { color: var(--muted); }
 button.small { font-size: 11px; padding: 1px 6px; cursor: pointer; }
 .matrix td.c { text-align: center; }
+.replay-exact { color: var(--ok); } .replay-diverged { color: #8250df; } .replay-missing { color: var(--bad); } .replay-unverified { color: var(--warn); }
+.card.replay .sub { color: var(--muted); font-size: 12px; }
+details.node.diverged { border-color: #8250df; } details.node.diverged > summary { background: #fbefff; }
+#task-replay { border-color: #8250df; }
 .legend { margin-right: 10px; white-space: nowrap; } .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 </style>
 </head>
@@ -304,11 +324,17 @@ function usd(v) {
   return v < 1 ? "$" + v.toFixed(4) : "$" + v.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
 }
 function tokens(v, estimated) { return v === null || v === undefined ? "-" : (estimated ? "~" : "") + v.toLocaleString("en-US"); }
-function cards(summary, spend) {
+function pct(v) { return typeof v === "number" ? (v * 100).toFixed(1) + "%" : "-"; }
+function replayCounts(r) {
+  return ["exact", "diverged", "missing", "unverified"].filter(k => k !== "unverified" || r[k]).map(k => r[k] + " " + k).join(" \u00b7 ");
+}
+function cards(summary, spend, replay) {
   const s = summary || {};
-  const acc = typeof s.accuracy === "number" ? (s.accuracy * 100).toFixed(1) + "%" : "-";
   const u = s.usage || {};
-  const items = [["accuracy", acc + " (" + fmt(s.correct) + "/" + fmt(s.tasks) + ")"], ["completed", fmt(s.completed)],
+  // A replay is scored on the tasks that replayed exactly: the others' answers came from stale replies.
+  const accuracy = replay ? ["accuracy (exact replays)", pct(replay.accuracy_exact) + " (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact) + ")"]
+    : ["accuracy", pct(s.accuracy) + " (" + fmt(s.correct) + "/" + fmt(s.tasks) + ")"];
+  const items = [accuracy, ["completed", fmt(s.completed)],
     ["failed", fmt(s.failed)], ["turns", fmt(s.turns)], ["tool calls", fmt(s.tool_calls)],
     ["bad blocks", fmt(s.bad_tool_calls)], ["failed calls", fmt(s.failed_tool_calls)], ["parse rate", fmt(s.parse_rate)],
     ["tokens in / out", fmt(u.input_tokens) + " / " + fmt(u.output_tokens)], ["wall time", s.wall_seconds ? secs(s.wall_seconds) : "-"]];
@@ -316,7 +342,12 @@ function cards(summary, spend) {
     items.push(["cost", usd(spend.cost_usd)], ["billed tokens", tokens(spend.tokens, spend.estimated)],
       ["retries / fallbacks", fmt(spend.retries) + " / " + fmt(spend.fallbacks)]);
   }
-  return el("div", {class: "cards", id: "summary-cards"}, items.map(([k, v]) => el("div", {class: "card"}, el("div", {class: "k", text: k}), el("div", {class: "v", text: v}))));
+  const box = el("div", {class: "cards", id: "summary-cards"}, items.map(([k, v]) => el("div", {class: "card"}, el("div", {class: "k", text: k}), el("div", {class: "v", text: v}))));
+  if (replay) box.prepend(el("div", {class: "card replay", id: "replay-card"}, el("div", {class: "k", text: "replay"}),
+    el("div", {class: "v", text: replayCounts(replay)}),
+    el("div", {class: "sub", text: "accuracy " + pct(replay.accuracy_exact) + " on exact replays (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact)
+      + "), " + pct(replay.accuracy_all) + " on all tasks (" + fmt(replay.correct) + "/" + fmt(replay.tasks) + ")"})));
+  return box;
 }
 
 const COLUMNS = [["task_id", "task"], ["level", "level"], ["status", "status"], ["correct", "correct"], ["answer", "answer"],
@@ -324,15 +355,19 @@ const COLUMNS = [["task_id", "task"], ["level", "level"], ["status", "status"], 
   ["failed_tool_calls", "failed"], ["repairs", "repairs"], ["billed_tokens", "tokens"], ["cost_usd", "cost"],
   ["wall_seconds", "time"], ["error", "error"]];
 
+const REPLAY_COLUMN = ["replay_label", "replay"];
+
 function renderRun(container, run) {
   container.innerHTML = "";
   const tasks = run.tasks;
+  // A replay's tasks say whether they replayed exactly; a run that was not a replay has no such column.
+  const columns = run.replay ? COLUMNS.slice(0, 3).concat([REPLAY_COLUMN], COLUMNS.slice(3)) : COLUMNS;
   const settings = Object.entries(run.settings).filter(([, v]) => v !== null && v !== undefined);
   container.append(el("h2", {text: "Summary"}),
     el("div", {class: "panel"}, el("div", {class: "kv"}, settings.map(([k, v]) => [el("span", {class: "k", text: k}), el("span", {text: fmt(v)})]),
       run.overrides && run.overrides.length ? [el("span", {class: "k", text: "overrides"}), el("code", {text: run.overrides.join(" ")})] : [],
       el("span", {class: "k", text: "path"}), el("code", {text: run.path}))),
-    cards(run.summary, run.spend));
+    cards(run.summary, run.spend, run.replay));
   if (run.problems && run.problems.length)
     container.append(el("div", {class: "panel warn", id: "run-problems"}, el("strong", {text: "Problems reading the run"}), el("ul", {}, run.problems.map(p => el("li", {text: p})))));
 
@@ -340,6 +375,8 @@ function renderRun(container, run) {
   const levels = [...new Set(tasks.map(t => t.level).filter(l => l !== null && l !== undefined))].sort((a, b) => a - b);
   const statusSel = el("select", {id: "status-filter"}, el("option", {value: "", text: "all"}), statuses.map(s => el("option", {value: s, text: s})));
   const levelSel = el("select", {id: "level-filter"}, el("option", {value: "", text: "all"}), levels.map(l => el("option", {value: String(l), text: "level " + l})));
+  const replayStatuses = [...new Set(tasks.map(t => t.replay ? t.replay.status : null).filter(v => v))].sort();
+  const replaySel = run.replay ? el("select", {id: "replay-filter"}, el("option", {value: "", text: "all"}), replayStatuses.map(s => el("option", {value: s, text: s}))) : null;
   const search = el("input", {type: "search", id: "search", placeholder: "task id, answer, error..."});
   const count = el("span", {class: "muted", id: "task-count"});
   const tbody = el("tbody");
@@ -347,7 +384,7 @@ function renderRun(container, run) {
   const table = el("table", {id: "task-table"}, el("thead", {}, head), tbody);
   const detail = el("div", {id: "task-detail"});
   let sortKey = null, sortDir = 1;
-  for (const [key, label] of COLUMNS) {
+  for (const [key, label] of columns) {
     const th = el("th", {class: "sortable", "data-key": key}, label, " ", el("span", {class: "arrow"}));
     th.addEventListener("click", () => { sortDir = sortKey === key ? -sortDir : 1; sortKey = key; draw(); });
     head.append(th);
@@ -359,16 +396,17 @@ function renderRun(container, run) {
     return String(fmt(x)).localeCompare(String(fmt(y)), undefined, {numeric: true}) * sortDir;
   }
   function draw() {
-    const st = statusSel.value, lv = levelSel.value, q = search.value.trim().toLowerCase();
-    let rows = tasks.filter(t => (!st || statusLabel(t) === st) && (!lv || String(t.level) === lv)
+    const st = statusSel.value, lv = levelSel.value, rp = replaySel ? replaySel.value : "", q = search.value.trim().toLowerCase();
+    let rows = tasks.filter(t => (!st || statusLabel(t) === st) && (!lv || String(t.level) === lv) && (!rp || (t.replay && t.replay.status === rp))
       && (!q || [t.task_id, t.answer, t.ground_truth, t.error].some(v => v && String(v).toLowerCase().includes(q))));
     if (sortKey) rows = rows.slice().sort(cmp);
     for (const th of head.children) th.querySelector(".arrow").textContent = th.dataset.key === sortKey ? (sortDir > 0 ? "\u25b2" : "\u25bc") : "";
     tbody.innerHTML = "";
     for (const t of rows) {
-      const tr = el("tr", {class: "task-row", "data-task": t.task_id, "data-status": statusLabel(t), "data-level": t.level},
-        COLUMNS.map(([key]) => {
+      const tr = el("tr", {class: "task-row", "data-task": t.task_id, "data-status": statusLabel(t), "data-level": t.level, "data-replay": t.replay ? t.replay.status : null},
+        columns.map(([key]) => {
           let v = t[key];
+          if (key === "replay_label") return el("td", {class: "replay-col"}, el("span", {class: "pill replay-" + (t.replay ? t.replay.status : "none"), text: fmt(v)}));
           if (key === "status") return el("td", {}, el("span", {class: "pill " + statusClass(t.status, t.correct), text: statusLabel(t)}));
           if (key === "correct") return el("td", {class: v ? "ok" : "bad", text: fmt(v)});
           if (key === "wall_seconds") return el("td", {text: v === null || v === undefined ? "-" : secs(v)});
@@ -389,8 +427,10 @@ function renderRun(container, run) {
     detail.scrollIntoView({block: "start"});
   }
   statusSel.addEventListener("change", draw); levelSel.addEventListener("change", draw); search.addEventListener("input", draw);
+  if (replaySel) replaySel.addEventListener("change", draw);
   container.append(el("h2", {text: "Tasks"}),
-    el("div", {class: "filters"}, el("label", {}, "status ", statusSel), el("label", {}, "level ", levelSel), search, count),
+    el("div", {class: "filters"}, el("label", {}, "status ", statusSel), el("label", {}, "level ", levelSel),
+      replaySel ? el("label", {}, "replay ", replaySel) : null, search, count),
     table, detail);
   draw();
   const wanted = decodeURIComponent((location.hash.match(/task=([^&]+)/) || [])[1] || "");
@@ -414,14 +454,38 @@ function renderTask(container, t) {
       el("ul", {}, failures.map(f => el("li", {}, el("span", {class: "pill " + (f.kind === "wrong_answer" ? "warn" : "bad"), text: f.kind}), " ",
         f.turn !== null && f.turn !== undefined ? "turn " + f.turn + (f.node ? " / " + f.node : "") + ": " : "", f.reason)))));
   for (const p of t.problems || []) container.append(el("div", {class: "warn", text: "! " + p}));
+  const replay = t.replay_detail ? unpack(t.replay_detail) : null;
+  if (replay) container.append(renderReplay(replay));
   const swatch = (cls, label) => el("span", {class: "legend"}, el("i", {class: cls}), label);
   container.append(el("h3", {text: "Timeline"}), el("div", {class: "muted"}, "bar widths are node durations: ",
     swatch("seg-call_model", "call_model"), swatch("seg-dispatch_tools", "dispatch_tools"), swatch("seg-ok", "other nodes"),
     swatch("seg-error", "failed node"), " \u00b7 click a node below to see its input and output"));
-  for (const turn of t.turn_records) container.append(renderTurn(turn));
+  for (const turn of t.turn_records) container.append(renderTurn(turn, replay));
 }
 
-function renderTurn(packed) {
+const REPLAY_MEANING = {
+  missing: "the pipeline asked for a reply the saved run never had: the task failed (see its error)",
+  unverified: "the saved run kept no node outputs to compare with (recorder.snapshot=errors or none)",
+  diverged: "the saved replies after this node answered the saved run's conversation, not this one: the task is not scored in the replay's accuracy (accuracy_all counts it)"};
+
+function renderReplay(r) {
+  const box = el("div", {class: "panel", id: "task-replay"}, el("strong", {text: "Replay "}),
+    el("span", {class: "pill replay-" + r.status, text: r.label}));
+  const rows = [];
+  if (r.path) rows.push(["what changed", (r.node || "") + " output, at " + r.path + (r.offset ? " (they differ from character " + r.offset + ")" : "")]);
+  else if (r.what) rows.push(["what changed", r.what]);
+  if (r.saved_run) rows.push(["saved run", r.saved_run]);
+  if (rows.length) box.append(el("div", {class: "kv"}, rows.map(([k, v]) => [el("span", {class: "k", text: k}), el("span", {class: "replay-what", text: v})])));
+  if (r.path) {
+    for (const [label, value, cls] of [["in the saved run", r.saved, "replay-saved"], ["in this run", r.new, "replay-new"]])
+      box.append(el("div", {class: "muted", text: label}), el("pre", {class: cls, text: typeof value === "string" ? value : prettyText(value)}));
+  }
+  if (r.note) box.append(el("div", {class: "warn", text: r.note}));
+  box.append(el("div", {class: "muted", text: REPLAY_MEANING[r.status] || ""}));
+  return box;
+}
+
+function renderTurn(packed, replay) {
   // Replies and calls are unpacked when a task is opened; node inputs and outputs only when a node is.
   const turn = Object.assign({}, packed, {text: unpack(packed.text), calls: unpack(packed.calls), bad_calls: unpack(packed.bad_calls)});
   const hasError = turn.nodes.some(n => n.status === "error") || turn.bad_calls.length || turn.calls.some(c => c.repair_error || c.result_error);
@@ -447,14 +511,16 @@ function renderTurn(packed) {
   for (const b of turn.bad_calls)
     box.append(el("div", {class: "call bad"}, el("strong", {text: "bad tool call: " + b.reason}), el("pre", {text: b.raw})));
   for (const p of turn.problems) box.append(el("div", {class: "warn", text: "! " + p}));
-  for (const n of turn.nodes) box.append(renderNode(n));
+  const here = replay && replay.folder && replay.turn === turn.number && replay.agent === turn.agent ? replay.folder : null;
+  for (const n of turn.nodes) box.append(renderNode(n, n.folder === here));
   return box;
 }
 
-function renderNode(n) {
+function renderNode(n, diverged) {
   const cls = n.status === "ok" ? "ok" : n.status === "error" ? "bad" : "warn";
-  const d = el("details", {class: "node", "data-node": n.folder},
+  const d = el("details", {class: "node" + (diverged ? " diverged" : ""), "data-node": n.folder},
     el("summary", {}, n.folder, "  ", el("span", {class: cls, text: n.status}), "  ", el("span", {class: "muted", text: secs(n.duration_s)}),
+      diverged ? el("span", {class: "replay-diverged", text: "  replay diverged here"}) : null,
       n.error ? el("span", {class: "bad", text: "  " + n.error.split("\n")[0]}) : null));
   let filled = false;
   d.addEventListener("toggle", () => {
@@ -482,6 +548,7 @@ function renderComparison(container, runs) {
     ["model", r => r.settings.model], ["runner", r => r.settings.runner], ["repair", r => r.settings.repair],
     ["accuracy", r => typeof r.summary.accuracy === "number" ? (r.summary.accuracy * 100).toFixed(1) + "%" : "-"],
     ["correct", r => fmt(r.summary.correct) + "/" + fmt(r.summary.tasks)], ["failed", r => fmt(r.summary.failed)],
+    ["replay", r => r.replay ? replayCounts(r.replay) : "-"],
     ["tool calls", r => fmt(r.summary.tool_calls)], ["bad", r => fmt(r.summary.bad_tool_calls)],
     ["failed calls", r => fmt(r.summary.failed_tool_calls)], ["parse rate", r => fmt(r.summary.parse_rate)],
     ["repairs", r => fmt(r.summary.repairs)], ["tokens in / out", r => { const u = r.summary.usage || {}; return fmt(u.input_tokens) + " / " + fmt(u.output_tokens); }],

@@ -88,3 +88,19 @@ def test_report_of_a_damaged_run_still_renders(runs: FixtureRuns, tmp_path: Path
 def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "is not a flowllm run" in capsys.readouterr().err
+
+
+def test_a_replay_report_carries_each_task_verdict(runs: FixtureRuns) -> None:
+    run = build_report_data(runs.strict.run_dir)["runs"][0]
+    assert (run["replay"]["exact"], run["replay"]["diverged"], run["replay"]["missing"]) == (1, 1, 0)
+    assert (run["replay"]["accuracy_exact"], run["replay"]["accuracy_all"]) == (1.0, 1.0)
+    tasks = {t["task_id"]: t for t in run["tasks"]}
+    assert tasks[CLEAN_TASK]["replay"] == {"status": "exact"} and tasks[CLEAN_TASK]["replay_detail"] is None
+    lenient = tasks[LENIENT_TASK]
+    assert lenient["replay_label"] == "diverged at turn 1 / repair_arguments"
+    detail = lenient["replay_detail"]
+    assert (detail["folder"], detail["path"]) == ("06_repair_arguments", "prepared_calls[0].arguments")
+    assert detail["new"] is None and detail["saved"]["code"][REF_KEY] is not None  # the code is interned
+    # A run that was not a replay carries no verdict at all.
+    original = build_report_data(runs.original.run_dir)["runs"][0]
+    assert original["replay"] is None and all("replay" not in t for t in original["tasks"])

@@ -110,3 +110,63 @@ def test_filter_open_a_task_and_expand_a_node(runs: FixtureRuns, tmp_path: Path,
     assert visible_rows(driver) == sorted([LENIENT_TASK, CLEAN_TASK], reverse=True)
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []  # no JavaScript error on the way
+
+
+def test_a_replay_shows_its_verdicts_and_where_it_diverged(runs: FixtureRuns, tmp_path: Path, browser: object) -> None:
+    driver = browser
+    report, _ = write_report(runs.strict.run_dir, tmp_path / "replay.html")
+    driver.get(report.as_uri())
+    wait = WebDriverWait(driver, WAIT_S)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#task-table tbody tr"))
+
+    # The replay card: counts, and accuracy on the exact replays beside the one on every task.
+    card = driver.find_element(By.ID, "replay-card").text
+    assert "1 exact \u00b7 1 diverged \u00b7 0 missing" in card
+    assert "100.0% on exact replays (1/1)" in card and "100.0% on all tasks (2/2)" in card
+    assert "accuracy (exact replays)" in driver.find_element(By.ID, "summary-cards").text
+
+    # A replay column per task, and a filter on it.
+    headers = [th.text.strip() for th in driver.find_elements(By.CSS_SELECTOR, "#task-table th")]
+    assert headers[:4] == ["task", "level", "status", "replay"]
+    cells = {
+        r.get_attribute("data-task"): r.find_element(By.CSS_SELECTOR, "td.replay-col").text
+        for r in driver.find_elements(By.CSS_SELECTOR, "#task-table tbody tr")
+    }
+    assert cells == {LENIENT_TASK: "diverged at turn 1 / repair_arguments", CLEAN_TASK: "exact"}
+    Select(driver.find_element(By.ID, "replay-filter")).select_by_value("diverged")
+    assert visible_rows(driver) == [LENIENT_TASK]
+    assert driver.find_element(By.ID, "task-count").text == "showing 1 of 2"
+
+    # The task view: what changed, the saved and the new value, and the node marked in its turn.
+    driver.find_element(By.CSS_SELECTOR, f'#task-table tr[data-task="{LENIENT_TASK}"]').click()
+    panel = driver.find_element(By.ID, "task-replay")
+    assert "diverged at turn 1 / repair_arguments" in panel.text
+    assert "repair_arguments output, at prepared_calls[0].arguments" in panel.text
+    assert 'if row["region"] == "North":' in panel.find_element(By.CSS_SELECTOR, "pre.replay-saved").text
+    assert panel.find_element(By.CSS_SELECTOR, "pre.replay-new").text == "null"
+    marked = driver.find_elements(By.CSS_SELECTOR, "#task-detail details.node.diverged")
+    assert [m.get_attribute("data-node") for m in marked] == ["06_repair_arguments"]
+    assert "replay diverged here" in marked[0].find_element(By.TAG_NAME, "summary").text
+    assert driver.find_element(By.CSS_SELECTOR, '.turn[data-turn="1"] details.node.diverged')
+
+    # The exact task has no replay panel.
+    Select(driver.find_element(By.ID, "replay-filter")).select_by_value("exact")
+    driver.find_element(By.CSS_SELECTOR, f'#task-table tr[data-task="{CLEAN_TASK}"]').click()
+    assert not driver.find_elements(By.ID, "task-replay")
+    assert not driver.find_elements(By.CSS_SELECTOR, "#task-detail details.node.diverged")
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+
+
+def test_a_run_that_is_not_a_replay_has_no_replay_card_or_column(
+    runs: FixtureRuns, tmp_path: Path, browser: object
+) -> None:
+    driver = browser
+    report, _ = write_report(runs.original.run_dir, tmp_path / "original.html")
+    driver.get(report.as_uri())
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#task-table tbody tr"))
+    assert not driver.find_elements(By.ID, "replay-card")
+    assert not driver.find_elements(By.ID, "replay-filter")
+    headers = [th.text.strip() for th in driver.find_elements(By.CSS_SELECTOR, "#task-table th")]
+    assert "replay" not in headers
+    assert driver.find_element(By.ID, "summary-cards").text.startswith("accuracy\n100.0% (2/2)")
