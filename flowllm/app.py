@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
+from flowllm.agent.vision import VisionSpec
 from flowllm.cli.config_check import refuse_ignored_overrides
 from flowllm.cli.exit_codes import ExitCode, run_exit_code
 from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
@@ -41,6 +42,7 @@ from flowllm.experiment.report import print_summary, what_acted
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
+from flowllm.experiment.vision import open_vision, plan_vision, unavailable_tools
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.resources import bundled
@@ -51,8 +53,9 @@ from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
 from flowllm.tools import load_settings, open_tool_pool
-from flowllm.tools.sandbox import protect_process
-from flowllm.tools.webconf import check_web_tools, web_tools
+from flowllm.tools.python import probe_gaps
+from flowllm.tools.sandbox import describe_gaps, protect_process
+from flowllm.tools.webconf import cache_env, check_web_tools, web_tools
 
 log = logging.getLogger("flowllm")
 
@@ -163,6 +166,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     judge = problems.check(lambda: _judge(cfg, provider_cfg)) if provider_cfg is not None else None
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
+    vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg)) if provider_cfg is not None else None
     if problems.found:
         return None, provider_cfg, problems.found
     pipeline, runner = pipeline_runner
@@ -183,6 +187,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
         subagents=subagents,
         judge_cfg=judge_cfg,
         judge_provider=judge_provider,
+        vision=vision,
     )
     return prepared, provider_cfg, []
 
@@ -230,6 +235,7 @@ def build_experiment(
     progress: ProgressReporter | None = None,
     open_tools: Callable[..., Any] = open_tool_pool,
     scorer: Scorer | None = None,
+    vision: VisionSpec | None = None,
 ) -> Experiment:
     """The agent and the experiment of a prepared run (``prepare``), on an open provider.
 
@@ -248,6 +254,7 @@ def build_experiment(
         parts.settings,
         observer=audit if audit is not None else recorder,
         subagents=parts.subagents,
+        vision=vision,
     )
     return Experiment(
         agent=agent,
@@ -265,6 +272,7 @@ def build_experiment(
         audit=audit,
         scorer=scorer,
         breakdown=list(cfg.dataset.breakdown or []),
+        tools_unavailable=unavailable_tools(parts.vision),
     )
 
 
@@ -281,11 +289,14 @@ async def _run_async(cfg: DictConfig, parts: PreparedRun, recorder: Recorder, le
     )
     # The web cache and the loopback web fixture server (tools.web_fixtures), next to the provider's emulator.
     async with (
-        web_tools(cfg, recorder.run_dir),
+        web_tools(cfg, recorder.run_dir) as fixtures_url,
         open_provider(parts.provider_cfg, ledger=ledger) as provider,
+        open_vision(
+            parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=fixtures_url
+        ) as vision,
         scorer_ctx as scorer,
     ):
-        experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer)
+        experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer, vision=vision)
         if catalog is not None:
             experiment.tools_catalog = catalog  # preflight started every server once already
         return await experiment.run(parts.tasks)
@@ -374,6 +385,20 @@ def run_summary(
     return summary
 
 
+def sandbox_gaps(cfg: DictConfig) -> list[str] | None:
+    """What run_python's sandbox cannot isolate on this machine, said once before the first task (None: the run
+    has no tool-python, or replays its saved results)."""
+    entry = (cfg.tools.get("servers") or {}).get("tool-python")
+    if entry is None or "flowllm.tools.python" not in list(entry.get("args") or []):
+        return None
+    if OmegaConf.select(cfg, "provider.protocol") == REPLAY_PROTOCOL and cfg.replay.tools == "saved":
+        return None
+    gaps = probe_gaps()
+    if gaps:
+        log.warning("flowllm: tool-python runs code in a weaker sandbox on this machine: %s", describe_gaps(gaps))
+    return gaps
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
@@ -388,12 +413,14 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         return workers.run_parallel(cfg, run_dir, count, steps)
     parts = run_preflight(cfg)
     tasks = parts.tasks
+    gaps = sandbox_gaps(cfg)
     started = time.perf_counter()
     resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
     # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
     secrets = provider_secrets(parts.provider_cfg)
-    if parts.judge_provider is not None:
-        secrets += [s for s in provider_secrets(parts.judge_provider) if s not in secrets]
+    for other in (parts.judge_provider, parts.vision.provider_cfg if parts.vision is not None else None):
+        if other is not None:
+            secrets += [s for s in provider_secrets(other) if s not in secrets]
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
     # One line per attempt, appended across resumed sessions: what was really spent, failures included.
     ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
@@ -406,8 +433,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         recorder.close()
         ledger.close()
     if result is None:
-        result = RunResult(load_outcomes(run_dir, tasks), interrupted=True, resumed=resumed)
+        rules = workers.scorer_rules(cfg, run_dir) if cfg.dataset.scorer != "judge" else None
+        result = RunResult(load_outcomes(run_dir, tasks, rules), interrupted=True, resumed=resumed)
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
+    summary["tools"]["sandbox_gaps"] = gaps
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
     print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
     return summary

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flowllm.agent.answer import extract_answer
 from flowllm.agent.subagents import SubAgentSpec, SubAgentTools
 from flowllm.agent.turn import AGENT_TURN, LAST_USAGE, MODEL_USAGE_PORT, TurnOutcome
+from flowllm.agent.vision import VISION_AGENT, VisionSpec, VisionTools
 from flowllm.core.interfaces import Provider, ToolBackend
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
@@ -40,6 +42,7 @@ class AgentResult:
     failed_tool_calls: int = 0
     repairs: dict[str, int] = field(default_factory=dict)  # repair stage -> count ("failed" for failures)
     subagent_calls: int = 0
+    vision_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,7 @@ class AgentResult:
             "failed_tool_calls": self.failed_tool_calls,
             "repairs": dict(sorted(self.repairs.items())),
             "subagent_calls": self.subagent_calls,
+            "vision_calls": self.vision_calls,
         }
 
 
@@ -84,6 +88,7 @@ class Agent:
         settings: AgentSettings,
         observer: NodeObserver | None = None,
         subagents: dict[str, SubAgentSpec] | None = None,
+        vision: VisionSpec | None = None,
     ) -> None:
         if settings.max_turns < 1:
             raise ValueError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
@@ -97,44 +102,87 @@ class Agent:
         self.settings = settings
         self.observer = observer
         self.subagents = dict(subagents or {})
+        self.vision = vision
         self.wants_last_usage = any(LAST_USAGE in n.consumes for n in pipeline.nodes)
         self.model_usage_keys = tuple(
             n.output_key(MODEL_USAGE_PORT) for n in pipeline.nodes if MODEL_USAGE_PORT in n.ports.outputs
         )
 
-    async def run(self, task_id: str, prompt: str, provider: Provider, tools: ToolBackend | None) -> AgentResult:
-        """Run the main agent on a task; its sub-agents (if configured) are offered as tools."""
-        if not self.subagents:
+    async def run(
+        self,
+        task_id: str,
+        prompt: str,
+        provider: Provider,
+        tools: ToolBackend | None,
+        *,
+        workspace: Path | None = None,
+    ) -> AgentResult:
+        """Run the main agent on a task; its sub-agents and the vision tool (when configured) are offered as
+        tools. ``workspace``: the task's folder, where ``ask_image`` finds image files."""
+        if not self.subagents and (self.vision is None or workspace is None):
             return await self._converse(task_id, prompt, provider, tools, self.settings)
         current_turn = 0
-
-        async def run_subagent(
-            spec: SubAgentSpec, subtask: str, sub_tools: ToolBackend | None, scope: str
-        ) -> AgentResult:
-            settings = AgentSettings(
-                max_turns=spec.max_turns, system_prompt=spec.system_prompt, summary_prompt=self.settings.summary_prompt
-            )
-            return await self._converse(task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope)
 
         def on_turn(turn: int) -> None:
             nonlocal current_turn
             current_turn = turn
 
-        backend = SubAgentTools(
-            tools,
-            self.subagents,
-            run_subagent,
-            record_dir=lambda name, call_id: subagent_scope(current_turn, name, call_id),
-        )
+        backend: ToolBackend | None = tools
+        subagents: SubAgentTools | None = None
+        if self.subagents:
+
+            async def run_subagent(
+                spec: SubAgentSpec, subtask: str, sub_tools: ToolBackend | None, scope: str
+            ) -> AgentResult:
+                settings = AgentSettings(
+                    max_turns=spec.max_turns,
+                    system_prompt=spec.system_prompt,
+                    summary_prompt=self.settings.summary_prompt,
+                )
+                return await self._converse(
+                    task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope
+                )
+
+            subagents = SubAgentTools(
+                backend,
+                self.subagents,
+                run_subagent,
+                record_dir=lambda name, call_id: subagent_scope(current_turn, name, call_id),
+            )
+            backend = subagents
+        vision: VisionTools | None = None
+        if self.vision is not None and workspace is not None:
+            spec = self.vision
+            settings = AgentSettings(
+                max_turns=1, system_prompt=spec.system_prompt, summary_prompt=self.settings.summary_prompt
+            )
+
+            async def run_vision(blocks: list[Block], scope: str) -> AgentResult:
+                model = spec.provider if spec.provider is not None else provider
+                return await self._converse(task_id, blocks, model, None, settings, agent=VISION_AGENT, scope=scope)
+
+            vision = VisionTools(
+                backend,
+                spec,
+                workspace,
+                run_vision,
+                record_dir=lambda call_id: subagent_scope(current_turn, VISION_AGENT, call_id),
+            )
+            backend = vision
         result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn)
-        result.usage = result.usage + backend.usage  # a sub-agent's tokens are the task's tokens
-        result.subagent_calls = backend.calls
+        # Sub-agents' and the vision model's tokens are the task's tokens.
+        if subagents is not None:
+            result.usage = result.usage + subagents.usage
+            result.subagent_calls = subagents.calls
+        if vision is not None:
+            result.usage = result.usage + vision.usage
+            result.vision_calls = vision.calls
         return result
 
     async def _converse(
         self,
         task_id: str,
-        prompt: str,
+        prompt: str | list[Block],
         provider: Provider,
         tools: ToolBackend | None,
         settings: AgentSettings,
@@ -145,7 +193,9 @@ class Agent:
     ) -> AgentResult:
         specs = await tools.list_tools() if tools is not None else []
         system = build_system_prompt(settings.system_prompt, specs, provider.tool_protocol)
-        messages: list[Message] = [user_message(prompt)]
+        messages: list[Message] = (
+            [user_message(prompt)] if isinstance(prompt, str) else [{"role": "user", "content": list(prompt)}]
+        )
         usage = Usage()
         counts: Counter[str] = Counter()
         repairs: Counter[str] = Counter()

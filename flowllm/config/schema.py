@@ -237,6 +237,19 @@ class AudioToolConfig:
 
 
 @dataclass
+class VisionToolConfig:
+    # tool-vision.ask_image (flowllm/agent/vision.py): one multimodal call through the provider layer, recorded
+    # like a sub-agent. provider: a conf/provider name, optionally "<name>:<model>"; null: the run's provider.
+    enabled: bool = False
+    provider: str | None = None
+    max_image_mb: float = 5.0
+    timeout_s: float = 300.0
+    system_prompt: str = ""  # empty: the built-in prompt (flowllm/agent/vision.py)
+    # The named provider's emulator_script, replaced (offline runs whose vision model is another emulator).
+    emulator_script: str | None = None
+
+
+@dataclass
 class ToolsConfig:
     name: str = MISSING
     # Entries follow ToolServerConfig, checked by flowllm/tools/settings.py (one line per mistake). Typed Any so
@@ -249,6 +262,7 @@ class ToolsConfig:
     task_state: bool = False
     search: SearchToolConfig = field(default_factory=SearchToolConfig)
     audio: AudioToolConfig = field(default_factory=AudioToolConfig)
+    vision: VisionToolConfig = field(default_factory=VisionToolConfig)
     # Start the loopback web fixture server (flowllm/emulator/web.py) for the run's *.web.test pages.
     web_fixtures: bool = False
     # A server's `instructions` join the tool manual, cut to this many characters (0: left out).

@@ -235,3 +235,34 @@ def require(cond: bool, message: str, *, param: str | None = None) -> None:
 
 def is_str(value: Any) -> bool:
     return isinstance(value, str)
+
+
+def request_image_digests(body: Any) -> list[str]:
+    """The SHA-256 (hex) of every base64 image in a request body, in order, whatever the protocol: Anthropic's
+    ``{"type": "base64", "media_type": "image/...", "data": ...}`` sources and OpenAI's ``data:image/...`` URLs."""
+    found: list[str] = []
+
+    def digest(data: str) -> str:
+        try:
+            raw = base64.b64decode(data, validate=False)
+        except (ValueError, TypeError):
+            raw = data.encode("utf-8", "replace")
+        return hashlib.sha256(raw).hexdigest()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            media = value.get("media_type")
+            if value.get("type") == "base64" and isinstance(media, str) and media.startswith("image/"):
+                if isinstance(value.get("data"), str):
+                    found.append(digest(value["data"]))
+                return
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and value.startswith("data:image/") and ";base64," in value[:80]:
+            found.append(digest(value.split(",", 1)[1]))
+
+    walk(body)
+    return found

@@ -12,8 +12,13 @@
           tool_calls: [{name: tool-math-calculate, input: {expression: "2+2"}}]
           stop_reason: end_turn    # default end_turn (tool_use when tool_calls)
 
+    images:                        # what the "model" sees in an image, by the SHA-256 of its bytes (12+ hex chars)
+      3f2a9c01b7d4e5f6: "42"
+
 Templates use ``string.Template.safe_substitute``: ``${last_tool_result}`` and ``${tool_result_N}`` (1-based),
-the stripped contents of the tool results found in the request. Selection depends only on (task id, turn, tool
+the stripped contents of the tool results found in the request, and ``${image}``, the ``images`` entry of the
+last image in the request (a vision call answers from the image it really received, so a wrong or missing
+image gives a wrong answer). Selection depends only on (task id, turn, tool
 results), which keeps the emulator stateless and every rerun identical.
 """
 
@@ -80,6 +85,8 @@ class Script:
     tasks: dict[str, list[ScriptEntry]] = field(default_factory=dict)
     # The `faults:` section as written (see faults.py); validated at load, parsed by the emulator.
     faults: dict[str, Any] = field(default_factory=dict)
+    # SHA-256 prefix (lower-case hex) -> what the image shows, for ${image}.
+    images: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, source: str | Path | dict[str, Any]) -> Script:
@@ -97,7 +104,7 @@ class Script:
                 raise ScriptError(f"emulator script {where} is not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ScriptError(f"emulator script {where}: the top level must be a mapping")
-        unknown = set(data) - {"default", "tasks", "faults"}
+        unknown = set(data) - {"default", "tasks", "faults", "images"}
         if unknown:
             raise ScriptError(f"emulator script {where}: unknown top-level keys {sorted(unknown)}")
         tasks = data.get("tasks") or {}
@@ -108,10 +115,18 @@ class Script:
             FaultPlan.parse(faults, f"{where}: faults")
         except FaultConfigError as exc:
             raise ScriptError(str(exc)) from exc
+        images = data.get("images") or {}
+        if not isinstance(images, dict) or not all(
+            isinstance(k, str) and len(k) >= 12 and all(c in "0123456789abcdef" for c in k.lower()) for k in images
+        ):
+            raise ScriptError(
+                f"emulator script {where}: 'images' must map SHA-256 prefixes (12 or more hex characters) to text"
+            )
         return cls(
             default=_entries(data.get("default") or [], f"{where}: default"),
             tasks={str(k): _entries(v or [], f"{where}: tasks.{k}") for k, v in tasks.items()},
             faults=dict(faults),
+            images={k.lower(): str(v) for k, v in images.items()},
         )
 
     def key(self, task_id: str | None, agent: str | None) -> str | None:
@@ -130,11 +145,18 @@ class Script:
         past = max(turn - len(entries), 1)  # 1 = the first turn beyond the task's own entries
         return self.default[min(past, len(self.default)) - 1]
 
-    def reply(self, task_id: str | None, turn: int, tool_results: list[str]) -> Reply:
+    def describe_image(self, digest: str) -> str:
+        for prefix, text in self.images.items():
+            if digest.startswith(prefix):
+                return text
+        return f"(the emulator script describes no image with SHA-256 {digest[:16]}...)"
+
+    def reply(self, task_id: str | None, turn: int, tool_results: list[str], images: tuple[str, ...] = ()) -> Reply:
         entry = self.entry(task_id, turn)
         if entry is None:
             return Reply(NO_SCRIPTED_REPLY, None, None, (), "end_turn")
         values = template_values(tool_results)
+        values["image"] = self.describe_image(images[-1]) if images else "(there is no image in the request)"
         calls = tuple(ScriptedCall(c.name, _render(c.input, values)) for c in entry.tool_calls)
         stop = entry.stop_reason or ("tool_use" if calls else "end_turn")
         return Reply(

@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from flowllm.emulator import anthropic_wire, media, openai_chat_wire, openai_responses_wire
-from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply
+from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply, request_image_digests
 from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
 from flowllm.emulator.script import Reply, Script
 
@@ -246,7 +246,10 @@ class EmulatorApp:
             reply = Reply("", None, None, (), "end_turn")
         else:
             reply = self.script.reply(
-                self.script.key(task_id, agent), _script_turn(request, parsed.turn), parsed.tool_results
+                self.script.key(task_id, agent),
+                _script_turn(request, parsed.turn),
+                parsed.tool_results,
+                tuple(request_image_digests(parsed.body)),
             )
         plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
         log(200, _fault_name(rule))

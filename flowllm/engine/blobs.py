@@ -65,7 +65,8 @@ class BlobStore:
     """Content-addressed media files of one run; ``write`` is how the bytes reach the disk (the recorder's
     background writer), called once per distinct blob."""
 
-    def __init__(self, run_dir: Path, write: Callable[[str, str, bytes], None]) -> None:
+    def __init__(self, run_dir: Path, write: Callable[[str, str, bytes], None] | None) -> None:
+        """``write=None``: compute the references only (how a record of this value reads), write nothing."""
         self.run_dir = Path(run_dir)
         self._write = write
         self._known: set[str] = set()
@@ -81,7 +82,7 @@ class BlobStore:
         with self._lock:
             new = name not in self._known
             self._known.add(name)
-        if new and not (self.run_dir / BLOBS_DIR / name).exists():
+        if new and self._write is not None and not (self.run_dir / BLOBS_DIR / name).exists():
             self._write(str(self.run_dir / BLOBS_DIR), name, raw)
         ref = {k: v for k, v in block.items() if k != "data"}
         ref.update(blob=f"{BLOBS_DIR}/{name}", bytes=len(raw))
@@ -89,6 +90,13 @@ class BlobStore:
         if size is not None:
             ref["width"], ref["height"] = size
         return ref
+
+    def serialize(self, value: Any, dumps: Callable[[Any], bytes]) -> bytes:
+        """``dumps(value)``, with inline media moved to blobs when there is any: how a record holds ``value``."""
+        data = dumps(value)
+        if b'"media_type"' in data and b'"data"' in data:
+            data = dumps(self.externalize(value))
+        return data
 
     def externalize(self, value: Any) -> Any:
         """A copy of ``value`` with every media block's bytes moved to a blob (``value`` is not changed)."""

@@ -313,10 +313,8 @@ class Recorder:
         self._writer.put(files)
 
     def _dumps(self, value: Any, *, scrub_fields: bool = True) -> bytes:
-        data = self.redactor.dumps(value, scrub_fields=scrub_fields)
-        if b'"media_type"' in data and b'"data"' in data:  # inline media: stored once, referenced here
-            data = self.redactor.dumps(self.blobs.externalize(value), scrub_fields=scrub_fields)
-        return data
+        # Inline media is stored once per run and referenced here.
+        return self.blobs.serialize(value, lambda v: self.redactor.dumps(v, scrub_fields=scrub_fields))
 
     def on_node(
         self,

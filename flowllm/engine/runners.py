@@ -1,6 +1,6 @@
 """One contract, three execution strategies for a turn graph.
 
-Every runner takes the turn's initial state, runs each node once through the same ``execute_node`` (inputs
+Every runner takes the turn's initial state, runs each node once through the same executor (``_Executor``: inputs
 gathered from the state, outputs checked against the node's declaration, the exchange handed to the recorder),
 and returns the final state. They differ only in the order and the overlap of nodes and fan-out items:
 

@@ -121,8 +121,6 @@ async def check_tools(tools_cfg: Any, start_timeout_s: float) -> tuple[list[str]
         settings = load_settings(tools_cfg)
     except (ValueError, TypeError) as exc:
         return [str(exc)], None
-    if settings.scope not in ("task", "run"):
-        return [f"tools.scope must be task or run, not '{settings.scope}'"], None
     if not settings.servers:
         return [], None
     pool_log = logging.getLogger("flowllm.tools")

@@ -15,6 +15,7 @@ from flowllm.datasets.gaia import Task
 from flowllm.engine.pipeline import Pipeline
 from flowllm.engine.runners import Runner
 from flowllm.experiment.pricing import PriceTable
+from flowllm.experiment.vision import VisionPlan
 from flowllm.tools.pool import ToolCatalog
 
 
@@ -33,3 +34,5 @@ class PreparedRun:
     judge_provider: ProviderConfig | None  # set when the dataset is scored by an LLM judge
     # Every tool server's listing, from the preflight that started each once (None: the pool discovers them).
     tools_catalog: ToolCatalog | None = None
+    # tool-vision (tools.vision.enabled): its provider and settings; None when the tool is off.
+    vision: VisionPlan | None = None

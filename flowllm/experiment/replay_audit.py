@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from flowllm.engine import BoundNode, TurnContext
+from flowllm.engine.blobs import BlobStore
 from flowllm.engine.runners import NodeObserver
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import RunLayout
@@ -68,6 +69,8 @@ class ReplayAudit:
         self._first: dict[str, Divergence] = {}
         self._unverified: set[str] = set()
         self._lock = threading.Lock()
+        # Records hold media as blob references (engine/blobs.py): compare the new outputs in the same form.
+        self._references = BlobStore(source.root, None)
 
     def on_node(
         self,
@@ -89,7 +92,7 @@ class ReplayAudit:
             with self._lock:
                 self._unverified.add(ctx.task_id)
             return
-        new = self.dumps(dict(outputs))
+        new = self._references.serialize(dict(outputs), self.dumps)
         if saved == new:
             return
         what = "the output differs"

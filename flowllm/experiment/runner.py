@@ -42,6 +42,7 @@ from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
+from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
@@ -251,11 +252,13 @@ def outcome_problems(data: Any) -> list[str]:
     return problems
 
 
-def load_outcomes(run_dir: Path, tasks: Iterable[Task]) -> list[TaskOutcome]:
-    """The outcomes on disk for ``tasks`` (dataset order): how a summary is rebuilt after an interruption."""
+def load_outcomes(run_dir: Path, tasks: Iterable[Task], rescore: RuleScore | None = None) -> list[TaskOutcome]:
+    """The outcomes on disk for ``tasks`` (dataset order): how a summary is rebuilt after an interruption.
+    ``rescore``: the scorer's rules, so ``correct`` is recomputed from the answer, never read from the file."""
+    layout = RunLayout(Path(run_dir))
     found = []
     for task in tasks:
-        outcome = read_outcome(Path(run_dir) / "tasks" / task_folder_name(task.task_id) / "result.json", task)
+        outcome = read_outcome(layout.result(task.task_id), task, rescore)
         if outcome is not None:
             found.append(outcome)
     return found
@@ -294,6 +297,7 @@ class Experiment:
         audit: ReplayAudit | None = None,
         scorer: Scorer | None = None,
         breakdown: Iterable[str] = (),
+        tools_unavailable: dict[str, str] | None = None,
     ) -> None:
         if settings.attempts < 1:
             raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
@@ -311,11 +315,16 @@ class Experiment:
         self.audit = audit
         self.scorer: Scorer = scorer or GaiaScorer()
         self.breakdown = tuple(breakdown)
+        # Tools the run knows it cannot offer (tool-vision without a provider that takes images).
+        self.tools_unavailable = dict(tools_unavailable or {})
         # Tools are listed once per run; each task's pool then starts a server on its first call only.
         self.tools_catalog: ToolCatalog | None = None
         # Where tasks' code runs: outside the run directory, so no relative path leads to its answers.
         self.workspaces = WorkspaceRoot()
         self.stop_reason: str | None = None  # set when a task's records could not be written
+        # Outcomes whose result.json has been handed to the recorder: a Ctrl-C that lands while it is being
+        # written still counts the task, because the file will be on disk when the run ends.
+        self._handed_over: dict[str, TaskOutcome] = {}
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
@@ -385,7 +394,9 @@ class Experiment:
             try:
                 async with asyncio.timeout(self.settings.task_timeout_s):
                     async with self._open_tools(workspace) as tools:
-                        result = await self.agent.run(task.task_id, task_prompt(task), self.provider, tools)
+                        result = await self.agent.run(
+                            task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
+                        )
             finally:
                 await asyncio.shield(asyncio.to_thread(self._keep_workspace, task))
         except TimeoutError:
@@ -468,6 +479,7 @@ class Experiment:
         # result.json stays the last file of a finished task).
         self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
+        self._handed_over[task.task_id] = outcome
         await asyncio.to_thread(self.recorder.flush)
         self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
         return outcome
@@ -556,8 +568,13 @@ class Experiment:
             await tools_stack.aclose()
             await asyncio.to_thread(self.recorder.flush)
             await asyncio.to_thread(self.workspaces.close)
+        for task_id, outcome in self._handed_over.items():
+            if task_id not in outcomes:  # cancelled while its result.json was being written: it is on disk
+                self._fail_if_unrecorded(outcome)
+                outcomes[task_id] = outcome
         ordered = [outcomes[t.task_id] for t in tasks if t.task_id in outcomes]
         unavailable = dict(self.tools_catalog.unavailable) if self.tools_catalog is not None else {}
+        unavailable.update(self.tools_unavailable)
         return RunResult(ordered, interrupted or self.stop_reason is not None, resumed, tools_unavailable=unavailable)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-LEDGER_FILE = "usage.jsonl"
+from flowllm.rundir.layout import RunLayout
 
 
 @dataclass
@@ -71,7 +71,7 @@ def bills_by_task(lines: Iterable[Mapping[str, Any]]) -> dict[str, TaskBill]:
 
 def read_bills(run_dir: Path | str) -> dict[str, TaskBill]:
     """The bills of a run folder; empty when it has no ledger (older runs, replays of them)."""
-    path = Path(run_dir) / LEDGER_FILE
+    path = RunLayout(Path(run_dir)).ledger
     if not path.is_file():
         return {}
     lines = []

@@ -49,9 +49,13 @@ from flowllm.errors import ConfigError, RunError
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import COMPLETED, RunResult, TaskOutcome, read_outcome, safe_task_dir_name
+from flowllm.experiment.runner import COMPLETED, RuleScore, RunResult, TaskOutcome, read_outcome
+from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.registry import Resolver, default_resolver
+from flowllm.rundir.layout import RunLayout
+from flowllm.scoring import open_scorer
+from flowllm.tools.webconf import cache_env
 
 if TYPE_CHECKING:
     from flowllm.datasets.gaia import Task
@@ -192,8 +196,13 @@ async def _run_shard_async(
     app: AppSteps,
 ) -> RunResult:
     pcfg, resolve = shared_provider(parts.provider_cfg, shard.index, shard.of)
-    async with open_provider(pcfg, ledger=ledger, resolve=resolve) as provider:
-        experiment = app.build_experiment(cfg, parts, provider, recorder, progress=None)
+    async with (
+        open_provider(pcfg, ledger=ledger, resolve=resolve) as provider,
+        open_vision(
+            parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=None
+        ) as vision,
+    ):
+        experiment = app.build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
         return await experiment.run(tasks)
 
 
@@ -211,7 +220,7 @@ def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
     # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
     cfg.experiment.max_concurrent = share(int(cfg.experiment.max_concurrent), shard.index, shard.of)
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts.provider_cfg))
-    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
+    ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:
         interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger, app)).interrupted
@@ -269,11 +278,15 @@ class ResultWatcher:
     """New ``result.json`` files of the tasks being run: what the progress display and the summary count.
 
     A file there before the run started (a failed task being rerun, or any task under resume=false) only
-    counts once it has been replaced (the recorder writes it by rename: a new inode)."""
+    counts once it has been replaced (the recorder writes it by rename: a new inode). It is read as a resume
+    reads one (``read_outcome`` with the task and the scorer's rules): a file of another task does not count,
+    and ``correct`` is recomputed from the answer and the dataset."""
 
-    tasks_dir: Path
+    layout: RunLayout
+    rescore: RuleScore | None = None
     pending: dict[str, tuple[int, int, int] | None] = field(default_factory=dict)
     outcomes: dict[str, TaskOutcome] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
 
     @staticmethod
     def _signature(path: Path) -> tuple[int, int, int] | None:
@@ -283,18 +296,19 @@ class ResultWatcher:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
-    def watch(self, task_ids: list[str]) -> None:
-        for task_id in task_ids:
-            self.pending[task_id] = self._signature(self.tasks_dir / task_id / "result.json")
+    def watch(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            self.tasks[task.task_id] = task
+            self.pending[task.task_id] = self._signature(self.layout.result(task.task_id))
 
     def poll(self) -> list[TaskOutcome]:
         found = []
         for task_id, before in list(self.pending.items()):
-            path = self.tasks_dir / task_id / "result.json"
+            path = self.layout.result(task_id)
             now = self._signature(path)
             if now is None or now == before:
                 continue
-            outcome = read_outcome(path)
+            outcome = read_outcome(path, self.tasks[task_id], self.rescore)
             if outcome is not None:
                 del self.pending[task_id]
                 self.outcomes[task_id] = outcome
@@ -333,6 +347,18 @@ class _Pool:
                 return
 
 
+def scorer_rules(cfg: DictConfig, run_dir: Path) -> RuleScore | None:
+    """The run's scorer's rules, taken from the scorer as ``Experiment.previous_outcome`` takes them: what the
+    parent recomputes ``correct`` with when it reads a ``result.json`` (a judge has none; ``refuse_unsupported``
+    stops such a run first)."""
+
+    async def rules() -> RuleScore | None:
+        async with open_scorer(str(cfg.dataset.scorer), run_dir=run_dir) as scorer:
+            return getattr(scorer, "rules", None)
+
+    return asyncio.run(rules())
+
+
 def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) -> dict[str, Any]:
     """The parent of a run with ``experiment.workers`` > 1; returns the summary (as ``app.run`` does)."""
     from hydra.core.hydra_config import HydraConfig
@@ -345,23 +371,26 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     parts = app.prepare(cfg)
     tasks: list[Task] = parts.tasks
     started = time.perf_counter()
-    tasks_dir = run_dir / "tasks"
+    layout = RunLayout(run_dir)
+    # Read as a one-process resume reads them (Experiment.previous_outcome): the task's own folder, the file
+    # checked to be that task's, and its score recomputed, so a forged result.json cannot raise the accuracy.
+    rescore = scorer_rules(cfg, run_dir)
     already: dict[str, TaskOutcome] = {}
     for task in tasks:
-        safe_task_dir_name(task.task_id)
-        previous = read_outcome(tasks_dir / task.task_id / "result.json") if cfg.experiment.resume else None
+        previous = read_outcome(layout.result(task.task_id), task, rescore) if cfg.experiment.resume else None
         if previous is not None and previous.status == COMPLETED:
             already[task.task_id] = previous
-    todo = [t.task_id for t in tasks if t.task_id not in already]
+    todo_tasks = [t for t in tasks if t.task_id not in already]
+    todo = [t.task_id for t in todo_tasks]
     # No more workers than tasks to run, nor than tasks allowed at once (max_concurrent is the whole run's).
     count = min(workers, len(todo), int(cfg.experiment.max_concurrent))
     if count > 1:
         check_in_flight(parts.provider_cfg, count)
     secrets = provider_secrets(parts.provider_cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "usage.jsonl").open("ab").close()  # the workers append to it; an empty run still has one
-    watcher = ResultWatcher(tasks_dir)
-    watcher.watch(todo)
+    layout.ledger.open("ab").close()  # the workers append to it; an empty run still has one
+    watcher = ResultWatcher(layout, rescore)
+    watcher.watch(todo_tasks)
     progress = ProgressReporter(enabled=bool(cfg.progress))
     progress.start(total=len(tasks), already=list(already.values()))
     pool = _Pool()
@@ -398,7 +427,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     if pool.failure is not None:
         summary["status"] = "failed"
         summary["error"] = pool.failure
-    atomic_write(run_dir / "summary.json", Redactor(secrets).dumps(summary))
+    atomic_write(layout.summary, Redactor(secrets).dumps(summary))
     print_summary(summary, finished, run_dir)
     if pool.failure is not None:
         raise RunError(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume")

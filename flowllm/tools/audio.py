@@ -6,11 +6,15 @@ OpenAI-compatible ``audio.transcriptions`` endpoint through the official SDK. Wi
 (``tools.audio.base_url`` / ``tools.audio.api_key_env``) the tool answers with an error saying what to set.
 ``$FLOWLLM_AUDIO_BASE_URL`` (set by the run when ``tools.audio.emulator`` is true) points it at the loopback
 emulator, which answers from its script (flowllm/emulator/media.py).
+
+A transcript is kept in the run's web cache under the SHA-256 of the file and the model, so a resume or another
+pass@k attempt does not pay for it again and ``provider=replay`` serves it without any transcription provider.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from flowllm.tools.common import ConfinementError, add_workspace_argument, confine, scrub_workspace, workspace_from
 from flowllm.tools.documents import Kind, kind_of
 from flowllm.tools.files import ReadError, open_regular
+from flowllm.tools.webcache import CachedError, CacheMode, ReplayMiss, TransientError, WebCache
 
 SERVER_NAME = "tool-audio"
 AUDIO_BASE_URL_ENV = "FLOWLLM_AUDIO_BASE_URL"
@@ -54,15 +59,16 @@ class Transcriber:
         try:
             result = await client.audio.transcriptions.create(model=self.model, file=(name, data))
         except APIError as exc:
-            raise ToolError(f"transcription failed: {exc.message}") from None
+            raise TransientError(f"transcription failed: {exc.message}") from None
         finally:
             await client.close()
         return result.text
 
 
-async def transcribe_file(workspace: Path, transcriber: Transcriber, path: str) -> str:
+async def transcribe_file(workspace: Path, transcriber: Transcriber, path: str, cache: WebCache | None = None) -> str:
+    cache = cache or WebCache(None)
     problem = transcriber.problem()
-    if problem:
+    if problem and cache.mode is not CacheMode.REPLAY:  # a replay needs no provider: it reads the saved transcript
         raise ToolError(problem)
     try:
         target = confine(workspace, path)
@@ -76,15 +82,20 @@ async def transcribe_file(workspace: Path, transcriber: Transcriber, path: str) 
         data = open_regular(target, MAX_AUDIO_BYTES)
     except (ReadError, OSError) as exc:
         raise ToolError(f"cannot read '{path}': {exc}") from None
-    text = await transcriber.transcribe(target.name, data)
+
+    request = {"sha256": hashlib.sha256(data).hexdigest(), "model": transcriber.model}
+    try:
+        text = await cache.get("transcribe", request, lambda: transcriber.transcribe(target.name, data))
+    except (CachedError, ReplayMiss, TransientError) as exc:
+        raise ToolError(str(exc)) from None
     return f"[transcript of '{path}']\n{text}"
 
 
-def build_server(workspace: Path, transcriber: Transcriber) -> MCPServer:
+def build_server(workspace: Path, transcriber: Transcriber, cache: WebCache | None = None) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions="Transcribes audio files.", log_level="WARNING")
 
     async def transcribe(path: str) -> str:
-        return await transcribe_file(workspace, transcriber, path)
+        return await transcribe_file(workspace, transcriber, path, cache)
 
     server.add_tool(
         transcribe,
@@ -108,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
         transcriber = Transcriber(args.base_url or None, args.model, key)
-    build_server(workspace_from(args.workspace), transcriber).run()
+    build_server(workspace_from(args.workspace), transcriber, WebCache.from_environment()).run()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ of ``flowllm.tools.sandbox``; nothing is kept between calls except the files the
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+import tempfile
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -31,6 +33,18 @@ def _description(limits: SandboxLimits) -> str:
         f"Limits: {limits.timeout_s:g} seconds wall clock, {memory}. {network} "
         "Only print() output is returned: print the values you need, and keep it short (long output is cut)."
     )
+
+
+def probe_gaps(limits: SandboxLimits | None = None) -> list[str]:
+    """What this machine's sandbox cannot isolate (empty: everything holds), found by running a statement in it.
+
+    The run calls it once before the first task so the user reads the gaps on the console and in
+    ``summary.json`` (``tools.sandbox_gaps``), not only in a server's own log.
+    """
+    limits = limits or SandboxLimits(timeout_s=30.0)
+    with tempfile.TemporaryDirectory(prefix="flowllm-probe-") as folder:
+        result = asyncio.run(run_python_code("pass", Path(folder), limits))
+    return list(result.gaps or [])
 
 
 def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:

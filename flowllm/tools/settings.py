@@ -101,7 +101,6 @@ class PoolSettings:
     servers: tuple[ServerSpec, ...]
     call_timeout_s: float = 60.0
     max_result_chars: int = 20000
-    scope: Scope = Scope.TASK
     instructions_max_chars: int = 2000
 
 
@@ -236,6 +235,5 @@ def load_settings(cfg: ToolsConfig | Mapping[str, Any] | Any) -> PoolSettings:
         servers=tuple(_server(str(name), entry, scope) for name, entry in servers.items()),
         call_timeout_s=_number(data.get("call_timeout_s", 60.0), "tools.call_timeout_s"),
         max_result_chars=int(_number(data.get("max_result_chars", 20000), "tools.max_result_chars")),
-        scope=scope,
         instructions_max_chars=int(_number(data.get("instructions_max_chars", 2000), "tools.instructions_max_chars")),
     )

@@ -37,6 +37,10 @@ class CachedError(Exception):
     """A tool error that was cached (a 404 stays a 404 on resume and replay)."""
 
 
+class TransientError(Exception):
+    """A failure that says nothing about the request (a provider's 5xx, a rate limit): never cached."""
+
+
 class ReplayMiss(Exception):
     """A replay asked for something the replayed run never fetched."""
 
@@ -128,6 +132,8 @@ class WebCache:
 
 def _cacheable(exc: Exception) -> bool:
     """An answer about the page (404, too large, binary) is kept; a timeout or a dropped connection is not."""
+    if isinstance(exc, TransientError):
+        return False
     text = str(exc)
     return not any(word in text for word in ("gave up after", "did not answer", "could not fetch", "could not reach"))
 

@@ -59,7 +59,9 @@ async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]
     if cfg.tools.get("web_fixtures"):
         server = WebFixtures()
         env[FIXTURES_ENV] = await asyncio.to_thread(server.start)
-    if OmegaConf.select(cfg, "tools.audio.emulator", default=False):
+    # A replay serving saved results reads the saved transcripts: no transcription endpoint is needed.
+    replaying = env[CACHE_MODE_ENV] == CacheMode.REPLAY.value
+    if OmegaConf.select(cfg, "tools.audio.emulator", default=False) and not replaying:
         script = OmegaConf.select(cfg, "provider.emulator_script")
         if not script:
             raise ConfigError("tools.audio.emulator needs provider.emulator_script (the transcripts are scripted)")

@@ -47,7 +47,7 @@ def test_web_sample_scores_every_task_under_every_runner(tmp_path: Path) -> None
         proc = run(runner, tmp_path / runner)
         assert proc.returncode == 0, f"{runner}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         summary = json.loads((tmp_path / runner / "summary.json").read_text())
-        assert summary["tasks"] == summary["completed"] == 9, (runner, summary)
+        assert summary["tasks"] == summary["completed"] == 10, (runner, summary)
         assert summary["accuracy"] == 1.0, (runner, summary)
     # What the model was shown is in the run directory: the search results and the page text.
     dispatch = tmp_path / "graph" / "tasks" / "web-01-search-then-read" / "turn_003" / "07_dispatch_tools"

@@ -5,7 +5,9 @@ Needs openpyxl and python-docx (both come with ``pip install -e ".[docs]"``).
 
 from __future__ import annotations
 
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import docx
@@ -47,7 +49,31 @@ def minutes() -> None:
     document.save(str(HERE / "minutes.docx"))
 
 
+def photo() -> None:
+    """A small PNG (a hull with a painted band): the emulator's script says what it shows, by its SHA-256."""
+    width, height = 64, 40
+    rows = bytearray()
+    for y in range(height):
+        rows.append(0)  # filter type: none
+        for x in range(width):
+            if y < 16:
+                pixel = (135, 190, 235)  # sky
+            elif 18 <= y <= 24 and 20 <= x <= 44:
+                pixel = (250, 250, 250)  # the painted band
+            else:
+                pixel = (120, 40, 30)  # the hull
+            rows += bytes(pixel)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(rows), 9))
+    (HERE / "boat.png").write_bytes(png + chunk(b"IEND", b""))
+
+
 if __name__ == "__main__":
     workbook()
     archive()
     minutes()
+    photo()
