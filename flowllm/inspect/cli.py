@@ -33,23 +33,28 @@ from rich.table import Table
 from rich.text import Text
 
 from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
-from flowllm.experiment.task_usage import TaskBill, read_bills
+from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
 from flowllm.inspect.views import (
     REPLAY_STATUSES,
+    SPEND_SOURCES,
     Failure,
     ReplayDetail,
+    breakdown_rows,
     first_line,
     grep_run,
     is_replay,
+    readable_media,
     replay_detail,
     replay_label,
     replay_verdict,
     result_row,
     run_failures,
+    run_spend,
     task_failures,
     task_turn_views,
+    unavailable_tools,
 )
 
 PROG = "python -m flowllm.inspect"
@@ -148,21 +153,21 @@ def _tokens_in_out(usage: dict[str, Any]) -> str:
     return f"{_fmt(usage.get('input_tokens'))} / {_fmt(usage.get('output_tokens'))}{mark}"
 
 
-def _spend_rows(figures: dict[str, Any], bills: dict[str, TaskBill]) -> list[tuple[str, Any]]:
+def _spend_rows(figures: dict[str, Any], spend: dict[str, Any]) -> list[tuple[str, Any]]:
     """Cost and billed tokens: summary.json's cost block, and the ledger's every call (failed tasks included)."""
     rows: list[tuple[str, Any]] = []
     cost = figures.get("cost") or {}
     if cost.get("total_usd") is not None:
         mark = " (estimated token counts)" if cost.get("estimated_tokens") else ""
-        rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){mark}"))
+        # A replay's summary prices the replayed answers, and says so: this run spent nothing.
+        note = f": {cost['note']}" if cost.get("replayed") and cost.get("note") else ""
+        rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){mark}{note}"))
     elif cost:
         rows.append(("cost", f"- ({cost.get('note') or 'unpriced'})"))
-    if bills:
-        total = sum(b.total_tokens for b in bills.values())
-        priced = all(b.cost_usd is not None for b in bills.values())
-        spent = format_usd(sum(b.cost_usd or 0.0 for b in bills.values())) if priced else "unpriced"
-        mark = " (estimated)" if any(b.estimated for b in bills.values()) else ""
-        rows.append(("billed (every call)", f"{total:,} tokens{mark}, {spent}"))
+    if spend["source"] == "usage.jsonl":
+        spent = format_usd(spend["cost_usd"]) if spend["cost_usd"] is not None else "unpriced"
+        mark = " (estimated)" if spend["estimated"] else ""
+        rows.append(("billed (every call)", f"{spend['tokens']:,} tokens{mark}, {spent}"))
     acted = figures.get("acted")
     if isinstance(acted, dict):
         rows.append(("what acted", acted_row(acted)))
@@ -221,19 +226,27 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         ("parse rate", _pct(figures.get("parse_rate"))),
         ("repairs by stage", figures.get("repairs")),
         ("tokens in / out", _tokens_in_out(usage) if usage else None),
-        *_spend_rows(figures, read_bills(run.path)),
+        *_spend_rows(figures, run_spend(run)),
         ("wall time", _seconds(figures.get("wall_seconds"))),
     ]
     if figures.get("by_level"):
         rows.append(
             (
                 "by level",
-                ", ".join(f"L{lvl}: {v.get('correct')}/{v.get('tasks')}" for lvl, v in figures["by_level"].items()),
+                ", ".join(
+                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: {v.get('correct')}/{v.get('tasks')}"
+                    for lvl, v in figures["by_level"].items()
+                ),
             )
         )
     if figures.get("computed"):
         rows.append(("note", "computed from the tasks (summary.json unreadable or missing)"))
     console.print(_kv_table(rows, title="figures"))
+    for table in breakdown_tables(figures):
+        console.print(table)
+    tools = unavailable_tools(figures)
+    if tools is not None:
+        console.print(tools_table(tools))
     if run.problems:
         console.print(
             Panel("\n".join(f"- {p}" for p in run.problems), title="problems reading the run", border_style="yellow")
@@ -272,6 +285,38 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
                 "divergence answered another conversation[/magenta]"
             )
     return 0
+
+
+def breakdown_tables(figures: dict[str, Any]) -> list[Table]:
+    """summary.json → breakdown: one table per category field of a judged benchmark (topic, answer type...)."""
+    tables = []
+    for name, groups in breakdown_rows(figures).items():
+        table = Table(title=f"accuracy by {name}", title_justify="left", box=box.SIMPLE_HEAD)
+        table.add_column(name, overflow="fold")
+        table.add_column("correct", justify="right", no_wrap=True)
+        table.add_column("accuracy", justify="right", no_wrap=True)
+        for g in groups:
+            table.add_row(g["value"], f"{_fmt(g['correct'])}/{_fmt(g['tasks'])}", _pct(g["accuracy"]))
+        tables.append(table)
+    return tables
+
+
+def tools_table(tools: dict[str, Any]) -> Table | Text:
+    """summary.json → tools.unavailable: the servers whose tools were not offered, and why."""
+    if not tools["known"]:
+        return Text(
+            "tool servers unavailable: not known (summary.json has null: a run split over worker processes "
+            "does not collect their tool servers; each worker warned about its own)",
+            style="yellow",
+        )
+    table = Table(
+        title="tool servers unavailable (their tools were not offered)", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    table.add_column("server", no_wrap=True, style="yellow")
+    table.add_column("why", overflow="fold")
+    for server, why in tools["servers"].items():
+        table.add_row(server, why)
+    return table
 
 
 TASK_STATUSES = ("failed", "wrong", "correct", "completed", "unfinished")
@@ -592,8 +637,8 @@ def cmd_node(
             )
         elif raw:
             body = Syntax(json.dumps(value, indent=2, ensure_ascii=False), "json", word_wrap=True)
-        else:
-            body = Syntax(to_yaml(value).rstrip(), "yaml", word_wrap=True)
+        else:  # images and other media as one line each (blobs/ holds the bytes; --raw shows the record as saved)
+            body = Syntax(to_yaml(readable_media(value)).rstrip(), "yaml", word_wrap=True)
         console.print(Panel(body, title=name, title_align="left"))
     return 0
 
@@ -607,12 +652,19 @@ def cmd_grep(run: RunRecord, console: Console, as_json: bool, pattern: str, rege
     table = Table(
         title=f"'{pattern}' in {run.path}: {len(hits)} hit(s){more}", title_justify="left", box=box.SIMPLE_HEAD
     )
-    for name in ("task", "turn", "node", "file", "where", "text"):
+    for name in ("task", "turn", "node", "file", "where", "text", "repeated in"):
         table.add_column(name, overflow="fold", no_wrap=name == "task")
     for h in hits:
         turn = "-" if h.turn is None else (str(h.turn) if h.agent == MAIN_AGENT else f"{h.agent}:{h.turn}")
-        table.add_row(h.task_id, turn, h.node or "-", h.file, h.path, h.snippet)
+        again = f"{plural(h.repeats, 'later node')} of the turn" if h.repeats else "-"
+        table.add_row(h.task_id, turn, h.node or "-", h.file, h.path, h.snippet, again)
     console.print(table)
+    repeated = sum(h.repeats for h in hits)
+    if repeated:  # every node's input carries the history so far: the same text, node after node
+        console.print(
+            f"[dim]each match is listed once per turn, at the first node that holds it; "
+            f"{plural(repeated, 'repeat')} in later nodes folded (--json: repeated_in)[/dim]"
+        )
     return 0
 
 
@@ -642,27 +694,14 @@ def cmd_failures(run: RunRecord, console: Console, as_json: bool, kind: str | No
 
 
 # ----- diff and report ---------------------------------------------------------------------------------------
-def run_spend(run: RunRecord) -> dict[str, Any]:
-    """Billed tokens and cost of a run (every call in its ledger; else the tasks' recorded usage, unpriced)."""
-    bills = read_bills(run.path)
-    if bills:
-        priced = all(b.cost_usd is not None for b in bills.values())
-        return {
-            "tokens": sum(b.total_tokens for b in bills.values()),
-            "cost_usd": round(sum(b.cost_usd or 0.0 for b in bills.values()), 6) if priced else None,
-            "estimated": any(b.estimated for b in bills.values()),
-        }
-    usage = task_summary(run).get("usage") or {}
-    tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-    return {"tokens": tokens, "cost_usd": (task_summary(run).get("cost") or {}).get("total_usd"), "estimated": False}
-
-
 def _change(a: float | None, b: float | None, money: bool = False) -> str:
     if a is None or b is None:
         return "-"
     delta = b - a
     shown = format_usd(abs(delta)) if money else f"{abs(delta):,.0f}"
-    sign = "+" if delta > 0 else "-" if delta < 0 else "±"
+    # The sign of what is shown: costs summed from rounded per-call figures differ in the sixth decimal.
+    same = shown == (format_usd(0.0) if money else "0")
+    sign = "±" if same else "+" if delta > 0 else "-"
     pct = f" ({delta / a:+.1%})" if a else ""
     return f"{sign}{shown}{pct}"
 
@@ -680,6 +719,8 @@ def spend_table(a: dict[str, Any], b: dict[str, Any]) -> Table:
     table.add_row(
         "cost", format_usd(a["cost_usd"]), format_usd(b["cost_usd"]), _change(a["cost_usd"], b["cost_usd"], True)
     )
+    if a["source"] != "usage.jsonl" or b["source"] != "usage.jsonl":
+        table.add_row("counted from", SPEND_SOURCES[a["source"]], SPEND_SOURCES[b["source"]], "")
     return table
 
 
@@ -835,7 +876,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("node", help="call_model, 03 or 03_call_model")
     p.add_argument("--agent", default=MAIN_AGENT, help="a sub-agent's name (default: the main agent)")
     p.add_argument("--only", choices=("input", "output", "meta"))
-    p.add_argument("--raw", action="store_true", help="JSON as saved instead of the readable form")
+    p.add_argument(
+        "--raw", action="store_true", help="JSON as saved instead of the readable form (media as one line each)"
+    )
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("grep", help="find text in every artifact of the run (case-insensitive)")
     p.add_argument("pattern")

@@ -7,10 +7,15 @@ Size matters more than it seems: every node's input repeats the conversation so 
 (system prompt, earlier replies, tool results) appear dozens of times per task. Strings of
 ``INTERN_MIN_CHARS`` or more are stored once in a table and referenced; strings longer than ``max_chars`` are
 cut, with a note saying how much. Nodes' inputs and outputs are only turned into DOM when expanded.
+
+Images the run stored in ``blobs/`` are embedded once per report as ``data:`` URIs (``media``, keyed by the
+blob's path) and shown where a node's input or output references them; an image over ``MAX_EMBED_BYTES`` is
+named in a line instead.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,28 +32,55 @@ from flowllm.inspect.artifacts import (
     task_summary,
 )
 from flowllm.inspect.views import (
+    blob_ref,
+    breakdown_rows,
     is_replay,
+    media_label,
     replay_counts,
     replay_detail,
     replay_label,
     replay_verdict,
     result_row,
+    run_spend,
     task_failures,
     task_turn_views,
+    unavailable_tools,
 )
 
 INTERN_MIN_CHARS = 64
 REF_KEY = "\u00a7s"  # {"§s": n} stands for strings[n]; a key no artifact uses
 ERROR_KEY = "\u00a7error"
+MAX_EMBED_BYTES = 2 * 1024 * 1024  # a larger image is named, not embedded (the report stays mailable)
 
 
 class _Strings:
-    """Interns long strings and cuts very long ones."""
+    """Interns long strings and cuts very long ones; notes the blobs (images...) the packed values point to."""
 
     def __init__(self, max_chars: int) -> None:
         self.max_chars = max_chars
         self.table: list[str] = []
         self._index: dict[str, int] = {}
+        self.run_dir: Path | None = None  # the run whose values are being packed (blob paths are relative to it)
+        self.media: dict[str, dict[str, Any]] = {}  # blob path -> {label, src (a data: URI) or None, note}
+
+    def _note_blob(self, block: dict[str, Any], blob: str) -> None:
+        if blob in self.media or self.run_dir is None:
+            return
+        entry: dict[str, Any] = {"label": media_label(block), "src": None, "note": None}
+        media_type = str(block.get("media_type") or "")
+        if block.get("type") == "image" and media_type.startswith("image/"):
+            path = self.run_dir / blob
+            try:
+                size = path.stat().st_size
+                if size > MAX_EMBED_BYTES:
+                    entry["note"] = "too large to embed"
+                else:
+                    entry["src"] = f"data:{media_type};base64," + base64.b64encode(path.read_bytes()).decode()
+            except OSError:
+                entry["note"] = "file missing"
+        if entry["note"]:
+            entry["label"] = str(entry["label"])[:-1] + f", {entry['note']}]"
+        self.media[blob] = entry
 
     def pack(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -63,6 +95,9 @@ class _Strings:
                 self.table.append(value)
             return {REF_KEY: index}
         if isinstance(value, dict):
+            blob = blob_ref(value)
+            if blob is not None:
+                self._note_blob(value, blob)
             return {str(k): self.pack(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.pack(v) for v in value]
@@ -77,15 +112,9 @@ class _Strings:
 def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dict[str, Any]:
     """Everything the page shows about one run, as JSON-able data."""
     bills = read_bills(run.path)
-    priced = all(b.cost_usd is not None for b in bills.values())
-    spend = {
-        "tokens": sum(b.total_tokens for b in bills.values()) if bills else None,
-        "cost_usd": round(sum(b.cost_usd or 0.0 for b in bills.values()), 6) if bills and priced else None,
-        "estimated": any(b.estimated for b in bills.values()),
-        "retries": sum(b.retries for b in bills.values()),
-        "fallbacks": sum(b.fallbacks for b in bills.values()),
-    }
+    spend = run_spend(run)  # the same figures as `inspect RUN` and `inspect diff` (source: where they come from)
     replayed = is_replay(run)
+    strings.run_dir = run.path
     tasks = []
     for task in run.tasks:
         views = task_turn_views(task)
@@ -136,6 +165,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
             row["replay_detail"] = strings.pack(detail.to_dict()) if detail and detail.status != "exact" else None
         row["turn_records"] = turns
         tasks.append(row)  # the row's own fields are short; only the turns are interned
+    summary = task_summary(run)
     return {
         "label": label or run.label,
         "path": str(run.path),
@@ -148,7 +178,10 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
             "runner": run.setting("runner.name"),
             "repair": run.setting("repair.name"),
         },
-        "summary": task_summary(run),
+        "summary": summary,
+        # Shown only when there is something to say: servers not offered (or "not known"), per-category accuracy.
+        "tools_unavailable": unavailable_tools(summary),
+        "breakdown": breakdown_rows(summary),
         "replay": replay_counts(run),
         "spend": spend,
         "problems": run.problems,
@@ -162,7 +195,8 @@ def build_report_data(path: Path, max_chars: int = 20000) -> dict[str, Any]:
     path = Path(path).expanduser()
     if is_run_dir(path) or not multirun_jobs(path):
         run = open_run(path)  # raises NotARunError with the reason when it is neither
-        return {"kind": "run", "title": str(path), "runs": [run_data(run, strings)], "strings": strings.table}
+        data = [run_data(run, strings)]
+        return {"kind": "run", "title": str(path), "runs": data, "strings": strings.table, "media": strings.media}
     runs: list[dict[str, Any]] = []
     problems: list[str] = []
     for job in multirun_jobs(path):
@@ -170,7 +204,14 @@ def build_report_data(path: Path, max_chars: int = 20000) -> dict[str, Any]:
             runs.append(run_data(open_run(job), strings, label=job.name))
         except NotARunError as exc:  # one broken job must not hide the others
             problems.append(str(exc))
-    return {"kind": "multirun", "title": str(path), "runs": runs, "problems": problems, "strings": strings.table}
+    return {
+        "kind": "multirun",
+        "title": str(path),
+        "runs": runs,
+        "problems": problems,
+        "strings": strings.table,
+        "media": strings.media,  # keyed by content hash: a blob two jobs share is embedded once
+    }
 
 
 def _embed(data: dict[str, Any]) -> str:
@@ -261,6 +302,11 @@ button.small { font-size: 11px; padding: 1px 6px; cursor: pointer; }
 .card.replay .sub { color: var(--muted); font-size: 12px; }
 details.node.diverged { border-color: #8250df; } details.node.diverged > summary { background: #fbefff; }
 #task-replay { border-color: #8250df; }
+.extras { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; margin-top: 10px; }
+.extras .panel { margin: 0; } .extras table { width: auto; } .extras td.num { text-align: right; }
+.media { display: flex; flex-wrap: wrap; gap: 8px; margin: 4px 0 8px; }
+figure.blob { margin: 0; } figure.blob img { display: block; max-width: 480px; max-height: 360px; border: 1px solid var(--line); background: var(--bg); }
+figure.blob figcaption, .blob-line { font: 11px ui-monospace, monospace; color: var(--muted); }
 .legend { margin-right: 10px; white-space: nowrap; } .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 </style>
 </head>
@@ -273,6 +319,42 @@ details.node.diverged { border-color: #8250df; } details.node.diverged > summary
 const DATA = JSON.parse(document.getElementById("report-data").textContent);
 const STR = DATA.strings || [];
 const REF = "\u00a7s", ERR = "\u00a7error";
+// Blobs the run stored (blobs/<sha256>.<ext>) -> {label, src: a data: URI or null (too large, missing), note}.
+const MEDIA = DATA.media || {};
+const MEDIA_KINDS = ["image", "audio", "document"];
+const DATA_URI = /^data:([\w.+-]+\/[\w.+-]+);base64,/i;
+function inlineLabel(media, data) {
+  if (data.endsWith("cut from the report]")) return "[inline base64 " + media + ", cut from the report]";
+  const d = data.trim(), bytes = Math.max(0, Math.floor(d.length * 3 / 4) - (d.slice(-2).match(/=/g) || []).length);
+  return "[inline base64 " + media + ", " + bytes.toLocaleString("en-US") + " bytes]";
+}
+// One line for a media value (a blob reference, or base64 still inline in a provider's request), else null.
+function mediaLabel(v) {
+  if (typeof v === "string") { const m = v.match(DATA_URI); return m ? inlineLabel(m[1], v.slice(m[0].length)) : null; }
+  if (!v || typeof v !== "object" || Array.isArray(v)) return null;
+  if (MEDIA_KINDS.includes(v.type) && typeof v.blob === "string" && !("data" in v)) return MEDIA[v.blob] ? MEDIA[v.blob].label : null;
+  const media = v.media_type || v.mime_type || v.mimeType;
+  return typeof media === "string" && typeof v.data === "string" && typeof v.text !== "string" ? inlineLabel(media, v.data) : null;
+}
+// The blobs a value references, each once, in order.
+function blobsIn(v, out) {
+  out = out || [];
+  if (Array.isArray(v)) { for (const x of v) blobsIn(x, out); }
+  else if (v && typeof v === "object") {
+    if (MEDIA_KINDS.includes(v.type) && typeof v.blob === "string" && MEDIA[v.blob] && !out.includes(v.blob)) out.push(v.blob);
+    for (const x of Object.values(v)) blobsIn(x, out);
+  }
+  return out;
+}
+function renderMedia(value) {
+  const blobs = blobsIn(value);
+  if (!blobs.length) return null;
+  return el("div", {class: "media"}, blobs.map(b => {
+    const m = MEDIA[b];
+    return m.src ? el("figure", {class: "blob", "data-blob": b}, el("img", {src: m.src, alt: m.label, title: m.label}), el("figcaption", {text: m.label}))
+      : el("div", {class: "blob-line", "data-blob": b, text: m.label});
+  }));
+}
 function unpack(v) {
   if (Array.isArray(v)) return v.map(unpack);
   if (v && typeof v === "object") {
@@ -303,6 +385,8 @@ function secs(v) { return v === null || v === undefined ? "?" : (v < 0.001 ? "<1
 // A YAML-like rendering: code and prompts keep their line breaks instead of showing \n escapes.
 function pretty(v, ind) {
   ind = ind || "";
+  const label = mediaLabel(v);
+  if (label !== null) return label;
   if (v === null || typeof v !== "object") {
     if (typeof v === "string" && v.includes("\n")) return "|\n" + v.split("\n").map(l => ind + "  " + l).join("\n");
     return JSON.stringify(v);
@@ -339,7 +423,9 @@ function cards(summary, spend, replay) {
     ["bad blocks", fmt(s.bad_tool_calls)], ["failed calls", fmt(s.failed_tool_calls)], ["parse rate", fmt(s.parse_rate)],
     ["tokens in / out", fmt(u.input_tokens) + " / " + fmt(u.output_tokens)], ["wall time", s.wall_seconds ? secs(s.wall_seconds) : "-"]];
   if (spend) {
-    items.push(["cost", usd(spend.cost_usd)], ["billed tokens", tokens(spend.tokens, spend.estimated)],
+    // Counted from usage.jsonl; else a replay (nothing billed) or an older run (the tasks' recorded usage).
+    const from = spend.source === "replay" ? " (replay)" : spend.source === "recorded" ? " (recorded)" : "";
+    items.push(["cost", usd(spend.cost_usd) + from], ["billed tokens", tokens(spend.tokens, spend.estimated) + from],
       ["retries / fallbacks", fmt(spend.retries) + " / " + fmt(spend.fallbacks)]);
   }
   const box = el("div", {class: "cards", id: "summary-cards"}, items.map(([k, v]) => el("div", {class: "card"}, el("div", {class: "k", text: k}), el("div", {class: "v", text: v}))));
@@ -348,6 +434,31 @@ function cards(summary, spend, replay) {
     el("div", {class: "sub", text: "accuracy " + pct(replay.accuracy_exact) + " on exact replays (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact)
       + "), " + pct(replay.accuracy_all) + " on all tasks (" + fmt(replay.correct) + "/" + fmt(replay.tasks) + ")"})));
   return box;
+}
+
+// summary.json -> tools.unavailable: servers disabled (a missing key) or failed to start; null is "not known".
+function toolsCard(tools) {
+  if (!tools) return null;
+  const box = el("div", {class: "panel", id: "tools-unavailable"}, el("strong", {text: "Tool servers unavailable"}));
+  if (!tools.known) {
+    box.append(el("div", {class: "warn", text: "not known: summary.json has null (a run split over worker processes does not collect their tool servers)"}));
+    return box;
+  }
+  box.append(el("div", {class: "muted", text: "their tools were not offered to the model"}),
+    el("table", {}, el("thead", {}, el("tr", {}, el("th", {text: "server"}), el("th", {text: "why"}))),
+      el("tbody", {}, Object.entries(tools.servers).map(([name, why]) => el("tr", {"data-server": name}, el("td", {class: "warn", text: name}), el("td", {text: why}))))));
+  return box;
+}
+
+// summary.json -> breakdown: a judged benchmark's accuracy per category (topic, answer type...).
+function breakdownCard(breakdown) {
+  const fields = Object.entries(breakdown || {});
+  if (!fields.length) return null;
+  return el("div", {class: "panel", id: "breakdown"}, el("strong", {text: "Accuracy by category"}),
+    fields.map(([name, rows]) => el("table", {class: "breakdown", "data-field": name},
+      el("thead", {}, el("tr", {}, el("th", {text: name}), el("th", {text: "correct"}), el("th", {text: "accuracy"}))),
+      el("tbody", {}, rows.map(r => el("tr", {}, el("td", {text: r.value}), el("td", {class: "num", text: fmt(r.correct) + "/" + fmt(r.tasks)}),
+        el("td", {class: "num", text: pct(r.accuracy)})))))));
 }
 
 const COLUMNS = [["task_id", "task"], ["level", "level"], ["status", "status"], ["correct", "correct"], ["answer", "answer"],
@@ -368,6 +479,8 @@ function renderRun(container, run) {
       run.overrides && run.overrides.length ? [el("span", {class: "k", text: "overrides"}), el("code", {text: run.overrides.join(" ")})] : [],
       el("span", {class: "k", text: "path"}), el("code", {text: run.path}))),
     cards(run.summary, run.spend, run.replay));
+  const extras = [toolsCard(run.tools_unavailable), breakdownCard(run.breakdown)].filter(x => x);
+  if (extras.length) container.append(el("div", {class: "extras"}, extras));
   if (run.problems && run.problems.length)
     container.append(el("div", {class: "panel warn", id: "run-problems"}, el("strong", {text: "Problems reading the run"}), el("ul", {}, run.problems.map(p => el("li", {text: p})))));
 
@@ -536,7 +649,7 @@ function renderNode(n, diverged) {
       const pre = el("pre", {class: "node-" + part, text: prettyText(value)});
       let asJson = false;
       const toggle = el("button", {class: "small", text: "JSON", onclick: (e) => { e.preventDefault(); asJson = !asJson; pre.textContent = asJson ? JSON.stringify(value, null, 2) : prettyText(value); toggle.textContent = asJson ? "readable" : "JSON"; }});
-      body.append(el("div", {}, el("strong", {text: part}), " ", toggle), pre);
+      body.append(el("div", {}, el("strong", {text: part}), " ", toggle), pre, renderMedia(value));
     }
     d.append(body);
   });

@@ -17,6 +17,7 @@ from typing import Any
 
 from flowllm.engine.blobs import describe_blob
 from flowllm.experiment.replay_audit import ReplayStatus, replay_summary
+from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import (
     ARTIFACT_FILES,
     MAIN_AGENT,
@@ -28,6 +29,7 @@ from flowllm.inspect.artifacts import (
     task_summary,
 )
 from flowllm.rundir.jsondiff import first_difference
+from flowllm.rundir.layout import RunLayout
 
 # Node folders whose outputs never hold what the views look for, and can be large (whole raw exchanges or
 # histories): skipped when digging for replies and calls.
@@ -290,6 +292,13 @@ def first_line(text: str, limit: int = 160) -> str:
 
 @dataclass
 class GrepHit:
+    """One match: where it first appears in its turn, and which later nodes of that turn repeat it.
+
+    Every node's input repeats the conversation so far, so the same text would otherwise be listed once per
+    node. A match is the same when the whole value holding it is (a repaired argument that differs from the
+    text it was repaired from is a match of its own).
+    """
+
     task_id: str
     agent: str
     turn: int | None
@@ -297,6 +306,8 @@ class GrepHit:
     file: str
     path: str
     snippet: str
+    repeats: int = 0  # later nodes of the same turn that hold the same match
+    repeated_in: list[str] = field(default_factory=list)  # their folders, in order
 
 
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
@@ -319,43 +330,192 @@ def _snippet(text: str, start: int, end: int, width: int = 60) -> str:
     return ("..." if left else "") + body + ("..." if right < len(text) else "")
 
 
+def _file_matches(rx: re.Pattern[str], path: Path) -> Iterator[tuple[str, str, str]]:
+    """(where in the file, the value, snippet) of each value of an artifact that matches (its first match)."""
+    art = read_artifact(path)
+    if art.missing:
+        return
+    pairs: Iterator[tuple[str, str]]
+    if art.ok:
+        pairs = _strings(art.value)
+    else:  # searched as raw text, so that a corrupt artifact can still be found
+        pairs = iter([("(unreadable file)", path.read_bytes().decode("utf-8", "replace"))])
+    for json_path, text in pairs:
+        m = rx.search(text)  # one hit per value is enough to point at it
+        if m is not None:
+            yield json_path, text, _snippet(text, m.start(), m.end())
+
+
 def grep_run(run: RunRecord, pattern: str, *, regex: bool = False, limit: int = 200) -> list[GrepHit]:
     """Occurrences of ``pattern`` (case-insensitive) in the string values of every artifact of the run.
 
-    Values are searched decoded, so a newline or a quote matches as itself, not as its JSON escape. An
-    unreadable file is searched as raw text so that a corrupt artifact can still be found.
+    Values are searched decoded, so a newline or a quote matches as itself, not as its JSON escape. A match is
+    listed once per turn, at the first node (and file) where it appears; the later nodes of that turn that
+    repeat it (each node's input carries the history so far) are counted in ``repeats``. ``limit`` caps the
+    listed matches; the turn where it is reached is still read to the end, so its counts are complete.
     """
     rx = re.compile(pattern if regex else re.escape(pattern), re.IGNORECASE)
     hits: list[GrepHit] = []
 
-    def search(task: TaskRecord, agent: str, turn: int | None, node: str | None, path: Path) -> bool:
-        art = read_artifact(path)
-        if art.missing:
-            return True
-        pairs: Iterator[tuple[str, str]]
-        if art.ok:
-            pairs = _strings(art.value)
-        else:
-            pairs = iter([("(unreadable file)", path.read_bytes().decode("utf-8", "replace"))])
-        for json_path, text in pairs:
-            for m in rx.finditer(text):
-                hits.append(
-                    GrepHit(task.task_id, agent, turn, node, path.name, json_path, _snippet(text, m.start(), m.end()))
-                )
-                if len(hits) >= limit:
-                    return False
-                break  # one hit per value is enough to point at it
-        return True
-
     for task in run.tasks:
-        if not search(task, MAIN_AGENT, None, None, task.path / "result.json"):
-            return hits
+        for json_path, _, snippet in _file_matches(rx, task.path / "result.json"):
+            if len(hits) >= limit:
+                return hits
+            hits.append(GrepHit(task.task_id, MAIN_AGENT, None, None, "result.json", json_path, snippet))
         for agent, turn in task.all_turns():
+            if len(hits) >= limit:
+                return hits
+            first: dict[str, GrepHit] = {}  # a matching value -> the turn's hit for it
             for node in turn.nodes:
                 for name in ARTIFACT_FILES:
-                    if not search(task, agent, turn.number, node.folder, node.path / name):
-                        return hits
+                    for json_path, text, snippet in _file_matches(rx, node.path / name):
+                        hit = first.get(text)
+                        if hit is None:
+                            if len(hits) >= limit:
+                                continue  # the limit is reached: only this turn's repeats are still counted
+                            hit = GrepHit(task.task_id, agent, turn.number, node.folder, name, json_path, snippet)
+                            first[text] = hit
+                            hits.append(hit)
+                        elif hit.node != node.folder and node.folder not in hit.repeated_in:
+                            hit.repeated_in.append(node.folder)
+                            hit.repeats += 1
     return hits
+
+
+# ----- media: images and other bytes in artifacts -------------------------------------------------------------
+MEDIA_KINDS = frozenset({"image", "audio", "document"})
+# A blob reference as BlobStore writes it: a file of the run's blobs/ folder named by its hash, nothing else.
+BLOB_REF = re.compile(r"^blobs/[0-9a-f]{64}\.[A-Za-z0-9_]{1,16}$")
+_DATA_URI = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,", re.IGNORECASE)
+
+
+def blob_ref(value: Any) -> str | None:
+    """The ``blobs/<sha256>.<ext>`` path a media block points to (None for anything else)."""
+    if not isinstance(value, dict) or value.get("type") not in MEDIA_KINDS or "data" in value:
+        return None
+    blob = value.get("blob")
+    return blob if isinstance(blob, str) and BLOB_REF.match(blob) else None
+
+
+def _base64_bytes(data: str) -> int:
+    data = data.strip()
+    return max(0, len(data) * 3 // 4 - data[-2:].count("="))
+
+
+def media_label(value: Any) -> str | None:
+    """One line for a media value, None for anything else: a blob reference as ``[image 64x40 png,
+    blobs/ab12...]``; bytes still inline (a provider's request: a base64 source, a data: URI) as
+    ``[inline base64 image/png, 136 bytes]``."""
+    if isinstance(value, str):
+        m = _DATA_URI.match(value)
+        return f"[inline base64 {m.group(1)}, {_base64_bytes(value[m.end() :]):,} bytes]" if m else None
+    if not isinstance(value, dict):
+        return None
+    if blob_ref(value) is not None:
+        return describe_blob(value)
+    media = value.get("media_type") or value.get("mime_type") or value.get("mimeType")
+    data = value.get("data")
+    if isinstance(media, str) and isinstance(data, str) and not isinstance(value.get("text"), str):
+        return f"[inline base64 {media}, {_base64_bytes(data):,} bytes]"
+    return None
+
+
+def readable_media(value: Any) -> Any:
+    """``value`` with each media block (a blob reference or inline base64) replaced by its one-line label."""
+    label = media_label(value)
+    if label is not None:
+        return label
+    if isinstance(value, dict):
+        return {k: readable_media(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [readable_media(v) for v in value]
+    return value
+
+
+# ----- spend ---------------------------------------------------------------------------------------------------
+SPEND_SOURCES = {
+    "usage.jsonl": "usage.jsonl",
+    "replay": "nothing billed (a replay without usage.jsonl)",
+    "recorded": "the tasks' results (no usage.jsonl)",
+}
+
+
+def run_spend(run: RunRecord) -> dict[str, Any]:
+    """Tokens and cost billed for a run, and where they were counted (``source``):
+
+    * ``usage.jsonl``: every call in the run's ledger, failed tasks included. A ledger with no call (a replay
+      calls no model) is 0 tokens and $0, whatever the summary says the replayed run cost;
+    * ``replay``: no ledger, and the summary says the run was a replay: nothing billed either;
+    * ``recorded``: an older run without a ledger: the tasks' recorded usage and the summary's cost.
+    """
+    bills = read_bills(run.path)
+    retries = sum(b.retries for b in bills.values())
+    fallbacks = sum(b.fallbacks for b in bills.values())
+    if bills or RunLayout(run.path).ledger.is_file():
+        priced = all(b.cost_usd is not None for b in bills.values())
+        return {
+            "tokens": sum(b.total_tokens for b in bills.values()),
+            "cost_usd": round(sum(b.cost_usd or 0.0 for b in bills.values()), 6) if priced else None,
+            "estimated": any(b.estimated for b in bills.values()),
+            "retries": retries,
+            "fallbacks": fallbacks,
+            "source": "usage.jsonl",
+        }
+    summary = task_summary(run)
+    found = summary.get("cost")
+    cost: dict[str, Any] = found if isinstance(found, dict) else {}
+    if cost.get("replayed") or is_replay(run):
+        return {"tokens": 0, "cost_usd": 0.0, "estimated": False, "retries": 0, "fallbacks": 0, "source": "replay"}
+    usage = summary.get("usage") or {}
+    return {
+        "tokens": int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0),
+        "cost_usd": cost.get("total_usd"),
+        "estimated": bool(usage.get("estimated")),
+        "retries": None,
+        "fallbacks": None,
+        "source": "recorded",
+    }
+
+
+# ----- summary.json extras: tool servers that were not offered, accuracy by category ------------------------
+def unavailable_tools(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """``summary.json`` → ``tools.unavailable``: ``{"known": True, "servers": {name: why}}`` when some server
+    was disabled or failed to start, ``{"known": False, "servers": {}}`` when the run recorded null (not known:
+    the parent of several worker processes does not see their servers), None when there is nothing to show
+    (every server was offered, or the summary is older than the field)."""
+    tools = summary.get("tools")
+    if not isinstance(tools, dict) or "unavailable" not in tools:
+        return None
+    servers = tools["unavailable"]
+    if servers is None:
+        return {"known": False, "servers": {}}
+    if not isinstance(servers, dict) or not servers:
+        return None
+    return {"known": True, "servers": {str(k): str(v) for k, v in sorted(servers.items())}}
+
+
+def breakdown_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """``summary.json`` → ``breakdown`` (accuracy of a judged benchmark per category: topic, answer type...)
+    as ``{field: [{value, tasks, correct, accuracy}, ...]}``; fields with no group are left out."""
+    value = summary.get("breakdown")
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not isinstance(value, dict):
+        return out
+    for name, groups in value.items():
+        if not isinstance(groups, dict):
+            continue
+        rows = []
+        for group, figures in groups.items():
+            if not isinstance(figures, dict):
+                continue
+            tasks, correct = figures.get("tasks"), figures.get("correct")
+            accuracy = figures.get("accuracy")
+            if accuracy is None and isinstance(tasks, int) and isinstance(correct, int) and tasks:
+                accuracy = round(correct / tasks, 4)
+            rows.append({"value": str(group), "tasks": tasks, "correct": correct, "accuracy": accuracy})
+        if rows:
+            out[str(name)] = rows
+    return out
 
 
 # ----- replay verdicts ----------------------------------------------------------------------------------------

@@ -96,6 +96,12 @@ def test_grep_finds_decoded_text_across_artifacts(runs: FixtureRuns, capsys: pyt
     places = {(h["task_id"], h["node"]) for h in hits}  # type: ignore[index]
     assert (LENIENT_TASK, "06_repair_arguments") in places
     assert all(h["task_id"] == LENIENT_TASK for h in hits)  # type: ignore[index]
+    # Once per turn: the reply at the node that made it, its copies in the turn's later nodes counted; the
+    # repaired code (another value holding the same text) is a hit of its own.
+    reply = next(h for h in hits if h["turn"] == 1 and h["node"] == "03_call_model")  # type: ignore[index]
+    assert reply["repeats"] == len(reply["repeated_in"]) >= 2 and "04_normalize" in reply["repeated_in"]
+    assert len({(h["turn"], h["node"], h["path"]) for h in hits}) == len(hits)  # type: ignore[index]
+    assert [h["node"] for h in hits if h["turn"] == 2] == ["01_trim_history"]  # type: ignore[index]
     code, out, _ = inspect(capsys, runs.original.run_dir, "grep", "Operations")
     assert code == 0 and CLEAN_TASK in out
 
