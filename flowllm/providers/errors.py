@@ -231,6 +231,30 @@ def not_found_message(message: str, exc: BaseException, *, url: str | None) -> s
     return f"{message} at {where} (check provider.base_url and provider.model)"
 
 
+# Request fields OpenAI's and Anthropic's own APIs take but compatible servers and proxies may refuse, and the
+# setting that leaves each out (conf/provider/*.yaml, ``wire:``).
+_WIRE_FIELDS = (
+    ("reasoning", "provider.wire.reasoning_effort=false"),
+    ("stream_options", "provider.wire.stream_usage=false"),
+    ("parallel_tool_calls", "provider.wire.parallel_tool_calls=null"),
+    ("max_completion_tokens", "provider.wire.max_tokens_field=max_tokens"),
+    ("store", "provider.wire.store=null"),
+    ("metadata", "provider.wire.metadata={}"),
+)
+_REFUSAL_WORDS = ("support", "unrecognized", "unknown", "not allowed", "not permitted", "extra", "unexpected")
+
+
+def refused_field_hint(message: str) -> str:
+    """A 400 that refuses one of the optional request fields names the setting that leaves it out."""
+    lowered = message.lower()
+    if not any(word in lowered for word in _REFUSAL_WORDS):
+        return message
+    for field_name, setting in _WIRE_FIELDS:
+        if field_name in lowered:
+            return f"{message} (this server refuses the '{field_name}' field: set {setting})"
+    return message
+
+
 def classify_exception(exc: BaseException, *, provider: str, url: str | None = None) -> ProviderCallError:
     """Turn any SDK (or transport) exception into a ``ProviderCallError``.
 
@@ -275,6 +299,8 @@ def classify_exception(exc: BaseException, *, provider: str, url: str | None = N
             kind = "context_length"
         if status == 404:
             message = not_found_message(message, exc, url=url)
+        elif kind == "bad_request":
+            message = refused_field_hint(message)
         return ProviderCallError(
             message,
             kind=kind,

