@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from flowllm.core.images import image_media_type
 from flowllm.core.interfaces import ToolBackend
 from flowllm.core.types import Block, ToolResult, ToolSpec, Usage, text_block
 
@@ -40,27 +41,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "show what is asked. Be precise about text, numbers, colours and positions."
 )
 
-# The first bytes of each image format every provider of flowllm takes (Anthropic's and OpenAI's lists).
-_SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-
 
 class ImageError(Exception):
     """An image that cannot be sent; the message is what the model is told."""
-
-
-def image_media_type(data: bytes) -> str | None:
-    """The media type of ``data`` from its first bytes, or None when it is no image a provider takes."""
-    for signature, media_type in _SIGNATURES:
-        if data.startswith(signature):
-            return media_type
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 def is_url(source: str) -> bool:

@@ -21,18 +21,25 @@ Data is never fetched: when the file is missing, the error says where to get it 
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
+import hashlib
 import json
+import os
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.core.images import EXTENSIONS, image_media_type
 from flowllm.datasets.crypto import Cipher, CipherError, decrypt
 from flowllm.datasets.gaia import DatasetError, Task, find_dataset_file, read_dataset, select_tasks
 from flowllm.datasets.rows import Row, columns_of, read_rows, table_files
 
 # The task fields a mapping may name; question and answer are required by the table adapter.
-TASK_FIELDS = ("id", "question", "answer", "attachment", "level")
+# image: a column holding the question's picture inline (a data: URI or base64, as HLE's image column).
+TASK_FIELDS = ("id", "question", "answer", "attachment", "level", "image")
 ENCRYPTABLE = ("question", "answer")
 _MISSING = object()
 
@@ -256,15 +263,46 @@ def _table_row(row: Row, number: int, folder: Path, spec: DatasetSpec) -> Task |
                 f"dataset.question_template: cannot fill it for {row.where} ({type(exc).__name__}: {exc}); "
                 "it may use {question} and the names of dataset.metadata"
             ) from None
+    attachment = _text(mapped.get("attachment")) or None
+    image = _text(mapped.get("image"))
+    if image:
+        if attachment:
+            raise DatasetError(f"{row.where}: the row has both an attachment and an inline image; map only one")
+        attachment = str(inline_image_file(image, f"{row.where}: the image ({spec.fields['image']})"))
     return Task(
         task_id=task_id.strip(),
         question=question,
         level=level,
         ground_truth=_text(mapped.get("answer")),
-        file_name=_text(mapped.get("attachment")) or None,
+        file_name=attachment,
         dataset_dir=folder,
         metadata={k: v for k, v in metadata.items() if v is not None},
     )
+
+
+def inline_image_file(value: str, where: str) -> Path:
+    """An inline image (a ``data:`` URI or bare base64) as a file the task's folder gets a copy of, named
+    ``image.<ext>``: kept once per content under the system's temporary folder, so a dataset's rows never write
+    into the dataset's own folder."""
+    text = value.strip()
+    if text.startswith("data:"):
+        _, _, text = text.partition(",")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise DatasetError(f"{where} is neither a data: URI nor base64") from None
+    media_type = image_media_type(data)
+    if media_type is None:
+        raise DatasetError(f"{where} is not a png, jpeg, gif or webp image")
+    folder = Path(tempfile.gettempdir()) / "flowllm-dataset-images" / hashlib.sha256(data).hexdigest()[:32]
+    path = folder / f"image.{EXTENSIONS[media_type]}"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    return path
 
 
 def _plain(value: Any) -> Any:

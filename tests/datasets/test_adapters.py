@@ -70,6 +70,19 @@ def test_hle_is_the_text_only_subset_by_default() -> None:
     assert tasks[1].metadata == {"category": "Chemistry", "answer_type": "multipleChoice", "subject": "Chemistry"}
     every = load("hle_sample", "dataset.skip_nonempty=[]")
     assert len(every) == 4
+    # The image question gets its picture (the row's data: URI) as its attachment, a PNG the task folder gets.
+    pictured = next(t for t in every if t.task_id.endswith("69"))
+    assert pictured.attachment is not None and pictured.attachment.name == "image.png"
+    assert pictured.attachment.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert all(t.attachment is None for t in every if t is not pictured)
+
+
+def test_an_inline_image_that_is_no_image_is_one_line_naming_the_row(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": "a", "question": "q?", "answer": "x", "image": "data:image/png;base64,aGVsbG8="}\n')
+    spec = DatasetSpec(path=rows, adapter="table", fields={"id": "id", "question": "question", "image": "image"})
+    with pytest.raises(DatasetError, match=r"rows\.jsonl.*image \(image\) is not a png, jpeg, gif or webp image"):
+        load_dataset(spec)
 
 
 def test_webwalkerqa_questions_name_their_start_page() -> None:

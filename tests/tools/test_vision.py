@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.agent.vision import ImageError, VisionSpec, fetch_image, image_media_type, load_image_file
+from flowllm.agent.vision import ImageError, VisionSpec, fetch_image, load_image_file
+from flowllm.core.images import image_media_type
 from flowllm.resources import bundled
 from flowllm.tools.browse import UrlPolicy
 from flowllm.tools.webcache import CacheMode, WebCache
