@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.emulator.web import FIXTURE_DOMAIN, FIXTURES_ENV
 from flowllm.tools.documents import DocumentError, Kind, Limits, convert, decode_text, kind_of
+from flowllm.tools.readerproc import ReaderProcess
 from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
 
 SERVER_NAME = "tool-browse"
@@ -109,10 +110,18 @@ class UrlPolicy:
 class Browser:
     """Fetches and converts pages; keeps each URL's text for the life of the server (one task)."""
 
-    def __init__(self, policy: UrlPolicy, limits: BrowseLimits | None = None, cache: WebCache | None = None) -> None:
+    def __init__(
+        self,
+        policy: UrlPolicy,
+        limits: BrowseLimits | None = None,
+        cache: WebCache | None = None,
+        reader: ReaderProcess | None = None,
+    ) -> None:
         self.policy = policy
         self.limits = limits or BrowseLimits()
         self.cache = cache or WebCache(None)
+        # Where fetched pages and documents are parsed: a capped process of its own (None: in a thread here).
+        self.reader = reader
         self._texts: dict[str, str] = {}
 
     async def fetch(self, url: str) -> Fetched:
@@ -184,7 +193,12 @@ class Browser:
 
     async def _fetch_text(self, url: str) -> str:
         fetched = await self.fetch(url)
-        return await asyncio.to_thread(page_text, fetched)
+        if self.reader is None:
+            return await asyncio.to_thread(page_text, fetched)
+        try:
+            return await asyncio.to_thread(self.reader.run, page_text, fetched)
+        except DocumentError as exc:
+            raise BrowseError(f"cannot read {fetched.url}: {exc}") from None
 
 
 def _texty(content_type: str) -> bool:
@@ -317,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     policy = UrlPolicy(os.environ.get(FIXTURES_ENV) or None)
     limits = BrowseLimits(max_bytes=args.max_bytes, total_s=args.total_s)
-    browser = Browser(policy, limits, WebCache.from_environment())
+    browser = Browser(policy, limits, WebCache.from_environment(), ReaderProcess())
     build_server(browser, args.page_chars).run()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import io
 import json
 import zipfile
@@ -106,6 +107,9 @@ MIME_KINDS: dict[str, Kind] = {
 }
 
 ZIP_KINDS = {Kind.DOCX, Kind.XLSX, Kind.PPTX, Kind.EPUB, Kind.ZIP}
+# Converted by a parser library (markitdown's readers), so run in a capped process of their own
+# (flowllm/tools/readerproc.py); a zip may hold any of them.
+PARSED_KINDS = {Kind.PDF, Kind.DOCX, Kind.XLSX, Kind.PPTX, Kind.HTML, Kind.NOTEBOOK, Kind.EPUB, Kind.ZIP}
 IMAGE_MIME = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -195,7 +199,9 @@ def _markitdown(kind: Kind, data: bytes, name: str, charset: str | None = None) 
             PptxConverter,
             XlsxConverter,
         )
-    except ImportError:
+    except ImportError as exc:
+        if importlib.util.find_spec("markitdown") is not None:  # installed, but it would not load here
+            raise DocumentError(f"the {kind.value} reader could not be loaded ({type(exc).__name__}: {exc})") from None
         raise DocumentError(
             f"reading {kind.value} documents needs markitdown (pip install 'flowllm[docs]'); "
             "or convert the file with run_python"

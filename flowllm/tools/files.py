@@ -32,7 +32,17 @@ from flowllm.tools.common import (
     scrub_workspace,
     workspace_from,
 )
-from flowllm.tools.documents import DEFAULT_LIMITS, IMAGE_MIME, DocumentError, Kind, Limits, convert, kind_of
+from flowllm.tools.documents import (
+    DEFAULT_LIMITS,
+    IMAGE_MIME,
+    PARSED_KINDS,
+    DocumentError,
+    Kind,
+    Limits,
+    convert,
+    kind_of,
+)
+from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
 
 SERVER_NAME = "tool-files"
 DEFAULT_PAGE_CHARS = 16000  # below the pool's default 20,000-character cut, so the paging note survives
@@ -81,14 +91,19 @@ def _check_regular(info: os.stat_result) -> None:
         )
 
 
-def render_file(path: Path, limits: Limits = DEFAULT_LIMITS) -> str | tuple[str, bytes]:
-    """The file as text, or ``(mime type, bytes)`` for an image. Raises ``ReadError`` when it cannot."""
+def render_file(
+    path: Path, limits: Limits = DEFAULT_LIMITS, reader: ReaderProcess | None = None
+) -> str | tuple[str, bytes]:
+    """The file as text, or ``(mime type, bytes)`` for an image. Raises ``ReadError`` when it cannot.
+    ``reader``: where documents that need a parser library are converted (a capped process of its own)."""
     kind = kind_of(path.name)
     cap = MAX_IMAGE_BYTES if kind is Kind.IMAGE else limits.max_bytes
     data = open_regular(path, cap)
     if kind is Kind.IMAGE:
         return IMAGE_MIME[path.suffix.lower()], data
     try:
+        if reader is not None and kind in PARSED_KINDS:
+            return reader.run(convert, data, path.name, limits=limits)
         return convert(data, path.name, limits=limits)
     except DocumentError as exc:
         raise ReadError(str(exc)) from None
@@ -121,7 +136,11 @@ def _file_error(workspace: Path, shown: str, target: Path | None = None) -> Tool
 
 
 def read_file_result(
-    workspace: Path, path: str, offset: int = 0, page_chars: int = DEFAULT_PAGE_CHARS
+    workspace: Path,
+    path: str,
+    offset: int = 0,
+    page_chars: int = DEFAULT_PAGE_CHARS,
+    reader: ReaderProcess | None = None,
 ) -> CallToolResult:
     try:
         target = confine(workspace, path)
@@ -135,7 +154,7 @@ def read_file_result(
     if offset < 0:
         raise ToolError("offset must be 0 or more")
     try:
-        rendered = render_file(target)
+        rendered = render_file(target, reader=reader)
     except ReadError as exc:
         raise ToolError(f"cannot read '{shown}': {exc}") from None
     except OSError as exc:
@@ -203,11 +222,14 @@ def _describe_entry(full: Path, workspace: Path) -> str:
     return f"{rel}  {info.st_size:,} bytes"
 
 
-def build_server(workspace: Path, page_chars: int = DEFAULT_PAGE_CHARS) -> MCPServer:
+def build_server(
+    workspace: Path, page_chars: int = DEFAULT_PAGE_CHARS, reader_limits: ReaderLimits | None = None
+) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions="Reads the task's files.", log_level="WARNING")
+    reader = ReaderProcess(reader_limits)
 
     def read_file(path: str, offset: int = 0) -> CallToolResult:
-        return read_file_result(workspace, path, offset, page_chars)
+        return read_file_result(workspace, path, offset, page_chars, reader)
 
     def list_files(path: str = ".") -> str:
         return list_files_text(workspace, path)
@@ -240,8 +262,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flowllm.tools.files", description=__doc__)
     add_workspace_argument(parser)
     parser.add_argument("--page-chars", type=int, default=DEFAULT_PAGE_CHARS, help="characters per read_file page")
+    defaults = ReaderLimits()
+    parser.add_argument("--reader-memory-mb", type=int, default=defaults.memory_mb, help="document reader's cap")
+    parser.add_argument("--reader-timeout-s", type=float, default=defaults.timeout_s, help="per document")
     args = parser.parse_args(argv)
-    build_server(workspace_from(args.workspace), args.page_chars).run()
+    limits = ReaderLimits(args.reader_memory_mb, args.reader_timeout_s)
+    build_server(workspace_from(args.workspace), args.page_chars, limits).run()
 
 
 if __name__ == "__main__":
