@@ -52,6 +52,7 @@ from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import COMPLETED, RuleScore, RunResult, TaskOutcome, read_outcome
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
+from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.registry import Resolver, default_resolver
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
@@ -391,7 +392,8 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     layout.ledger.open("ab").close()  # the workers append to it; an empty run still has one
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
-    progress = ProgressReporter(enabled=bool(cfg.progress))
+    # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
+    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger))
     progress.start(total=len(tasks), already=list(already.values()))
     pool = _Pool()
     handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -322,3 +322,36 @@ class UsageLedger:
                 for (h, m, a, u), tally in sorted(hourly.items())
             ],
         }
+
+
+class LedgerTail:
+    """The lines of a ledger file that other processes append to (the workers of one run), read as they come.
+
+    ``lines`` reads what was appended since the last look; a line still being written waits for its newline, a
+    line that does not parse is skipped (a worker killed mid-write).
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = b""
+        self._lines: list[dict[str, Any]] = []
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except OSError:
+            return self._lines
+        self._offset += len(chunk)
+        *complete, self._partial = (self._partial + chunk).split(b"\n")
+        for raw in complete:
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(entry, dict):
+                self._lines.append(entry)
+        return self._lines
