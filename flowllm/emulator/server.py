@@ -16,6 +16,7 @@ import asyncio
 import collections
 import hashlib
 import json
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_repl
 from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
 from flowllm.emulator.script import Reply, Script
 
+CAPTURE_ENV = "FLOWLLM_EMULATOR_CAPTURE"
 SSEEvent = tuple[str | None, Any]  # (event name or None, data dict or the literal "[DONE]")
 
 
@@ -155,6 +157,10 @@ class EmulatorApp:
 
     def __init__(self, script: Script, *, faults: FaultPlan | None = None, log_size: int = 1000) -> None:
         self.script = script
+        # $FLOWLLM_EMULATOR_CAPTURE: a file every request body is appended to, one JSON line each with its task
+        # (what a client really sent, before any masking: how the tests prove no key reaches a request).
+        capture = os.environ.get(CAPTURE_ENV)
+        self.capture = Path(capture) if capture else None
         self.faults = faults if faults is not None else FaultPlan.parse(script.faults)
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
         # Requests seen per (task, agent, turn): the attempt number fault rules can be scheduled on. The
@@ -187,6 +193,10 @@ class EmulatorApp:
         request_id = "req_" + hashlib.sha256(raw).hexdigest()[:24]
         task_id = request.headers.get("x-flowllm-task")
         agent = request.headers.get("x-flowllm-agent")
+        if self.capture is not None:
+            line = json.dumps({"task": task_id, "agent": agent, "body": raw.decode("utf-8", "replace")})
+            with self.capture.open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
         auth = _auth_scheme(request)
         parsed: ParsedRequest | None = None
         attempt: int | None = None

@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig
 
 from flowllm.app import prepare
+from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.errors import BuildError
 from tests.experiment.helpers import run_flowllm
 
@@ -96,7 +97,8 @@ print(seen)
     return folder
 
 
-def _run(dataset: Path, run_dir: Path) -> tuple[int, str]:
+def _run(dataset: Path, run_dir: Path, capture: Path | None = None) -> tuple[int, str]:
+    env = {**CANARIES, **({CAPTURE_ENV: str(capture)} if capture is not None else {})}
     proc = run_flowllm(
         "+experiment=gaia",
         "progress=false",
@@ -106,7 +108,7 @@ def _run(dataset: Path, run_dir: Path) -> tuple[int, str]:
         "experiment.max_concurrent=4",
         "~tools.servers.tool-files",
         "~tools.servers.tool-math",
-        env=CANARIES,
+        env=env,
         timeout=300,
     )
     return proc.returncode, proc.stdout + proc.stderr
@@ -119,7 +121,8 @@ def _everything_written(run_dir: Path) -> bytes:
 def test_hostile_task_code_gets_no_answer_no_forged_score_and_no_key(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     dataset = _dataset(tmp_path / "data", run_dir)
-    code, output = _run(dataset, run_dir)
+    capture = tmp_path / "requests.jsonl"  # every request body the emulator received, unmasked
+    code, output = _run(dataset, run_dir, capture)
     assert code == 0, output
     results = {t: json.loads((run_dir / "tasks" / t / "result.json").read_text()) for t in ("victim", "cheat")}
     assert results["victim"]["correct"] is False  # its result.json was not overwritten
@@ -140,6 +143,14 @@ def test_hostile_task_code_gets_no_answer_no_forged_score_and_no_key(tmp_path: P
         assert value.encode() not in written, name
     echo = json.loads((run_dir / "tasks" / "echo" / "result.json").read_text())
     assert "[redacted]" in echo["answer"]
+    # Nor in a request to the model: what snoop's code found in the environment and /proc never left the
+    # sandbox (echo's own code prints a key it was handed in its text: that one is the model's, not a leak).
+    sent = [json.loads(line) for line in capture.read_text().splitlines()]
+    assert {r["task"] for r in sent} >= {"victim", "cheat", "forger", "snoop", "echo"}
+    for request in sent:
+        if request["task"] != "echo":
+            for name, value in CANARIES.items():
+                assert value not in request["body"], (name, request["task"])
 
     # Resume over a forged score and a hand-broken file.
     victim_file = run_dir / "tasks" / "victim" / "result.json"
