@@ -32,7 +32,9 @@ RANDOM_FAULTS = [  # 10 classes x 2% = 20% of the primary's requests
     {"fault": "status", "status": 500, "rate": 0.02},
     {"fault": "status", "status": 503, "retry_after_s": 0.005, "rate": 0.02},
     {"fault": "reset", "rate": 0.02},
-    {"fault": "delay", "delay_s": 0.6, "rate": 0.02},  # past provider.timeout_s: a timeout
+    # Far past provider.timeout_s, which is far above a loopback reply on a loaded machine: always a timeout,
+    # never a slow success.
+    {"fault": "delay", "delay_s": 30, "rate": 0.02},
     {"fault": "truncate", "rate": 0.02},
     {"fault": "stream_error", "error_type": "overloaded_error", "rate": 0.02},
     {"fault": "malformed", "rate": 0.02},
@@ -98,7 +100,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     providers.mkdir()
     (providers / "backup.yaml").write_text(
         "defaults:\n  - base_provider\n  - _self_\n\nname: backup\nprotocol: openai_chat\nmodel: flowllm-emulator\n"
-        f"stream: true\ntimeout_s: 0.3\nemulator_script: {root / 'backup.yaml'}\n"
+        f"stream: true\ntimeout_s: 2\nemulator_script: {root / 'backup.yaml'}\n"
         "retry: {max_attempts: 3, base_delay_s: 0.001, max_delay_s: 0.005, max_retry_after_s: 0.02}\n"
     )
     overrides = [
@@ -111,7 +113,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "recorder.snapshot=all",
         f"provider.emulator_script={root / 'primary.yaml'}",
         "provider.stream=true",
-        "provider.timeout_s=0.3",
+        "provider.timeout_s=2",
         "provider.fallbacks=[backup]",
         f"provider.config_dir={providers}",
         f"provider.retry.max_attempts={ATTEMPTS}",
