@@ -93,7 +93,7 @@ async def test_each_fault_class_is_retried_and_recorded(
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_delayed_answer_past_the_timeout_is_retried(tmp_path: Path, protocol: str) -> None:
     # The delay is far past the timeout and the timeout far above a loopback reply on a loaded machine.
-    rule = {"fault": "delay", "delay_s": 30, "attempts": [1]}
+    rule = {"fault": "delay", "delay_s": 8, "attempts": [1]}
     cfg = provider_cfg(protocol=protocol, timeout_s=2, emulator_script=script_file(tmp_path, [rule]))
     ledger = UsageLedger(None)
     t = FakeTime()
