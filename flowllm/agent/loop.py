@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from flowllm.agent.answer import extract_answer
+from flowllm.agent.sampling import SAMPLING_AGENT, SAMPLING_SUMMARY_PROMPT, SamplingCalls
 from flowllm.agent.subagents import SubAgentSpec, SubAgentTools
 from flowllm.agent.turn import AGENT_TURN, LAST_USAGE, MODEL_USAGE_PORT, TurnOutcome
 from flowllm.agent.vision import VISION_AGENT, VisionSpec, VisionTools
-from flowllm.core.interfaces import Provider, ToolBackend
+from flowllm.core.interfaces import Provider, SamplingSlot, ToolBackend
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
 from flowllm.engine.runners import NodeObserver
@@ -43,6 +44,9 @@ class AgentResult:
     repairs: dict[str, int] = field(default_factory=dict)  # repair stage -> count ("failed" for failures)
     subagent_calls: int = 0
     vision_calls: int = 0
+    sampling_calls: int = 0  # tool servers' sampling requests answered (tools.sampling=answer)
+    stop_reason: str | None = None  # of the last reply
+    model: str = ""  # the model the last reply names
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,7 @@ class AgentResult:
             "repairs": dict(sorted(self.repairs.items())),
             "subagent_calls": self.subagent_calls,
             "vision_calls": self.vision_calls,
+            "sampling_calls": self.sampling_calls,
         }
 
 
@@ -67,6 +72,12 @@ def build_system_prompt(base: str, tools: list[ToolSpec], tool_protocol: str) ->
     elif tools and describe_server_instructions(tools):  # native: the schemas go in the request, not these
         parts.append(describe_server_instructions(tools))
     return [text_block("\n\n".join(parts))] if parts else []
+
+
+def sampling_slot(tools: ToolBackend | None) -> SamplingSlot | None:
+    """The sampler of a task's tool pool, when it answers its servers' sampling requests (tools.sampling=answer)."""
+    slot = getattr(tools, "sampler", None)
+    return slot if isinstance(slot, SamplingSlot) else None
 
 
 def append_user_text(messages: list[Message], text: str) -> list[Message]:
@@ -118,8 +129,10 @@ class Agent:
         workspace: Path | None = None,
     ) -> AgentResult:
         """Run the main agent on a task; its sub-agents and the vision tool (when configured) are offered as
-        tools. ``workspace``: the task's folder, where ``ask_image`` finds image files."""
-        if not self.subagents and (self.vision is None or workspace is None):
+        tools, and the servers' sampling requests are answered while it runs (when the pool has a sampler).
+        ``workspace``: the task's folder, where ``ask_image`` finds image files."""
+        sampler = sampling_slot(tools)
+        if not self.subagents and (self.vision is None or workspace is None) and sampler is None:
             return await self._converse(task_id, prompt, provider, tools, self.settings)
         current_turn = 0
 
@@ -169,14 +182,37 @@ class Agent:
                 record_dir=lambda call_id: subagent_scope(current_turn, VISION_AGENT, call_id),
             )
             backend = vision
-        result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn)
-        # Sub-agents' and the vision model's tokens are the task's tokens.
+        sampling: SamplingCalls | None = None
+        if sampler is not None:
+            sampling_settings = AgentSettings(max_turns=1, summary_prompt=SAMPLING_SUMMARY_PROMPT)
+
+            async def run_sampling(conversation: list[Message], system_prompt: str, scope: str) -> AgentResult:
+                settings = replace(sampling_settings, system_prompt=system_prompt)
+                return await self._converse(
+                    task_id, "", provider, None, settings, agent=SAMPLING_AGENT, scope=scope, conversation=conversation
+                )
+
+            sampling = SamplingCalls(
+                run_sampling,
+                record_dir=lambda n: subagent_scope(current_turn, SAMPLING_AGENT, str(n)),
+                model=provider.model,
+            )
+            sampler.bind(sampling)
+        try:
+            result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn)
+        finally:
+            if sampler is not None:
+                sampler.bind(None)  # a request that arrives after the conversation is declined
+        # Sub-agents', the vision model's and the servers' sampling tokens are the task's tokens.
         if subagents is not None:
             result.usage = result.usage + subagents.usage
             result.subagent_calls = subagents.calls
         if vision is not None:
             result.usage = result.usage + vision.usage
             result.vision_calls = vision.calls
+        if sampling is not None:
+            result.usage = result.usage + sampling.usage
+            result.sampling_calls = sampling.calls
         return result
 
     async def _converse(
@@ -190,12 +226,18 @@ class Agent:
         agent: str = "main",
         scope: str = "",
         on_turn: Callable[[int], None] | None = None,
+        conversation: list[Message] | None = None,
     ) -> AgentResult:
+        """``conversation``: the messages to start from, instead of one user message holding ``prompt``."""
         specs = await tools.list_tools() if tools is not None else []
         system = build_system_prompt(settings.system_prompt, specs, provider.tool_protocol)
-        messages: list[Message] = (
-            [user_message(prompt)] if isinstance(prompt, str) else [{"role": "user", "content": list(prompt)}]
-        )
+        messages: list[Message]
+        if conversation is not None:
+            messages = list(conversation)
+        elif isinstance(prompt, str):
+            messages = [user_message(prompt)]
+        else:
+            messages = [{"role": "user", "content": list(prompt)}]
         usage = Usage()
         counts: Counter[str] = Counter()
         repairs: Counter[str] = Counter()
@@ -246,4 +288,6 @@ class Agent:
             bad_tool_calls=counts["bad"],
             failed_tool_calls=counts["failed"],
             repairs=dict(repairs),
+            stop_reason=response.stop_reason,
+            model=response.model,
         )

@@ -249,6 +249,13 @@ class VisionToolConfig:
     emulator_script: str | None = None
 
 
+class SamplingMode(StrEnum):
+    """What the client answers to a server's ``sampling/createMessage`` (flowllm/tools/sampling.py)."""
+
+    decline = "decline"  # an MCP error the server can pass on: do the work without a model
+    answer = "answer"  # task-scoped servers: one call to the run's provider, recorded as agent "sampling"
+
+
 @dataclass
 class ToolsConfig:
     name: str = MISSING
@@ -267,6 +274,8 @@ class ToolsConfig:
     web_fixtures: bool = False
     # A server's `instructions` join the tool manual, cut to this many characters (0: left out).
     instructions_max_chars: int = 2000
+    # Sampling requests from servers: decline, or answer those of task-scoped servers with the run's provider.
+    sampling: SamplingMode = SamplingMode.decline
 
 
 @dataclass

@@ -7,6 +7,7 @@ node may rely on; ``flowllm.providers`` and ``flowllm.tools`` implement them.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -83,3 +84,34 @@ class ToolBackend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """A tool server's ``sampling/createMessage``, in flowllm's canonical blocks (``tools.sampling=answer``)."""
+
+    server: str
+    messages: list[Message]
+    system_prompt: str = ""
+    max_tokens: int | None = None  # what the server asked for; the provider's own max_tokens is what applies
+
+
+@dataclass(frozen=True)
+class SamplingReply:
+    """The model's answer to a ``SamplingRequest``."""
+
+    text: str
+    model: str
+    stop_reason: str | None = None  # flowllm's canonical stop reason (end_turn, max_tokens, ...)
+
+
+# Answers one sampling request; raises when the model call fails (the server then gets an MCP error).
+SamplingHandler = Callable[[SamplingRequest], Awaitable[SamplingReply]]
+
+
+@runtime_checkable
+class SamplingSlot(Protocol):
+    """Where a task's tool backend takes the answer to its servers' sampling requests: the pool opens it (when
+    ``tools.sampling=answer``), the agent fills it when the task's conversation starts and empties it after."""
+
+    def bind(self, handler: SamplingHandler | None) -> None: ...

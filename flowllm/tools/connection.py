@@ -8,7 +8,8 @@ crash only when the tool says it is safe to (MCP annotations ``idempotentHint``/
 ``retry_on_crash: true`` in the config).
 
 The client side of the protocol lives here too (``ClientCallbacks``): roots (the task's folder, for task-scoped
-servers), sampling and elicitation declined with a message the server can pass on, ``tools/list_changed``
+servers), sampling answered through the task's ``Sampler`` when ``tools.sampling=answer`` (sampling.py) and
+otherwise declined, elicitation declined, both with a message the server can pass on, ``tools/list_changed``
 marking the tool list stale, progress notifications collected per call.
 """
 
@@ -30,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 
 import flowllm
 from flowllm.tools.common import WORKSPACE_ENV, scrub_workspace
+from flowllm.tools.sampling import SAMPLING_DECLINED, Sampler
 from flowllm.tools.settings import ServerSpec, Transport
 
 log = logging.getLogger("flowllm.tools.pool")
@@ -107,15 +109,20 @@ class ClientCallbacks:
 
     roots: list[Path] = field(default_factory=list)  # empty: no roots capability is declared
     on_tools_changed: Any = None  # called (no arguments) on notifications/tools/list_changed
+    server: str = ""
+    # The task's sampler (tools.sampling=answer, task-scoped servers); None: declined with ``sampling_declined``.
+    sampler: Sampler | None = None
+    sampling_declined: str = SAMPLING_DECLINED
 
     async def list_roots(self, context: Any) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root(uri=p.resolve().as_uri(), name=p.name) for p in self.roots])  # type: ignore[arg-type]
 
-    async def sampling(self, context: Any, params: types.CreateMessageRequestParams) -> types.ErrorData:
-        return types.ErrorData(
-            code=types.INVALID_REQUEST,
-            message="flowllm does not answer sampling requests from tool servers: do the work without a model",
-        )
+    async def sampling(
+        self, context: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        if self.sampler is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=self.sampling_declined)
+        return await self.sampler.answer(self.server, params)
 
     async def elicitation(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         # Nobody sits at the keyboard during a run: declining lets the tool go on (or say what it needed).
@@ -279,11 +286,17 @@ class ServerHandle:
         workspace: Path | None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         ping_timeout_s: float = PING_TIMEOUT_S,
+        *,
+        sampler: Sampler | None = None,
+        sampling_declined: str = SAMPLING_DECLINED,
     ) -> None:
         # A task-scoped server sees its task's folder (${workspace}, roots, $FLOWLLM_WORKSPACE); a run-scoped
         # one (workspace None) sees none.
         self.spec = spec.for_workspace(workspace) if workspace is not None else spec
         self.workspace = workspace
+        # Who answers the server's sampling requests (None: they are declined with ``sampling_declined``).
+        self.sampler = sampler
+        self.sampling_declined = sampling_declined
         self.start_timeout_s = start_timeout_s
         self.ping_timeout_s = ping_timeout_s
         self.tools: dict[str, types.Tool] = {}
@@ -327,7 +340,8 @@ class ServerHandle:
                 mode="w+", encoding="utf-8", errors="replace"
             )
         roots = [self.workspace] if self.workspace is not None else []
-        conn = _Connection(spec, self.workspace, self._errlog, ClientCallbacks(roots, self._mark_stale))
+        callbacks = ClientCallbacks(roots, self._mark_stale, spec.name, self.sampler, self.sampling_declined)
+        conn = _Connection(spec, self.workspace, self._errlog, callbacks)
         try:
             await conn.open(self.start_timeout_s)
         except ServerFailure as exc:

@@ -7,6 +7,10 @@ catalog=...)`` then gives one task a ``ToolPool`` (a ``flowllm.core.interfaces.T
 servers start on the task's first call of one of their tools and stop with the task; run-scoped ones are
 borrowed. Without a catalog, a pool starts every server itself (tests, benchmarks, one-off use).
 
+With ``tools.sampling=answer`` a pool opens a ``Sampler`` (``pool.sampler``, sampling.py) for the servers it
+starts; the task's agent binds the handler that answers their sampling requests. The run's shared servers
+decline: their requests cannot be attributed to a task.
+
 What ``ToolPool.call`` promises, because a tool is where an agent touches the world and must never hang or
 kill the run:
 
@@ -36,7 +40,7 @@ from typing import Any
 
 import mcp_types as types
 
-from flowllm.config.schema import ToolsConfig
+from flowllm.config.schema import SamplingMode, ToolsConfig
 from flowllm.core.types import Block, ToolResult, ToolSpec
 from flowllm.tools.common import scrub_workspace, workspace_spellings
 from flowllm.tools.connection import (
@@ -47,6 +51,7 @@ from flowllm.tools.connection import (
 )
 from flowllm.tools.results import convert_content, convert_result, truncate_text
 from flowllm.tools.routing import READ_RESOURCE_SCHEMA, READ_RESOURCE_TOOL, argument_problem, route, tool_names
+from flowllm.tools.sampling import SAMPLING_DECLINED, SAMPLING_SHARED, Sampler
 from flowllm.tools.settings import PoolSettings, Scope, ServerSpec, load_settings
 from flowllm.tools.state import STATE_META_KEY, TaskState, result_state_update, tool_asks_for_state
 
@@ -132,7 +137,14 @@ async def open_tool_catalog(
                 catalog.unavailable[spec.name] = reason
                 return
             shared = keep_run_servers and spec.scope is Scope.RUN
-            handle = ServerHandle(spec, None if shared else Path(scratch), start_timeout_s, ping_timeout_s)
+            declined = SAMPLING_SHARED if shared and settings.sampling is SamplingMode.answer else SAMPLING_DECLINED
+            handle = ServerHandle(
+                spec,
+                None if shared else Path(scratch),
+                start_timeout_s,
+                ping_timeout_s,
+                sampling_declined=declined,
+            )
             try:
                 await handle.start()
             except ServerFailure as exc:
@@ -181,9 +193,15 @@ class ToolPool:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         ping_timeout_s: float = PING_TIMEOUT_S,
         catalog: ToolCatalog | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.settings = settings
         self.catalog = catalog
+        # Answers the sampling requests of the servers this pool starts (tools.sampling=answer), once the task's
+        # agent has bound a handler to it; None: they are declined.
+        self.sampler: Sampler | None = sampler
+        if sampler is None and settings.sampling is SamplingMode.answer:
+            self.sampler = Sampler()
         self.workspace = Path(workspace).resolve()
         self._spellings = workspace_spellings(self.workspace)
         self._handles: dict[str, ServerHandle] = {}
@@ -206,7 +224,7 @@ class ToolPool:
                     log.warning("%s; its tools are not offered", reason)
                     self._unavailable[spec.name] = reason
                     continue
-            handle = ServerHandle(spec, self.workspace, start_timeout_s, ping_timeout_s)
+            handle = ServerHandle(spec, self.workspace, start_timeout_s, ping_timeout_s, sampler=self.sampler)
             if catalog is not None:
                 listing = catalog.listings.get(spec.name, _Listing({}))
                 handle.tools = dict(listing.tools)
@@ -428,11 +446,14 @@ async def open_tool_pool(
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     ping_timeout_s: float = PING_TIMEOUT_S,
     catalog: ToolCatalog | None = None,
+    sampler: Sampler | None = None,
 ) -> AsyncIterator[ToolPool]:
     """Start the servers of ``cfg`` for the task folder ``workspace``; stop them all on leaving the context.
 
     ``start_timeout_s`` bounds each server's start (spawn, handshake, tool listing); ``ping_timeout_s`` is how
     long a server may take to answer the health check that follows a timed-out call before it is restarted.
+    ``sampler``: who answers the servers' sampling requests (default: a new one when ``tools.sampling=answer``,
+    else none: declined).
     """
     pool = ToolPool(
         load_settings(cfg),
@@ -440,6 +461,7 @@ async def open_tool_pool(
         start_timeout_s=start_timeout_s,
         ping_timeout_s=ping_timeout_s,
         catalog=catalog,
+        sampler=sampler,
     )
     try:
         await pool.start()

@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from flowllm.config.schema import ToolsConfig, ToolServerConfig
+from flowllm.config.schema import SamplingMode, ToolsConfig, ToolServerConfig
 from flowllm.errors import ToolConfigError
 
 WORKSPACE_TOKEN = "${workspace}"
@@ -102,6 +102,7 @@ class PoolSettings:
     call_timeout_s: float = 60.0
     max_result_chars: int = 20000
     instructions_max_chars: int = 2000
+    sampling: SamplingMode = SamplingMode.decline  # servers' sampling requests: declined, or answered per task
 
 
 def _plain(node: Any) -> Any:
@@ -236,4 +237,5 @@ def load_settings(cfg: ToolsConfig | Mapping[str, Any] | Any) -> PoolSettings:
         call_timeout_s=_number(data.get("call_timeout_s", 60.0), "tools.call_timeout_s"),
         max_result_chars=int(_number(data.get("max_result_chars", 20000), "tools.max_result_chars")),
         instructions_max_chars=int(_number(data.get("instructions_max_chars", 2000), "tools.instructions_max_chars")),
+        sampling=_choice(SamplingMode, data.get("sampling") or SamplingMode.decline, "tools.sampling"),
     )
