@@ -249,8 +249,11 @@ def worker_command(hydra_cfg: Any, run_dir: Path, shard_path: Path) -> list[str]
     for source in hydra_cfg.runtime.config_sources:
         if source.provider == "command-line":
             command += ["--config-dir", str(source.path).removeprefix("file://")]
-    command += [o for o in hydra_cfg.overrides.task if _override_key(o) != "experiment.worker_shard"]
-    command += [o for o in hydra_cfg.overrides.hydra if not _override_key(o).startswith(_PARENT_ONLY)]
+    # Unresolved: an override may hold ${workspace}, which only a task's folder resolves.
+    task = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
+    hydra = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.hydra, resolve=False) or []]
+    command += [o for o in task if _override_key(o) != "experiment.worker_shard"]
+    command += [o for o in hydra if not _override_key(o).startswith(_PARENT_ONLY)]
     command += [
         f"hydra.run.dir={_quoted(str(run_dir.resolve()))}",
         "hydra.output_subdir=null",  # the parent's .hydra/ is the run's config

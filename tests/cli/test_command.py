@@ -49,3 +49,29 @@ def test_inspect_and_run_through_the_console_command(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2 and "did you mean claude" in done.stderr
+
+
+def test_a_server_added_on_the_command_line_may_name_the_task_folder(tmp_path: Path) -> None:
+    # ${workspace} in a +tools.servers override is the task's folder, substituted when the server starts: the
+    # config checks must not resolve it (they once failed with "Interpolation key 'workspace' not found").
+    server = '+tools.servers.echo={command: python, args: [-c, "import sys", "${workspace}"]}'
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowllm",
+            "tools=none",
+            server,
+            "preflight.tools=false",
+            "dataset.task_ids=[sample-01-csv-revenue]",
+            "progress=false",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Interpolation" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # The run went past the config checks to the task (the stand-in server is no MCP server: it is reported).
+    assert (tmp_path / "run" / "tasks" / "sample-01-csv-revenue" / "result.json").exists(), done.stderr
