@@ -381,7 +381,9 @@ def run_summary(
             template=parts.judge_cfg.template if judge_provider is not None else None,
         )
     )
-    summary["acted"] = what_acted(summary["providers"], result.outcomes)
+    summary["acted"] = what_acted(
+        summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)
+    )
     return summary
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.logging import RichHandler
 from rich.progress import (
     BarColumn,
@@ -38,23 +39,26 @@ class LedgerTally:
         self.cost_usd = 0.0
         self.priced = True
         self.calls = 0
+        # The bar's refresh thread polls, and so may anyone who renders the bar: a line is counted once.
+        self._lock = threading.Lock()
 
     def poll(self) -> None:
-        lines = getattr(self.ledger, "lines", None)
-        if lines is None:
-            return
-        end = len(lines)
-        for line in lines[self._seen : end]:
-            if line.get("type") != "attempt" or line.get("outcome") != "ok":
-                continue
-            usage = line.get("usage") or {}
-            self.calls += 1
-            self.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-            if line.get("cost_usd") is None:
-                self.priced = False
-            else:
-                self.cost_usd += float(line["cost_usd"])
-        self._seen = end
+        with self._lock:
+            lines = getattr(self.ledger, "lines", None)
+            if lines is None:
+                return
+            end = len(lines)
+            for line in lines[self._seen : end]:
+                if line.get("type") != "attempt" or line.get("outcome") != "ok":
+                    continue
+                usage = line.get("usage") or {}
+                self.calls += 1
+                self.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+                if line.get("cost_usd") is None:
+                    self.priced = False
+                else:
+                    self.cost_usd += float(line["cost_usd"])
+            self._seen = end
 
 
 class _SpendColumn(ProgressColumn):
@@ -76,9 +80,13 @@ class _SpendColumn(ProgressColumn):
 class ProgressReporter:
     """A rich progress bar fed by the experiment; silent when disabled or not on a terminal."""
 
-    def __init__(self, console: Console | None = None, enabled: bool = True, ledger: Any = None) -> None:
+    def __init__(
+        self, console: Console | None = None, enabled: bool = True, ledger: Any = None, auto_refresh: bool = True
+    ) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled
+        # False: the bar is drawn only when asked (``renderable``), never by a thread of its own.
+        self.auto_refresh = auto_refresh
         self.tally = LedgerTally(ledger)
         self._progress: Progress | None = None
         self._bar: Any = None
@@ -117,10 +125,15 @@ class ProgressReporter:
             TimeRemainingColumn(),
             console=self.console,
             transient=False,
+            auto_refresh=self.auto_refresh,
         )
         self._route_logging()
         self._progress.start()
         self._bar = self._progress.add_task("tasks", total=total, completed=len(already), **self._fields())
+
+    def renderable(self) -> RenderableType | None:
+        """The bar as it shows now (None before ``start``, when disabled, and after ``stop``)."""
+        return self._progress.get_renderable() if self._progress is not None else None
 
     def _route_logging(self) -> None:
         """Terminal log handlers print through the live console while the bar runs (files keep theirs)."""

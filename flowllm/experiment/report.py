@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from flowllm.experiment.task_usage import TaskBill
+from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE
 
 # Beyond this many tasks the per-task table shows only the ones worth a look (wrong or failed).
 MAX_TASK_ROWS = 40
@@ -178,11 +180,22 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     return rows
 
 
-def what_acted(providers: Mapping[str, Any], outcomes: Sequence[Any]) -> dict[str, Any]:
-    """The resilience and agent features that did something in this run, from the ledger and the results."""
+def what_acted(
+    providers: Mapping[str, Any],
+    outcomes: Sequence[Any],
+    run_dir: Path | None = None,
+    snapshot: str = "all",
+) -> dict[str, Any]:
+    """The resilience and agent features that did something in this run.
+
+    Retries, fallbacks, the breaker and other agents' calls come from the ledger's summary (``providers``),
+    repairs and pass@k from the results. With ``run_dir``: trimming, compaction and memory recall from the
+    node records (``None`` when ``snapshot`` is not ``all``: the records of completed tasks were not kept, so
+    the count would be partial), and tool-server restarts from the run's log.
+    """
     by_agent = providers.get("by_agent") or {}
     breaker = providers.get("breaker_transitions") or {}
-    return {
+    acted: dict[str, Any] = {
         "retries": int(providers.get("retries") or 0),
         "fallbacks": int(providers.get("fallbacks_taken") or 0),
         "breaker_opened": sum(1 for events in breaker.values() for e in events if e.get("to") == "open"),
@@ -193,6 +206,115 @@ def what_acted(providers: Mapping[str, Any], outcomes: Sequence[Any]) -> dict[st
         },
         "repairs": sum(sum((getattr(o, "repairs", None) or {}).values()) for o in outcomes),
         "pass_at_k_retries": sum(max(0, getattr(o, "attempts", 1) - 1) for o in outcomes),
+        "trimmed_turns": None,
+        "dropped_turns": None,
+        "compactions": None,
+        "memories_recalled": None,
+        "tool_server_restarts": None,
+    }
+    if run_dir is not None:
+        if snapshot == "all":
+            acted.update(context_acted(run_dir / TASKS_DIR))
+        acted["tool_server_restarts"] = tool_server_restarts(run_dir / RUN_LOG)
+    return acted
+
+
+# The run's log (Hydra's job log; ``hydra.job.name`` is ``app``, worker processes append to the same file).
+RUN_LOG = "app.log"
+# What ServerHandle._do_restart (flowllm/tools/connection.py) logs once per restart of a tool server.
+_RESTART_LINE = re.compile(r"tool server (?P<server>.+?) stopped; restarting it \(restart \d+\)\s*$")
+# The node outputs the count reads: trim_history's request view and budget decision, compact_history's decision,
+# recall_memory's memories. Folder names are <NN>_<node> (flowllm/rundir/layout.py).
+_CONTEXT_NODES = ("trim_history", "compact_history", "recall_memory")
+
+
+def tool_server_restarts(log_path: Path) -> dict[str, int] | None:
+    """Restarts per tool server, from the run's log (every session of the run directory); None without a log."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        match = _RESTART_LINE.search(line)
+        if match:
+            counts[match["server"]] = counts.get(match["server"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _node_outputs(conversation: Path, depth: int = 0) -> Iterator[tuple[str, Path]]:
+    """(node name, output.json) of the context nodes of a conversation folder: its turns, its earlier pass@k
+    attempts and the sub-agents' (and other nested) conversations under its turns; never its workspace."""
+    try:
+        children = sorted(p for p in conversation.iterdir() if p.is_dir())
+    except OSError:
+        return
+    for child in children:
+        if TURN_RE.match(child.name):
+            for node_dir in sorted(p for p in child.iterdir() if p.is_dir()):
+                match = NODE_RE.match(node_dir.name)
+                name = match.group(2) if match else node_dir.name
+                if name in _CONTEXT_NODES:
+                    yield name, node_dir / OUTPUT_FILE
+                elif not match and depth < 8:  # subagents/<name>-<id>/, a compaction call's folder
+                    for nested in (node_dir, *(p for p in node_dir.iterdir() if p.is_dir())):
+                        yield from _node_outputs(nested, depth + 1)
+        elif child.name == ATTEMPTS_DIR and depth == 0:
+            for attempt in sorted(p for p in child.iterdir() if p.is_dir()):
+                yield from _node_outputs(attempt, depth + 1)
+
+
+def _trimmed(output: Mapping[str, Any]) -> tuple[bool, int]:
+    """Whether trim_history changed the request (a tool result blanked, a turn dropped), and turns dropped."""
+    budget = output.get("context_budget") or {}
+    dropped = int(budget.get("dropped_turns") or 0)
+    blanked = bool(budget.get("blanked")) or any(
+        isinstance(m, dict) and (m.get("meta") or {}).get("trimmed") for m in output.get("request_messages") or []
+    )
+    return blanked or dropped > 0, dropped
+
+
+def context_acted(tasks_dir: Path) -> dict[str, int]:
+    """Turns whose request trim_history trimmed (and whole turns it dropped), compactions, and memories recalled
+    (each memory once per conversation, though recall_memory adds it every turn), from the node records."""
+    trimmed = dropped = compactions = recalled = 0
+    try:
+        task_dirs = sorted(p for p in tasks_dir.iterdir() if p.is_dir())
+    except OSError:
+        task_dirs = []
+    for task_dir in task_dirs:
+        seen: set[tuple[str, Any]] = set()
+        for name, path in _node_outputs(task_dir):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            # Most trim records of a run without a budget change nothing: skip parsing a whole history for them.
+            if name == "trim_history" and b"trimmed" not in data and b"context_budget" not in data:
+                continue
+            try:
+                output = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue  # a cut record: inspect says so; the summary counts what it can read
+            if not isinstance(output, dict):
+                continue
+            if name == "trim_history":
+                acted, turns = _trimmed(output)
+                trimmed += int(acted)
+                dropped += turns
+            elif name == "compact_history":
+                compactions += int(bool((output.get("compaction") or {}).get("compacted")))
+            else:
+                conversation = str(path.parent.parent.parent)
+                for memory in output.get("recalled") or []:
+                    if isinstance(memory, dict):
+                        seen.add((conversation, memory.get("id", memory.get("text"))))
+        recalled += len(seen)
+    return {
+        "trimmed_turns": trimmed,
+        "dropped_turns": dropped,
+        "compactions": compactions,
+        "memories_recalled": recalled,
     }
 
 
@@ -205,7 +327,19 @@ def acted_row(acted: Mapping[str, Any]) -> str:
         parts.append(f"{plural(int(calls), 'call')} by {agent}")
     if acted.get("pass_at_k_retries"):
         parts.append(f"{plural(int(acted['pass_at_k_retries']), 'extra attempt')} (pass@k)")
-    return ", ".join(parts) or "nothing (no retries, fallbacks or other agents)"
+    if acted.get("trimmed_turns"):
+        dropped = int(acted.get("dropped_turns") or 0)
+        detail = f" ({plural(dropped, 'old turn')} dropped)" if dropped else ""
+        parts.append(f"{plural(int(acted['trimmed_turns']), 'request')} trimmed{detail}")
+    if acted.get("compactions"):
+        parts.append(plural(int(acted["compactions"]), "compaction"))
+    if acted.get("memories_recalled"):
+        parts.append(f"{plural(int(acted['memories_recalled']), 'memory')} recalled".replace("memorys", "memories"))
+    restarts = acted.get("tool_server_restarts") or {}
+    if restarts:
+        servers = ", ".join(f"{name}: {count}" for name, count in restarts.items())
+        parts.append(f"{plural(sum(restarts.values()), 'tool-server restart')} ({servers})")
+    return ", ".join(parts) or "nothing (no retries, fallbacks, other agents, trimming, compaction, memory or restarts)"
 
 
 def print_summary(
