@@ -411,7 +411,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir, steps)
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
-    if count > 1:
+    if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count, steps)
     parts = run_preflight(cfg)
     tasks = parts.tasks

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import ctypes
 import os
 import signal
 import subprocess
@@ -46,8 +45,10 @@ from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunError
+from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import COMPLETED, RuleScore, RunResult, TaskOutcome, read_outcome
 from flowllm.experiment.vision import open_vision
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 MAX_WORKERS = 64  # far above any one machine's useful count; a typo (workers=1000) fails instead
 POLL_S = 1.0  # how often the parent looks for new result.json files and exited children
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # Hydra overrides of the parent's own job that a worker must not inherit: it runs into the parent's folder,
 # once, in run mode.
 _PARENT_ONLY = (
@@ -234,17 +234,13 @@ def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
 
 
 # ----- the parent ------------------------------------------------------------------------------------------
-def _quoted(value: str) -> str:
-    """A value for a Hydra override, whatever characters it holds."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def worker_command(hydra_cfg: Any, run_dir: Path, shard_path: Path) -> list[str]:
-    """The command line of one worker: the parent's app, config and overrides, into the parent's folder."""
+def worker_base_command(hydra_cfg: Any, run_dir: Path) -> list[str]:
+    """The command line of a worker without its shard: the parent's app, config and overrides, into the
+    parent's folder."""
     command = [sys.executable, "-m", "flowllm", "--config-name", str(hydra_cfg.job.config_name)]
     for source in hydra_cfg.runtime.config_sources:
         if source.provider == "command-line":
@@ -252,29 +248,19 @@ def worker_command(hydra_cfg: Any, run_dir: Path, shard_path: Path) -> list[str]
     # Unresolved: an override may hold ${workspace}, which only a task's folder resolves.
     task = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
     hydra = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.hydra, resolve=False) or []]
-    command += [o for o in task if _override_key(o) != "experiment.worker_shard"]
+    command += [o for o in task if _override_key(o) != SHARD_KEY]
     command += [o for o in hydra if not _override_key(o).startswith(_PARENT_ONLY)]
     command += [
-        f"hydra.run.dir={_quoted(str(run_dir.resolve()))}",
+        f"hydra.run.dir={quoted(str(run_dir.resolve()))}",
         "hydra.output_subdir=null",  # the parent's .hydra/ is the run's config
-        f"hydra.job.name={_quoted(str(hydra_cfg.job.name))}",  # the same log file as the parent's
-        f"experiment.worker_shard={_quoted(str(shard_path))}",
+        f"hydra.job.name={quoted(str(hydra_cfg.job.name))}",  # the same log file as the parent's
     ]
     return command
 
 
-def _die_with(parent_pid: int) -> Callable[[], None] | None:
-    """Run in the child before exec: SIGKILL when the parent dies (Linux), even if it already has."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
+def worker_command(hydra_cfg: Any, run_dir: Path, shard_path: Path) -> list[str]:
+    """The command line of one worker (``worker_base_command`` and its shard file)."""
+    return [*worker_base_command(hydra_cfg, run_dir), shard_override(shard_path)]
 
 
 @dataclass
@@ -376,6 +362,15 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     tasks: list[Task] = parts.tasks
     started = time.perf_counter()
     layout = RunLayout(run_dir)
+    ray = None
+    if str(cfg.experiment.get("executor", "local")) == "ray":
+        from flowllm.experiment import ray_executor
+
+        ray = ray_executor.connect(cfg.experiment.get("ray_address"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ray_executor.check_nodes(ray, run_dir)  # every node sees the run directory, before the first task
+        if str(cfg.experiment.get("workers")).strip().lower() == "auto":
+            workers = min(MAX_WORKERS, ray_executor.cluster_cpus(ray))
     # Read as a one-process resume reads them (Experiment.previous_outcome): the task's own folder, the file
     # checked to be that task's, and its score recomputed, so a forged result.json cannot raise the accuracy.
     rescore = scorer_rules(cfg, run_dir)
@@ -398,17 +393,21 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
     progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger))
     progress.start(total=len(tasks), already=list(already.values()))
-    pool = _Pool()
+    pool: _Pool | RayPool = _Pool() if ray is None else RayPool(ray)
     handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with tempfile.TemporaryDirectory(prefix="flowllm-workers-") as scratch:
             for index, shard_ids in enumerate(deal(todo, count)):
+                shard = Shard(index, count, shard_ids, os.getpid())
+                if isinstance(pool, RayPool):  # the Ray task writes the shard file on its node
+                    pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__))
+                    continue
                 shard_path = Path(scratch) / f"shard-{index}.json"
-                Shard(index, count, shard_ids, os.getpid()).save(shard_path)
+                shard.save(shard_path)
                 pool.procs.append(
                     subprocess.Popen(
                         worker_command(hydra_cfg, run_dir, shard_path),
-                        preexec_fn=_die_with(os.getpid()),
+                        preexec_fn=die_with(os.getpid()),
                         process_group=0,  # a terminal's Ctrl-C reaches the parent only, which forwards it once
                     )
                 )
@@ -429,6 +428,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     # The same summary as a one-process run's, built by the same function.
     result = RunResult(finished, interrupted, len(already), tools_unavailable=None)
     summary = app.run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
+    summary["tools"]["sandbox_gaps"] = None  # run_python's sandbox was probed by the workers, not here: not known
     if pool.failure is not None:
         summary["status"] = "failed"
         summary["error"] = pool.failure

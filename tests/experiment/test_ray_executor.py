@@ -1,0 +1,81 @@
+"""experiment.executor=ray: the workers of one run as Ray tasks, on a local Ray instance (127.0.0.1) here. The
+results are those of one process, file by file; a node that cannot see the run directory stops the run before
+its first task; without Ray installed the setting is refused with the install line."""
+
+from __future__ import annotations
+
+import importlib.util
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from flowllm.engine.recorder import read_json
+from flowllm.errors import ConfigError
+from tests.experiment.helpers import gaia_overrides, run_flowllm
+from tests.experiment.test_workers import HANG_GUARD_S, TIMED, ledger_attempts, run_files, summary_figures
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'flowllm[ray]')")
+
+
+def without_timings(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k != "wall_seconds"}
+
+
+@needs_ray
+def test_ray_workers_give_the_same_results_as_one_process(tmp_path: Path) -> None:
+    def one(extra: tuple[str, ...]) -> Path:
+        run_dir = tmp_path / ("ray" if extra else "one")
+        proc = run_flowllm(*gaia_overrides(*extra, f"hydra.run.dir={run_dir}"), timeout=HANG_GUARD_S)
+        assert proc.returncode == 3, proc.stdout + proc.stderr  # the fixture's task with a missing attachment
+        return run_dir
+
+    with ThreadPoolExecutor(2) as pool:
+        single, ray = pool.map(one, ((), ("experiment.executor=ray", "experiment.workers=2")))
+    assert run_files(single) == run_files(ray)
+    for name in run_files(single):
+        path = Path(name)
+        if path.name in TIMED:
+            continue
+        if path.name == "result.json":
+            assert without_timings(read_json(single / path)) == without_timings(read_json(ray / path)), name
+        else:
+            assert (single / path).read_bytes() == (ray / path).read_bytes(), name
+    assert summary_figures(read_json(single / "summary.json")) == summary_figures(read_json(ray / "summary.json"))
+    assert ledger_attempts(single) == ledger_attempts(ray)
+    assert read_json(ray / "summary.json")["status"] == "finished"
+
+
+@needs_ray
+def test_a_node_that_cannot_see_the_run_directory_stops_the_run(tmp_path: Path) -> None:
+    from flowllm.experiment import ray_executor
+
+    ray = ray_executor.connect(None)
+    try:
+        ray_executor.check_nodes(ray, tmp_path)  # this machine sees its own folder
+        with pytest.raises(ConfigError, match=r"node .* does not see the run directory .*: put hydra\.run\.dir"):
+            ray_executor.check_nodes(ray, tmp_path / "not-shared")
+    finally:
+        ray.shutdown()
+
+
+def test_without_ray_the_executor_is_refused_with_the_install_line(tmp_path: Path) -> None:
+    # Where Ray is installed, a package of that name that fails to import stands for its absence.
+    shadow = tmp_path / "no-ray" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    proc = run_flowllm(
+        *gaia_overrides("experiment.executor=ray", f"hydra.run.dir={tmp_path / 'run'}"),
+        env={"PYTHONPATH": str(shadow.parent)},
+        timeout=HANG_GUARD_S,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "experiment.executor=ray needs Ray: pip install 'flowllm[ray]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unknown_executor_is_one_line() -> None:
+    proc = run_flowllm(*gaia_overrides("experiment.executor=slurm"), timeout=HANG_GUARD_S)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "experiment.executor" in proc.stderr and "local" in proc.stderr and "ray" in proc.stderr
