@@ -72,6 +72,9 @@ def test_run_directory_layout(runs: dict[str, Path]) -> None:
     result = read_json(task_dir / "result.json")
     assert result["status"] == "completed" and result["correct"] is True
     assert result["answer"] == result["ground_truth"] == "5259.18"
+    # Starting the task's tool servers is its own step in timing.json, a part of the task's wall time.
+    timing = read_json(task_dir / "timing.json")
+    assert 0 < timing["tools_start_s"][0] <= timing["wall_seconds"]
     assert set(result) >= {
         "task_id",
         "status",

@@ -96,6 +96,8 @@ class TaskOutcome:
     judge: dict[str, Any] | None = None
     categories: dict[str, Any] = field(default_factory=dict)
     _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # Seconds this attempt's own tool servers spent starting (inside its wall time, apart from the calls).
+    _tools_start_s: float = field(default=0.0, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"replay": self.replay} if self.replay is not None else {}
@@ -134,6 +136,8 @@ class TaskOutcome:
         return {
             "wall_seconds": round(self.wall_seconds, 3),
             "attempts": [round(float(e.get("wall_seconds", 0.0)), 3) for e in self._attempt_timings],
+            # Tool-server start-up, its own step: how much of each attempt's wall time went to starting servers.
+            "tools_start_s": [round(float(e.get("tools_start_s", 0.0)), 3) for e in self._attempt_timings],
         }
 
     @classmethod
@@ -384,6 +388,7 @@ class Experiment:
     async def attempt(self, task: Task, number: int = 1) -> TaskOutcome:
         """One attempt at a task, scored; never raises except on cancellation."""
         started = time.perf_counter()
+        tools_start = 0.0
         result: AgentResult | None = None
         error: str | None = None
         missed = False
@@ -394,9 +399,12 @@ class Experiment:
             try:
                 async with asyncio.timeout(self.settings.task_timeout_s):
                     async with self._open_tools(workspace) as tools:
-                        result = await self.agent.run(
-                            task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
-                        )
+                        try:
+                            result = await self.agent.run(
+                                task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
+                            )
+                        finally:
+                            tools_start = float(getattr(tools, "startup_seconds", 0.0))
             finally:
                 await asyncio.shield(asyncio.to_thread(self._keep_workspace, task))
         except TimeoutError:
@@ -410,7 +418,7 @@ class Experiment:
         wall = time.perf_counter() - started
         replay = self.audit.verdict(task.task_id, missed=missed) if self.audit is not None else None
         if result is None:
-            return TaskOutcome(
+            failed = TaskOutcome(
                 task_id=task.task_id,
                 status=FAILED,
                 answer=None,
@@ -424,6 +432,8 @@ class Experiment:
                 replay=replay,
                 categories=self.categories(task),
             )
+            failed._tools_start_s = tools_start
+            return failed
         outcome = TaskOutcome(
             task_id=task.task_id,
             status=COMPLETED,
@@ -442,6 +452,7 @@ class Experiment:
             replay=replay,
             categories=self.categories(task),
         )
+        outcome._tools_start_s = tools_start
         outcome.apply_score(await self.score(task, result.answer, number))
         return outcome
 
@@ -458,7 +469,9 @@ class Experiment:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
             outcome = await self.attempt(task, number)
             log_entries.append(outcome.attempt_entry(number))
-            timings.append({"attempt": number, "wall_seconds": outcome.wall_seconds})
+            timings.append(
+                {"attempt": number, "wall_seconds": outcome.wall_seconds, "tools_start_s": outcome._tools_start_s}
+            )
             usage = usage + outcome.usage
             wall += outcome.wall_seconds
             if outcome.correct:

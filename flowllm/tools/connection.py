@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -307,6 +308,7 @@ class ServerHandle:
         self.conn: _Connection | None = None
         self.generation = 0
         self.restarts = 0
+        self.start_seconds = 0.0  # spent starting (and restarting) this server: start-up, not the calls' time
         self._restart_task: asyncio.Task[None] | None = None
         self._errlog: TextIO | None = None
         self._closed = False
@@ -342,13 +344,16 @@ class ServerHandle:
         roots = [self.workspace] if self.workspace is not None else []
         callbacks = ClientCallbacks(roots, self._mark_stale, spec.name, self.sampler, self.sampling_declined)
         conn = _Connection(spec, self.workspace, self._errlog, callbacks)
+        started = time.perf_counter()
         try:
             await conn.open(self.start_timeout_s)
         except ServerFailure as exc:
+            self.start_seconds += time.perf_counter() - started
             where = f" at {spec.url}" if spec.remote else ""
             verb = "cannot be reached" if spec.remote else "failed to start"
             self.problem = self._with_stderr(f"server '{spec.name}'{where} {verb}: {exc}")
             raise ServerFailure(self.problem) from None
+        self.start_seconds += time.perf_counter() - started
         self.conn = conn
         self.generation += 1
         self.tools = {t.name: t for t in conn.tools}

@@ -290,6 +290,12 @@ class ToolPool:
             self._task_state = TaskState.for_workspace(self.workspace, fresh=True)
         return self._task_state
 
+    @property
+    def startup_seconds(self) -> float:
+        """Time this task's own servers spent starting (they start on their first call): start-up, reported
+        apart from the calls (``timing.json`` → ``tools_start_s``)."""
+        return sum(handle.start_seconds for handle in self._owned)
+
     def _scrub(self, text: str) -> str:
         return scrub_workspace(text, self._spellings)
 
