@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import math
 import sys
@@ -26,7 +27,8 @@ from typing import Any
 
 import yaml  # PyYAML comes with hydra-core / omegaconf
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
@@ -341,11 +343,56 @@ def print_sweep(summary: SweepSummary, console: Console | None = None) -> None:
         console.print(f"{kind}: {summary.sweep_dir / name}")
 
 
+def _in_sweep(config: DictConfig) -> bool:
+    return OmegaConf.select(config, "hydra.mode", default=None) == RunMode.MULTIRUN
+
+
+def _job_label(config: DictConfig) -> str:
+    number = OmegaConf.select(config, "hydra.job.num", default="?")
+    overrides = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+    shown = " ".join(str(o) for o in OmegaConf.to_container(overrides, resolve=False) or [])
+    return f"{number} ({shown})" if shown else str(number)
+
+
+def _job_outcome(config: DictConfig) -> str:
+    """What the job's summary.json says: accuracy, failures, cost and time; or that it wrote none."""
+    folder = OmegaConf.select(config, "hydra.runtime.output_dir", default=None)
+    try:
+        summary = json.loads((Path(str(folder)) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return "ended without a summary (see its folder's app.log)"
+    if summary.get("status") == "error":
+        return f"error: {summary.get('error')}"
+    accuracy = summary.get("accuracy")
+    parts = [
+        "interrupted" if summary.get("interrupted") else "done",
+        f"{summary.get('correct', 0)}/{summary.get('tasks', 0)} correct"
+        + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ""),
+    ]
+    if summary.get("failed"):
+        parts.append(f"{summary['failed']} failed")
+    cost = summary.get("cost_usd")
+    parts.append(f"${cost:.4f}" if isinstance(cost, int | float) else "cost unknown")
+    if isinstance(summary.get("wall_seconds"), int | float):
+        parts.append(f"{summary['wall_seconds']:.1f}s")
+    return ", ".join(parts)
+
+
 class SweepSummaryCallback(Callback):
     """Hydra callback: at the end of a multirun, write and print the sweep's comparison."""
 
     def __init__(self, plot: bool = True) -> None:
         self.plot = plot
+
+    # One line per job as it starts and as it ends, so a long sweep shows where it is (the jobs' own progress
+    # bars come and go in between; under a process launcher the lines of jobs that run together interleave).
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if _in_sweep(config):
+            print(f"sweep job {_job_label(config)}: running", file=sys.stderr, flush=True)
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if _in_sweep(config):
+            print(f"sweep job {_job_label(config)}: {_job_outcome(config)}", file=sys.stderr, flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))

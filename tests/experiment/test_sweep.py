@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -133,6 +134,13 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
     assert jobs["provider=claude"]["status"] == "error" and "ANTHROPIC_API_KEY" in jobs["provider=claude"]["error"]
     assert summary["counts"] == {"ok": 2, "interrupted": 0, "error": 1, "unfinished": 0}
     assert "provider=offline_chat" in proc.stdout  # the comparison table, printed at the end
+    # A line per job as it starts and as it ends (from the job's own process, under joblib too).
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("sweep job ")]
+    for provider in ("offline", "offline_chat", "claude"):
+        mine = [line for line in lines if re.search(rf"provider={provider}[ )]", line)]
+        assert any(line.endswith(": running") for line in mine), (provider, lines)
+    assert any("provider=offline_chat" in line and ": done, 2/2 correct (100.0%), $" in line for line in lines), lines
+    assert any("provider=claude" in line and ": error: " in line for line in lines), lines
     assert (sweep_dir / SWEEP_TABLE).is_file()
     if HAS_MATPLOTLIB:
         assert (sweep_dir / SWEEP_PLOT).read_bytes().startswith(b"\x89PNG")
