@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,20 @@ class Sizes:
     # Run the per-level processes of the concurrency and replay benchmarks inside this process instead: their
     # memory and one-core figures then mean nothing, but a smoke test saves the start-up of each process.
     in_process: bool = False
+    # Repetitions per concurrency level (same order as ``concurrency``); empty: ``runs`` at every level. The top
+    # levels take minutes per repetition, so they get fewer.
+    concurrency_runs: tuple[int, ...] = ()
+
+    def runs_at(self, level: int) -> int:
+        """How many times the concurrency benchmark runs ``level`` tasks at once."""
+        if self.concurrency_runs and level in self.concurrency:
+            return self.concurrency_runs[self.concurrency.index(level)]
+        return self.runs
+
+    # The start-up benchmark: fresh `python -m flowllm` runs behind each figure, and the sample's tasks per run
+    # (None: all of them).
+    startup_runs: int = 3
+    startup_limit: int | None = None
 
     @classmethod
     def full(cls) -> Sizes:
@@ -79,7 +94,8 @@ class Sizes:
             recorder_turns=300,
             fanout_k=(1, 4, 16),
             tool_seconds=0.2,
-            concurrency=(1, 10, 100, 500),
+            concurrency=(1, 10, 100, 500, 2000),
+            concurrency_runs=(5, 5, 5, 3, 2),
             concurrency_turns=5,
             latency_s=0.1,
             replay_tasks=200,
@@ -103,6 +119,8 @@ class Sizes:
             replay_turns=2,
             parsing_min_time=0.0,
             in_process=True,
+            startup_runs=1,
+            startup_limit=1,
         )
 
 
@@ -205,7 +223,7 @@ def machine_info() -> dict[str, str]:
         "os": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
     }
-    libs = ["flowllm", "anthropic", "httpx2", "orjson", "networkx", "langgraph", "haystack-ai"]
+    libs = ["flowllm", "anthropic", "openai", "httpx2", "orjson", "networkx", "langgraph", "haystack-ai", "inspect-ai"]
     versions = {d: version_of(d) or "not installed" for d in libs}
     if versions["flowllm"] == "not installed":
         versions["flowllm"] = "(run from the source tree)"
@@ -231,3 +249,19 @@ def quiet_peers_env() -> dict[str, str]:
 
 def python() -> str:
     return sys.executable
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory.
+
+    Linux's VmHWM first: ``ru_maxrss`` survives ``exec``, so a child started by a big parent would report the
+    parent's peak (the benchmark's own process holds LangGraph and Haystack by then).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+    return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024

@@ -11,6 +11,11 @@ processes, each with its share of the tasks (and of ``max_concurrent``), release
 started (imports and config, which the one-process column does not count either); the wall time is the span
 from the first worker's first task to the last worker's last result.
 
+Next to flowllm, at every level and in the same repetitions (interleaved, so a busy machine slows every column
+alike): the floor, the same calls made by a minimal asyncio script of bare ``messages.create`` calls of the
+Anthropic SDK (``benchmarks/floor.py``, no flowllm), and the peer, Inspect AI running the same tasks through its
+OpenAI-compatible provider (``benchmarks/inspect_peer.py``), each in a fresh process against the same emulator.
+
     python -m benchmarks.concurrency [--quick]
 """
 
@@ -20,7 +25,6 @@ import argparse
 import asyncio
 import json
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,28 +32,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Section, Sizes, Stat, Target, md_table, python, subprocess_env
+from benchmarks.common import (
+    Section,
+    Sizes,
+    Stat,
+    Target,
+    md_table,
+    peak_rss_mb,
+    python,
+    subprocess_env,
+    version_of,
+)
 
-RATIO_TARGET = 1.25
+FLOOR_TARGET = 1.25  # flowllm's wall / ideal over the floor's, at FLOOR_LEVEL tasks
+FLOOR_LEVEL = 500
 WORKERS = 2  # the second column: tasks over this many processes
 SPEEDUP_TARGET = 1.7  # workers=2 against workers=1 at the top level, on two cores
-MEMORY_TARGET_MB = 1024.0
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory.
-
-    Linux's VmHWM first: ``ru_maxrss`` survives ``exec``, so a child started by a big parent would report the
-    parent's peak (the benchmark's own process holds LangGraph and Haystack by then).
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
-    return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024
+MEMORY_TARGET_MB = 1024.0  # at the top level
 
 
 def child(
@@ -74,7 +73,7 @@ def child(
     if barrier:  # one of several workers: start together, once every one has imported and composed
         print("ready", flush=True)
         sys.stdin.readline()
-    before = _peak_rss_mb()
+    before = peak_rss_mb()
     figures = asyncio.run(run_experiment(cfg, folder / "run"))
     ended_at = time.time()  # the span of several worker processes is measured on the wall clock
     return {
@@ -86,13 +85,14 @@ def child(
         "turns": figures.turns,
         "errors": figures.errors,
         "rss_before_mb": before,
-        "rss_peak_mb": _peak_rss_mb(),
+        "rss_peak_mb": peak_rss_mb(),
         "cpu_s": figures.cpu_s,
     }
 
 
 class EmulatorProcess:
-    """``python -m flowllm.emulator`` on a free port, for as long as the ``with`` block lasts."""
+    """The emulator (``benchmarks/emulator_server.py``: sized for thousands of connections) on a free port, for as
+    long as the ``with`` block lasts."""
 
     def __init__(self, script: Path) -> None:
         self.script = script
@@ -101,7 +101,7 @@ class EmulatorProcess:
 
     def __enter__(self) -> EmulatorProcess:
         self.proc = subprocess.Popen(
-            [python(), "-m", "flowllm.emulator", "--script", str(self.script)],
+            [python(), "-m", "benchmarks.emulator_server", str(self.script)],
             stdout=subprocess.PIPE,
             text=True,
             env=subprocess_env(),
@@ -209,132 +209,303 @@ def run_level_workers(tasks: int, sizes: Sizes, base_url: str, workers: int, sna
     }
 
 
-def measure(sizes: Sizes) -> dict[str, Any]:
-    from benchmarks.stack import multi_turn_script, with_latency  # noqa: F401  (imported for the script only)
+def _peer_command(module: str, tasks: int, sizes: Sizes, base_url: str) -> list[str]:
+    from benchmarks.stack import multi_turn_answer
 
-    results: dict[str, Any] = {"levels": {}, "workers": {}}
+    return [
+        python(),
+        "-m",
+        module,
+        "--tasks",
+        str(tasks),
+        "--turns",
+        str(sizes.concurrency_turns),
+        "--base-url",
+        base_url,
+        "--answer",
+        multi_turn_answer(sizes.concurrency_turns),
+    ]
+
+
+def run_floor_level(tasks: int, sizes: Sizes, base_url: str) -> dict[str, Any]:
+    """The floor (``benchmarks/floor.py``) at one level, in a fresh process unless ``sizes.in_process``."""
+    from benchmarks import floor
+    from benchmarks.stack import multi_turn_answer
+
+    if sizes.in_process:
+        answer = multi_turn_answer(sizes.concurrency_turns)
+        return asyncio.run(floor.run_floor(tasks, sizes.concurrency_turns, base_url, answer))
+    return _run_json(_peer_command("benchmarks.floor", tasks, sizes, base_url), f"the floor at {tasks} tasks")
+
+
+def run_inspect_level(tasks: int, sizes: Sizes, base_url: str) -> dict[str, Any]:
+    """Inspect AI (``benchmarks/inspect_peer.py``) at one level, always in a fresh process: it sets up logging,
+    display and its own event loop for the whole process."""
+    return _run_json(_peer_command("benchmarks.inspect_peer", tasks, sizes, base_url), f"Inspect AI at {tasks} tasks")
+
+
+def _run_json(cmd: list[str], what: str) -> dict[str, Any]:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=3600, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def inspect_missing() -> str | None:
+    """Why Inspect AI cannot be run here, or None when it can."""
+    version = version_of("inspect-ai")
+    if version is None:
+        return 'inspect-ai is not installed (`pip install -e ".[bench]"`)'
+    return None
+
+
+def emulator_script(sizes: Sizes) -> dict[str, Any]:
+    """flowllm's and the floor's replies (text protocol) by default; Inspect AI's (native tool calls) under its
+    own task key, which its requests carry in the ``X-Flowllm-Task`` header."""
+    from benchmarks.inspect_peer import TASK_HEADER, native_script
+    from benchmarks.stack import multi_turn_script
+
+    script = multi_turn_script(sizes.concurrency_turns, sizes.latency_s)
+    return {**script, "tasks": {TASK_HEADER: native_script(sizes.concurrency_turns)}}
+
+
+COLUMNS = ("flowllm", "workers", "floor", "inspect")
+
+
+def measure(sizes: Sizes) -> dict[str, Any]:
+    """Every level, its repetitions interleaved over the columns (flowllm, flowllm over 2 workers, the floor,
+    Inspect AI): a machine that gets busier during the run slows every column alike."""
+    results: dict[str, Any] = {"levels": {}, "workers": {}, "floor": {}, "inspect": {}, "inspect_error": None}
+    missing = inspect_missing()
+    results["inspect_error"] = missing
     with tempfile.TemporaryDirectory(prefix="flowllm-bench-emu-") as folder:
         import yaml
 
         script = Path(folder) / "script.yaml"
-        script.write_text(yaml.safe_dump(multi_turn_script(sizes.concurrency_turns, sizes.latency_s)))
+        script.write_text(yaml.safe_dump(emulator_script(sizes)))
         with EmulatorProcess(script) as emulator:
+            url = emulator.base_url
             for tasks in sizes.concurrency:
-                runs = [run_level(tasks, sizes, emulator.base_url) for _ in range(sizes.runs)]
-                results["levels"][tasks] = runs
-                results["workers"][tasks] = [
-                    run_level_workers(tasks, sizes, emulator.base_url, WORKERS) for _ in range(sizes.runs)
-                ]
+                for key in ("levels", "workers", "floor", "inspect"):
+                    results[key][tasks] = []
+                for _ in range(sizes.runs_at(tasks)):
+                    results["levels"][tasks].append(run_level(tasks, sizes, url))
+                    results["workers"][tasks].append(run_level_workers(tasks, sizes, url, WORKERS))
+                    results["floor"][tasks].append(run_floor_level(tasks, sizes, url))
+                    if results["inspect_error"] is None:
+                        try:
+                            results["inspect"][tasks].append(run_inspect_level(tasks, sizes, url))
+                        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                            results["inspect_error"] = f"Inspect AI failed at {tasks} tasks: {exc}"
     return results
+
+
+def _correct(runs: list[dict[str, Any]], tasks: int) -> str:
+    """ "all" when every run got every task right (the last cell of every end-to-end table), else what went
+    wrong."""
+    if all(r["completed"] == r["correct"] == tasks for r in runs):
+        return "all"
+    worst = min(runs, key=lambda r: r["correct"])
+    return f"{worst['correct']}/{tasks} (errors: {worst['errors']})"
 
 
 def section(results: dict[str, Any], sizes: Sizes) -> Section:
     ideal = sizes.concurrency_turns * sizes.latency_s
+    levels = list(results["levels"])
+    smallest, top = min(levels), max(levels)
+    floor_level = FLOOR_LEVEL if FLOOR_LEVEL in levels else top
+    inspect_version = version_of("inspect-ai")
+    labels = {
+        "flowllm": "flowllm, 1 worker",
+        "workers": f"flowllm, {WORKERS} workers",
+        "floor": "floor: bare SDK calls",
+        "inspect": f"Inspect AI {inspect_version}",
+    }
+    walls: dict[str, dict[int, Stat]] = {c: {} for c in COLUMNS}
+    peaks: dict[str, dict[int, float]] = {c: {} for c in COLUMNS}
     rows = []
-    ratios: dict[int, Stat] = {}
-    peaks: dict[int, float] = {}
-    speedups: dict[int, float] = {}
-    smallest = min(results["levels"])
-    floor = Stat.of([r["rss_peak_mb"] for r in results["levels"][smallest]]).median
-    for tasks, runs in results["levels"].items():
-        wall = Stat.of([r["wall_s"] for r in runs])
-        ratio = wall.scaled(1 / ideal)
-        ratios[tasks] = ratio
-        tps = Stat.of([tasks / r["wall_s"] for r in runs])
-        peak = Stat.of([r["rss_peak_mb"] for r in runs])
-        peaks[tasks] = peak.median
-        ok = all(r["completed"] == r["correct"] == tasks for r in runs)
-        spread = results["workers"][tasks]
-        wall_w = Stat.of([r["wall_s"] for r in spread])
-        speedups[tasks] = wall.median / wall_w.median
-        ok_w = all(r["completed"] == r["correct"] == tasks for r in spread)
-        rows.append(
-            [
-                tasks,
-                wall.fmt(2),
-                ratio.fmt(2, "x"),
-                tps.fmt(1),
-                f"{Stat.of([r['cpu_s'] / r['turns'] * 1000 for r in runs]).median:.1f}",
-                peak.fmt(0),
-                f"{(peak.median - floor) / (tasks - smallest) * 1024:,.0f}" if tasks > smallest else "-",
-                wall_w.fmt(2),
-                wall_w.scaled(1 / ideal).fmt(2, "x"),
-                f"{Stat.of([r['cpu_s'] / r['turns'] * 1000 for r in spread]).median:.1f}",
-                f"{speedups[tasks]:.2f}x",
-                # Last, as every end-to-end table: "all" when both runs got every task right.
-                "all"
-                if ok and ok_w
-                else f"1 worker {min(r['correct'] for r in runs)}/{tasks}, {WORKERS} workers "
-                f"{min(r['correct'] for r in spread)}/{tasks} (errors: {(runs[0]['errors'] or spread[0]['errors'])})",
-            ]
-        )
+    for tasks in levels:
+        for column, key in zip(COLUMNS, ("levels", "workers", "floor", "inspect"), strict=True):
+            runs = results[key].get(tasks) or []
+            if not runs:
+                continue
+            wall = Stat.of([r["wall_s"] for r in runs])
+            peak = Stat.of([r["rss_peak_mb"] for r in runs])
+            walls[column][tasks] = wall
+            peaks[column][tasks] = peak.median
+            rows.append(
+                [
+                    tasks,
+                    labels[column],
+                    wall.fmt(2),
+                    wall.scaled(1 / ideal).fmt(2, "x"),
+                    Stat.of([tasks / r["wall_s"] for r in runs]).fmt(1),
+                    f"{Stat.of([r['cpu_s'] / max(r['turns'], 1) * 1000 for r in runs]).median:.2f}",
+                    peak.fmt(0),
+                    len(runs),
+                    _correct(runs, tasks),
+                ]
+            )
     table = md_table(
         [
             "tasks at once",
+            "run",
             "wall s",
             "wall / ideal",
             "tasks/s",
-            "flowllm CPU ms per turn",
+            "CPU ms per turn",
             "peak RSS MB",
-            f"KB per task above {smallest} task{'s' if smallest > 1 else ''}",
-            f"wall s, {WORKERS} workers",
-            f"wall / ideal, {WORKERS} workers",
-            f"CPU ms per turn, {WORKERS} workers",
-            f"{WORKERS} workers vs 1",
+            "runs",
             "correct",
         ],
         rows,
     )
-    top = max(results["levels"])
+
+    def ratio(a: str, b: str, tasks: int) -> float | None:
+        """``a``'s median wall over ``b``'s at ``tasks`` (the same ideal, so also the ratio of wall / ideal)."""
+        if tasks not in walls[a] or tasks not in walls[b]:
+            return None
+        return walls[a][tasks].median / walls[b][tasks].median
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    floor_peak = peaks["flowllm"][smallest]
+    summary_rows = [
+        [
+            tasks,
+            fmt(ratio("flowllm", "floor", tasks)),
+            fmt(ratio("flowllm", "workers", tasks)),
+            fmt(ratio("workers", "floor", tasks)),
+            fmt(ratio("inspect", "flowllm", tasks)),
+            f"{(peaks['flowllm'][tasks] - floor_peak) / (tasks - smallest) * 1024:,.0f}" if tasks > smallest else "-",
+        ]
+        for tasks in levels
+    ]
+    summary = md_table(
+        [
+            "tasks at once",
+            "flowllm over the floor (1 worker)",
+            f"{WORKERS} workers faster than 1 by",
+            f"flowllm over the floor ({WORKERS} workers)",
+            "flowllm ahead of Inspect AI by (1 worker)",
+            f"flowllm KB per task above {smallest} task{'s' if smallest > 1 else ''}",
+        ],
+        summary_rows,
+    )
+    over_floor = ratio("flowllm", "floor", floor_level)
+    speedup = ratio("flowllm", "workers", top)
+    ahead = {t: ratio("inspect", "flowllm", t) for t in levels}
+    measured_ahead = [v for v in ahead.values() if v is not None]
+    peak_top = max(peaks["flowllm"][top], peaks["workers"].get(top, 0.0))
+    inspect_error = results.get("inspect_error")
     targets = [
         Target(
-            f"wall / ideal at {top} tasks",
-            f"<= {RATIO_TARGET}x",
-            f"{ratios[top].median:.2f}x",
-            ratios[top].median <= RATIO_TARGET,
-        ),
-        Target(
-            f"peak memory at {top} tasks",
-            f"< {MEMORY_TARGET_MB:,.0f} MB",
-            f"{peaks[top]:,.0f} MB",
-            peaks[top] < MEMORY_TARGET_MB,
+            f"flowllm's wall / ideal over the floor's at {floor_level} tasks",
+            f"<= {FLOOR_TARGET}x",
+            fmt(over_floor),
+            None if over_floor is None else over_floor <= FLOOR_TARGET,
         ),
         Target(
             f"{WORKERS} workers against 1 at {top} tasks",
             f">= {SPEEDUP_TARGET}x faster",
-            f"{speedups[top]:.2f}x",
-            speedups[top] >= SPEEDUP_TARGET,
+            fmt(speedup),
+            None if speedup is None else speedup >= SPEEDUP_TARGET,
+        ),
+        Target(
+            "ahead of Inspect AI at every level (its wall over flowllm's)",
+            "> 1x at each",
+            (f"{min(measured_ahead):.2f}x to {max(measured_ahead):.2f}x" if measured_ahead else "not measured")
+            + ("" if len(measured_ahead) == len(levels) else f" ({len(measured_ahead)} of {len(levels)} levels)"),
+            None if len(measured_ahead) != len(levels) or inspect_error else all(v > 1 for v in measured_ahead),
+        ),
+        Target(
+            f"peak memory at {top} tasks",
+            f"< {MEMORY_TARGET_MB:,.0f} MB",
+            f"{peak_top:,.0f} MB",
+            peak_top < MEMORY_TARGET_MB,
         ),
     ]
+    runs_text = ", ".join(f"{sizes.runs_at(t)} at {t:,}" for t in levels)
     intro = f"""
 Tasks of {sizes.concurrency_turns} turns each ({sizes.concurrency_turns - 1} with a calculator call, then the answer),
-all started at once (`experiment.max_concurrent` = tasks), `runner=graph_parallel`,
-`recorder.snapshot=none`, the emulator answering every call {sizes.latency_s * 1000:.0f} ms late (its `delay` fault
+all started at once, the emulator answering every call {sizes.latency_s * 1000:.0f} ms late (its `delay` fault
 at rate 1). Ideal: {sizes.concurrency_turns} x {sizes.latency_s * 1000:.0f} ms = {ideal:.2f} s whatever the number of
-tasks. Each level runs {sizes.runs} times in a fresh process; cells are median (min-max). Peak RSS is the flowllm
-process's (the emulator runs in its own); the growth per task is measured from the smallest level up.
+tasks. Four runs of the same tasks at each level, each in a fresh process, against the same emulator process:
+
+- **flowllm, 1 worker**: `python -m flowllm`'s stack (Hydra config, `prepare`, the experiment runner,
+  `runner=graph_parallel`, `recorder.snapshot=none`, `experiment.max_concurrent` = tasks, tools in process, the
+  Anthropic SDK over HTTP).
+- **flowllm, {WORKERS} workers**: the same over {WORKERS} processes, as `experiment.workers={WORKERS}` splits a run;
+  their peak RSS is the processes' peaks added up.
+- **floor: bare SDK calls**: `benchmarks/floor.py`, no flowllm: an asyncio script making the same
+  {sizes.concurrency_turns} `messages.create` calls per task with the Anthropic SDK, answering each calculator call
+  with a few lines of Python, over the same 16 SDK clients flowllm's provider uses, after one untimed call that
+  pays the SDK's one-time set-up. What the SDK itself costs: flowllm's overhead is its distance above this row.
+- **Inspect AI**: `benchmarks/inspect_peer.py`, the same tasks as an Inspect AI eval (`generate(tool_calls="loop")`
+  with a calculator tool, `includes()` scorer, `max_samples` and `max_connections` = tasks) through its
+  OpenAI-compatible provider (`openai-api/...` with the emulator's `/v1` as base URL, the OpenAI SDK, Chat
+  Completions); the emulator answers it with native tool calls.
+
+Wall times cover the tasks, not start-up (imports, config, Inspect's task loading and log writing); CPU is the
+process's own (all threads) over the same span, per model call; peak RSS is the process's (the emulator runs in
+its own). Repetitions, interleaved over the four rows so a busy machine slows them alike: {runs_text}. Cells are
+median (min-max).
 """
     runs_top = results["levels"][top]
     cpu_top = Stat.of([r["cpu_s"] for r in runs_top]).median
     wall_top = Stat.of([r["wall_s"] for r in runs_top]).median
+    cpu_turn = {
+        c: Stat.of([r["cpu_s"] / max(r["turns"], 1) * 1000 for r in results[k][floor_level]]).median
+        for c, k in zip(COLUMNS, ("levels", "workers", "floor", "inspect"), strict=True)
+        if results[k].get(floor_level)
+    }
     notes = [
-        f"At {top} tasks the flowllm process is busy for {cpu_top / wall_top:.0%} of the wall time "
-        f"({cpu_top:.1f} s of CPU in {wall_top:.1f} s): the run is bound by the CPU one Python process spends per "
-        "model call, not by waiting. That CPU is mostly the SDK's HTTP stack, not the engine (whose whole turn "
-        "graph costs tens of microseconds, see above): a profile shows the Anthropic SDK building and parsing "
-        "each request and reply (pydantic models, header handling) and httpcore2's connection pool, which checks "
-        "every connection it holds on each request. flowllm spreads tasks over 16 SDK clients "
-        "(`flowllm/providers/factory.py`, CLIENT_SHARDS) so each pool stays small: with one client this level took "
-        "14.7 s instead of about 9-10 s. The 1.25x target would need about 0.2 ms of CPU per call, an order of "
-        "magnitude below what the official SDK costs here."
+        f"At {top:,} tasks the flowllm process is busy for {cpu_top / wall_top:.0%} of the wall time "
+        f"({cpu_top:.1f} s of CPU in {wall_top:.1f} s): past a few hundred tasks every column is bound by the CPU "
+        "one Python process spends per model call, not by waiting, which is why wall / ideal grows with the "
+        "number of tasks for the floor too. "
+        + (
+            f"At {floor_level} tasks the floor spends {cpu_turn['floor']:.2f} ms of CPU per call (the Anthropic SDK "
+            "building the request, httpx2 and httpcore2 sending it, pydantic parsing the reply) and flowllm "
+            f"{cpu_turn['flowllm']:.2f} ms per turn: the difference, "
+            f"{cpu_turn['flowllm'] - cpu_turn['floor']:.2f} ms, is flowllm's own (the provider layer's limiter, "
+            "key pool, breaker and ledger, building the request from the history, parsing and repairing the "
+            "reply, the turn graph, the agent loop and the experiment runner)."
+            if "floor" in cpu_turn and "flowllm" in cpu_turn
+            else ""
+        ),
+        f"Two workers split the tasks over {WORKERS} processes; on this machine's 2 cores they share them with the "
+        "emulator's process, which serves every call of both.",
+        "The emulator is served by `benchmarks/emulator_server.py`: the same application as "
+        "`python -m flowllm.emulator`, with a listen backlog of 4,096 instead of 128 and idle connections kept "
+        "10 minutes instead of uvicorn's 5 s, as a production endpoint would. With the interactive defaults a "
+        "2,000-task run measured the server's queue: connection attempts past the backlog are dropped and retried "
+        "a second later, and a pooled connection idle for more than 5 s (a task waiting for the CPU between two "
+        "calls) is closed under the client; in one such flowllm run the resulting connection errors opened the "
+        "provider's circuit breaker for its 30 s recovery (128 s instead of about 70 s).",
     ]
+    if len({sizes.runs_at(t) for t in levels}) > 1:
+        notes.append(
+            f"Fewer repetitions at the top levels ({runs_text}): one repetition of {top:,} tasks takes minutes "
+            "over the four rows, so their min-max spans rest on fewer samples than the lower levels'."
+        )
+    if inspect_error:
+        notes.append(f"Inspect AI: not measured at every level: {inspect_error}")
     return Section(
         "Concurrency: tasks at once against a 100 ms model",
         intro.strip(),
-        [table],
+        [table, summary],
         notes,
         targets,
-        data={"ratio": {k: v.median for k, v in ratios.items()}, "peak_mb": peaks, "workers_speedup": speedups},
+        data={
+            "ratio": {k: v.median / ideal for k, v in walls["flowllm"].items()},
+            "peak_mb": peaks["flowllm"],
+            "workers_speedup": {t: ratio("flowllm", "workers", t) for t in levels},
+            "over_floor": {t: ratio("flowllm", "floor", t) for t in levels},
+            "inspect_vs_flowllm": ahead,
+            "inspect_error": inspect_error,
+        },
     )
 
 
