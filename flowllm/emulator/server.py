@@ -378,10 +378,19 @@ class Emulator:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))  # port 0: the kernel picks a free port, no race with other runs
-        sock.listen(128)
+        # A run of thousands of tasks opens thousands of connections at once: past a backlog of 128 the kernel
+        # drops the attempts, the SDKs see connection errors and the breaker opens on a healthy emulator.
+        sock.listen(4096)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self._app.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+            self._app.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            # uvicorn's 5 s would close a pooled connection under a task busy with its tools for longer: the
+            # client's next request races the close, and the run would count reconnects as faults.
+            timeout_keep_alive=600,
         )
         server = uvicorn.Server(config)
         self._server = server
