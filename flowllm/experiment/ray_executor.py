@@ -30,6 +30,7 @@ import orjson
 
 from flowllm.errors import ConfigError
 from flowllm.experiment.children import die_with, shard_override
+from flowllm.providers.limiter import SHARED_PAUSES_ENV
 
 INSTALL_HINT = "pip install 'flowllm[ray]'"
 
@@ -95,13 +96,18 @@ def check_nodes(ray: Any, run_dir: Path) -> None:
         )
 
 
-def run_worker(command: list[str], shard: dict[str, Any], cwd: str) -> int:
+def run_worker(command: list[str], shard: dict[str, Any], cwd: str, shared_pauses: str) -> int:
     """A Ray task: one worker of the run, as a process of this node; its exit code. A cancellation (the
     parent's Ctrl-C) is forwarded to the worker as SIGINT, which keeps what finished and exits 130."""
     with tempfile.TemporaryDirectory(prefix="flowllm-ray-worker-") as scratch:
         path = Path(scratch) / f"shard-{shard['index']}.json"
         path.write_bytes(orjson.dumps({**shard, "parent_pid": os.getpid()}))
-        proc = subprocess.Popen([*command, shard_override(path)], cwd=cwd, preexec_fn=die_with(os.getpid()))
+        proc = subprocess.Popen(
+            [*command, shard_override(path)],
+            cwd=cwd,
+            env={**os.environ, SHARED_PAUSES_ENV: shared_pauses},
+            preexec_fn=die_with(os.getpid()),
+        )
         try:
             return proc.wait()
         except KeyboardInterrupt:
@@ -120,9 +126,9 @@ class RayPool:
     failure: str | None = None
     _cancelled: bool = False
 
-    def start(self, command: list[str], shard: dict[str, Any]) -> None:
+    def start(self, command: list[str], shard: dict[str, Any], shared_pauses: str) -> None:
         task = self.ray.remote(num_cpus=1, max_retries=0)(run_worker)
-        self.refs.append(task.remote(command, shard, os.getcwd()))
+        self.refs.append(task.remote(command, shard, os.getcwd(), shared_pauses))
 
     def forward(self, signum: int, frame: FrameType | None = None) -> None:
         self.signals += 1

@@ -54,6 +54,7 @@ from flowllm.experiment.runner import COMPLETED, RuleScore, RunResult, TaskOutco
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
+from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import Resolver, default_resolver
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
@@ -393,6 +394,8 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
     progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger))
     progress.start(total=len(tasks), already=list(already.values()))
+    # A 429 met by one worker pauses the others too: its pause goes through a file per provider (limiter.py).
+    shared_pauses = layout.root / ".rate_limit_pauses"
     pool: _Pool | RayPool = _Pool() if ray is None else RayPool(ray)
     handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -400,13 +403,14 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
             for index, shard_ids in enumerate(deal(todo, count)):
                 shard = Shard(index, count, shard_ids, os.getpid())
                 if isinstance(pool, RayPool):  # the Ray task writes the shard file on its node
-                    pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__))
+                    pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__), str(shared_pauses))
                     continue
                 shard_path = Path(scratch) / f"shard-{index}.json"
                 shard.save(shard_path)
                 pool.procs.append(
                     subprocess.Popen(
                         worker_command(hydra_cfg, run_dir, shard_path),
+                        env={**os.environ, SHARED_PAUSES_ENV: str(shared_pauses)},
                         preexec_fn=die_with(os.getpid()),
                         process_group=0,  # a terminal's Ctrl-C reaches the parent only, which forwards it once
                     )

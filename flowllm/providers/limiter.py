@@ -13,16 +13,21 @@ burst of one second's worth (at least one request), tokens with a burst of ten s
 rate holds close to the limit from its first second instead of spending a minute's quota in the first burst.
 ``max_in_flight`` is a semaphore (a llama.cpp server with one slot wants 1).
 
-The ``Limiter`` protocol is the seam for a limiter shared by several processes (a file lock or a manager for
-``experiment.workers``, an actor under Ray): ``LocalLimiter`` is the one-process implementation.
+Under ``experiment.workers=N`` (local or Ray) each worker has its own ``LocalLimiter`` with 1/N of the rates, so
+the run as a whole holds the limit; a 429's pause reaches the other workers through a small file per provider
+in the run directory (``$FLOWLLM_SHARED_PAUSES``, set by the parent for its workers): ``SharedPause`` writes the
+wall-clock time until which nobody sends, and every limiter reads it again whenever the file changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiolimiter import AsyncLimiter
@@ -30,6 +35,7 @@ from aiolimiter import AsyncLimiter
 from flowllm.config.schema import RateLimitConfig
 from flowllm.providers.errors import ProviderConfigError
 
+SHARED_PAUSES_ENV = "FLOWLLM_SHARED_PAUSES"  # a folder every worker of the run sees (in the run directory)
 REQUEST_BURST_S = 1.0  # the request bucket holds one second's worth of requests (at least one)
 TOKEN_BURST_S = 10.0  # the token bucket holds ten seconds' worth of tokens
 
@@ -89,6 +95,40 @@ class Unlimited:
         return None
 
 
+class SharedPause:
+    """A 429's pause shared by the processes of one run: the wall-clock time until which nobody sends to one
+    provider, in one small file (written by rename, so a reader sees the old value or the new, never half)."""
+
+    def __init__(self, path: Path, wall: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.wall = wall
+        self._seen: tuple[int, int, int] | None = None
+        self._until = 0.0
+
+    def until(self) -> float:
+        """The shared pause's end (wall clock), read again only when the file changed."""
+        try:
+            info = self.path.stat()
+        except OSError:
+            return self._until
+        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if stamp != self._seen:
+            with contextlib.suppress(OSError, ValueError):  # a file being replaced: the next look reads it
+                self._until = float(self.path.read_text(encoding="ascii").strip() or 0.0)
+                self._seen = stamp
+        return self._until
+
+    def extend(self, seconds: float) -> None:
+        until = self.wall() + seconds
+        if until <= self.until():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"{until:.3f}", encoding="ascii")
+        os.replace(tmp, self.path)
+        self._until = until
+
+
 class LocalLimiter:
     """The limits of one provider, shared by every task of this process."""
 
@@ -99,11 +139,13 @@ class LocalLimiter:
         provider: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        shared: SharedPause | None = None,
     ) -> None:
         check_rate_limit_config(cfg, provider=provider)
         self.provider = provider
         self.clock = clock
         self.sleep = sleep
+        self.shared = shared  # the other workers' 429 pauses, and where ours go
         self.requests: AsyncLimiter | None = None
         self.tokens: AsyncLimiter | None = None
         self.flight: asyncio.Semaphore | None = None
@@ -122,8 +164,14 @@ class LocalLimiter:
         self.debt = 0  # tokens used beyond the estimates, charged to the next callers
         self.back_offs = 0
 
+    def _left(self) -> float:
+        left = self.paused_until - self.clock()
+        if self.shared is not None:
+            left = max(left, self.shared.until() - self.shared.wall())
+        return left
+
     async def _wait_pause(self) -> None:
-        while (left := self.paused_until - self.clock()) > 0:
+        while (left := self._left()) > 0:
             await self.sleep(left)  # a later 429 may push the pause further: look again
 
     async def enter(self, estimated_tokens: int = 0) -> Slot:
@@ -164,6 +212,8 @@ class LocalLimiter:
         if seconds > 0:
             self.back_offs += 1
             self.paused_until = max(self.paused_until, self.clock() + seconds)
+            if self.shared is not None:
+                self.shared.extend(seconds)
 
 
 def build_limiter(
@@ -177,4 +227,10 @@ def build_limiter(
     if not is_limited(cfg):
         check_rate_limit_config(cfg, provider=provider)
         return Unlimited()
-    return LocalLimiter(cfg, provider=provider, clock=clock, sleep=sleep)
+    folder = os.environ.get(SHARED_PAUSES_ENV)
+    shared = SharedPause(Path(folder) / f"{_file_name(provider)}.pause") if folder else None
+    return LocalLimiter(cfg, provider=provider, clock=clock, sleep=sleep, shared=shared)
+
+
+def _file_name(provider: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in provider) or "provider"

@@ -20,7 +20,7 @@ from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan, RateLimitSpec, RequestThrottle
 from flowllm.providers import ProviderConfigError, check_provider_config, open_provider
 from flowllm.providers.ledger import UsageLedger
-from flowllm.providers.limiter import LocalLimiter, Unlimited, build_limiter
+from flowllm.providers.limiter import SHARED_PAUSES_ENV, LocalLimiter, SharedPause, Unlimited, build_limiter
 from flowllm.providers.registry import FileResolver
 
 from .conftest import FakeTime, provider_cfg
@@ -135,6 +135,42 @@ async def test_a_429_pauses_every_task_not_only_the_one_that_got_it() -> None:
     for slot in slots:
         limiter.leave(slot)
     assert (await limiter.enter()).waited_s == 0.0  # the pause is over
+
+
+async def test_a_429_in_one_worker_pauses_the_other_workers_of_the_run(tmp_path: Path) -> None:
+    # Two workers' limiters of one provider, each with its own clock as two processes would have, sharing the
+    # run's pause file; the wall clock both read is the same one.
+    t = ManualTime()
+    folder = tmp_path / ".rate_limit_pauses"
+    first, second = (
+        LocalLimiter(
+            RateLimitConfig(max_in_flight=4),
+            clock=t.clock,
+            sleep=t.sleep,
+            shared=SharedPause(folder / "claude.pause", wall=t.clock),
+        )
+        for _ in range(2)
+    )
+    first.back_off(3.0)  # the first worker met a 429 with retry-after: 3
+    waiting = asyncio.ensure_future(second.enter())
+    await t.advance(0.0)
+    await t.advance(2.0)
+    assert not waiting.done()  # the second worker waits, though it never saw the 429
+    await t.advance(1.0)
+    assert (await waiting).waited_s == 3.0
+    second.back_off(1.0)  # and its own 429s reach the first in turn
+    waiting = asyncio.ensure_future(first.enter())
+    await t.advance(0.0)
+    assert not waiting.done()
+    await t.advance(1.0)
+    assert (await waiting).waited_s == 1.0
+
+
+def test_the_parent_of_workers_names_the_shared_pause_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(SHARED_PAUSES_ENV, str(tmp_path))
+    limiter = build_limiter(RateLimitConfig(requests_per_minute=60), provider="deepseek:deepseek-chat")
+    assert isinstance(limiter, LocalLimiter) and limiter.shared is not None
+    assert limiter.shared.path == tmp_path / "deepseek_deepseek-chat.pause"
 
 
 async def test_a_429_through_the_sdk_pauses_the_provider_beyond_the_key_that_got_it(tmp_path: Path) -> None:
