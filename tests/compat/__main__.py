@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--litellm", help=f"litellm: the proxy's litellm command (default: ${LITELLM_ENV})")
     parser.add_argument("--no-results", action="store_true", help="do not rewrite tests/compat/RESULTS.md")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (e.g. -k native)")
-    args = parser.parse_args(argv)
+    args, passed_on = parser.parse_known_args(argv)  # -k EXPR and other pytest options go to pytest
     if args.python:
         os.environ[PYTHON_ENV] = args.python
     if args.litellm:
@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         junit = Path(tmp) / "junit.xml"
         os.environ.setdefault("FLOWLLM_COMPAT_LOGS", str(Path(tmp) / "logs"))
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", f"--junitxml={junit}"]
-        status = subprocess.run([*cmd, str(HERE / SUITES[args.suite]), *args.pytest_args], cwd=ROOT).returncode
+        status = subprocess.run(
+            [*cmd, str(HERE / SUITES[args.suite]), *args.pytest_args, *passed_on], cwd=ROOT
+        ).returncode
         if not args.no_results and junit.exists():
             print(f"results: {write_results(args.suite, junit, status)}")
     return status

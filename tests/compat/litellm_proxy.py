@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .server import CompatSetupError, free_port
+from .server import CompatSetupError, free_port, wait_until_ready
 
 LITELLM_ENV = "FLOWLLM_COMPAT_LITELLM"
 MASTER_KEY = "sk-flowllm-compat-0123456789abcdef"  # the proxy refuses to start without one; loopback only
@@ -121,19 +120,8 @@ def start_proxy(backends: dict[str, str], log_dir: Path) -> LiteLLMProxy:
     with log_path.open("wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     proxy = LiteLLMProxy(process, port, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
     request = urllib.request.Request(
         f"{proxy.openai_base_url}/models", headers={"Authorization": f"Bearer {MASTER_KEY}"}
     )
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise CompatSetupError(f"the LiteLLM proxy exited with {process.returncode}:\n{tail}")
-        try:
-            with urllib.request.urlopen(request, timeout=5) as reply:
-                json.load(reply)
-            return proxy
-        except (urllib.error.URLError, OSError, ValueError):
-            time.sleep(0.5)
-    proxy.stop()
-    raise CompatSetupError(f"the LiteLLM proxy did not answer within {START_TIMEOUT_S:.0f} s (log: {log_path})")
+    wait_until_ready(process, request, log_path, "the LiteLLM proxy", proxy.stop, START_TIMEOUT_S)
+    return proxy

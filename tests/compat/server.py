@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,31 @@ class LlamaServer:
                 self.process.wait(timeout=30)
 
 
+def wait_until_ready(
+    process: subprocess.Popen[bytes],
+    request: urllib.request.Request,
+    log_path: Path,
+    what: str,
+    stop: Callable[[], None],
+    timeout_s: float = START_TIMEOUT_S,
+) -> None:
+    """Poll ``request`` (a models listing) until it answers with JSON; a process that exits or stays silent is
+    a ``CompatSetupError`` with the tail of its log."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise CompatSetupError(f"{what} exited with {process.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                json.load(reply)
+            return
+        except (urllib.error.URLError, OSError, ValueError):
+            time.sleep(0.5)
+    stop()
+    raise CompatSetupError(f"{what} did not answer within {timeout_s:.0f} s (log: {log_path})")
+
+
 def start_server(log_dir: Path, *, port: int | None = None) -> LlamaServer:
     """Start the server and wait until ``GET /v1/models`` answers."""
     python = server_python()
@@ -102,16 +128,5 @@ def start_server(log_dir: Path, *, port: int | None = None) -> LlamaServer:
     with log_path.open("wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     server = LlamaServer(process, port, model, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not server.alive():
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise CompatSetupError(f"the server exited with {process.returncode}:\n{tail}")
-        try:
-            with urllib.request.urlopen(f"{server.base_url}/models", timeout=5) as reply:
-                json.load(reply)
-            return server
-        except (urllib.error.URLError, OSError, ValueError):
-            time.sleep(0.5)
-    server.stop()
-    raise CompatSetupError(f"the server did not answer within {START_TIMEOUT_S:.0f} s (log: {log_path})")
+    wait_until_ready(process, urllib.request.Request(f"{server.base_url}/models"), log_path, "the server", server.stop)
+    return server

@@ -13,14 +13,10 @@ import pytest
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from tests.experiment.helpers import gaia_overrides, run_flowllm
-from tests.experiment.test_workers import HANG_GUARD_S, TIMED, ledger_attempts, run_files, summary_figures
+from tests.experiment.test_workers import HANG_GUARD_S, assert_same_runs
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'flowllm[ray]')")
-
-
-def without_timings(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k != "wall_seconds"}
 
 
 @needs_ray
@@ -33,17 +29,7 @@ def test_ray_workers_give_the_same_results_as_one_process(tmp_path: Path) -> Non
 
     with ThreadPoolExecutor(2) as pool:
         single, ray = pool.map(one, ((), ("experiment.executor=ray", "experiment.workers=2")))
-    assert run_files(single) == run_files(ray)
-    for name in run_files(single):
-        path = Path(name)
-        if path.name in TIMED:
-            continue
-        if path.name == "result.json":
-            assert without_timings(read_json(single / path)) == without_timings(read_json(ray / path)), name
-        else:
-            assert (single / path).read_bytes() == (ray / path).read_bytes(), name
-    assert summary_figures(read_json(single / "summary.json")) == summary_figures(read_json(ray / "summary.json"))
-    assert ledger_attempts(single) == ledger_attempts(ray)
+    assert_same_runs(single, ray)
     assert read_json(ray / "summary.json")["status"] == "finished"
 
 

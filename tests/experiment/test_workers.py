@@ -89,6 +89,21 @@ def ledger_attempts(run_dir: Path) -> list[tuple[Any, ...]]:
     )
 
 
+def assert_same_runs(first: Path, second: Path) -> None:
+    """Two runs of the same tasks left the same files, byte for byte but for timings, and the same figures."""
+    assert run_files(first) == run_files(second)
+    for name in run_files(first):
+        path = Path(name)
+        if path.name in TIMED:
+            continue
+        if path.name == "result.json":
+            assert without_timings(read_json(first / path)) == without_timings(read_json(second / path)), name
+        else:
+            assert (first / path).read_bytes() == (second / path).read_bytes(), name
+    assert summary_figures(read_json(first / "summary.json")) == summary_figures(read_json(second / "summary.json"))
+    assert ledger_attempts(first) == ledger_attempts(second)
+
+
 def run_files(run_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file() and ".hydra" not in p.parts)
 
@@ -128,17 +143,7 @@ def test_two_workers_give_the_same_results_as_one_with_pass_at_k(tmp_path: Path)
 
     with ThreadPoolExecutor(2) as pool:
         single, double = pool.map(one, (1, 2))
-    assert run_files(single) == run_files(double)
-    for name in run_files(single):
-        path = Path(name)
-        if path.name in TIMED:
-            continue
-        if path.name == "result.json":
-            assert without_timings(read_json(single / path)) == without_timings(read_json(double / path)), name
-        else:
-            assert (single / path).read_bytes() == (double / path).read_bytes(), name
-    assert summary_figures(read_json(single / "summary.json")) == summary_figures(read_json(double / "summary.json"))
-    assert ledger_attempts(single) == ledger_attempts(double)
+    assert_same_runs(single, double)
     # pass@k under two workers: the wrong answer was tried twice, its first attempt kept aside.
     wrong = read_json(double / "tasks" / WRONG_TASK / "result.json")
     assert wrong["attempts"] == 2 and [e["attempt"] for e in wrong["attempt_log"]] == [1, 2]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,41 +15,15 @@ import pytest
 
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.report import write_report
+from tests.inspect.chromium import WAIT_S, By, WebDriverWait, start_chromium
 from tests.inspect.test_report import make_multirun
 from tests.replay.runs import FixtureRuns
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-if CHROMIUM is None or CHROMEDRIVER is None:
-    pytest.skip("Chromium is absent (apt-get install chromium chromium-driver)", allow_module_level=True)
-
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-WAIT_S = 20
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-dev-shm-usage",
-        "--window-size=1600,1000",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    try:
+    with start_chromium(tmp_path_factory.mktemp("chromium-profile"), "1600,1000") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 MONEY = re.compile(r"^\$\d[\d,]*\.\d{2,4}$")
