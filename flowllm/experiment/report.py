@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowllm.experiment.task_usage import TaskBill
-from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE
+from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
+from flowllm.tools.connection import RESTART_MESSAGE
 
 # Beyond this many tasks the per-task table shows only the ones worth a look (wrong or failed).
 MAX_TASK_ROWS = 40
@@ -215,14 +216,12 @@ def what_acted(
     if run_dir is not None:
         if snapshot == "all":
             acted.update(context_acted(run_dir / TASKS_DIR))
-        acted["tool_server_restarts"] = tool_server_restarts(run_dir / RUN_LOG)
+        acted["tool_server_restarts"] = tool_server_restarts(RunLayout(run_dir).log)
     return acted
 
 
-# The run's log (Hydra's job log; ``hydra.job.name`` is ``app``, worker processes append to the same file).
-RUN_LOG = "app.log"
-# What ServerHandle._do_restart (flowllm/tools/connection.py) logs once per restart of a tool server.
-_RESTART_LINE = re.compile(r"tool server (?P<server>.+?) stopped; restarting it \(restart \d+\)\s*$")
+# What a tool server's restart logs (flowllm/tools/connection.py), as a pattern naming the server.
+_RESTART_LINE = re.compile(re.escape(RESTART_MESSAGE).replace("%s", "(?P<server>.+?)").replace("%d", r"\d+") + r"\s*$")
 # The node outputs the count reads: trim_history's request view and budget decision, compact_history's decision,
 # recall_memory's memories. Folder names are <NN>_<node> (flowllm/rundir/layout.py).
 _CONTEXT_NODES = ("trim_history", "compact_history", "recall_memory")

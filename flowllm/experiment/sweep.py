@@ -35,6 +35,7 @@ from rich.table import Table
 from flowllm.cli.exit_codes import ExitCode, sweep_exit_code
 from flowllm.engine.recorder import atomic_write, read_json
 from flowllm.experiment.report import format_usd, make_console
+from flowllm.rundir.layout import LOG_FILE
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +361,7 @@ def _job_outcome(config: DictConfig) -> str:
     try:
         summary = json.loads((Path(str(folder)) / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError):
-        return "ended without a summary (see its folder's app.log)"
+        return f"ended without a summary (see its folder's {LOG_FILE})"
     if summary.get("status") == "error":
         return f"error: {summary.get('error')}"
     accuracy = summary.get("accuracy")

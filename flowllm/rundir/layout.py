@@ -23,6 +23,8 @@ from flowllm.rundir.taskdirs import task_folder_name
 
 SUMMARY_FILE = "summary.json"
 LEDGER_FILE = "usage.jsonl"
+# The run's log: Hydra's job log (``hydra.job.name`` is ``app``); worker processes append to the same file.
+LOG_FILE = "app.log"
 CONFIG_FILE = ".hydra/config.yaml"
 TASKS_DIR = "tasks"
 RESULT_FILE = "result.json"
@@ -72,6 +74,10 @@ class RunLayout:
     @property
     def ledger(self) -> Path:
         return self.root / LEDGER_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.root / LOG_FILE
 
     @property
     def config(self) -> Path:

@@ -36,6 +36,8 @@ from flowllm.tools.sampling import SAMPLING_DECLINED, Sampler
 from flowllm.tools.settings import ServerSpec, Transport
 
 log = logging.getLogger("flowllm.tools.pool")
+# Logged once per restart of a tool server; the run's summary counts these lines ("what acted").
+RESTART_MESSAGE = "tool server %s stopped; restarting it (restart %d)"
 
 DEFAULT_START_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
@@ -396,7 +398,7 @@ class ServerHandle:
         old, self.conn = self.conn, None
         if old is not None:
             await old.close()
-        log.warning("tool server %s stopped; restarting it (restart %d)", self.spec.name, self.restarts)
+        log.warning(RESTART_MESSAGE, self.spec.name, self.restarts)
         await self.start()
 
     async def close(self) -> None:

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .server import CompatSetupError, free_port, wait_until_ready
+from .server import CompatSetupError, free_port, stop_process, wait_until_ready
 
 LITELLM_ENV = "FLOWLLM_COMPAT_LITELLM"
 MASTER_KEY = "sk-flowllm-compat-0123456789abcdef"  # the proxy refuses to start without one; loopback only
@@ -87,13 +87,7 @@ class LiteLLMProxy:
         return f"{self.root}/v1"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
+        stop_process(self.process)
 
 
 def start_proxy(backends: dict[str, str], log_dir: Path) -> LiteLLMProxy:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from flowllm.config.schema import ProviderConfig
 from flowllm.experiment.preflight import ProviderTarget, check_providers, check_tools
 from tests.experiment.helpers import run_flowllm
+from tests.loopback import serve_http
 
 
 def _closed_port() -> int:
@@ -69,14 +69,8 @@ class _Models(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def models_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Models)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(_Models) as url:
+        yield url
 
 
 def _target(name: str, base_url: str, key_env: str | None, protocol: str = "openai_chat") -> ProviderTarget:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from flowllm.experiment.report import RUN_LOG, acted_row, tool_server_restarts, what_acted
+from flowllm.experiment.report import acted_row, tool_server_restarts, what_acted
+from flowllm.rundir.layout import LOG_FILE as RUN_LOG
 from flowllm.tools import open_tool_pool
 from tests.experiment.helpers import run_flowllm
 from tests.tools.helpers import flaky_config

@@ -9,9 +9,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from flowllm.core.images import image_media_type
 from flowllm.resources import bundled
 from flowllm.tools.browse import UrlPolicy
 from flowllm.tools.webcache import CacheMode, WebCache
+from tests.loopback import serve_http
 
 ROOT = Path(__file__).resolve().parents[2]
 BOAT = bundled("data/web_sample") / "boat.png"
@@ -60,15 +60,8 @@ def photo_server(tmp_path: Path) -> Iterator[str]:
     site.mkdir()
     (site / "boat.png").write_bytes(BOAT.read_bytes())
     (site / "page.txt").write_text("hello")
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(site))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(functools.partial(SimpleHTTPRequestHandler, directory=str(site))) as url:
+        yield url
 
 
 async def test_a_url_is_fetched_once_then_served_from_the_web_cache_and_by_a_replay(
