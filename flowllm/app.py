@@ -359,7 +359,11 @@ def run_summary(
     summary["status"] = "interrupted" if result.interrupted else "finished"
     unavailable = result.tools_unavailable
     # None is "not known here", never "none": the parent of several workers does not see their tool servers.
-    summary["tools"] = {"unavailable": dict(sorted(unavailable.items())) if unavailable is not None else None}
+    summary["tools"] = {
+        "unavailable": dict(sorted(unavailable.items())) if unavailable is not None else None,
+        # The run's shared servers start once, before the first task: their start-up is the run's, not a task's.
+        "start_s": result.tools_start_s,
+    }
     summary["experiment"] = cfg.experiment.name
     summary["provider"] = cfg.provider.name
     summary["model"] = cfg.provider.model
@@ -436,7 +440,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         ledger.close()
     if result is None:
         rules = workers.scorer_rules(cfg, run_dir) if cfg.dataset.scorer != "judge" else None
-        result = RunResult(load_outcomes(run_dir, tasks, rules), interrupted=True, resumed=resumed)
+        result = RunResult(load_outcomes(run_dir, tasks, rules), interrupted=True, resumed=resumed, tools_start_s=None)
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     summary["tools"]["sandbox_gaps"] = gaps
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))

@@ -283,6 +283,9 @@ class RunResult:
     resumed: int  # tasks skipped because an earlier run completed them
     # server -> why (disabled, failed to start); None when this process could not know (the parent of workers)
     tools_unavailable: dict[str, str] | None = field(default_factory=dict)
+    # Seconds spent starting the run's shared tool servers, once before the first task (a task's own servers'
+    # start-up is in its timing.json); None when this process could not know (the parent of workers).
+    tools_start_s: float | None = 0.0
 
 
 class Experiment:
@@ -588,7 +591,14 @@ class Experiment:
         ordered = [outcomes[t.task_id] for t in tasks if t.task_id in outcomes]
         unavailable = dict(self.tools_catalog.unavailable) if self.tools_catalog is not None else {}
         unavailable.update(self.tools_unavailable)
-        return RunResult(ordered, interrupted or self.stop_reason is not None, resumed, tools_unavailable=unavailable)
+        started = self.tools_catalog.startup_seconds if self.tools_catalog is not None else 0.0
+        return RunResult(
+            ordered,
+            interrupted or self.stop_reason is not None,
+            resumed,
+            tools_unavailable=unavailable,
+            tools_start_s=round(started, 3),
+        )
 
 
 def _describe(exc: BaseException) -> str:

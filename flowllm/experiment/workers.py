@@ -430,7 +430,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
     finished = [o for o in outcomes if o is not None]
     # The same summary as a one-process run's, built by the same function.
-    result = RunResult(finished, interrupted, len(already), tools_unavailable=None)
+    result = RunResult(finished, interrupted, len(already), tools_unavailable=None, tools_start_s=None)
     summary = app.run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     summary["tools"]["sandbox_gaps"] = None  # run_python's sandbox was probed by the workers, not here: not known
     if pool.failure is not None:

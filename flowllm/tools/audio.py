@@ -19,12 +19,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.tools.common import ConfinementError, add_workspace_argument, confine, scrub_workspace, workspace_from
 from flowllm.tools.documents import Kind, kind_of
 from flowllm.tools.files import ReadError, open_regular
+from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 from flowllm.tools.webcache import CachedError, CacheMode, ReplayMiss, TransientError, WebCache
 
 SERVER_NAME = "tool-audio"
@@ -91,15 +92,19 @@ async def transcribe_file(workspace: Path, transcriber: Transcriber, path: str, 
     return f"[transcript of '{path}']\n{text}"
 
 
-def build_server(workspace: Path, transcriber: Transcriber, cache: WebCache | None = None) -> MCPServer:
+def build_server(workspace: Path | None, transcriber: Transcriber, cache: WebCache | None = None) -> MCPServer:
+    """The ``tool-audio`` server. ``workspace``: the folder of the task it serves; ``None`` for a server shared by
+    a run, whose calls each name their task's folder (``flowllm.tools.taskfolder``)."""
     server = MCPServer(SERVER_NAME, instructions="Transcribes audio files.", log_level="WARNING")
+    folders = TaskFolders(SERVER_NAME, workspace)
 
-    async def transcribe(path: str) -> str:
-        return await transcribe_file(workspace, transcriber, path, cache)
+    async def transcribe(path: str, ctx: Context) -> str:
+        return await transcribe_file(folders.for_call(ctx), transcriber, path, cache)
 
     server.add_tool(
         transcribe,
         name="transcribe",
+        meta=asks_for_workspace(),
         description="Transcribe an audio file of the task's folder (mp3, wav, m4a, flac, ogg) into text.",
         structured_output=False,
     )

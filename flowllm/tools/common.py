@@ -1,7 +1,8 @@
 """What the built-in tool servers share: where the workspace is, path confinement, path scrubbing.
 
-The pool tells each server its task's workspace through the ``FLOWLLM_WORKSPACE`` environment variable (a
-``--workspace`` argument overrides it, handy when a server is started by hand). The server process itself is
+The pool tells a task-scoped server its task's workspace through the ``FLOWLLM_WORKSPACE`` environment variable
+(a ``--workspace`` argument overrides it, handy when a server is started by hand); a server shared by the run
+gets neither and is told each call's folder instead (``flowllm.tools.taskfolder``). The server process itself is
 not started inside the workspace: files the task brought along (``json.py``, ``random.py``...) must not shadow
 the modules the server imports.
 
@@ -23,17 +24,19 @@ class ConfinementError(ValueError):
     """A path that leaves the workspace (``..``, an absolute path elsewhere, a symlink pointing out)."""
 
 
-def workspace_from(argv_value: str | None = None) -> Path:
-    """The workspace: ``--workspace`` if given, else ``$FLOWLLM_WORKSPACE``, else the current folder."""
-    raw = argv_value or os.environ.get(WORKSPACE_ENV) or os.getcwd()
-    return Path(raw).expanduser().resolve()
+def workspace_from(argv_value: str | None = None) -> Path | None:
+    """The workspace: ``--workspace`` if given, else ``$FLOWLLM_WORKSPACE``, else none (a server shared by a run,
+    whose calls each name their folder). Never the current folder: a shared server started from the project
+    must not serve the project's files when a call names no folder."""
+    raw = argv_value or os.environ.get(WORKSPACE_ENV)
+    return Path(raw).expanduser().resolve() if raw else None
 
 
 def add_workspace_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workspace",
         default=None,
-        help=f"the task's folder (default: ${WORKSPACE_ENV}, else the current folder)",
+        help=f"the task's folder (default: ${WORKSPACE_ENV}; without either, each call must name its folder)",
     )
 
 

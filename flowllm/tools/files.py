@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 
@@ -43,6 +43,7 @@ from flowllm.tools.documents import (
     kind_of,
 )
 from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
+from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
 SERVER_NAME = "tool-files"
 DEFAULT_PAGE_CHARS = 16000  # below the pool's default 20,000-character cut, so the paging note survives
@@ -223,20 +224,28 @@ def _describe_entry(full: Path, workspace: Path) -> str:
 
 
 def build_server(
-    workspace: Path, page_chars: int = DEFAULT_PAGE_CHARS, reader_limits: ReaderLimits | None = None
+    workspace: Path | None,
+    page_chars: int = DEFAULT_PAGE_CHARS,
+    reader_limits: ReaderLimits | None = None,
+    readers: int = 2,
 ) -> MCPServer:
+    """The ``tool-files`` server. ``workspace``: the folder of the task it serves; ``None`` for a server shared by
+    a run, whose calls each name their task's folder (``flowllm.tools.taskfolder``). ``readers``: documents
+    parsed at once (each in a capped process of its own, started on first use)."""
     server = MCPServer(SERVER_NAME, instructions="Reads the task's files.", log_level="WARNING")
-    reader = ReaderProcess(reader_limits)
+    folders = TaskFolders(SERVER_NAME, workspace)
+    reader = ReaderProcess(reader_limits, workers=readers)
 
-    def read_file(path: str, offset: int = 0) -> CallToolResult:
-        return read_file_result(workspace, path, offset, page_chars, reader)
+    def read_file(ctx: Context, path: str, offset: int = 0) -> CallToolResult:
+        return read_file_result(folders.for_call(ctx), path, offset, page_chars, reader)
 
-    def list_files(path: str = ".") -> str:
-        return list_files_text(workspace, path)
+    def list_files(ctx: Context, path: str = ".") -> str:
+        return list_files_text(folders.for_call(ctx), path)
 
     server.add_tool(
         read_file,
         name="read_file",
+        meta=asks_for_workspace(),
         description=(
             "Read a file from the task's folder. 'path' is relative to that folder (e.g. 'data.csv' or "
             "'docs/report.pdf'). PDF, Word, Excel (every sheet), PowerPoint, HTML, CSV, JSON, XML, zip archives "
@@ -248,6 +257,7 @@ def build_server(
     server.add_tool(
         list_files,
         name="list_files",
+        meta=asks_for_workspace(),
         description=(
             "List the files and folders in the task's folder (or in a subfolder given by 'path'), "
             "recursively, "
@@ -265,9 +275,10 @@ def main(argv: list[str] | None = None) -> None:
     defaults = ReaderLimits()
     parser.add_argument("--reader-memory-mb", type=int, default=defaults.memory_mb, help="document reader's cap")
     parser.add_argument("--reader-timeout-s", type=float, default=defaults.timeout_s, help="per document")
+    parser.add_argument("--readers", type=int, default=2, help="documents parsed at once (one process each)")
     args = parser.parse_args(argv)
     limits = ReaderLimits(args.reader_memory_mb, args.reader_timeout_s)
-    build_server(workspace_from(args.workspace), args.page_chars, limits).run()
+    build_server(workspace_from(args.workspace), args.page_chars, limits, args.readers).run()
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from flowllm.tools.routing import READ_RESOURCE_SCHEMA, READ_RESOURCE_TOOL, argu
 from flowllm.tools.sampling import SAMPLING_DECLINED, SAMPLING_SHARED, Sampler
 from flowllm.tools.settings import PoolSettings, Scope, ServerSpec, load_settings
 from flowllm.tools.state import STATE_META_KEY, TaskState, result_state_update, tool_asks_for_state
+from flowllm.tools.taskfolder import WORKSPACE_META_KEY, tool_asks_for_workspace
 
 log = logging.getLogger(__name__)
 
@@ -334,11 +335,15 @@ class ToolPool:
         limits = [t for t in (timeout_s, handle.spec.timeout_s) if t and t > 0]
         limit = min(limits) if limits else None
         stateful = state is not None and tool_asks_for_state(tool)
-        meta = {STATE_META_KEY: state.values(server)} if state is not None and stateful else None
+        meta: dict[str, Any] = {}
+        if state is not None and stateful:
+            meta[STATE_META_KEY] = state.values(server)
+        if tool_asks_for_workspace(tool):  # a server shared by the run learns the task's folder call by call
+            meta[WORKSPACE_META_KEY] = str(self.workspace)
         progress: list[dict[str, Any]] = []
         try:
             async with asyncio.timeout(limit):
-                result = await handle.call_tool(name, arguments, meta, progress)
+                result = await handle.call_tool(name, arguments, meta or None, progress)
         except TimeoutError:
             self._spawn(handle.check_health())
             return _error(

@@ -13,11 +13,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from flowllm.tools.common import add_workspace_argument, workspace_from
 from flowllm.tools.sandbox import Isolation, SandboxLimits, describe_gaps, protect_process, run_python_code
+from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
 SERVER_NAME = "tool-python"
 
@@ -47,18 +48,21 @@ def probe_gaps(limits: SandboxLimits | None = None) -> list[str]:
     return list(result.gaps or [])
 
 
-def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:
-    """The ``tool-python`` server for one workspace (also handy in-process in tests)."""
+def build_server(workspace: Path | None, limits: SandboxLimits) -> MCPServer:
+    """The ``tool-python`` server (also handy in-process in tests). ``workspace``: the folder of the task it serves;
+    ``None`` for a server shared by a run, whose calls each name their task's folder (``flowllm.tools.taskfolder``).
+    Each call runs in a process of its own, so one server can run many tasks' code at once."""
     server = MCPServer(SERVER_NAME, instructions="Runs Python code inside the task's folder.", log_level="WARNING")
+    folders = TaskFolders(SERVER_NAME, workspace)
     warned: list[str] = []  # the gaps already reported: say it once per server, not once per call
 
-    async def run_python(code: str) -> CallToolResult:
+    async def run_python(code: str, ctx: Context) -> CallToolResult:
         if not code.strip():
             return CallToolResult(
                 content=[TextContent(type="text", text="Error: 'code' is empty; pass the Python source to run.")],
                 is_error=True,
             )
-        result = await run_python_code(code, workspace, limits)
+        result = await run_python_code(code, folders.for_call(ctx), limits)
         if result.gaps and not warned:
             warned.extend(result.gaps)
             print(f"tool-python: weaker sandbox on this machine: {describe_gaps(result.gaps)}", file=sys.stderr)
@@ -66,7 +70,7 @@ def build_server(workspace: Path, limits: SandboxLimits) -> MCPServer:
         # see at a glance that the code did not do what it meant.
         return CallToolResult(content=[TextContent(type="text", text=result.render())], is_error=not result.ok)
 
-    server.add_tool(run_python, name="run_python", description=_description(limits))
+    server.add_tool(run_python, name="run_python", description=_description(limits), meta=asks_for_workspace())
     return server
 
 

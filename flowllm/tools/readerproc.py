@@ -2,7 +2,7 @@
 
 markitdown's readers (pdfminer, openpyxl, python-docx...) parse untrusted files: a crafted PDF can spin for
 minutes and a decompression bomb can take gigabytes. A thread cannot be stopped, so tool-files and tool-browse
-run them in one warm worker process per server (``ReaderProcess``): its address space is capped
+run them in warm worker processes of their own (``ReaderProcess``): each one's address space is capped
 (``RLIMIT_AS``), a call that overruns its budget gets the worker killed (and a new one started for the next
 call), and either failure comes back as a ``DocumentError`` the model reads, never as a hung or dead server.
 """
@@ -10,8 +10,8 @@ call), and either failure comes back as a ``DocumentError`` the model reads, nev
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import resource
-import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -36,12 +36,11 @@ def _cap_memory(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
 
 
-class ReaderProcess:
-    """One worker process that runs reader functions under ``limits``; thread-safe, one call at a time."""
+class _Worker:
+    """One capped worker process, started on first use and replaced after a call overran or crashed it."""
 
-    def __init__(self, limits: ReaderLimits | None = None) -> None:
-        self.limits = limits or ReaderLimits()
-        self._lock = threading.Lock()
+    def __init__(self, limits: ReaderLimits) -> None:
+        self.limits = limits
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -53,7 +52,7 @@ class ReaderProcess:
             )
         return self._pool
 
-    def _discard(self) -> None:
+    def discard(self) -> None:
         """Kill the worker (a call overran its budget, or the worker died) so the next call gets a fresh one."""
         pool, self._pool = self._pool, None
         if pool is None:
@@ -63,23 +62,42 @@ class ReaderProcess:
         pool.shutdown(wait=False, cancel_futures=True)
 
     def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        with self._lock:
-            future = self._executor().submit(function, *args, **kwargs)
-            try:
-                return future.result(timeout=self.limits.timeout_s)
-            except FutureTimeout:
-                self._discard()
-                raise DocumentError(
-                    f"reading it took longer than {self.limits.timeout_s:g} s and was stopped"
-                ) from None
-            except MemoryError:
-                raise DocumentError(
-                    f"reading it needs more than the reader's {self.limits.memory_mb:,} MB of memory"
-                ) from None
-            except BrokenProcessPool:
-                self._discard()
-                raise DocumentError("the document reader crashed on it (a corrupt or hostile file)") from None
+        future = self._executor().submit(function, *args, **kwargs)
+        try:
+            return future.result(timeout=self.limits.timeout_s)
+        except FutureTimeout:
+            self.discard()
+            raise DocumentError(f"reading it took longer than {self.limits.timeout_s:g} s and was stopped") from None
+        except MemoryError:
+            raise DocumentError(
+                f"reading it needs more than the reader's {self.limits.memory_mb:,} MB of memory"
+            ) from None
+        except BrokenProcessPool:
+            self.discard()
+            raise DocumentError("the document reader crashed on it (a corrupt or hostile file)") from None
+
+
+class ReaderProcess:
+    """Up to ``workers`` capped worker processes that run reader functions under ``limits``; thread-safe.
+
+    A server shared by a run's tasks reads their documents concurrently, one per worker; a further call waits
+    for a free worker. Workers start on first use, so a server that reads no document starts none.
+    """
+
+    def __init__(self, limits: ReaderLimits | None = None, workers: int = 1) -> None:
+        self.limits = limits or ReaderLimits()
+        self._workers = [_Worker(self.limits) for _ in range(max(1, workers))]
+        self._free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        for worker in self._workers:
+            self._free.put(worker)
+
+    def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        worker = self._free.get()
+        try:
+            return worker.run(function, *args, **kwargs)
+        finally:
+            self._free.put(worker)
 
     def close(self) -> None:
-        with self._lock:
-            self._discard()
+        for worker in self._workers:
+            worker.discard()
