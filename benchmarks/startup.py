@@ -6,8 +6,10 @@ spawns and reaps), read with ``resource.getrusage(RUSAGE_CHILDREN)`` before and 
 run completed, that is what one task costs the machine, start-up included. Best of N runs (the least disturbed
 by whatever else the machine does), with the median next to it. Variants:
 
-* the sample as shipped (``tool-math`` is run-scoped: one process serves every task);
-* ``tools.servers.tool-math.scope=task``: every server started per task, the difference run scope makes;
+* the sample as shipped (every built-in server is run-scoped: one process each serves every task, told each
+  call's task folder);
+* every server started per task (``scope=task`` for tool-python, tool-files and tool-math): how the built-ins
+  ran before, and the difference run scope makes;
 * one task (``dataset.limit=1``): the fixed cost of a run, paid by every run however small;
 * ``python -c "import flowllm.app"`` (reference): the interpreter and the imports alone.
 
@@ -44,8 +46,11 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("sample as shipped (tool-math run-scoped)", ()),
-    Variant("every server per task (`tools.servers.tool-math.scope=task`)", ("tools.servers.tool-math.scope=task",)),
+    Variant("sample as shipped (every built-in server run-scoped)", ()),
+    Variant(
+        "every server per task (`scope=task` for tool-python, tool-files, tool-math)",
+        tuple(f"tools.servers.{name}.scope=task" for name in ("tool-python", "tool-files", "tool-math")),
+    ),
     Variant("one task (`dataset.limit=1`): a run's fixed cost", ("dataset.limit=1",), full_only=True),
 )
 
@@ -165,9 +170,9 @@ def section(rows: list[Row], sizes: Sizes) -> Section:
         "hydra.run.dir=<temp>`, one fresh process per run. CPU is user + system time of the whole process tree "
         "(flowllm, the in-process emulator, every MCP tool server it starts), from `getrusage(RUSAGE_CHILDREN)` "
         "around the run; per task is that over the tasks of the run, start-up included. Best of "
-        f"{runs} run{'s' if runs != 1 else ''}. `tool-math` is run-scoped in the shipped config; the second row "
-        "starts it per task like the other servers. The reference row is the interpreter and flowllm's imports, "
-        "nothing run."
+        f"{runs} run{'s' if runs != 1 else ''}. The shipped config runs every built-in server once per run (each "
+        "call names its task's folder); the second row starts tool-python, tool-files and tool-math per task, as "
+        "the built-ins ran before. The reference row is the interpreter and flowllm's imports, nothing run."
     )
     sample = rows[0]
     best = sample.cpu_per_task.min
