@@ -7,6 +7,7 @@ reported as one line on stderr with a non-zero exit; a traceback means a bug in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -298,7 +299,7 @@ async def _run_async(cfg: DictConfig, parts: PreparedRun, recorder: Recorder, le
     ):
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer, vision=vision)
         if catalog is not None:
-            experiment.tools_catalog = catalog  # preflight started every server once already
+            experiment.tools_catalog = catalog  # the preflight's: its run-scoped servers are up, in this loop
         return await experiment.run(parts.tasks)
 
 
@@ -308,8 +309,8 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
     return sum(1 for o in load_outcomes(run_dir, tasks) if o.status == "completed")
 
 
-def run_preflight(cfg: DictConfig) -> PreparedRun:
-    """``prepare``, then the live checks (providers answer, tool servers start): every problem at once."""
+def plan_preflight(cfg: DictConfig) -> tuple[PreparedRun | None, list[ProviderTarget], list[str]]:
+    """``prepare`` (the config problems) and what the live checks will reach; says on screen what they start."""
     parts, provider_cfg, problems = prepare_parts(cfg)
     targets: list[ProviderTarget] = []
     if provider_cfg is not None:
@@ -321,16 +322,26 @@ def run_preflight(cfg: DictConfig) -> PreparedRun:
             f"preflight: starting {servers} tool server{'s' if servers != 1 else ''}, "
             f"checking {checked} provider{'s' if checked != 1 else ''}..."
         )
+    return parts, targets, problems
+
+
+async def run_preflight(
+    cfg: DictConfig,
+    planned: tuple[PreparedRun | None, list[ProviderTarget], list[str]],
+    stack: contextlib.AsyncExitStack,
+) -> PreparedRun:
+    """The live checks (providers answer, tool servers start), then every problem at once. The tool catalog lives
+    on ``stack``: its run-scoped servers serve the run's tasks."""
+    parts, targets, problems = planned
     catalog = None
     try:
-        catalog = asyncio.run(
-            preflight(
-                targets,
-                cfg.tools,
-                providers=bool(cfg.preflight.providers),
-                tools=bool(cfg.preflight.tools),
-                timeout_s=float(cfg.preflight.timeout_s),
-            )
+        catalog = await preflight(
+            targets,
+            cfg.tools,
+            providers=bool(cfg.preflight.providers),
+            tools=bool(cfg.preflight.tools),
+            timeout_s=float(cfg.preflight.timeout_s),
+            stack=stack,
         )
     except PreflightError as exc:
         # A tool entry that cannot work is found by prepare and again by the start-up check: say it once.
@@ -405,6 +416,43 @@ def sandbox_gaps(cfg: DictConfig) -> list[str] | None:
     return gaps
 
 
+class _RunSession:
+    """One run in one process: the preflight, then the tasks, in one event loop; what the summary needs after."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.parts: PreparedRun | None = None
+        self.recorder: Recorder | None = None
+        self.ledger: UsageLedger | None = None
+        self.gaps: list[str] | None = None
+        self.resumed = 0
+        self.started = time.perf_counter()
+
+    async def preflight_and_run(self, planned: tuple[PreparedRun | None, list[ProviderTarget], list[str]]) -> RunResult:
+        cfg, run_dir = self.cfg, self.run_dir
+        async with contextlib.AsyncExitStack() as stack:
+            parts = self.parts = await run_preflight(cfg, planned, stack)
+            self.gaps = await asyncio.to_thread(sandbox_gaps, cfg)
+            self.started = time.perf_counter()
+            self.resumed = _completed_before(run_dir, parts.tasks, cfg.experiment.resume)
+            # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
+            secrets = provider_secrets(parts.provider_cfg)
+            for other in (parts.judge_provider, parts.vision.provider_cfg if parts.vision is not None else None):
+                if other is not None:
+                    secrets += [s for s in provider_secrets(other) if s not in secrets]
+            self.recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
+            # One line per attempt, appended across resumed sessions: what was really spent, failures included.
+            self.ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
+            return await _run_async(cfg, parts, self.recorder, self.ledger)
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+        if self.ledger is not None:
+            self.ledger.close()
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
@@ -417,32 +465,27 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
     if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count, steps)
-    parts = run_preflight(cfg)
-    tasks = parts.tasks
-    gaps = sandbox_gaps(cfg)
-    started = time.perf_counter()
-    resumed = _completed_before(run_dir, tasks, cfg.experiment.resume)
-    # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
-    secrets = provider_secrets(parts.provider_cfg)
-    for other in (parts.judge_provider, parts.vision.provider_cfg if parts.vision is not None else None):
-        if other is not None:
-            secrets += [s for s in provider_secrets(other) if s not in secrets]
-    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
-    # One line per attempt, appended across resumed sessions: what was really spent, failures included.
-    ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
+    planned = plan_preflight(cfg)
+    session = _RunSession(cfg, run_dir)
     try:
-        result = asyncio.run(_run_async(cfg, parts, recorder, ledger))
+        # One event loop for the preflight and the run: the tool servers the preflight starts serve the tasks.
+        result = asyncio.run(session.preflight_and_run(planned))
     except KeyboardInterrupt:
+        if session.recorder is None:  # interrupted before the first task: nothing ran, nothing to summarise
+            raise
         # A second Ctrl-C, or one before the loop could cancel cleanly: what finished is on disk.
         result = None
     finally:
-        recorder.close()
-        ledger.close()
+        session.close()
+    parts, recorder, started = session.parts, session.recorder, session.started
+    assert parts is not None and recorder is not None  # set before the run began (a failure raised above)
     if result is None:
         rules = workers.scorer_rules(cfg, run_dir) if cfg.dataset.scorer != "judge" else None
-        result = RunResult(load_outcomes(run_dir, tasks, rules), interrupted=True, resumed=resumed, tools_start_s=None)
+        result = RunResult(
+            load_outcomes(run_dir, parts.tasks, rules), interrupted=True, resumed=session.resumed, tools_start_s=None
+        )
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
-    summary["tools"]["sandbox_gaps"] = gaps
+    summary["tools"]["sandbox_gaps"] = session.gaps
     atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
     print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
     return summary

@@ -6,8 +6,9 @@ fails, and a missing dataset shows up only after the missing key is fixed. Check
 * every provider of the run (the main one, its fallbacks, aliases and agent models) answers a models listing
   (``GET <base_url>/models`` through its own SDK, no retries, nothing billed); emulated and replayed
   providers are skipped: they start with the run and cannot be unreachable;
-* every configured tool server starts and lists its tools (``flowllm.tools.discover_tools``); the catalog it
-  returns is handed to the experiment, so the servers are not started twice.
+* every configured tool server starts and lists its tools (``flowllm.tools.open_tool_catalog``). Given the
+  run's exit stack, the check runs in the run's own event loop and its catalog is the run's: the run-scoped
+  servers it started stay connected and serve the tasks, so no server is started twice.
 
 Configuration problems (settings, keys, dataset, prices) are collected by ``flowllm.app.prepare`` the same way.
 All of them end as one ``PreflightError``: one line per problem, exit 2.
@@ -16,6 +17,7 @@ All of them end as one ``PreflightError``: one line per problem, exit 2.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -113,9 +115,14 @@ async def check_providers(
     return [p for p in found if p]
 
 
-async def check_tools(tools_cfg: Any, start_timeout_s: float) -> tuple[list[str], Any]:
-    """Start every configured server once; returns the problems and the catalog (None if none could be made)."""
-    from flowllm.tools import discover_tools, load_settings
+async def check_tools(
+    tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None
+) -> tuple[list[str], Any]:
+    """Start every configured server once; returns the problems and the catalog (None if none could be made).
+
+    ``stack``: keep the run-scoped servers connected until it closes (the run's own catalog); without one they
+    are stopped once checked."""
+    from flowllm.tools import discover_tools, load_settings, open_tool_catalog
 
     try:
         settings = load_settings(tools_cfg)
@@ -128,7 +135,10 @@ async def check_tools(tools_cfg: Any, start_timeout_s: float) -> tuple[list[str]
     pool_log.setLevel(logging.ERROR)  # a server that fails to start is reported below, once, as a problem
     with tempfile.TemporaryDirectory(prefix="flowllm-preflight-") as scratch:
         try:
-            catalog = await discover_tools(tools_cfg, Path(scratch), start_timeout_s=start_timeout_s)
+            if stack is not None:
+                catalog = await stack.enter_async_context(open_tool_catalog(tools_cfg, start_timeout_s=start_timeout_s))
+            else:
+                catalog = await discover_tools(tools_cfg, Path(scratch), start_timeout_s=start_timeout_s)
         except Exception as exc:
             return [f"tool servers: {type(exc).__name__}: {exc}"], None
         finally:
@@ -148,10 +158,13 @@ async def preflight(
     providers: bool = True,
     tools: bool = True,
     timeout_s: float = 15.0,
+    stack: contextlib.AsyncExitStack | None = None,
 ) -> Any:
-    """Run the live checks together; raise PreflightError with every problem, else return the tool catalog."""
+    """Run the live checks together; raise PreflightError with every problem, else return the tool catalog.
+
+    ``stack``: the run's exit stack; the catalog's run-scoped servers then stay up for the run (``check_tools``)."""
     reach = check_providers(targets, timeout_s) if providers else _nothing()
-    start = check_tools(tools_cfg, max(timeout_s, 30.0)) if tools else _no_tools()
+    start = check_tools(tools_cfg, max(timeout_s, 30.0), stack) if tools else _no_tools()
     provider_problems, (tool_problems, catalog) = await asyncio.gather(reach, start)
     problems = [*provider_problems, *tool_problems]
     if problems:

@@ -523,8 +523,11 @@ class Experiment:
         return self.open_tools(self.tools_cfg, workspace)
 
     async def _discover_tools(self, stack: contextlib.AsyncExitStack) -> None:
-        """Check the servers once for the run; the run-scoped ones stay connected until ``stack`` closes."""
-        if self.open_tools is not open_tool_pool:
+        """Check the servers once for the run; the run-scoped ones stay connected until ``stack`` closes.
+
+        A catalog given by the caller (the preflight's, opened in this event loop) is the run's: its servers are
+        already up and the caller stops them."""
+        if self.open_tools is not open_tool_pool or self.tools_catalog is not None:
             return
         self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools_cfg))
 
