@@ -54,7 +54,7 @@ from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
 from flowllm.tools import load_settings, open_tool_pool
-from flowllm.tools.python import probe_gaps
+from flowllm.tools.python import limits_from_args, probe_gaps
 from flowllm.tools.sandbox import describe_gaps, protect_process
 from flowllm.tools.webconf import cache_env, check_web_tools, web_tools
 
@@ -406,11 +406,18 @@ def sandbox_gaps(cfg: DictConfig) -> list[str] | None:
     """What run_python's sandbox cannot isolate on this machine, said once before the first task (None: the run
     has no tool-python, or replays its saved results)."""
     entry = (cfg.tools.get("servers") or {}).get("tool-python")
-    if entry is None or "flowllm.tools.python" not in list(entry.get("args") or []):
+    args = [str(a) for a in entry.get("args") or []] if entry is not None else []
+    if "flowllm.tools.python" not in args:
         return None
     if OmegaConf.select(cfg, "provider.protocol") == REPLAY_PROTOCOL and cfg.replay.tools == "saved":
         return None
-    gaps = probe_gaps()
+    # The sandbox the server will use (--sandbox-backend, --isolation...), not the default one.
+    server_args = args[args.index("flowllm.tools.python") + 1 :]
+    try:
+        limits = limits_from_args(server_args)
+    except SystemExit:  # arguments the server refuses: it would not have started, which preflight reports
+        limits = None
+    gaps = probe_gaps(limits)
     if gaps:
         log.warning("flowllm: tool-python runs code in a weaker sandbox on this machine: %s", describe_gaps(gaps))
     return gaps

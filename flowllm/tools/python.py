@@ -17,7 +17,14 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from flowllm.tools.common import add_workspace_argument, workspace_from
-from flowllm.tools.sandbox import Isolation, SandboxLimits, describe_gaps, protect_process, run_python_code
+from flowllm.tools.sandbox import (
+    Isolation,
+    SandboxBackend,
+    SandboxLimits,
+    describe_gaps,
+    protect_process,
+    run_python_code,
+)
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
 SERVER_NAME = "tool-python"
@@ -74,7 +81,7 @@ def build_server(workspace: Path | None, limits: SandboxLimits) -> MCPServer:
     return server
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m flowllm.tools.python", description=__doc__)
     add_workspace_argument(parser)
     defaults = SandboxLimits()
@@ -91,8 +98,23 @@ def main(argv: list[str] | None = None) -> None:
         default=defaults.isolation.value,
         help="required: refuse to run code where the machine cannot isolate it fully",
     )
-    args = parser.parse_args(argv)
-    limits = SandboxLimits(
+    parser.add_argument(
+        "--sandbox-backend",
+        choices=[b.value for b in SandboxBackend],
+        default=defaults.backend.value,
+        help="auto: own namespaces as root, else bubblewrap (bwrap) where it works; bwrap: bubblewrap always",
+    )
+    return parser
+
+
+def limits_from_args(argv: list[str]) -> SandboxLimits:
+    """The limits a server started with these arguments applies (``python -m flowllm.tools.python ARGS``): the
+    run probes the sandbox the server will really use. Raises ``SystemExit`` for arguments it refuses."""
+    return _limits(_parser().parse_args(argv))
+
+
+def _limits(args: argparse.Namespace) -> SandboxLimits:
+    return SandboxLimits(
         timeout_s=args.timeout_s,
         memory_mb=args.memory_mb,
         max_file_mb=args.max_file_mb,
@@ -100,8 +122,14 @@ def main(argv: list[str] | None = None) -> None:
         max_processes=args.max_processes,
         allow_network=args.allow_network,
         isolation=Isolation(args.isolation),
+        backend=SandboxBackend(args.sandbox_backend),
         max_stdout_chars=args.max_output_chars,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    limits = _limits(args)
     protect_process()
     build_server(workspace_from(args.workspace), limits).run()
 

@@ -22,10 +22,22 @@ tasks' results, or try to outlive its call. As root (the usual case in a contain
 * Whatever happens (normal exit, timeout, the caller cancelled), everything is killed and the cgroup removed
   before ``run_python_code`` returns.
 
-Where a part cannot be had (not root: no privilege drop and no private filesystem; no writable cgroup: limits
-per process only), the bootstrap falls back to what works (an unprivileged user namespace for the network, a
-socket guard at worst) and reports the gaps (``SandboxResult.gaps``, worded in ``GAP_TEXT``);
-``Isolation.REQUIRED`` makes it refuse to run the code instead.
+When flowllm is not root, bubblewrap (``bwrap``) builds the same sandbox instead (``SandboxBackend``: AUTO
+picks it, BWRAP forces it, as root too): new PID, mount, IPC, UTS and network namespaces (and, not root, a user
+namespace), the same read-only system folders and Python install, the workspace as the one writable folder, a
+private size-capped ``/tmp`` and ``/dev/shm``, a fresh ``/proc``, a minimal read-only ``/dev``,
+``--die-with-parent`` and ``--new-session``. The same bootstrap runs inside it, told it is isolated already: it
+only sets ``PR_SET_PDEATHSIG``, no-new-privs and the limits (and, as root, drops to ``sandbox_uid``). The
+cgroup, where one can be made, is joined by a shell that then becomes bwrap, since ``/sys`` is not visible
+inside. Not root, the code keeps flowllm's uid inside a user namespace of its own: it reaches no file but what
+is bound in and no process outside, and its ``RLIMIT_NPROC`` counts only its own processes (Linux >= 5.14
+counts per uid and user namespace). Without a delegated cgroup, memory is limited per process
+(``RLIMIT_AS``): the gap "cgroup". Whether bwrap works is probed once per process (``probe_bwrap``).
+
+Where a part cannot be had (not root and no working bwrap: no privilege drop, no private filesystem, no PID
+namespace; no writable cgroup: memory limited per process), the bootstrap falls back to what works (an
+unprivileged user namespace for the network, a socket guard at worst) and reports the gaps
+(``SandboxResult.gaps``, worded in ``GAP_TEXT``); ``Isolation.REQUIRED`` makes it refuse to run the code instead.
 
 The child's environment is minimal and fixed (``PYTHONHASHSEED=0``, one BLAS thread, a private ``HOME``) so
 the same code prints the same thing in every run, and the workspace's absolute path is scrubbed from the
@@ -37,9 +49,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,7 +82,7 @@ import json, os, sys
 CFG = json.loads(sys.argv[1])
 NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-REPORT = {"gaps": []}
+REPORT = {"gaps": list(CFG["gaps"])}  # what the server already knows is missing (no cgroup, no bwrap)
 
 def _libc():
     import ctypes
@@ -193,11 +208,30 @@ def _wait_and_mirror(pid):
         os.kill(os.getpid(), sig)
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
+def _inside_bwrap():
+    # bubblewrap built the namespaces and the new root already. Our parent is its process 1 inside the PID
+    # namespace, not the server, so the check on the parent's pid does not apply: --die-with-parent ties bwrap
+    # to the server, and when bwrap's process 1 dies the kernel kills everything in the namespace.
+    if "cgroup" in sys.argv[2:]:  # the wrapper that started bwrap could not join the call's cgroup
+        REPORT["gaps"].append("cgroup")
+    for name in set(os.environ) - set(CFG["env"]):  # PWD, which bwrap sets for --chdir (and a shell's own)
+        del os.environ[name]
+    if os.getuid() == 0:
+        # Root's bwrap makes no user namespace (one would map the code's uid to root outside), so we are still
+        # root here: drop to the server's own uid, as the namespace path does.
+        _drop_privileges()
+        _pdeathsig()  # a change of credentials clears it
+    else:
+        _libc().prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (bwrap sets it too; this does not rely on that)
+
 def _isolate():
     if not sys.platform.startswith("linux"):
         REPORT["gaps"] += ["namespaces", "privileges"]
         return
     _pdeathsig()
+    if CFG["bwrap"]:
+        _inside_bwrap()
+        return
     if os.getppid() != CFG["parent"]:  # the server died before prctl took effect
         os._exit(137)
     _join_cgroup()
@@ -289,15 +323,34 @@ class Isolation(enum.Enum):
     REQUIRED = "required"  # refuse to run code when any part is missing
 
 
-# The gaps a fallback leaves open, in words a user can act on (the keys are what the bootstrap reports).
+class SandboxBackend(enum.Enum):
+    """What builds the sandbox (``--sandbox-backend``)."""
+
+    # As root: our own namespaces (the stronger choice: a uid of the server's own and a cgroup). Not root:
+    # bubblewrap where it works here, else the fallback with its gaps.
+    AUTO = "auto"
+    # bubblewrap, as root too; where it cannot run, the fallback runs and the result reports the gap "bwrap".
+    BWRAP = "bwrap"
+    # Our own namespaces as root; not root, the fallback (no private filesystem, no PID namespace).
+    NAMESPACES = "namespaces"
+
+
+# What a call's sandbox lacks, in words a user can act on (the keys are what the bootstrap reports).
 GAP_TEXT = {
-    "privileges": "the code runs as the same user as flowllm (it can read what flowllm can, /proc included)",
+    "privileges": "the code runs as flowllm's own user and can read what flowllm can, /proc included",
     "filesystem": "the code sees the whole filesystem (run directory, dataset, project)",
     "pid namespace": "the code sees and can signal other processes of its user",
     "network namespace": "the network is cut only by a guard on Python's socket module",
-    "cgroup": "memory and process limits hold per process, not for the code and its children together",
+    "cgroup": "no cgroup could be made: memory is limited per process (RLIMIT_AS), not for the code and its "
+    "children together, and the process cap is a per-user RLIMIT_NPROC",
+    "bwrap": "the bubblewrap backend was asked for but cannot run here, so the fallback ran",
     "namespaces": "no namespaces outside Linux",
 }
+# Said once after the gaps it closes (the fallback's, when flowllm is not root and bwrap cannot run).
+BWRAP_CLOSES = ("privileges", "filesystem", "pid namespace")
+BWRAP_HINT = (
+    "installing bubblewrap (bwrap, with user namespaces allowed) closes the gaps in privileges, files and processes"
+)
 
 
 @dataclass
@@ -311,6 +364,7 @@ class SandboxLimits:
     max_processes: int = 64  # processes and threads of the code together
     allow_network: bool = False
     isolation: Isolation = Isolation.BEST
+    backend: SandboxBackend = SandboxBackend.AUTO
     # How much of each stream is kept: the first two thirds and the last third of this many bytes.
     max_stdout_chars: int = 20000
     max_stderr_chars: int = 8000
@@ -365,6 +419,8 @@ class SandboxResult:
     workspace_exceeded: bool = False
     # What the bootstrap could not set up on this machine (keys of GAP_TEXT); None if it did not say.
     gaps: list[str] | None = None
+    # What built the sandbox of this call: BWRAP or NAMESPACES (the latter also names the fallback), never AUTO.
+    backend: SandboxBackend | None = None
 
     @property
     def ok(self) -> bool:
@@ -568,8 +624,20 @@ def _new_home() -> str:
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
 
 
+def _tmp_mb(limits: SandboxLimits) -> int:
+    """The size of the sandbox's private ``/tmp`` (and ``/dev/shm``) in MB."""
+    return max(16, min(limits.max_file_mb or 256, 1024))
+
+
 def _bootstrap_config(
-    limits: SandboxLimits, workspace: Path, home: str, cgroup_procs: list[str], report_fd: int
+    limits: SandboxLimits,
+    workspace: Path,
+    home: str,
+    cgroup_procs: list[str],
+    report_fd: int,
+    *,
+    bwrap: bool,
+    gaps: list[str],
 ) -> str:
     return json.dumps(
         {
@@ -585,12 +653,171 @@ def _bootstrap_config(
             "uid": sandbox_uid(),
             "ro_paths": _python_paths(),
             "new_root": tempfile.gettempdir(),
-            "tmp_mb": max(16, min(limits.max_file_mb or 256, 1024)),
+            "tmp_mb": _tmp_mb(limits),
             "cgroup_procs": cgroup_procs,
             "python_traversable": all(_traversable_by_others(p) for p in (sys.prefix, sys.base_prefix)),
             "report": report_fd,
+            "bwrap": bwrap,  # bubblewrap isolated the bootstrap already: it only drops privileges and sets limits
+            "gaps": gaps,
+            "env": sorted(_child_env(home)),  # the names the code's environment may hold
         }
     )
+
+
+# Joins the call's cgroup, then becomes bwrap (same pid, so bwrap and all it starts are in the group): the
+# sandbox cannot do it itself, as /sys is not visible inside. Its arguments: the ``cgroup.procs`` files, ``--``,
+# then the command. Where joining fails it tells the bootstrap so with one more argument, ``cgroup``.
+_JOIN_CGROUP = (
+    'joined=yes; while [ "$1" != -- ]; do { echo $$ > "$1"; } 2>/dev/null || joined=no; shift; done; shift; '
+    '[ "$joined" = yes ] || set -- "$@" cgroup; exec "$@"'
+)
+
+
+@dataclass(frozen=True)
+class BwrapProbe:
+    """Whether bubblewrap can build the sandbox here: ``path`` is the binary when it can, else ``problem`` says why."""
+
+    path: str | None
+    problem: str = ""
+    disable_userns: bool = False  # whether this bwrap can forbid the code new user namespaces (bwrap >= 0.8)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _bwrap_namespaces(as_root: bool, allow_network: bool, disable_userns: bool) -> list[str]:
+    args = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    if not allow_network:
+        args.append("--unshare-net")
+    if not as_root:
+        # Without privileges bwrap needs a user namespace to build anything, and the code keeps flowllm's uid,
+        # mapped to itself. That is not reported as the gap "privileges", which is about what the uid reaches:
+        # here no file but what is bound in (all read-only but the workspace), no process outside the PID
+        # namespace (none to signal or trace, no other /proc/<pid>/environ), no abstract socket outside the
+        # network namespace (unless the network is allowed). What the shared uid still gives: bound files only
+        # flowllm's user may read (its Python install) are readable, as the code needs them anyway.
+        # RLIMIT_NPROC counts per uid *and user namespace* (Linux >= 5.14), so the cap holds this call alone;
+        # an older kernel counts all of the user's processes, flowllm's own included.
+        # As root there is no user namespace: bwrap would map the code's uid to root outside, which owns the
+        # read-only system files (and their owner bits); the bootstrap drops to the server's own uid instead.
+        args.append("--unshare-user")
+        if disable_userns:
+            args.append("--disable-userns")  # fewer kernel paths within reach of the code
+    return args
+
+
+def _bwrap_mounts(workspace: str, home: str | None, tmp_bytes: int) -> list[str]:
+    """bwrap's view of the filesystem: the system folders and the Python install read-only, the workspace
+    read-write at its own path, a private size-capped ``/tmp`` and ``/dev/shm``, a fresh ``/proc``, a minimal
+    ``/dev``; nothing else exists (the run directory, the dataset, the project, other tasks)."""
+    args: list[str] = []
+    made = {"/", "/proc", "/dev", "/tmp"}  # folders of the new root that exist once the first mounts are made
+    host_trees: list[str] = []  # bound host folders: whatever lies below them is there already
+
+    def parents(path: str) -> None:
+        # bwrap creates missing parents with mode 0700, which the server's uid (as root) could not cross.
+        for parent in reversed(Path(path).parents):
+            text = str(parent)
+            if text not in made and not any(_inside(text, tree) for tree in host_trees):
+                args.extend(["--perms", "0755", "--dir", text])
+                made.add(text)
+
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
+    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    if home is None:
+        parents(SANDBOX_HOME)
+        args += ["--perms", "0777", "--dir", SANDBOX_HOME]  # 0777: as root, the code's uid does not own it
+    # The host's root is never bound, even were it on the list: that would undo the sandbox.
+    paths = [p for p in _python_paths() if p != "/" and os.path.lexists(p)]
+    folders = [p for p in paths if not os.path.islink(p)]
+    for path in folders:
+        parents(path)
+        args += ["--ro-bind", path, path]
+        host_trees.append(path)
+    for path in (p for p in paths if os.path.islink(p)):
+        parents(path)
+        if any(_inside(os.path.realpath(path), folder) for folder in folders):
+            args += ["--symlink", os.readlink(path), path]  # /lib -> usr/lib stays a link, as on the host
+        else:
+            args += ["--ro-bind", path, path]
+            host_trees.append(path)
+    for writable in (workspace, home):
+        if writable is not None:
+            parents(writable)
+            args += ["--bind", writable, writable]
+    # The new root and /dev are tmpfs folders bwrap made; read-only, the code can fill neither.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workspace]
+    return args
+
+
+def _bwrap_command(
+    probe: BwrapProbe, limits: SandboxLimits, workspace: str, home: str | None, as_root: bool
+) -> list[str]:
+    assert probe.path is not None
+    return [
+        probe.path,
+        *_bwrap_namespaces(as_root, limits.allow_network, probe.disable_userns),
+        "--die-with-parent",  # the sandbox dies with the server, even a server killed with SIGKILL
+        "--new-session",  # no controlling terminal to push input into (TIOCSTI)
+        *_bwrap_mounts(workspace, home, _tmp_mb(limits) * 1024 * 1024),
+        "--",
+    ]
+
+
+@functools.cache
+def probe_bwrap() -> BwrapProbe:
+    """Whether bubblewrap works on this machine, found by running it once with the namespaces and mounts of a
+    call (``true`` in place of the code). Cached for the process: the answer does not change while it runs."""
+    if not sys.platform.startswith("linux"):
+        return BwrapProbe(None, "bubblewrap needs Linux")
+    path = shutil.which("bwrap", path=os.pathsep.join([os.environ.get("PATH", ""), _SAFE_PATH]))
+    if path is None:
+        return BwrapProbe(None, "bwrap is not installed (the package is called bubblewrap)")
+    true = shutil.which("true", path=_SAFE_PATH)
+    if true is None:
+        return BwrapProbe(None, "no `true` command to try bwrap with")
+    as_root = os.getuid() == 0
+    folder = tempfile.mkdtemp(prefix="flowllm-bwrap-probe-")
+    problem = ""
+    try:
+        # --disable-userns (bwrap >= 0.8) hardens a sandbox that holds without it: an older bwrap is used without.
+        for disable_userns in (False,) if as_root else (True, False):
+            probe = BwrapProbe(path, disable_userns=disable_userns)
+            command = [*_bwrap_command(probe, SandboxLimits(max_file_mb=16), folder, None, as_root), true]
+            try:
+                done = subprocess.run(
+                    command, stdin=subprocess.DEVNULL, capture_output=True, env={"PATH": _SAFE_PATH}, timeout=30
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return BwrapProbe(None, f"{path} could not run: {exc}")
+            if done.returncode == 0:
+                return probe
+            lines = done.stderr.decode(errors="replace").strip().splitlines()
+            problem = lines[-1] if lines else f"exit status {done.returncode}"
+    finally:
+        _remove_tree(folder)
+    return BwrapProbe(None, f"{path} cannot build the sandbox here: {problem}")
+
+
+def _choose_backend(requested: SandboxBackend, as_root: bool) -> tuple[SandboxBackend, BwrapProbe | None, list[str]]:
+    """The backend a call runs under, the bwrap it uses, and the gaps the choice itself leaves."""
+    if requested is SandboxBackend.NAMESPACES or (requested is SandboxBackend.AUTO and as_root):
+        return SandboxBackend.NAMESPACES, None, []
+    probe = probe_bwrap()
+    if probe.path is not None:
+        return SandboxBackend.BWRAP, probe, []
+    return SandboxBackend.NAMESPACES, None, ["bwrap"] if requested is SandboxBackend.BWRAP else []
+
+
+def _bwrap_exit_code(code: int | None) -> int | None:
+    """bwrap reports a command killed by signal N as exit status 128 + N; the result speaks of signals as
+    negative codes. Code that itself exits with such a status (``sys.exit(137)``) reads as the signal too: rare,
+    and it changes only the status line."""
+    if code is not None and 128 < code < 128 + signal.NSIG:
+        return -(code - 128)
+    return code
 
 
 async def run_python_code(
@@ -598,15 +825,19 @@ async def run_python_code(
 ) -> SandboxResult:
     """Run ``code`` with ``workspace`` as the working directory under ``limits``.
 
+    ``home``: a host folder to use as ``HOME`` (bound read-write under bubblewrap); by default a fresh one.
     Never raises for problems of the code itself (syntax errors, exceptions, timeouts, limits): those are in
     the result. ``asyncio.CancelledError`` propagates after every process the code started has been killed.
     """
     limits = limits or SandboxLimits()
     workspace = workspace.resolve()
     as_root = hasattr(os, "getuid") and os.getuid() == 0
+    backend, probe, gaps_known = await asyncio.to_thread(_choose_backend, limits.backend, as_root)
+    use_bwrap = probe is not None
     own_home = None
+    home_bind = home
     if home is None:
-        if as_root:
+        if as_root or use_bwrap:
             home = SANDBOX_HOME  # inside the sandbox's private /tmp: nothing to clean up on the host
         else:
             own_home = home = _new_home()
@@ -614,18 +845,21 @@ async def run_python_code(
     if sys.platform.startswith("linux"):
         name = f"{time.monotonic_ns()}"
         group = await asyncio.to_thread(cgroup.create, name, limits.memory_mb * 1024 * 1024, limits.max_processes + 8)
+    if group is None and (limits.memory_mb or limits.max_processes):
+        # Told to the bootstrap, so that required isolation refuses to run without the cgroup too.
+        gaps_known.append("cgroup")
     if as_root:
         await asyncio.to_thread(_own_workspace, workspace, sandbox_uid())
     report_read, report_write = os.pipe()
-    args = [
-        sys.executable,
-        "-P",
-        "-X",
-        "utf8",
-        "-c",
-        _BOOTSTRAP,
-        _bootstrap_config(limits, workspace, home, group.procs_files if group else [], report_write),
-    ]
+    procs = group.procs_files if group else []
+    config = _bootstrap_config(
+        limits, workspace, home, [] if use_bwrap else procs, report_write, bwrap=use_bwrap, gaps=gaps_known
+    )
+    args = [sys.executable, "-P", "-X", "utf8", "-c", _BOOTSTRAP, config]
+    if probe is not None:
+        args = [*_bwrap_command(probe, limits, str(workspace), home_bind, as_root), *args]
+        if procs:
+            args = ["/bin/sh", "-c", _JOIN_CGROUP, "sh", *procs, "--", *args]
     out, err = _Capture(limits.max_stdout_chars), _Capture(limits.max_stderr_chars)
     timed_out = False
     exceeded = False
@@ -697,13 +931,14 @@ async def run_python_code(
     return SandboxResult(
         stdout=scrub_workspace(stdout_text, spellings),
         stderr=scrub_workspace(stderr_text, spellings),
-        exit_code=None if timed_out else proc.returncode,
+        exit_code=None if timed_out else _bwrap_exit_code(proc.returncode) if use_bwrap else proc.returncode,
         timed_out=timed_out and not exceeded,
         stdout_cut=stdout_cut,
         stderr_cut=stderr_cut,
         limits=limits,
         workspace_exceeded=exceeded,
         gaps=gaps,
+        backend=backend,
     )
 
 
@@ -746,7 +981,12 @@ def protect_process() -> None:
 
 def describe_gaps(gaps: list[str]) -> str:
     """One line for a user: what this machine's sandbox lacks and what that means."""
-    return "; ".join(GAP_TEXT.get(gap, gap) for gap in gaps)
+    parts = [GAP_TEXT.get(gap, gap) for gap in gaps]
+    if any(gap in BWRAP_CLOSES for gap in gaps):
+        parts.append(BWRAP_HINT)
+    if "bwrap" in gaps:  # the probe ran in this process to report the gap, so its answer is cached
+        parts.append(f"bubblewrap: {probe_bwrap().problem}")
+    return "; ".join(parts)
 
 
 def _remove_tree(path: str) -> None:
