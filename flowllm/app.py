@@ -277,7 +277,10 @@ def build_experiment(
     )
 
 
-async def _run_async(cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger) -> RunResult:
+async def _run_async(
+    cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
+) -> RunResult:
+    """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
     progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger)
     catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
@@ -288,9 +291,7 @@ async def _run_async(cfg: DictConfig, parts: PreparedRun, recorder: Recorder, le
         redactor=recorder.redactor,
         prices=parts.prices,
     )
-    # The web cache and the loopback web fixture server (tools.web_fixtures), next to the provider's emulator.
     async with (
-        web_tools(cfg, recorder.run_dir) as fixtures_url,
         open_provider(parts.provider_cfg, ledger=ledger) as provider,
         open_vision(
             parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=fixtures_url
@@ -439,6 +440,9 @@ class _RunSession:
     async def preflight_and_run(self, planned: tuple[PreparedRun | None, list[ProviderTarget], list[str]]) -> RunResult:
         cfg, run_dir = self.cfg, self.run_dir
         async with contextlib.AsyncExitStack() as stack:
+            # The web cache and the loopback web fixture server (tools.web_fixtures) come first: the tool servers
+            # the preflight starts serve the run, so they must be given their addresses when they start.
+            fixtures_url = await stack.enter_async_context(web_tools(cfg, run_dir))
             parts = self.parts = await run_preflight(cfg, planned, stack)
             self.gaps = await asyncio.to_thread(sandbox_gaps, cfg)
             self.started = time.perf_counter()
@@ -451,7 +455,7 @@ class _RunSession:
             self.recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
             # One line per attempt, appended across resumed sessions: what was really spent, failures included.
             self.ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
-            return await _run_async(cfg, parts, self.recorder, self.ledger)
+            return await _run_async(cfg, parts, self.recorder, self.ledger, fixtures_url)
 
     def close(self) -> None:
         if self.recorder is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -189,7 +189,12 @@ class EmulatorApp:
         )
 
     async def handle(self, proto: WireProtocol, request: Request) -> Response:
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            # The client went away mid-request (a run interrupted with Ctrl-C): nobody reads an answer, and a
+            # traceback in the run's log would be noise about a normal stop.
+            return Response(status_code=499)
         request_id = "req_" + hashlib.sha256(raw).hexdigest()[:24]
         task_id = request.headers.get("x-flowllm-task")
         agent = request.headers.get("x-flowllm-agent")
