@@ -331,9 +331,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     policy = UrlPolicy(os.environ.get(FIXTURES_ENV) or None)
     limits = BrowseLimits(max_bytes=args.max_bytes, total_s=args.total_s)
-    browser = Browser(policy, limits, WebCache.from_environment(), ReaderProcess())
+    reader = ReaderProcess()
+    reader.warn_if_not_isolated(SERVER_NAME)
+    browser = Browser(policy, limits, WebCache.from_environment(), reader)
     build_server(browser, args.page_chars).run()
 
 
 if __name__ == "__main__":
-    main()
+    # Run the module's own copy, not __main__'s: the document reader's worker receives page_text and Fetched by
+    # their importable names (flowllm.tools.browse.*), which objects defined in __main__ would not have.
+    from flowllm.tools.browse import main as _main
+
+    _main()

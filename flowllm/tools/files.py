@@ -235,6 +235,7 @@ def build_server(
     server = MCPServer(SERVER_NAME, instructions="Reads the task's files.", log_level="WARNING")
     folders = TaskFolders(SERVER_NAME, workspace)
     reader = ReaderProcess(reader_limits, workers=readers)
+    reader.warn_if_not_isolated(SERVER_NAME)
 
     def read_file(ctx: Context, path: str, offset: int = 0) -> CallToolResult:
         return read_file_result(folders.for_call(ctx), path, offset, page_chars, reader)

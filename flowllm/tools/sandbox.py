@@ -5,7 +5,7 @@ tasks' results, or try to outlive its call. As root (the usual case in a contain
 
 * A fresh interpreter starts with ``-P`` (nothing prepended to ``sys.path``, so a ``socket.py`` among the
   task's files cannot hijack the bootstrap) in its own session, with an environment built from a fixed
-  allowlist (``_child_env``): no variable of ours, so no key, reaches it.
+  allowlist (``child_env``): no variable of ours, so no key, reaches it.
 * The bootstrap (``_BOOTSTRAP`` below) joins the call's cgroup (``flowllm.tools.cgroup``: one memory budget and
   one process cap for the code and all its children), then unshares the mount, PID, IPC, UTS and network
   namespaces and builds a new root on a tmpfs: the system folders and the Python install read-only, the
@@ -480,7 +480,7 @@ def _cpu_seconds(limits: SandboxLimits) -> int:
     return int(limits.timeout_s) + 5 if limits.timeout_s > 0 else 0
 
 
-def _child_env(home: str) -> dict[str, str]:
+def child_env(home: str) -> dict[str, str]:
     """The code's whole environment: a fixed allowlist, never a copy of ours (no key or token can pass)."""
     return {
         "PATH": _SAFE_PATH,
@@ -498,6 +498,9 @@ def _child_env(home: str) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "TZ": "UTC",
+        # pyarrow (imported by pandas) reserves about 1 GB of address space for its own allocator; under the
+        # RLIMIT_AS cap that alone leaves little for the code: the system allocator reserves what it uses.
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
     }
 
 
@@ -543,7 +546,7 @@ def sandbox_uid() -> int:
     return UID_BASE + os.getpid()
 
 
-def _python_paths() -> list[str]:
+def python_paths() -> list[str]:
     """The folders the interpreter and its packages live in: read-only in the sandbox, everything else hidden."""
     import site
     import sysconfig
@@ -651,7 +654,7 @@ def _bootstrap_config(
             "workspace": str(workspace),
             "home": home,
             "uid": sandbox_uid(),
-            "ro_paths": _python_paths(),
+            "ro_paths": python_paths(),
             "new_root": tempfile.gettempdir(),
             "tmp_mb": _tmp_mb(limits),
             "cgroup_procs": cgroup_procs,
@@ -659,7 +662,7 @@ def _bootstrap_config(
             "report": report_fd,
             "bwrap": bwrap,  # bubblewrap isolated the bootstrap already: it only drops privileges and sets limits
             "gaps": gaps,
-            "env": sorted(_child_env(home)),  # the names the code's environment may hold
+            "env": sorted(child_env(home)),  # the names the code's environment may hold
         }
     )
 
@@ -707,10 +710,19 @@ def _bwrap_namespaces(as_root: bool, allow_network: bool, disable_userns: bool) 
     return args
 
 
-def _bwrap_mounts(workspace: str, home: str | None, tmp_bytes: int) -> list[str]:
-    """bwrap's view of the filesystem: the system folders and the Python install read-only, the workspace
-    read-write at its own path, a private size-capped ``/tmp`` and ``/dev/shm``, a fresh ``/proc``, a minimal
-    ``/dev``; nothing else exists (the run directory, the dataset, the project, other tasks)."""
+def bwrap_mounts(
+    tmp_bytes: int,
+    *,
+    chdir: str,
+    writable: tuple[str, ...] = (),
+    read_only: tuple[tuple[str, str], ...] = (),
+    home: str | None = None,
+) -> list[str]:
+    """bwrap's view of the filesystem: the system folders and the Python install read-only, ``read_only``'s
+    ``(host path, path inside)`` pairs read-only, ``writable`` read-write at their own paths, a private
+    size-capped ``/tmp`` and ``/dev/shm``, a fresh ``/proc``, a minimal ``/dev``; nothing else exists (the run
+    directory, the dataset, the project, other tasks). ``home``: a host folder bound as ``HOME`` (list it in
+    ``writable`` too); ``None`` makes ``SANDBOX_HOME`` inside the private ``/tmp``."""
     args: list[str] = []
     made = {"/", "/proc", "/dev", "/tmp"}  # folders of the new root that exist once the first mounts are made
     host_trees: list[str] = []  # bound host folders: whatever lies below them is there already
@@ -730,7 +742,7 @@ def _bwrap_mounts(workspace: str, home: str | None, tmp_bytes: int) -> list[str]
         parents(SANDBOX_HOME)
         args += ["--perms", "0777", "--dir", SANDBOX_HOME]  # 0777: as root, the code's uid does not own it
     # The host's root is never bound, even were it on the list: that would undo the sandbox.
-    paths = [p for p in _python_paths() if p != "/" and os.path.lexists(p)]
+    paths = [p for p in python_paths() if p != "/" and os.path.lexists(p)]
     folders = [p for p in paths if not os.path.islink(p)]
     for path in folders:
         parents(path)
@@ -743,27 +755,46 @@ def _bwrap_mounts(workspace: str, home: str | None, tmp_bytes: int) -> list[str]
         else:
             args += ["--ro-bind", path, path]
             host_trees.append(path)
-    for writable in (workspace, home):
-        if writable is not None:
-            parents(writable)
-            args += ["--bind", writable, writable]
+    for source, target in read_only:
+        parents(target)
+        args += ["--ro-bind", source, target]
+        host_trees.append(target)
+    for folder in writable:
+        parents(folder)
+        args += ["--bind", folder, folder]
     # The new root and /dev are tmpfs folders bwrap made; read-only, the code can fill neither.
-    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workspace]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", chdir]
     return args
+
+
+def _bwrap_mounts(workspace: str, home: str | None, tmp_bytes: int) -> list[str]:
+    """run_python's view: the workspace (and a given ``home``) read-write, the working directory the workspace."""
+    writable = (workspace,) if home is None else (workspace, home)
+    return bwrap_mounts(tmp_bytes, chdir=workspace, writable=writable, home=home)
+
+
+def bwrap_command(
+    probe: BwrapProbe, mounts: list[str], *, as_root: bool, allow_network: bool, options: tuple[str, ...] = ()
+) -> list[str]:
+    """The bwrap command line up to ``--``: new namespaces (see ``_bwrap_namespaces``), ``options`` (e.g.
+    capabilities to drop), death with the server, a session of its own, then ``mounts`` (``bwrap_mounts``)."""
+    assert probe.path is not None
+    return [
+        probe.path,
+        *_bwrap_namespaces(as_root, allow_network, probe.disable_userns),
+        *options,
+        "--die-with-parent",  # the sandbox dies with the server, even a server killed with SIGKILL
+        "--new-session",  # no controlling terminal to push input into (TIOCSTI)
+        *mounts,
+        "--",
+    ]
 
 
 def _bwrap_command(
     probe: BwrapProbe, limits: SandboxLimits, workspace: str, home: str | None, as_root: bool
 ) -> list[str]:
-    assert probe.path is not None
-    return [
-        probe.path,
-        *_bwrap_namespaces(as_root, limits.allow_network, probe.disable_userns),
-        "--die-with-parent",  # the sandbox dies with the server, even a server killed with SIGKILL
-        "--new-session",  # no controlling terminal to push input into (TIOCSTI)
-        *_bwrap_mounts(workspace, home, _tmp_mb(limits) * 1024 * 1024),
-        "--",
-    ]
+    mounts = _bwrap_mounts(workspace, home, _tmp_mb(limits) * 1024 * 1024)
+    return bwrap_command(probe, mounts, as_root=as_root, allow_network=limits.allow_network)
 
 
 @functools.cache
@@ -867,7 +898,7 @@ async def run_python_code(
         proc = await asyncio.create_subprocess_exec(
             *args,
             cwd=str(workspace),
-            env=_child_env(home),
+            env=child_env(home),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

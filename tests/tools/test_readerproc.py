@@ -1,6 +1,7 @@
 """Document readers in their own capped process: a reader that overruns its time is killed (and the next call
 gets a fresh worker), one that needs more memory than the cap fails with that reason, a real document is read
-the same as in-process, and read_file reports each as one line to the model."""
+the same as in-process, and read_file reports each as one line to the model. Each runs with the worker under
+bubblewrap (where it works here) and with the plain fallback worker."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ from flowllm.tools.files import read_file_result
 from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
 
 
+@pytest.fixture(params=[True, False], ids=["isolated", "fallback"])
+def isolate(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 @pytest.fixture
-def reader() -> ReaderProcess:
-    process = ReaderProcess(ReaderLimits(memory_mb=512, timeout_s=3))
+def reader(isolate: bool) -> ReaderProcess:
+    process = ReaderProcess(ReaderLimits(memory_mb=512, timeout_s=3), isolate=isolate)
     yield process
     process.close()
 
@@ -44,10 +50,10 @@ def test_a_document_reads_the_same_in_the_reader_process(reader: ReaderProcess, 
     assert result.content[0].text == read_file_result(workspace, "minutes.html").content[0].text
 
 
-def test_read_file_says_why_when_the_reader_is_stopped(workspace: Path) -> None:
+def test_read_file_says_why_when_the_reader_is_stopped(workspace: Path, isolate: bool) -> None:
     pytest.importorskip("markitdown")
     # A worker with too little memory to even load the PDF reader: the model reads one line, the server lives.
-    starved = ReaderProcess(ReaderLimits(memory_mb=64, timeout_s=30))
+    starved = ReaderProcess(ReaderLimits(memory_mb=64, timeout_s=30), isolate=isolate)
     try:
         (workspace / "report.pdf").write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n")
         with pytest.raises(
