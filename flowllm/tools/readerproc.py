@@ -48,6 +48,7 @@ from typing import Any, TypeVar, cast
 import flowllm
 from flowllm.tools.documents import DocumentError
 from flowllm.tools.sandbox import (
+    CHILD_LIMIT,
     SANDBOX_HOME,
     BwrapProbe,
     bwrap_command,
@@ -138,21 +139,15 @@ class _Worker:
 # ``_IsolatedWorker._command``). It sets itself up with the stdlib alone (no flowllm import before the uid is
 # dropped and the limits are set), imports the readers once, says it is ready, then serves requests until the
 # server closes its stdin. Frames both ways are an 8-byte big-endian length and the payload.
-_WORKER_PROGRAM = r"""
+_WORKER_PROGRAM = (
+    r"""
 import json, os, sys
 
 CFG = json.loads(sys.argv[1])
 
-def _limit(kind, value):
-    import resource
-    try:
-        soft, hard = resource.getrlimit(kind)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(kind, (value, value))
-    except (ValueError, OSError):
-        pass
-
+"""
+    + CHILD_LIMIT
+    + r"""
 def _setup():
     import ctypes, resource, signal
     libc = ctypes.CDLL(None, use_errno=True)
@@ -251,6 +246,7 @@ _warm()
 _send(_encode({"ready": True, "uid": os.getuid()}))
 _serve()
 """
+)
 
 
 class _Timeout(Exception):

@@ -73,10 +73,25 @@ REFUSED_EXIT = 126  # the bootstrap's exit status when isolation is required and
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
+# Sets one resource limit (soft = hard, never above the hard limit already in force), for the programs that run
+# in a sandbox before anything else is imported (this bootstrap and the document reader's worker).
+CHILD_LIMIT = r"""
+def _limit(kind, value):
+    import resource
+    try:
+        soft, hard = resource.getrlimit(kind)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(kind, (value, value))
+    except (ValueError, OSError):
+        pass
+"""
+
 # Runs inside the child before the user's code. Kept free of flowllm imports: the child must not need them.
 # Its one argument is a JSON object (see ``_bootstrap_config``); what isolation it achieved goes, as JSON, to
 # the pipe whose fd is CFG["report"].
-_BOOTSTRAP = r"""
+_BOOTSTRAP = (
+    r"""
 import json, os, sys
 
 CFG = json.loads(sys.argv[1])
@@ -98,16 +113,9 @@ def _mount(src, target, fstype, flags, data=None):
     enc = lambda v: v.encode() if v is not None else None
     _check(_libc().mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
-def _limit(kind, value):
-    import resource
-    try:
-        soft, hard = resource.getrlimit(kind)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(kind, (value, value))
-    except (ValueError, OSError):
-        pass
-
+"""
+    + CHILD_LIMIT
+    + r"""
 def _pdeathsig():
     import signal
     _libc().prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the process that started us
@@ -314,6 +322,7 @@ def _main():
 
 _main()
 """
+)
 
 
 class Isolation(enum.Enum):
