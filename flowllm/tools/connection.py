@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 
 import flowllm
 from flowllm.tools.common import WORKSPACE_ENV, scrub_workspace
+from flowllm.tools.needs import tool_limited, tool_withdrawn
 from flowllm.tools.sampling import SAMPLING_DECLINED, Sampler
 from flowllm.tools.settings import ServerSpec, Transport
 
@@ -307,6 +308,8 @@ class ServerHandle:
         self.resources = False  # the server declared resources: the pool offers read_resource
         self.tools_stale = False  # the server said its tool list changed
         self.problem: str | None = None  # why the server is unavailable (disabled or failed)
+        self.withdrawn: dict[str, str] = {}  # tool -> why it cannot work here (its server says so): not offered
+        self.limited: dict[str, str] = {}  # tool -> what part of it cannot work here: offered
         self.conn: _Connection | None = None
         self.generation = 0
         self.restarts = 0
@@ -315,6 +318,13 @@ class ServerHandle:
         self._errlog: TextIO | None = None
         self._closed = False
         self._start_lock = asyncio.Lock()
+
+    def _take_tools(self, tools: list[types.Tool]) -> None:
+        """Keep the tools that can work; a tool its server marks as unable to work here is not offered, and the
+        reasons are kept for the run's report (``flowllm.tools.needs``)."""
+        self.withdrawn = {t.name: reason for t in tools if (reason := tool_withdrawn(t)) is not None}
+        self.limited = {t.name: reason for t in tools if (reason := tool_limited(t)) is not None}
+        self.tools = {t.name: t for t in tools if t.name not in self.withdrawn}
 
     def _mark_stale(self) -> None:
         self.tools_stale = True
@@ -358,7 +368,7 @@ class ServerHandle:
         self.start_seconds += time.perf_counter() - started
         self.conn = conn
         self.generation += 1
-        self.tools = {t.name: t for t in conn.tools}
+        self._take_tools(conn.tools)
         self.instructions = conn.instructions
         self.resources = conn.resources
         self.tools_stale = False
@@ -372,7 +382,7 @@ class ServerHandle:
         self.tools_stale = False
         try:
             async with asyncio.timeout(self.ping_timeout_s):
-                self.tools = {t.name: t for t in await list_all_tools(conn.session)}
+                self._take_tools(await list_all_tools(conn.session))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -97,6 +97,9 @@ class ToolCatalog:
 
     listings: dict[str, _Listing] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    # The entries of ``unavailable`` that a started server gave itself (a tool that cannot work here): warnings,
+    # not failures to start.
+    withdrawn: dict[str, str] = field(default_factory=dict)
     shared: dict[str, ServerHandle] = field(default_factory=dict)  # scope=run: one connection for all tasks
     startup_seconds: float = 0.0
 
@@ -107,6 +110,19 @@ class ToolCatalog:
     async def aclose(self) -> None:
         await asyncio.gather(*(h.close() for h in self.shared.values()), return_exceptions=True)
         self.shared.clear()
+
+
+def withdrawn_report(
+    server: str, offered: Mapping[str, Any], withdrawn: Mapping[str, str], limited: Mapping[str, str]
+) -> dict[str, str]:
+    """``tools.unavailable`` entries for what a started server says cannot work: the server's name when none of
+    its tools is offered, else ``server.tool`` for each tool withdrawn or limited (still offered, in part)."""
+    if withdrawn and not offered:
+        reasons = list(dict.fromkeys(withdrawn.values()))
+        return {server: "; ".join(reasons) + f" (tools not offered: {', '.join(sorted(withdrawn))})"}
+    entries = {f"{server}.{tool}": f"{why} (not offered)" for tool, why in withdrawn.items()}
+    entries.update({f"{server}.{tool}": f"{why} (offered for the rest)" for tool, why in limited.items()})
+    return entries
 
 
 def _disabled_reason(spec: ServerSpec) -> str | None:
@@ -153,6 +169,13 @@ async def open_tool_catalog(
                 catalog.unavailable[spec.name] = str(exc)
                 await handle.close()
                 return
+            for line in withdrawn_report(spec.name, handle.tools, handle.withdrawn, handle.limited).items():
+                log.warning("%s is unavailable: %s", *line)
+                catalog.unavailable.setdefault(*line)
+                catalog.withdrawn.setdefault(*line)
+            if not handle.tools:  # every tool withdrawn: nothing of it is offered, nothing of it runs
+                await handle.close()
+                return
             catalog.listings[spec.name] = _Listing(dict(handle.tools), handle.instructions, handle.resources)
             if shared:
                 catalog.shared[spec.name] = handle
@@ -179,7 +202,9 @@ async def discover_tools(
 ) -> ToolCatalog:
     """Every server's tools, checked once and stopped (no run-scoped connections are kept)."""
     async with open_tool_catalog(cfg, start_timeout_s=start_timeout_s, keep_run_servers=False) as catalog:
-        return ToolCatalog(listings=dict(catalog.listings), unavailable=dict(catalog.unavailable))
+        return ToolCatalog(
+            listings=dict(catalog.listings), unavailable=dict(catalog.unavailable), withdrawn=dict(catalog.withdrawn)
+        )
 
 
 class ToolPool:
@@ -248,6 +273,11 @@ class ToolPool:
             except ServerFailure as exc:
                 log.warning("%s", exc)
                 self._unavailable[handle.spec.name] = str(exc)
+                return
+            name = handle.spec.name
+            for line in withdrawn_report(name, handle.tools, handle.withdrawn, handle.limited).items():
+                log.warning("%s is unavailable: %s", *line)
+                self._unavailable.setdefault(*line)
 
         await asyncio.gather(*(start_one(h) for h in self._owned))
 
