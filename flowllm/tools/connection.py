@@ -51,6 +51,10 @@ class ServerFailure(Exception):
     """A call could not get an answer from the server; the message is for the model."""
 
 
+class ProtocolFailure(ServerFailure):
+    """The server answered a call with a protocol error (not a tool error)."""
+
+
 class MaybeActed(ServerFailure):
     """The server died mid-call and the tool is not known to be safe to re-run."""
 
@@ -455,7 +459,7 @@ class ServerHandle:
                 )
             except MCPError as exc:
                 if exc.code != types.CONNECTION_CLOSED:
-                    raise ServerFailure(f"the server answered with a protocol error: {exc.message}") from None
+                    raise ProtocolFailure(f"the server answered with a protocol error: {exc.message}") from None
             except Exception as exc:
                 if not is_connection_loss(exc):
                     raise ServerFailure(f"the call failed: {describe_exception(exc)}") from None

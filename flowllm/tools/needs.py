@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from flowllm.core.types import InfraCause
+
+INFRA_META_KEY = "flowllm/infra"  # an error result's cause, when it is not the model's (core.types.InfraCause)
 UNAVAILABLE_META_KEY = "flowllm/unavailable"  # a listed tool that cannot work here: not offered to the model
 LIMITED_META_KEY = "flowllm/limited"  # a listed tool offered, but part of what it does cannot work here
 DOCS_INSTALL = "pip install 'flowllm[docs]'"
@@ -105,6 +108,20 @@ def tool_withdrawn(tool: Any) -> str | None:
 def tool_limited(tool: Any) -> str | None:
     """Client side: what part of a listed tool cannot work, or None."""
     return _meta_text(tool, LIMITED_META_KEY)
+
+
+def infra_meta(cause: InfraCause) -> dict[str, Any]:
+    """The ``_meta`` of an error result that failed for an infrastructure reason, not the model's."""
+    return {INFRA_META_KEY: cause.value}
+
+
+def result_infra(result: Any) -> InfraCause | None:
+    """Client side: the infrastructure cause a server gave an error result, or None (the model's call)."""
+    value = _meta_text(result, INFRA_META_KEY)
+    try:
+        return InfraCause(value) if value else None
+    except ValueError:
+        return None
 
 
 def absent_modules(needs: Iterable[Need]) -> list[str]:

@@ -14,6 +14,9 @@ decline: their requests cannot be attributed to a task.
 What ``ToolPool.call`` promises, because a tool is where an agent touches the world and must never hang or
 kill the run:
 
+* A call that fails for an infrastructure reason (the server unavailable, crashed or unreachable, a protocol
+  error, or the server's own word: a library that failed to load, a sandbox that could not be set up) carries
+  its ``ToolResult.infra`` cause, so the run counts it apart from the model's bad calls.
 * It never raises for a tool-side problem. An unknown server or tool, arguments that fail the tool's input
   schema, a timeout, a server that crashed or cannot be reached, a protocol error: each becomes
   ``ToolResult(is_error=True, content="Error: <what happened and what to do>")``. Only
@@ -41,14 +44,16 @@ from typing import Any
 import mcp_types as types
 
 from flowllm.config.schema import SamplingMode, ToolsConfig
-from flowllm.core.types import Block, ToolResult, ToolSpec
+from flowllm.core.types import Block, InfraCause, ToolResult, ToolSpec
 from flowllm.tools.common import scrub_workspace, workspace_spellings
 from flowllm.tools.connection import (
     DEFAULT_START_TIMEOUT_S,
     PING_TIMEOUT_S,
+    ProtocolFailure,
     ServerFailure,
     ServerHandle,
 )
+from flowllm.tools.needs import result_infra
 from flowllm.tools.results import convert_content, convert_result, truncate_text
 from flowllm.tools.routing import READ_RESOURCE_SCHEMA, READ_RESOURCE_TOOL, argument_problem, route, tool_names
 from flowllm.tools.sampling import SAMPLING_DECLINED, SAMPLING_SHARED, Sampler
@@ -72,8 +77,14 @@ __all__ = [
 ]
 
 
-def _error(call_id: str, server: str | None, name: str, message: str) -> ToolResult:
-    return ToolResult(call_id=call_id, server=server, name=name, content=f"Error: {message}", is_error=True)
+def _error(call_id: str, server: str | None, name: str, message: str, infra: InfraCause | None = None) -> ToolResult:
+    return ToolResult(
+        call_id=call_id, server=server, name=name, content=f"Error: {message}", is_error=True, infra=infra
+    )
+
+
+def _failure_cause(exc: ServerFailure) -> InfraCause:
+    return InfraCause.PROTOCOL if isinstance(exc, ProtocolFailure) else InfraCause.SERVER_LOST
 
 
 def _cap(text: str, limit: int) -> str:
@@ -348,7 +359,9 @@ class ToolPool:
             return _error(call_id, server, name, "the tool pool is closed")
         routed = route(self._handles, self._unavailable, server, name)
         if isinstance(routed, str):
-            return _error(call_id, server, name, self._scrub(routed))
+            named = self._handles.get(server or "")
+            down = (server or "") in self._unavailable or (named is not None and named.problem is not None)
+            return _error(call_id, server, name, self._scrub(routed), InfraCause.UNAVAILABLE if down else None)
         handle = routed
         server = handle.spec.name
         problem = argument_problem(handle, name, arguments)
@@ -358,7 +371,7 @@ class ToolPool:
             await handle.ensure_started()
         except ServerFailure as exc:
             self._unavailable.setdefault(server, str(exc))
-            return _error(call_id, server, name, self._scrub(str(exc)))
+            return _error(call_id, server, name, self._scrub(str(exc)), InfraCause.UNAVAILABLE)
         if name not in handle.tools:  # the resource reader flowllm adds
             return await self._read_resource(handle, call_id, str(arguments["uri"]), timeout_s)
         tool = handle.tools[name]
@@ -384,7 +397,7 @@ class ToolPool:
                 "try a smaller piece of work or different arguments",
             )
         except ServerFailure as exc:
-            return _error(call_id, server, name, self._scrub(str(exc)))
+            return _error(call_id, server, name, self._scrub(str(exc)), _failure_cause(exc))
         update = result_state_update(result) if stateful else None
         if state is not None and update:
             try:
@@ -392,7 +405,9 @@ class ToolPool:
             except ValueError as exc:
                 return _error(call_id, server, name, f"{server}.{name} sent an unusable state update: {exc}")
         text, images, parts, structured = convert_content(result)
-        return self._result(call_id, server, name, text, images, parts, bool(result.is_error), structured, progress)
+        done = self._result(call_id, server, name, text, images, parts, bool(result.is_error), structured, progress)
+        done.infra = result_infra(result) if result.is_error else None  # the server's own word (needs.py)
+        return done
 
     def _result(
         self,
@@ -434,7 +449,7 @@ class ToolPool:
         except TimeoutError:
             return _error(call_id, server, READ_RESOURCE_TOOL, f"reading {uri} did not finish within {timeout_s:g} s")
         except ServerFailure as exc:
-            return _error(call_id, server, READ_RESOURCE_TOOL, self._scrub(str(exc)))
+            return _error(call_id, server, READ_RESOURCE_TOOL, self._scrub(str(exc)), _failure_cause(exc))
         texts: list[str] = []
         images: list[Block] = []
         parts: list[Block] = []
