@@ -24,6 +24,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 
+from flowllm.core.types import InfraCause
 from flowllm.tools.common import (
     ConfinementError,
     add_workspace_argument,
@@ -42,7 +43,7 @@ from flowllm.tools.documents import (
     convert,
     kind_of,
 )
-from flowllm.tools.needs import DOCUMENT_NEEDS, limited_meta, unmet
+from flowllm.tools.needs import DOCUMENT_NEEDS, infra_meta, limited_meta, unmet
 from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
@@ -242,6 +243,13 @@ def build_server(
     reader.warn_if_not_isolated(SERVER_NAME)
 
     def read_file(ctx: Context, path: str, offset: int = 0) -> CallToolResult:
+        if limited and kind_of(path) in PARSED_KINDS - {Kind.ZIP}:
+            # A document this install cannot read: the machine's failure, counted apart from the model's.
+            return CallToolResult(
+                content=[TextContent(type="text", text=f"cannot read '{path}' here: {limited}")],
+                is_error=True,
+                _meta=infra_meta(InfraCause.UNAVAILABLE),
+            )
         return read_file_result(folders.for_call(ctx), path, offset, page_chars, reader)
 
     def list_files(ctx: Context, path: str = ".") -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flowllm.core.types import InfraCause
 from flowllm.tools import open_tool_catalog, open_tool_pool
 
 BLOCKER = str(Path(__file__).parent / "blocked_imports")
@@ -47,7 +48,11 @@ async def test_a_broken_page_reader_withdraws_tool_browse_and_says_how_to_instal
             assert "PDF" not in read_file["description"]
             (tmp_path / "notes.txt").write_text("plain text still reads")
             result = await pool.call("tool-files", "read_file", {"path": "notes.txt"}, call_id="1", timeout_s=60)
-            assert not result.is_error and "plain text still reads" in result.content
+            assert not result.is_error and "plain text still reads" in result.content and result.infra is None
+            (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4")
+            pdf = await pool.call("tool-files", "read_file", {"path": "report.pdf"}, call_id="2", timeout_s=60)
+            assert pdf.is_error and "needs markitdown" in pdf.content
+            assert pdf.infra is InfraCause.UNAVAILABLE  # counted as the machine's failure, not the model's
 
 
 async def test_without_a_transcription_provider_transcribe_is_not_offered(tmp_path: Path) -> None:
