@@ -41,6 +41,8 @@ class AgentResult:
     tool_calls: int = 0
     bad_tool_calls: int = 0
     failed_tool_calls: int = 0
+    # Of the failed calls, those that failed for an infrastructure reason, by cause (core.types.InfraCause).
+    infra_tool_failures: dict[str, int] = field(default_factory=dict)
     repairs: dict[str, int] = field(default_factory=dict)  # repair stage -> count ("failed" for failures)
     subagent_calls: int = 0
     vision_calls: int = 0
@@ -57,6 +59,7 @@ class AgentResult:
             "tool_calls": self.tool_calls,
             "bad_tool_calls": self.bad_tool_calls,
             "failed_tool_calls": self.failed_tool_calls,
+            "infra_tool_failures": dict(sorted(self.infra_tool_failures.items())),
             "repairs": dict(sorted(self.repairs.items())),
             "subagent_calls": self.subagent_calls,
             "vision_calls": self.vision_calls,
@@ -241,6 +244,7 @@ class Agent:
         usage = Usage()
         counts: Counter[str] = Counter()
         repairs: Counter[str] = Counter()
+        infra: Counter[str] = Counter()
         response: ModelResponse | None = None
 
         async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> TurnOutcome:
@@ -258,6 +262,7 @@ class Agent:
             counts["calls"] += len(outcome.prepared_calls)
             counts["bad"] += len(outcome.bad_tool_calls)
             counts["failed"] += sum(1 for r in outcome.tool_results if r.is_error)
+            infra.update(r.infra.value for r in outcome.tool_results if r.is_error and r.infra is not None)
             for p in outcome.prepared_calls:
                 repairs[p.repair_stage or "failed"] += 1
             return outcome
@@ -287,6 +292,7 @@ class Agent:
             tool_calls=counts["calls"],
             bad_tool_calls=counts["bad"],
             failed_tool_calls=counts["failed"],
+            infra_tool_failures=dict(infra),
             repairs=dict(repairs),
             stop_reason=response.stop_reason,
             model=response.model,

@@ -45,12 +45,15 @@ def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
 
 
 def describe(group: str, name: str, config_dir: Path = CONFIG_DIR) -> str:
-    """The first comment line of the option's YAML file: what it is for."""
+    """The first comment line of the option's YAML file: what it is for (never a Hydra directive such as
+    ``# @package _global_``, which is not a description)."""
     path = config_dir / group / f"{name}.yaml"
     if not path.is_file():
         return ""
     for line in path.read_text(encoding="utf-8").splitlines():
         text = line.strip()
+        if text.startswith("#") and text.lstrip("# ").startswith("@"):
+            continue
         if text.startswith("#") and text.strip("# ").strip():
             return text.lstrip("# ").strip()
         if text and not text.startswith("#"):

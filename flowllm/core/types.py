@@ -26,6 +26,7 @@ separately as a list of text blocks, because only some protocols put it in the m
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
 Role = Literal["user", "assistant"]
@@ -184,6 +185,16 @@ class ModelResponse:
         )
 
 
+class InfraCause(StrEnum):
+    """Why a tool call failed for a reason that is not the model's: counted apart from the model's bad calls."""
+
+    # The server is disabled or did not start, or the tool cannot work here (a library it needs does not import).
+    UNAVAILABLE = "unavailable"
+    SERVER_LOST = "server_lost"  # the server crashed, stopped answering or cannot be reached
+    PROTOCOL = "protocol"  # the server broke the protocol
+    SANDBOX = "sandbox"  # run_python's sandbox could not be set up
+
+
 @dataclass
 class ToolResult:
     """The outcome of one tool call, ready to go back to the model."""
@@ -198,14 +209,18 @@ class ToolResult:
     parts: list[Block] = field(default_factory=list)
     structured: Any = None  # the tool's structuredContent, kept as sent
     progress: list[dict[str, Any]] = field(default_factory=list)  # the server's progress notifications
+    infra: InfraCause | None = None  # set when the call failed for an infrastructure reason, not the model's
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("parts", "structured", "progress"):  # absent when unused: older records stay as they were
+        for key in ("parts", "structured", "progress", "infra"):  # absent when unused: older records unchanged
             if not data[key]:
                 del data[key]
+        if self.infra is not None:
+            data["infra"] = self.infra.value
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolResult:
-        return cls(**data)
+        infra = data.get("infra")
+        return cls(**{**data, "infra": InfraCause(infra) if infra else None})

@@ -146,8 +146,11 @@ async def check_tools(
     problems = [
         f"tools.servers.{name}: did not start: {reason}"
         for name, reason in catalog.unavailable.items()
-        if DISABLED_MARK not in reason
+        if DISABLED_MARK not in reason and name not in catalog.withdrawn
     ]
+    if not problems:  # the run goes on without them: said once, before the first task (console and app.log)
+        for name, reason in catalog.unavailable.items():
+            logging.getLogger("flowllm").warning("flowllm: tool %s is unavailable: %s", name, reason)
     return problems, catalog
 
 

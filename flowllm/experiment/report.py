@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flowllm.experiment.infra import infra_row
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
 from flowllm.tools.connection import RESTART_MESSAGE
@@ -173,6 +174,9 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
         rows.append(("cost", f"- ({cost.get('note')})"))
     if summary.get("acted") is not None:
         rows.append(("what acted", acted_row(summary["acted"])))
+    infra = infra_row(summary)
+    if infra is not None:
+        rows.append(("[yellow]tool calls failed by infrastructure", f"[yellow]{infra}"))
     rows.append(("wall time", f"{summary['wall_seconds']:.1f}s"))
     if run_dir is not None:
         rows.append(("run directory", str(run_dir)))

@@ -37,6 +37,7 @@ from flowllm.datasets.gaia import Task, task_prompt
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
+from flowllm.experiment.infra import infra_tool_failures
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
@@ -82,6 +83,7 @@ class TaskOutcome:
     tool_calls: int = 0
     bad_tool_calls: int = 0
     failed_tool_calls: int = 0
+    infra_tool_failure_causes: dict[str, int] = field(default_factory=dict)  # cause -> calls (not the model's)
     repairs: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
     # pass@k: how many attempts ran, and what each one gave (usage above is the sum over all of them).
@@ -115,6 +117,8 @@ class TaskOutcome:
             "tool_calls": self.tool_calls,
             "bad_tool_calls": self.bad_tool_calls,
             "failed_tool_calls": self.failed_tool_calls,
+            "infra_tool_failures": sum(self.infra_tool_failure_causes.values()),
+            "infra_tool_failure_causes": dict(sorted(self.infra_tool_failure_causes.items())),
             "repairs": dict(sorted(self.repairs.items())),
             "attempts": self.attempts,
             "attempt_log": self.attempt_log,
@@ -450,6 +454,7 @@ class Experiment:
             tool_calls=result.tool_calls,
             bad_tool_calls=result.bad_tool_calls,
             failed_tool_calls=result.failed_tool_calls,
+            infra_tool_failure_causes=result.infra_tool_failures,
             repairs=result.repairs,
             wall_seconds=wall,
             replay=replay,
@@ -665,6 +670,7 @@ def summarize(
         "tool_calls": calls,
         "bad_tool_calls": bad,
         "failed_tool_calls": sum(o.failed_tool_calls for o in outcomes),
+        **infra_tool_failures(outcomes),
         "tool_calls_made": made,
         "tool_calls_parsed": parsed,
         "parse_rate": round(parsed / made, 4) if made else None,

@@ -58,7 +58,7 @@ from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import Resolver, default_resolver
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
-from flowllm.tools.webconf import cache_env
+from flowllm.tools.webconf import cache_env, web_tools
 
 if TYPE_CHECKING:
     from flowllm.datasets.gaia import Task
@@ -182,10 +182,6 @@ def refuse_unsupported(cfg: DictConfig) -> None:
     """What several workers cannot do yet, refused before the first task rather than done wrong."""
     if OmegaConf.select(cfg, "dataset.scorer", default="gaia") == "judge":
         raise ConfigError("experiment.workers above 1 cannot score with a judge yet: use experiment.workers=1")
-    if OmegaConf.select(cfg, "tools.web_fixtures", default=False):
-        raise ConfigError(
-            "experiment.workers above 1 cannot share the web fixture server yet: use experiment.workers=1"
-        )
 
 
 async def _run_shard_async(
@@ -198,10 +194,14 @@ async def _run_shard_async(
     app: AppSteps,
 ) -> RunResult:
     pcfg, resolve = shared_provider(parts.provider_cfg, shard.index, shard.of)
+    # Each worker sets up the web tool environment for the servers it starts, as a one-process run does: the
+    # run's one web cache (written atomically, so workers share it) and, offline, a fixture server and an audio
+    # emulator of its own (they keep no state a task could see).
     async with (
+        web_tools(cfg, recorder.run_dir) as fixtures_url,
         open_provider(pcfg, ledger=ledger, resolve=resolve) as provider,
         open_vision(
-            parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=None
+            parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=fixtures_url
         ) as vision,
     ):
         experiment = app.build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)

@@ -302,7 +302,7 @@ def breakdown_tables(figures: dict[str, Any]) -> list[Table]:
 
 
 def tools_table(tools: dict[str, Any]) -> Table | Text:
-    """summary.json → tools.unavailable: the servers whose tools were not offered, and why."""
+    """summary.json → tools.unavailable: the servers (or ``server.tool``) not offered or limited, and why."""
     if not tools["known"]:
         return Text(
             "tool servers unavailable: not known (summary.json has null: a run split over worker processes "
@@ -310,9 +310,11 @@ def tools_table(tools: dict[str, Any]) -> Table | Text:
             style="yellow",
         )
     table = Table(
-        title="tool servers unavailable (their tools were not offered)", title_justify="left", box=box.SIMPLE_HEAD
+        title="tool servers unavailable (not offered, or limited as the reason says)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
     )
-    table.add_column("server", no_wrap=True, style="yellow")
+    table.add_column("server or tool", no_wrap=True, style="yellow")
     table.add_column("why", overflow="fold")
     for server, why in tools["servers"].items():
         table.add_row(server, why)

@@ -8,7 +8,9 @@ when" is one table. ``--by`` chooses the dimensions kept (the others are summed 
     python -m flowllm.inspect usage runs/multirun/2026-12-02 --by user    # one line per user
     python -m flowllm.inspect usage RUN_A RUN_B --by user,model --json
 
-A folder without ``usage.jsonl`` of its own is searched below (a multirun folder holds one per job). Cost
+A folder without ``usage.jsonl`` of its own is searched below (a multirun folder holds one per job). A file is
+read only if it is a ``usage.jsonl``: the other files a shell glob brings in (``runs/sweep1/*`` names the sweep's
+``multirun.yaml`` and tables beside its job folders) are left out and named once. Cost
 is summed from the ledger's own prices; attempts of an unpriced model are counted and shown, never priced at
 zero in silence. Exit status: 0 done, 2 bad usage or no ledger found.
 """
@@ -43,6 +45,7 @@ class UsageTotals:
     dims: tuple[str, ...]
     buckets: dict[tuple[str, ...], Tally] = field(default_factory=dict)
     total: Tally = field(default_factory=Tally)
+    skipped: list[Path] = field(default_factory=list)  # files given that are not ledgers (a glob's extras)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,14 +56,23 @@ class UsageTotals:
                 for key, tally in sorted(self.buckets.items())
             ],
             "total": self.total.to_dict(),
+            "skipped": [str(p) for p in self.skipped],
         }
 
 
-def find_ledgers(paths: Sequence[str | Path]) -> list[Path]:
-    """The ``usage.jsonl`` of each path (a run folder, a multirun folder, or the file itself), each once."""
+def find_ledgers(paths: Sequence[str | Path], skipped: list[Path] | None = None) -> list[Path]:
+    """The ``usage.jsonl`` of each path (a run folder, a multirun folder, or the file itself), each once.
+
+    A file not named ``usage.jsonl`` is no ledger: it is appended to ``skipped`` when given (a glob over a sweep
+    folder), else refused."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser()
+        if path.is_file() and path.name != LEDGER_NAME:
+            if skipped is None:
+                raise UsageInputError(f"{raw}: not a usage ledger (give a run folder or its {LEDGER_NAME})")
+            skipped.append(path)
+            continue
         if path.is_file():
             candidates = [path]
         elif (path / LEDGER_NAME).is_file():
@@ -75,6 +87,8 @@ def find_ledgers(paths: Sequence[str | Path]) -> list[Path]:
             resolved = candidate.resolve()
             if resolved not in found:
                 found.append(resolved)
+    if not found:
+        raise UsageInputError(f"no {LEDGER_NAME} in {', '.join(map(str, paths))} (are they flowllm run folders?)")
     return found
 
 
@@ -91,7 +105,8 @@ def sum_usage(paths: Sequence[str | Path], by: Sequence[str] = DIMENSIONS) -> Us
     unknown = [d for d in dims if d not in DIMENSIONS]
     if unknown:
         raise UsageInputError(f"--by: unknown dimension(s) {', '.join(unknown)} (known: {', '.join(DIMENSIONS)})")
-    totals = UsageTotals(find_ledgers(paths), dims)
+    skipped: list[Path] = []
+    totals = UsageTotals(find_ledgers(paths, skipped), dims, skipped=skipped)
     for ledger in totals.ledgers:
         for line in _read(ledger):
             key = tuple(str(line.get(d) or "(unknown)") for d in dims)
@@ -132,6 +147,9 @@ def render(totals: UsageTotals, console: Console) -> None:
     table.add_section()
     table.add_row("total", *([""] * (len(totals.dims) - 1)), *_row(totals.total), style="bold")
     console.print(table)
+    if totals.skipped:
+        names = ", ".join(p.name for p in totals.skipped)
+        console.print(f"left out {len(totals.skipped)} file(s) that are not usage ledgers: {names}")
     estimated = totals.total.estimated
     if estimated:
         console.print(f"{estimated} successful attempt(s) had estimated token counts (the server reported none)")

@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from flowllm.tools.common import ConfinementError, add_workspace_argument, confine, scrub_workspace, workspace_from
 from flowllm.tools.documents import Kind, kind_of
 from flowllm.tools.files import ReadError, open_regular
+from flowllm.tools.needs import TRANSCRIPTION_NEEDS, unmet, withdrawn_meta
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 from flowllm.tools.webcache import CachedError, CacheMode, ReplayMiss, TransientError, WebCache
 
@@ -92,9 +93,12 @@ async def transcribe_file(workspace: Path, transcriber: Transcriber, path: str, 
     return f"[transcript of '{path}']\n{text}"
 
 
-def build_server(workspace: Path | None, transcriber: Transcriber, cache: WebCache | None = None) -> MCPServer:
+def build_server(
+    workspace: Path | None, transcriber: Transcriber, cache: WebCache | None = None, unavailable: str | None = None
+) -> MCPServer:
     """The ``tool-audio`` server. ``workspace``: the folder of the task it serves; ``None`` for a server shared by
-    a run, whose calls each name their task's folder (``flowllm.tools.taskfolder``)."""
+    a run, whose calls each name their task's folder (``flowllm.tools.taskfolder``). ``unavailable``: why
+    transcribe cannot work here (no provider, no client library): listed as withdrawn (``flowllm.tools.needs``)."""
     server = MCPServer(SERVER_NAME, instructions="Transcribes audio files.", log_level="WARNING")
     folders = TaskFolders(SERVER_NAME, workspace)
 
@@ -104,7 +108,7 @@ def build_server(workspace: Path | None, transcriber: Transcriber, cache: WebCac
     server.add_tool(
         transcribe,
         name="transcribe",
-        meta=asks_for_workspace(),
+        meta={**asks_for_workspace(), **(withdrawn_meta(unavailable) if unavailable else {})},
         description="Transcribe an audio file of the task's folder (mp3, wav, m4a, flac, ogg) into text.",
         structured_output=False,
     )
@@ -124,7 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
         transcriber = Transcriber(args.base_url or None, args.model, key)
-    build_server(workspace_from(args.workspace), transcriber, WebCache.from_environment()).run()
+    cache = WebCache.from_environment()
+    unavailable = unmet(TRANSCRIPTION_NEEDS, "transcribing audio")
+    if unavailable is None and cache.mode is not CacheMode.REPLAY:  # a replay reads saved transcripts
+        problem = transcriber.problem()
+        unavailable = f"transcribing audio: {problem}" if problem else None
+    build_server(workspace_from(args.workspace), transcriber, cache, unavailable).run()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.emulator.web import FIXTURE_DOMAIN, FIXTURES_ENV
 from flowllm.tools.documents import DocumentError, Kind, Limits, convert, decode_text, kind_of
+from flowllm.tools.needs import PAGE_NEEDS, unmet, withdrawn_meta
 from flowllm.tools.readerproc import ReaderProcess
 from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
 
@@ -286,16 +287,23 @@ def find_text(text: str, needle: str, page_chars: int, limit: int = 10, context:
     return "\n".join(parts)
 
 
-def build_server(browser: Browser, page_chars: int = DEFAULT_PAGE_CHARS) -> MCPServer:
+def build_server(browser: Browser, page_chars: int = DEFAULT_PAGE_CHARS, unavailable: str | None = None) -> MCPServer:
+    """``unavailable``: why this server cannot read pages here (a reader library missing); both tools are then
+    listed as withdrawn (``flowllm.tools.needs``) and answer with the reason if called anyway."""
     server = MCPServer(SERVER_NAME, instructions="Reads web pages and online documents.", log_level="WARNING")
+    meta = withdrawn_meta(unavailable) if unavailable else None
 
     async def read_url(url: str, start: int = 0) -> str:
+        if unavailable:
+            raise ToolError(unavailable)
         try:
             return paged(await browser.text(url), url, start, page_chars)
         except BrowseError as exc:
             raise ToolError(str(exc)) from None
 
     async def find_in_url(url: str, text: str) -> str:
+        if unavailable:
+            raise ToolError(unavailable)
         try:
             return find_text(await browser.text(url), text, page_chars)
         except BrowseError as exc:
@@ -304,6 +312,7 @@ def build_server(browser: Browser, page_chars: int = DEFAULT_PAGE_CHARS) -> MCPS
     server.add_tool(
         read_url,
         name="read_url",
+        meta=meta,
         description=(
             "Read a web page or an online document (PDF, Word, Excel, PowerPoint, CSV, JSON) given its http(s) "
             "URL. Pages come back as the main content in markdown, without menus and banners. Long pages come "
@@ -314,6 +323,7 @@ def build_server(browser: Browser, page_chars: int = DEFAULT_PAGE_CHARS) -> MCPS
     server.add_tool(
         find_in_url,
         name="find_in_url",
+        meta=meta,
         description=(
             "Find a word or phrase (case-insensitive) on a web page or online document: each occurrence with "
             "the text around it and the 'start' to pass to read_url to read that part."
@@ -334,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     reader = ReaderProcess()
     reader.warn_if_not_isolated(SERVER_NAME)
     browser = Browser(policy, limits, WebCache.from_environment(), reader)
-    build_server(browser, args.page_chars).run()
+    unavailable = unmet(PAGE_NEEDS, "reading web pages and online documents")
+    build_server(browser, args.page_chars, unavailable).run()
 
 
 if __name__ == "__main__":

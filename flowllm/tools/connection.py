@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 
 import flowllm
 from flowllm.tools.common import WORKSPACE_ENV, scrub_workspace
+from flowllm.tools.needs import tool_limited, tool_withdrawn
 from flowllm.tools.sampling import SAMPLING_DECLINED, Sampler
 from flowllm.tools.settings import ServerSpec, Transport
 
@@ -48,6 +49,10 @@ ONE_LINE_CHARS = 300
 
 class ServerFailure(Exception):
     """A call could not get an answer from the server; the message is for the model."""
+
+
+class ProtocolFailure(ServerFailure):
+    """The server answered a call with a protocol error (not a tool error)."""
 
 
 class MaybeActed(ServerFailure):
@@ -307,6 +312,8 @@ class ServerHandle:
         self.resources = False  # the server declared resources: the pool offers read_resource
         self.tools_stale = False  # the server said its tool list changed
         self.problem: str | None = None  # why the server is unavailable (disabled or failed)
+        self.withdrawn: dict[str, str] = {}  # tool -> why it cannot work here (its server says so): not offered
+        self.limited: dict[str, str] = {}  # tool -> what part of it cannot work here: offered
         self.conn: _Connection | None = None
         self.generation = 0
         self.restarts = 0
@@ -315,6 +322,13 @@ class ServerHandle:
         self._errlog: TextIO | None = None
         self._closed = False
         self._start_lock = asyncio.Lock()
+
+    def _take_tools(self, tools: list[types.Tool]) -> None:
+        """Keep the tools that can work; a tool its server marks as unable to work here is not offered, and the
+        reasons are kept for the run's report (``flowllm.tools.needs``)."""
+        self.withdrawn = {t.name: reason for t in tools if (reason := tool_withdrawn(t)) is not None}
+        self.limited = {t.name: reason for t in tools if (reason := tool_limited(t)) is not None}
+        self.tools = {t.name: t for t in tools if t.name not in self.withdrawn}
 
     def _mark_stale(self) -> None:
         self.tools_stale = True
@@ -358,7 +372,7 @@ class ServerHandle:
         self.start_seconds += time.perf_counter() - started
         self.conn = conn
         self.generation += 1
-        self.tools = {t.name: t for t in conn.tools}
+        self._take_tools(conn.tools)
         self.instructions = conn.instructions
         self.resources = conn.resources
         self.tools_stale = False
@@ -372,7 +386,7 @@ class ServerHandle:
         self.tools_stale = False
         try:
             async with asyncio.timeout(self.ping_timeout_s):
-                self.tools = {t.name: t for t in await list_all_tools(conn.session)}
+                self._take_tools(await list_all_tools(conn.session))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -445,7 +459,7 @@ class ServerHandle:
                 )
             except MCPError as exc:
                 if exc.code != types.CONNECTION_CLOSED:
-                    raise ServerFailure(f"the server answered with a protocol error: {exc.message}") from None
+                    raise ProtocolFailure(f"the server answered with a protocol error: {exc.message}") from None
             except Exception as exc:
                 if not is_connection_loss(exc):
                     raise ServerFailure(f"the call failed: {describe_exception(exc)}") from None

@@ -24,6 +24,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 
+from flowllm.core.types import InfraCause
 from flowllm.tools.common import (
     ConfinementError,
     add_workspace_argument,
@@ -42,6 +43,7 @@ from flowllm.tools.documents import (
     convert,
     kind_of,
 )
+from flowllm.tools.needs import DOCUMENT_NEEDS, infra_meta, limited_meta, unmet
 from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
@@ -228,29 +230,43 @@ def build_server(
     page_chars: int = DEFAULT_PAGE_CHARS,
     reader_limits: ReaderLimits | None = None,
     readers: int = 2,
+    limited: str | None = None,
 ) -> MCPServer:
     """The ``tool-files`` server. ``workspace``: the folder of the task it serves; ``None`` for a server shared by
     a run, whose calls each name their task's folder (``flowllm.tools.taskfolder``). ``readers``: documents
-    parsed at once (each in a capped process of its own, started on first use)."""
+    parsed at once (each in a capped process of its own, started on first use). ``limited``: why documents
+    (PDF, office files, HTML...) cannot be read here; read_file is still offered for the other files, and its
+    listing says what it cannot do (``flowllm.tools.needs``)."""
     server = MCPServer(SERVER_NAME, instructions="Reads the task's files.", log_level="WARNING")
     folders = TaskFolders(SERVER_NAME, workspace)
     reader = ReaderProcess(reader_limits, workers=readers)
     reader.warn_if_not_isolated(SERVER_NAME)
 
     def read_file(ctx: Context, path: str, offset: int = 0) -> CallToolResult:
+        if limited and kind_of(path) in PARSED_KINDS - {Kind.ZIP}:
+            # A document this install cannot read: the machine's failure, counted apart from the model's.
+            return CallToolResult(
+                content=[TextContent(type="text", text=f"cannot read '{path}' here: {limited}")],
+                is_error=True,
+                _meta=infra_meta(InfraCause.UNAVAILABLE),
+            )
         return read_file_result(folders.for_call(ctx), path, offset, page_chars, reader)
 
     def list_files(ctx: Context, path: str = ".") -> str:
         return list_files_text(folders.for_call(ctx), path)
 
+    formats = (
+        "CSV, JSON, XML, zip archives (every member) and text"
+        if limited
+        else "PDF, Word, Excel (every sheet), PowerPoint, HTML, CSV, JSON, XML, zip archives (every member) and text"
+    )
     server.add_tool(
         read_file,
         name="read_file",
-        meta=asks_for_workspace(),
+        meta={**asks_for_workspace(), **(limited_meta(limited) if limited else {})},
         description=(
             "Read a file from the task's folder. 'path' is relative to that folder (e.g. 'data.csv' or "
-            "'docs/report.pdf'). PDF, Word, Excel (every sheet), PowerPoint, HTML, CSV, JSON, XML, zip archives "
-            "(every member) and text are returned as text or markdown; images are returned as images. "
+            f"'docs/notes.txt'). {formats} are returned as text or markdown; images are returned as images. "
             "Long files come in pages of "
             f"{page_chars:,} characters: pass 'offset' (a character position) to read further."
         ),
@@ -279,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--readers", type=int, default=2, help="documents parsed at once (one process each)")
     args = parser.parse_args(argv)
     limits = ReaderLimits(args.reader_memory_mb, args.reader_timeout_s)
-    build_server(workspace_from(args.workspace), args.page_chars, limits, args.readers).run()
+    limited = unmet(DOCUMENT_NEEDS, "reading pdf, docx, xlsx, pptx, html, ipynb and epub files")
+    build_server(workspace_from(args.workspace), args.page_chars, limits, args.readers, limited).run()
 
 
 if __name__ == "__main__":

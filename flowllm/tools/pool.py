@@ -14,6 +14,9 @@ decline: their requests cannot be attributed to a task.
 What ``ToolPool.call`` promises, because a tool is where an agent touches the world and must never hang or
 kill the run:
 
+* A call that fails for an infrastructure reason (the server unavailable, crashed or unreachable, a protocol
+  error, or the server's own word: a library that failed to load, a sandbox that could not be set up) carries
+  its ``ToolResult.infra`` cause, so the run counts it apart from the model's bad calls.
 * It never raises for a tool-side problem. An unknown server or tool, arguments that fail the tool's input
   schema, a timeout, a server that crashed or cannot be reached, a protocol error: each becomes
   ``ToolResult(is_error=True, content="Error: <what happened and what to do>")``. Only
@@ -41,14 +44,16 @@ from typing import Any
 import mcp_types as types
 
 from flowllm.config.schema import SamplingMode, ToolsConfig
-from flowllm.core.types import Block, ToolResult, ToolSpec
+from flowllm.core.types import Block, InfraCause, ToolResult, ToolSpec
 from flowllm.tools.common import scrub_workspace, workspace_spellings
 from flowllm.tools.connection import (
     DEFAULT_START_TIMEOUT_S,
     PING_TIMEOUT_S,
+    ProtocolFailure,
     ServerFailure,
     ServerHandle,
 )
+from flowllm.tools.needs import result_infra
 from flowllm.tools.results import convert_content, convert_result, truncate_text
 from flowllm.tools.routing import READ_RESOURCE_SCHEMA, READ_RESOURCE_TOOL, argument_problem, route, tool_names
 from flowllm.tools.sampling import SAMPLING_DECLINED, SAMPLING_SHARED, Sampler
@@ -72,8 +77,14 @@ __all__ = [
 ]
 
 
-def _error(call_id: str, server: str | None, name: str, message: str) -> ToolResult:
-    return ToolResult(call_id=call_id, server=server, name=name, content=f"Error: {message}", is_error=True)
+def _error(call_id: str, server: str | None, name: str, message: str, infra: InfraCause | None = None) -> ToolResult:
+    return ToolResult(
+        call_id=call_id, server=server, name=name, content=f"Error: {message}", is_error=True, infra=infra
+    )
+
+
+def _failure_cause(exc: ServerFailure) -> InfraCause:
+    return InfraCause.PROTOCOL if isinstance(exc, ProtocolFailure) else InfraCause.SERVER_LOST
 
 
 def _cap(text: str, limit: int) -> str:
@@ -97,6 +108,9 @@ class ToolCatalog:
 
     listings: dict[str, _Listing] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    # The entries of ``unavailable`` that a started server gave itself (a tool that cannot work here): warnings,
+    # not failures to start.
+    withdrawn: dict[str, str] = field(default_factory=dict)
     shared: dict[str, ServerHandle] = field(default_factory=dict)  # scope=run: one connection for all tasks
     startup_seconds: float = 0.0
 
@@ -107,6 +121,19 @@ class ToolCatalog:
     async def aclose(self) -> None:
         await asyncio.gather(*(h.close() for h in self.shared.values()), return_exceptions=True)
         self.shared.clear()
+
+
+def withdrawn_report(
+    server: str, offered: Mapping[str, Any], withdrawn: Mapping[str, str], limited: Mapping[str, str]
+) -> dict[str, str]:
+    """``tools.unavailable`` entries for what a started server says cannot work: the server's name when none of
+    its tools is offered, else ``server.tool`` for each tool withdrawn or limited (still offered, in part)."""
+    if withdrawn and not offered:
+        reasons = list(dict.fromkeys(withdrawn.values()))
+        return {server: "; ".join(reasons) + f" (tools not offered: {', '.join(sorted(withdrawn))})"}
+    entries = {f"{server}.{tool}": f"{why} (not offered)" for tool, why in withdrawn.items()}
+    entries.update({f"{server}.{tool}": f"{why} (offered for the rest)" for tool, why in limited.items()})
+    return entries
 
 
 def _disabled_reason(spec: ServerSpec) -> str | None:
@@ -153,6 +180,13 @@ async def open_tool_catalog(
                 catalog.unavailable[spec.name] = str(exc)
                 await handle.close()
                 return
+            for line in withdrawn_report(spec.name, handle.tools, handle.withdrawn, handle.limited).items():
+                log.warning("%s is unavailable: %s", *line)
+                catalog.unavailable.setdefault(*line)
+                catalog.withdrawn.setdefault(*line)
+            if not handle.tools:  # every tool withdrawn: nothing of it is offered, nothing of it runs
+                await handle.close()
+                return
             catalog.listings[spec.name] = _Listing(dict(handle.tools), handle.instructions, handle.resources)
             if shared:
                 catalog.shared[spec.name] = handle
@@ -179,7 +213,9 @@ async def discover_tools(
 ) -> ToolCatalog:
     """Every server's tools, checked once and stopped (no run-scoped connections are kept)."""
     async with open_tool_catalog(cfg, start_timeout_s=start_timeout_s, keep_run_servers=False) as catalog:
-        return ToolCatalog(listings=dict(catalog.listings), unavailable=dict(catalog.unavailable))
+        return ToolCatalog(
+            listings=dict(catalog.listings), unavailable=dict(catalog.unavailable), withdrawn=dict(catalog.withdrawn)
+        )
 
 
 class ToolPool:
@@ -248,6 +284,11 @@ class ToolPool:
             except ServerFailure as exc:
                 log.warning("%s", exc)
                 self._unavailable[handle.spec.name] = str(exc)
+                return
+            name = handle.spec.name
+            for line in withdrawn_report(name, handle.tools, handle.withdrawn, handle.limited).items():
+                log.warning("%s is unavailable: %s", *line)
+                self._unavailable.setdefault(*line)
 
         await asyncio.gather(*(start_one(h) for h in self._owned))
 
@@ -318,7 +359,9 @@ class ToolPool:
             return _error(call_id, server, name, "the tool pool is closed")
         routed = route(self._handles, self._unavailable, server, name)
         if isinstance(routed, str):
-            return _error(call_id, server, name, self._scrub(routed))
+            named = self._handles.get(server or "")
+            down = (server or "") in self._unavailable or (named is not None and named.problem is not None)
+            return _error(call_id, server, name, self._scrub(routed), InfraCause.UNAVAILABLE if down else None)
         handle = routed
         server = handle.spec.name
         problem = argument_problem(handle, name, arguments)
@@ -328,7 +371,7 @@ class ToolPool:
             await handle.ensure_started()
         except ServerFailure as exc:
             self._unavailable.setdefault(server, str(exc))
-            return _error(call_id, server, name, self._scrub(str(exc)))
+            return _error(call_id, server, name, self._scrub(str(exc)), InfraCause.UNAVAILABLE)
         if name not in handle.tools:  # the resource reader flowllm adds
             return await self._read_resource(handle, call_id, str(arguments["uri"]), timeout_s)
         tool = handle.tools[name]
@@ -354,7 +397,7 @@ class ToolPool:
                 "try a smaller piece of work or different arguments",
             )
         except ServerFailure as exc:
-            return _error(call_id, server, name, self._scrub(str(exc)))
+            return _error(call_id, server, name, self._scrub(str(exc)), _failure_cause(exc))
         update = result_state_update(result) if stateful else None
         if state is not None and update:
             try:
@@ -362,7 +405,9 @@ class ToolPool:
             except ValueError as exc:
                 return _error(call_id, server, name, f"{server}.{name} sent an unusable state update: {exc}")
         text, images, parts, structured = convert_content(result)
-        return self._result(call_id, server, name, text, images, parts, bool(result.is_error), structured, progress)
+        done = self._result(call_id, server, name, text, images, parts, bool(result.is_error), structured, progress)
+        done.infra = result_infra(result) if result.is_error else None  # the server's own word (needs.py)
+        return done
 
     def _result(
         self,
@@ -404,7 +449,7 @@ class ToolPool:
         except TimeoutError:
             return _error(call_id, server, READ_RESOURCE_TOOL, f"reading {uri} did not finish within {timeout_s:g} s")
         except ServerFailure as exc:
-            return _error(call_id, server, READ_RESOURCE_TOOL, self._scrub(str(exc)))
+            return _error(call_id, server, READ_RESOURCE_TOOL, self._scrub(str(exc)), _failure_cause(exc))
         texts: list[str] = []
         images: list[Block] = []
         parts: list[Block] = []

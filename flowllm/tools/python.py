@@ -16,8 +16,11 @@ from pathlib import Path
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
+from flowllm.core.types import InfraCause
 from flowllm.tools.common import add_workspace_argument, workspace_from
+from flowllm.tools.needs import infra_meta
 from flowllm.tools.sandbox import (
+    REFUSED_EXIT,
     Isolation,
     SandboxBackend,
     SandboxLimits,
@@ -75,7 +78,13 @@ def build_server(workspace: Path | None, limits: SandboxLimits) -> MCPServer:
             print(f"tool-python: weaker sandbox on this machine: {describe_gaps(result.gaps)}", file=sys.stderr)
         # A failing script is still a successful tool call, but flagging it lets the model (and the recorder)
         # see at a glance that the code did not do what it meant.
-        return CallToolResult(content=[TextContent(type="text", text=result.render())], is_error=not result.ok)
+        # Code refused for want of the isolation required here is the machine's failure, not the model's.
+        refused = result.exit_code == REFUSED_EXIT and bool(result.gaps)
+        return CallToolResult(
+            content=[TextContent(type="text", text=result.render())],
+            is_error=not result.ok,
+            _meta=infra_meta(InfraCause.SANDBOX) if refused else None,
+        )
 
     server.add_tool(run_python, name="run_python", description=_description(limits), meta=asks_for_workspace())
     return server

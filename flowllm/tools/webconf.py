@@ -3,9 +3,9 @@
 ``${flowllm_search_env:<backend>}`` (conf/tools/web.yaml) gives tool-search the key variable of the chosen
 backend as its ``requires_env``, so a missing key disables the server with the pool's one warning naming the
 variable. ``web_tools`` starts the loopback fixture server for a run whose ``tools.web_fixtures`` is true and
-hands every tool server its address (``$FLOWLLM_WEB_FIXTURES``) and the run's web cache
+hands every local (stdio) tool server its address (``$FLOWLLM_WEB_FIXTURES``) and the run's web cache
 (``$FLOWLLM_WEB_CACHE``: ``<run dir>/web_cache``; under ``provider=replay`` the replayed run's, read-only,
-unless ``replay.tools=live``).
+unless ``replay.tools=live``). A remote (``url:``) server gets none of it: it is not started here.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]
         servers: Any = cfg.tools.get("servers") or {}
         with open_dict(cfg.tools):
             for entry in servers.values():
+                if entry.get("url"):  # a remote server runs elsewhere: it takes headers, never an environment
+                    continue
                 if entry.get("env") is None:  # server entries are checked by tools/settings.py: env is optional
                     entry.env = {}
                 entry.env.update(env)

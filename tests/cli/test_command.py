@@ -25,6 +25,16 @@ def test_list_shows_choices_without_schemas(capsys: pytest.CaptureFixture[str]) 
     assert main(["list", "nothing"]) == 2
 
 
+def test_experiments_are_described_by_their_comment_not_by_the_package_directive(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["list", "experiments"]) == 0
+    out = capsys.readouterr().out
+    assert "@package" not in out
+    line = next(line for line in out.splitlines() if line.split()[:1] == ["web_sample"])
+    assert "The GAIA web tools offline" in line
+
+
 def test_help_lists_groups_and_exit_codes() -> None:
     text = help_text()
     assert "provider=" in text and "base_provider" not in text and "exit codes" in text

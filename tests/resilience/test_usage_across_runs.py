@@ -81,3 +81,20 @@ def test_a_folder_without_a_ledger_is_one_line_and_exit_2(tmp_path: Path) -> Non
     assert done.stderr.strip().count("\n") == 0 and "no usage.jsonl" in done.stderr
     bad = _cli("-m", "flowllm.inspect", "usage", str(tmp_path), "--by", "planet")
     assert bad.returncode == 2
+
+
+def test_a_glob_over_a_sweep_folder_reads_only_its_jobs_ledgers(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    ann, bob = two_runs
+    sweep = tmp_path / "sweep1"
+    for job, run in (("0", ann), ("1", bob)):
+        (sweep / job).mkdir(parents=True)
+        (sweep / job / "usage.jsonl").write_bytes((run / "usage.jsonl").read_bytes())
+    (sweep / "multirun.yaml").write_text("hydra:\n  mode: MULTIRUN\n")
+    (sweep / "sweep_summary.json").write_text(json.dumps({"jobs": [{"accuracy": 1.0}] * 2}))
+    globbed = sorted(str(p) for p in sweep.iterdir())  # what the shell makes of runs/sweep1/*
+    done = _cli("-m", "flowllm.inspect", "usage", *globbed, "--by", "user")
+    assert done.returncode == 0, done.stderr
+    assert "usage of 2 run(s)" in done.stdout and "unreadable" not in done.stdout + done.stderr
+    assert "left out 2 file(s) that are not usage ledgers: multirun.yaml, sweep_summary.json" in done.stdout
+    only_files = _cli("-m", "flowllm.inspect", "usage", str(sweep / "multirun.yaml"))
+    assert only_files.returncode == 2 and "no usage.jsonl" in only_files.stderr

@@ -163,3 +163,30 @@ async def test_cancelling_the_task_propagates_and_stops_every_process(workspace:
     with pytest.raises(asyncio.CancelledError):
         await running
     assert seen["pids"] and alive(seen["pids"]) == set()
+
+
+async def test_infrastructure_failures_carry_their_cause_and_the_models_bad_calls_do_not(
+    workspace: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowllm.core.types import InfraCause, ToolResult
+
+    monkeypatch.delenv("FLOWLLM_TEST_MISSING_KEY", raising=False)
+    cfg = flaky_config(state_dir)
+    cfg["servers"]["search"] = {"command": "does-not-exist", "requires_env": ["FLOWLLM_TEST_MISSING_KEY"]}
+    async with open_tool_pool(cfg, workspace) as pool:
+        crashed = await call(pool, "crash", {})
+        maybe = await call(pool, "write_once", {"name": "w"})
+        disabled = await pool.call("search", "web_search", {"q": "x"}, call_id="s", timeout_s=5)
+        unknown = await call(pool, "no_such_tool", {})
+        bad_arguments = await call(pool, "sleep", {"seconds": "long"})
+        ok = await call(pool, "sleep", {"seconds": 0})
+    assert (crashed.infra, maybe.infra, disabled.infra) == (
+        InfraCause.SERVER_LOST,
+        InfraCause.SERVER_LOST,
+        InfraCause.UNAVAILABLE,
+    )
+    assert unknown.is_error and bad_arguments.is_error and unknown.infra is bad_arguments.infra is None
+    assert ok.infra is None
+    # Recorded with the result and read back (a replay, a resume), absent when there is none.
+    assert ToolResult.from_dict(crashed.to_dict()).infra is InfraCause.SERVER_LOST
+    assert "infra" not in ok.to_dict()

@@ -57,3 +57,14 @@ async def test_the_fixture_server_and_the_cache_reach_every_server(tmp_path: Pat
         assert url is not None and url.startswith("http://127.0.0.1:")
         env = OmegaConf.to_container(cfg.tools.servers["tool-browse"].env)
         assert env == {"FLOWLLM_WEB_FIXTURES": url, CACHE_ENV: str(tmp_path / "web_cache"), CACHE_MODE_ENV: "rw"}
+
+
+async def test_a_remote_server_beside_the_web_tools_gets_no_environment_and_is_accepted(tmp_path: Path) -> None:
+    from flowllm.tools import load_settings
+
+    cfg = composed("tools=web", "tools.web_fixtures=true", "+tools.servers.remote.url=http://127.0.0.1:9/mcp")
+    async with web_tools(cfg, tmp_path):
+        assert not cfg.tools.servers.remote.get("env")
+        specs = {spec.name: spec for spec in load_settings(cfg.tools).servers}  # refused before: env on a url server
+        assert specs["remote"].remote and not specs["remote"].env
+        assert "FLOWLLM_WEB_FIXTURES" in specs["tool-browse"].env
