@@ -33,6 +33,12 @@ from flowllm.engine.pipeline import Pipeline
 class NodeObserver(Protocol):
     """Receives every node's exchange (the recorder implements it)."""
 
+    @property
+    def records_nodes(self) -> bool:
+        """False when it keeps nothing of a node (a recorder with snapshot=none): the runners then skip timing
+        and meta for it."""
+        ...
+
     def on_node(
         self,
         ctx: TurnContext,
@@ -196,8 +202,8 @@ def _meta(started: float, t0: float, runner: str, exc: BaseException | None) -> 
 
 def _active(observer: NodeObserver | None) -> NodeObserver | None:
     """The observer, or None when it says it records no node (a recorder with snapshot=none): then no meta is
-    built for it. An observer without ``records_nodes`` always receives every node."""
-    if observer is None or getattr(observer, "records_nodes", True):
+    built for it."""
+    if observer is None or observer.records_nodes:
         return observer
     return None
 

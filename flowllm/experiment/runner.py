@@ -407,7 +407,7 @@ class Experiment:
                                 task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
                             )
                         finally:
-                            tools_start = float(getattr(tools, "startup_seconds", 0.0))
+                            tools_start = tools.startup_seconds if tools is not None else 0.0
             finally:
                 await asyncio.shield(asyncio.to_thread(self._keep_workspace, task))
         except TimeoutError:

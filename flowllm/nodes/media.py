@@ -6,11 +6,10 @@ block becomes a text description: what it was, its size and dimensions or durati
 the original is. Only the request is changed (this is a ``before_model`` hook): the history, and so the run's
 artifacts (``dispatch_tools``' ``tool_results`` and ``next_messages``), keep every original byte.
 
-What a provider accepts is asked of the provider: an ``accepted_media`` collection of block types if it has
-one (every flowllm provider has: ``provider.accepts`` in its config, e.g. ``[text]`` for DeepSeek and most local
-models), else ``supports_images`` (and ``supports_audio``); a provider that says nothing is taken to accept
-images (all three wire protocols carry them) and nothing else. ``accept: [...]`` in the node's config overrides
-both, e.g. ``accept: []`` for a text-only model served over a protocol that could carry images.
+What a provider accepts is asked of the provider: ``Provider.accepted_media`` (``provider.accepts`` in its
+config minus ``text``, e.g. ``[text]`` for DeepSeek and most local models; wrappers such as the resilient chain
+and replay declare their primary's). ``accept: [...]`` in the node's config overrides it, e.g. ``accept: []``
+for a text-only model served over a protocol that could carry images.
 
 No hook has to be switched on for a text-only model: every provider applies ``degrade_messages`` to its own
 request for the media it does not accept (``BaseProvider.sendable``). Listing the hook as well records what was
@@ -26,6 +25,7 @@ import hashlib
 import struct
 from typing import Any
 
+from flowllm.core.interfaces import Provider
 from flowllm.core.types import Block, Message
 from flowllm.engine import Node, TurnContext
 from flowllm.nodes.tokens import image_size
@@ -33,19 +33,15 @@ from flowllm.nodes.tokens import image_size
 MEDIA_TYPES = ("image", "audio", "document", "file")
 
 
-def accepted_media(provider: Any, override: list[str] | None = None) -> set[str]:
+# What a turn without a provider (a pipeline tested on its own) is taken to accept: all three protocols carry images.
+NO_PROVIDER_MEDIA = frozenset({"image"})
+
+
+def accepted_media(provider: Provider | None, override: list[str] | None = None) -> set[str]:
     """The media block types ``provider`` takes natively (see the module doc)."""
     if override is not None:
         return {str(kind) for kind in override}
-    explicit = getattr(provider, "accepted_media", None)
-    if explicit is not None:
-        return {str(kind) for kind in explicit}
-    accepted: set[str] = set()
-    if getattr(provider, "supports_images", True):
-        accepted.add("image")
-    if getattr(provider, "supports_audio", False):
-        accepted.add("audio")
-    return accepted
+    return set(provider.accepted_media if provider is not None else NO_PROVIDER_MEDIA)
 
 
 def _decoded(data: str) -> bytes:
