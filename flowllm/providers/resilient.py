@@ -171,7 +171,7 @@ class ResilientProvider(ProviderFacade):
         """``request`` as ``route`` must receive it; None when it cannot be rebuilt for that route."""
         if route is self.primary:
             return request
-        canonical = getattr(request, "canonical", None)
+        canonical = request.canonical if isinstance(request, WireRequest) else None
         if canonical is not None:
             system, messages, tools = canonical
             return route.any_provider.build_request(system=system, messages=messages, tools=tools)

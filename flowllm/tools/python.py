@@ -17,14 +17,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
 from flowllm.tools.common import add_workspace_argument, workspace_from
-from flowllm.tools.sandbox import (
-    Isolation,
-    SandboxBackend,
-    SandboxLimits,
-    describe_gaps,
-    protect_process,
-    run_python_code,
-)
+from flowllm.tools.hardening import protect_process
+from flowllm.tools.isolation import describe_gaps
+from flowllm.tools.sandbox import run_python_code
+from flowllm.tools.sandbox_call import Isolation, SandboxBackend, SandboxLimits
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
 SERVER_NAME = "tool-python"
