@@ -14,6 +14,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
+
 
 @dataclass
 class ThinkingConfig:
@@ -178,8 +180,9 @@ class RepairConfig:
 @dataclass
 class RunnerConfig:
     name: str = MISSING  # legacy | graph | graph_parallel
-    item_timeout_s: float = 900.0  # per fan-out item (one tool call or sub-agent): a safety net
-    turn_timeout_s: float = 1800.0  # all fan-out items of one node together
+    item_timeout_s: float = ITEM_TIMEOUT_S  # per fan-out item (one tool call or sub-agent): a safety net
+    fanout_timeout_s: float = FANOUT_TIMEOUT_S  # all fan-out items of one node together
+    turn_timeout_s: float | None = None  # deprecated: the old name of fanout_timeout_s (said once when set)
 
 
 @dataclass

@@ -86,8 +86,6 @@ __all__ = [
     "sandbox_uid",
 ]
 
-SCRIPT_NAME = "<run_python>"
-
 
 async def _pump(stream: asyncio.StreamReader | None, capture: StreamCapture) -> None:
     if stream is None:

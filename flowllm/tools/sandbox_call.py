@@ -7,7 +7,7 @@ import signal
 from collections import deque
 from dataclasses import dataclass, field
 
-REFUSED_EXIT = 126  # the bootstrap's exit status when isolation is required and missing (its REFUSED_EXIT)
+from flowllm.tools.child.sandbox_boot import REFUSED_EXIT  # the bootstrap's status when it refuses to run
 
 
 class Isolation(enum.Enum):
