@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
+from flowllm.core.registry import Registry
 from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
 from flowllm.engine.context import FanOut, TurnContext
 from flowllm.engine.errors import NodeContractError, NodeExecutionError, PipelineError
@@ -376,16 +377,17 @@ class GraphParallelRunner(Runner):
         return _WhenInputsReady(plan)
 
 
-RUNNERS: dict[str, type[Runner]] = {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)}
+RUNNERS: Registry[type[Runner]] = Registry(
+    "runner", {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)}
+)
 
 
 def make_runner(
     name: str, item_timeout_s: float = ITEM_TIMEOUT_S, fanout_timeout_s: float = FANOUT_TIMEOUT_S
 ) -> Runner:
-    try:
-        cls = RUNNERS[name]
-    except KeyError:
-        raise PipelineError(f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)") from None
+    cls = RUNNERS.get(name)
+    if cls is None:
+        raise PipelineError(f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)")
     return cls(item_timeout_s=item_timeout_s, fanout_timeout_s=fanout_timeout_s)
 
 

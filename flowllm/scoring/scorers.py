@@ -18,8 +18,6 @@ from typing import Any, Protocol
 
 from flowllm.datasets.gaia import Task, question_scorer
 
-SCORERS = ("gaia", "exact", "judge")
-
 
 @dataclass(frozen=True)
 class Score:
