@@ -488,7 +488,7 @@ def register_configs(cs: ConfigStore | None = None) -> None:
     """Register the root schema and one ``base_<group>`` schema per group for the YAML files to extend."""
     cs = cs or ConfigStore.instance()
     # ${flowllm_search_env:<backend>} (conf/tools/web.yaml): the search backend's key variable.
-    from flowllm.tools.search_env import register_resolvers
+    from flowllm.config.search_keys import register_resolvers
 
     register_resolvers()
     cs.store(name="base_config", node=FlowConfig)
