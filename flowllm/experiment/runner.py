@@ -42,7 +42,7 @@ from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
-from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 COMPLETED = "completed"
 FAILED = "failed"
-ATTEMPTS_DIR = "attempts"
 TIMING_FILE = "timing.json"
 
 __all__ = [

@@ -36,7 +36,6 @@ from flowllm.providers.errors import (
     classify_exception,
 )
 
-PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
 TASK_HEADER = "X-Flowllm-Task"
 AGENT_HEADER = "X-Flowllm-Agent"
 TURN_HEADER = "X-Flowllm-Turn"

@@ -162,10 +162,6 @@ class ResilientProvider(ProviderFacade):
             for provider in route.providers.values():
                 await provider.aclose()
 
-    def for_agent(self, agent: str) -> list[str]:
-        """The provider ids that serve ``agent``, in order (for logs and the summary)."""
-        return [r.id for r in self.chains.get(agent) or self.chains[MAIN_AGENT]]
-
     # ----- sending ---------------------------------------------------------------------------------------
     def _request_for(self, route: Route, request: dict[str, Any]) -> dict[str, Any] | None:
         """``request`` as ``route`` must receive it; None when it cannot be rebuilt for that route."""
