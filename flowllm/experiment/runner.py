@@ -335,9 +335,7 @@ class Experiment:
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
             return None
-        outcome = read_outcome(
-            self.recorder.task_dir(task.task_id) / "result.json", task, getattr(self.scorer, "rules", None)
-        )
+        outcome = read_outcome(self.recorder.task_dir(task.task_id) / "result.json", task, self.scorer.rules)
         return outcome if outcome is not None and outcome.status == COMPLETED else None
 
     def _fresh_task_dir(self, task: Task) -> None:

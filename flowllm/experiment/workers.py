@@ -370,7 +370,7 @@ def scorer_rules(cfg: DictConfig, run_dir: Path) -> RuleScore | None:
 
     async def rules() -> RuleScore | None:
         async with open_scorer(str(cfg.dataset.scorer), run_dir=run_dir) as scorer:
-            return getattr(scorer, "rules", None)
+            return scorer.rules
 
     return asyncio.run(rules())
 

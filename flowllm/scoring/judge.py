@@ -96,6 +96,7 @@ class JudgeScorer:
     """Scores an answer by asking the judge model with a benchmark's published grader prompt."""
 
     name = "judge"
+    rules: None = None  # a model decides: a resume reads the saved verdict
 
     def __init__(
         self,
