@@ -29,8 +29,9 @@ from flowllm.cli.config_check import refuse_ignored_overrides
 from flowllm.cli.exit_codes import ExitCode, run_exit_code
 from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
-from flowllm.engine import Recorder, build_pipeline, make_runner
+from flowllm.engine import Recorder, build_pipeline
 from flowllm.engine.recorder import Redactor, atomic_write
+from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment import workers
 from flowllm.experiment.checks import check_timeouts
@@ -114,7 +115,7 @@ def _check_settings(cfg: DictConfig) -> None:
 def _pipeline(cfg: DictConfig) -> tuple[Any, Any]:
     source = f"conf/pipeline/{_choice('pipeline', cfg)}.yaml"
     pipeline = build_pipeline(cfg.pipeline.nodes, source=source, contract=AGENT_TURN)
-    runner = make_runner(cfg.runner.name, cfg.runner.item_timeout_s, cfg.runner.turn_timeout_s)
+    runner = runner_from_config(cfg.runner)
     runner.validate(pipeline)
     return pipeline, runner
 

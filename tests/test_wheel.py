@@ -49,6 +49,9 @@ def test_the_wheel_holds_the_configs_and_the_sample(wheel: Path) -> None:
         "flowllm/data/sample/metadata.jsonl",
         "flowllm/data/sample/script.yaml",
         "flowllm/py.typed",
+        "flowllm/inspect/templates/report.html",  # the report's page, read as package data
+        "flowllm/tools/child/sandbox_boot.py",  # run_python's bootstrap, handed to the child as text
+        "flowllm/tools/child/reader_worker.py",
     ):
         assert needed in names, needed
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)

@@ -79,8 +79,7 @@ def build_system_prompt(base: str, tools: list[ToolSpec], tool_protocol: str) ->
 
 def sampling_slot(tools: ToolBackend | None) -> SamplingSlot | None:
     """The sampler of a task's tool pool, when it answers its servers' sampling requests (tools.sampling=answer)."""
-    slot = getattr(tools, "sampler", None)
-    return slot if isinstance(slot, SamplingSlot) else None
+    return tools.sampler if tools is not None else None
 
 
 def append_user_text(messages: list[Message], text: str) -> list[Message]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flowllm.core.forwarding import ForwardingTools
 from flowllm.core.interfaces import ToolBackend
 from flowllm.core.types import ToolResult, ToolSpec, Usage
 
@@ -60,22 +61,18 @@ class SubAgentSpec:
 SubAgentRunner = Callable[["SubAgentSpec", str, ToolBackend | None, str], Coroutine[Any, Any, "AgentResult"]]
 
 
-class FilteredTools:
+class FilteredTools(ForwardingTools):
     """The parent's pool restricted to some servers (a sub-agent's tool set)."""
 
     def __init__(self, inner: ToolBackend, servers: tuple[str, ...] | None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.servers = servers
 
     def _allowed(self, server: str | None) -> bool:
         return self.servers is None or server in self.servers
 
     async def list_tools(self) -> list[ToolSpec]:
-        return [t for t in await self.inner.list_tools() if self._allowed(t["server"])]
-
-    @property
-    def task_state(self) -> TaskState | None:
-        return self.inner.task_state if self.inner is not None else None
+        return [t for t in await super().list_tools() if self._allowed(t["server"])]
 
     async def call(
         self,
@@ -89,14 +86,11 @@ class FilteredTools:
     ) -> ToolResult:
         if server is not None and not self._allowed(server):
             return ToolResult(call_id, server, name, f"Error: server '{server}' is not available to this agent", True)
-        return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
-
-    async def aclose(self) -> None:  # the parent owns the pool
-        return None
+        return await super().call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
 
 
 @dataclass
-class SubAgentTools:
+class SubAgentTools(ForwardingTools):
     """A task's tools plus its sub-agents, as one ToolBackend for the main agent."""
 
     inner: ToolBackend | None
@@ -107,8 +101,7 @@ class SubAgentTools:
     calls: int = 0
 
     async def list_tools(self) -> list[ToolSpec]:
-        tools = await self.inner.list_tools() if self.inner is not None else []
-        return [*tools, *(spec.tool_spec() for spec in self.specs.values())]
+        return [*await super().list_tools(), *(spec.tool_spec() for spec in self.specs.values())]
 
     def _spec_for(self, server: str | None, name: str) -> SubAgentSpec | None:
         if server and server.startswith(SUBAGENT_PREFIX):
@@ -116,10 +109,6 @@ class SubAgentTools:
         if name == SUBTASK_TOOL and server is None and len(self.specs) == 1:
             return next(iter(self.specs.values()))
         return None
-
-    @property
-    def task_state(self) -> TaskState | None:
-        return self.inner.task_state if self.inner is not None else None
 
     async def call(
         self,
@@ -136,9 +125,7 @@ class SubAgentTools:
             if server and server.startswith(SUBAGENT_PREFIX):
                 known = ", ".join(s.server for s in self.specs.values())
                 return ToolResult(call_id, server, name, f"Error: unknown agent '{server}'. Agents: {known}", True)
-            if self.inner is None:
-                return ToolResult(call_id, server, name, "Error: no tools are available", True)
-            return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
+            return await super().call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
         subtask = arguments.get("subtask")
         if name != SUBTASK_TOOL or not isinstance(subtask, str) or not subtask.strip():
             return ToolResult(
@@ -155,6 +142,3 @@ class SubAgentTools:
         self.usage = self.usage + result.usage
         self.calls += 1
         return ToolResult(call_id, spec.server, SUBTASK_TOOL, result.final_text.strip() or "(no answer)")
-
-    async def aclose(self) -> None:  # the experiment owns the pool
-        return None

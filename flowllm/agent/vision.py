@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from flowllm.core.forwarding import ForwardingTools
 from flowllm.core.images import image_media_type
 from flowllm.core.interfaces import ToolBackend
 from flowllm.core.types import Block, ToolResult, ToolSpec, Usage, text_block
@@ -146,7 +147,7 @@ VisionRunner = Callable[[list[Block], str], Coroutine[Any, Any, "AgentResult"]]
 
 
 @dataclass
-class VisionTools:
+class VisionTools(ForwardingTools):
     """A task's tools plus ``tool-vision.ask_image``, as one ToolBackend."""
 
     inner: ToolBackend | None
@@ -158,12 +159,7 @@ class VisionTools:
     calls: int = 0
 
     async def list_tools(self) -> list[ToolSpec]:
-        tools = await self.inner.list_tools() if self.inner is not None else []
-        return [*tools, self.spec.tool_spec()]
-
-    @property
-    def task_state(self) -> TaskState | None:
-        return self.inner.task_state if self.inner is not None else None
+        return [*await super().list_tools(), self.spec.tool_spec()]
 
     def _mine(self, server: str | None, name: str) -> bool:
         return server == VISION_SERVER or (server is None and name == ASK_IMAGE)
@@ -179,9 +175,7 @@ class VisionTools:
         state: TaskState | None = None,
     ) -> ToolResult:
         if not self._mine(server, name):
-            if self.inner is None:
-                return ToolResult(call_id, server, name, "Error: no tools are available", True)
-            return await self.inner.call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
+            return await super().call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
         if name != ASK_IMAGE:
             return _error(call_id, name, f"{VISION_SERVER} has one tool, {ASK_IMAGE}(path_or_url, question)")
         source, question = arguments.get("path_or_url"), arguments.get("question")
@@ -204,9 +198,6 @@ class VisionTools:
         self.usage = self.usage + result.usage
         self.calls += 1
         return ToolResult(call_id, VISION_SERVER, ASK_IMAGE, result.final_text.strip() or "(no answer)")
-
-    async def aclose(self) -> None:  # the experiment owns the pool
-        return None
 
 
 def _error(call_id: str, name: str, message: str) -> ToolResult:

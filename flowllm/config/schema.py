@@ -14,6 +14,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
+
 
 @dataclass
 class ThinkingConfig:
@@ -178,8 +180,9 @@ class RepairConfig:
 @dataclass
 class RunnerConfig:
     name: str = MISSING  # legacy | graph | graph_parallel
-    item_timeout_s: float = 900.0  # per fan-out item (one tool call or sub-agent): a safety net
-    turn_timeout_s: float = 1800.0  # all fan-out items of one node together
+    item_timeout_s: float = ITEM_TIMEOUT_S  # per fan-out item (one tool call or sub-agent): a safety net
+    fanout_timeout_s: float = FANOUT_TIMEOUT_S  # all fan-out items of one node together
+    turn_timeout_s: float | None = None  # deprecated: the old name of fanout_timeout_s (said once when set)
 
 
 @dataclass
@@ -485,7 +488,7 @@ def register_configs(cs: ConfigStore | None = None) -> None:
     """Register the root schema and one ``base_<group>`` schema per group for the YAML files to extend."""
     cs = cs or ConfigStore.instance()
     # ${flowllm_search_env:<backend>} (conf/tools/web.yaml): the search backend's key variable.
-    from flowllm.tools.search_env import register_resolvers
+    from flowllm.config.search_keys import register_resolvers
 
     register_resolvers()
     cs.store(name="base_config", node=FlowConfig)

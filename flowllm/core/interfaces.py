@@ -46,6 +46,9 @@ class Provider(Protocol):
     model: str
     tool_protocol: ToolProtocol
     supports_cache_control: bool
+    # The media block types (image, audio, document, file) sent to the model as themselves; every other medium
+    # goes as its text description (``flowllm.nodes.media``). From ``provider.accepts`` (minus "text").
+    accepted_media: frozenset[str]
 
     def build_request(
         self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
@@ -81,6 +84,16 @@ class ToolBackend(Protocol):
     @property
     def task_state(self) -> TaskState | None:
         """The task's store for dispatch to pass back into ``call`` (None: this backend keeps none)."""
+        ...
+
+    @property
+    def sampler(self) -> SamplingSlot | None:
+        """Where the servers' sampling requests are answered (``tools.sampling=answer``); None: declined."""
+        ...
+
+    @property
+    def startup_seconds(self) -> float:
+        """Seconds spent starting this task's servers (0.0 when it started none)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -81,11 +81,6 @@ def user_message(text: str) -> Message:
     return {"role": "user", "content": [text_block(text)]}
 
 
-def message_text(message: Message) -> str:
-    """The concatenated text blocks of a message (thinking and tool blocks excluded)."""
-    return "".join(b.get("text", "") for b in message["content"] if b.get("type") == "text")
-
-
 @dataclass
 class Usage:
     """Token counts of one model call: input counts every prompt token, cached or not.
@@ -148,10 +143,6 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     id: str = ""
-
-    @property
-    def has_tool_calls(self) -> bool:
-        return bool(self.tool_calls)
 
     def to_message(self) -> Message:
         """The assistant message to append to the history: content blocks replayed verbatim."""

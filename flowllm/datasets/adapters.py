@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.core.images import EXTENSIONS, image_media_type
+from flowllm.core.registry import Registry
 from flowllm.datasets.crypto import Cipher, CipherError, decrypt
 from flowllm.datasets.gaia import DatasetError, Task, find_dataset_file, read_dataset, select_tasks
 from flowllm.datasets.rows import Row, columns_of, read_rows, table_files
@@ -322,7 +323,7 @@ def _plain(value: Any) -> Any:
 
 # -- the registry -------------------------------------------------------------------------------------------
 
-ADAPTERS: dict[str, Adapter] = {"gaia": _gaia, "table": _table}
+ADAPTERS: Registry[Adapter] = Registry("dataset.adapter", {"gaia": _gaia, "table": _table})
 
 
 def source_of(spec: DatasetSpec) -> str:
@@ -334,9 +335,7 @@ def source_of(spec: DatasetSpec) -> str:
 
 def load_dataset(spec: DatasetSpec) -> list[Task]:
     """Every selected task of the dataset, in file order; ``DatasetError`` (one line) when it cannot be read."""
-    adapter = ADAPTERS.get(spec.adapter)
-    if adapter is None:
-        raise DatasetError(f"dataset.adapter must be one of {', '.join(sorted(ADAPTERS))}, not '{spec.adapter}'")
+    adapter = ADAPTERS.require(spec.adapter, DatasetError)
     tasks = adapter(spec)
     _check_unique(tasks, spec)
     if not tasks:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from flowllm.core.interfaces import CallContext, Provider, ToolBackend
+from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,8 +28,8 @@ class FanOut:
     """
 
     concurrent: bool = False
-    item_timeout_s: float = 120.0
-    total_timeout_s: float = 600.0
+    item_timeout_s: float = ITEM_TIMEOUT_S
+    total_timeout_s: float = FANOUT_TIMEOUT_S
 
     async def map(
         self, fn: Callable[[T], Awaitable[R]], items: Sequence[T], *, item_timeout_s: float | None = None

@@ -274,11 +274,6 @@ class Recorder:
         """Files that could not be written so far (the first was logged with its path and cause)."""
         return self._writer.errors
 
-    @property
-    def first_write_error(self) -> str | None:
-        """The first write failure, as one line (``None``: every write so far landed)."""
-        return self._writer.first_error
-
     def task_write_error(self, task_id: str) -> str | None:
         """The first write that failed in a task's folder, after ``flush`` (``None``: all of them landed)."""
         return self._writer.task_errors.get(task_folder_name(task_id))

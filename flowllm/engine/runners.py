@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import logging
 import time
 import traceback
 import weakref
@@ -24,14 +25,24 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
+from flowllm.core.registry import Registry
+from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
 from flowllm.engine.context import FanOut, TurnContext
 from flowllm.engine.errors import NodeContractError, NodeExecutionError, PipelineError
 from flowllm.engine.node import BoundNode
 from flowllm.engine.pipeline import Pipeline
 
+log = logging.getLogger(__name__)
+
 
 class NodeObserver(Protocol):
     """Receives every node's exchange (the recorder implements it)."""
+
+    @property
+    def records_nodes(self) -> bool:
+        """False when it keeps nothing of a node (a recorder with snapshot=none): the runners then skip timing
+        and meta for it."""
+        ...
 
     def on_node(
         self,
@@ -196,8 +207,8 @@ def _meta(started: float, t0: float, runner: str, exc: BaseException | None) -> 
 
 def _active(observer: NodeObserver | None) -> NodeObserver | None:
     """The observer, or None when it says it records no node (a recorder with snapshot=none): then no meta is
-    built for it. An observer without ``records_nodes`` always receives every node."""
-    if observer is None or getattr(observer, "records_nodes", True):
+    built for it."""
+    if observer is None or observer.records_nodes:
         return observer
     return None
 
@@ -295,13 +306,14 @@ class Runner:
     concurrent_fanout: ClassVar[bool] = False  # fan-out items (tool calls) run concurrently
     overlap: ClassVar[bool] = False  # independent async nodes run concurrently
 
-    def __init__(self, item_timeout_s: float = 120.0, turn_timeout_s: float = 600.0) -> None:
-        if item_timeout_s <= 0 or turn_timeout_s <= 0:
+    def __init__(self, item_timeout_s: float = ITEM_TIMEOUT_S, fanout_timeout_s: float = FANOUT_TIMEOUT_S) -> None:
+        if item_timeout_s <= 0 or fanout_timeout_s <= 0:
             raise PipelineError(
-                f"runner timeouts must be positive (item_timeout_s={item_timeout_s}, turn_timeout_s={turn_timeout_s})"
+                "runner timeouts must be positive "
+                f"(item_timeout_s={item_timeout_s}, fanout_timeout_s={fanout_timeout_s})"
             )
         self.item_timeout_s = item_timeout_s
-        self.turn_timeout_s = turn_timeout_s
+        self.fanout_timeout_s = fanout_timeout_s
 
     def validate(self, pipeline: Pipeline) -> None:
         """Refuse a pipeline this strategy cannot run (checked once, before any task)."""
@@ -316,7 +328,7 @@ class Runner:
         ctx: TurnContext,
         observer: NodeObserver | None = None,
     ) -> dict[str, Any]:
-        ctx = replace(ctx, fanout=FanOut(self.concurrent_fanout, self.item_timeout_s, self.turn_timeout_s))
+        ctx = replace(ctx, fanout=FanOut(self.concurrent_fanout, self.item_timeout_s, self.fanout_timeout_s))
         plan = _plan(pipeline)
         state = dict(inputs)
         await _run_loop(self.schedule(plan), plan, state, _Executor(ctx, _active(observer), self.name), self.overlap)
@@ -365,12 +377,26 @@ class GraphParallelRunner(Runner):
         return _WhenInputsReady(plan)
 
 
-RUNNERS: dict[str, type[Runner]] = {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)}
+RUNNERS: Registry[type[Runner]] = Registry(
+    "runner", {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)}
+)
 
 
-def make_runner(name: str, item_timeout_s: float = 120.0, turn_timeout_s: float = 600.0) -> Runner:
-    try:
-        cls = RUNNERS[name]
-    except KeyError:
-        raise PipelineError(f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)") from None
-    return cls(item_timeout_s=item_timeout_s, turn_timeout_s=turn_timeout_s)
+def make_runner(
+    name: str, item_timeout_s: float = ITEM_TIMEOUT_S, fanout_timeout_s: float = FANOUT_TIMEOUT_S
+) -> Runner:
+    cls = RUNNERS.get(name)
+    if cls is None:
+        raise PipelineError(f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)")
+    return cls(item_timeout_s=item_timeout_s, fanout_timeout_s=fanout_timeout_s)
+
+
+def runner_from_config(cfg: Any) -> Runner:
+    """The runner the ``runner`` config section names. The old name of ``fanout_timeout_s``, ``turn_timeout_s``
+    (it never bounded a turn, only one node's fan-out), still works and says so once."""
+    fanout = cfg.fanout_timeout_s
+    old = cfg.turn_timeout_s
+    if old is not None:
+        log.warning("runner.turn_timeout_s is deprecated: it is runner.fanout_timeout_s now (used %gs)", old)
+        fanout = old
+    return make_runner(cfg.name, cfg.item_timeout_s, fanout)

@@ -21,7 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.errors import ConfigError
 
-TIMEOUT_SETTINGS = ("experiment.task_timeout_s", "runner.item_timeout_s", "runner.turn_timeout_s")
+TIMEOUT_SETTINGS = (
+    "experiment.task_timeout_s",
+    "runner.item_timeout_s",
+    "runner.fanout_timeout_s",
+    "runner.turn_timeout_s",  # the deprecated name of fanout_timeout_s
+)
 
 
 def check_timeouts(cfg: DictConfig) -> None:

@@ -65,7 +65,7 @@ class ReplayAudit:
         self.source = source
         self.dumps = dumps
         self.recorder = recorder
-        self._forward = recorder is not None and getattr(recorder, "records_nodes", True)
+        self._forward = recorder is not None and recorder.records_nodes
         self._first: dict[str, Divergence] = {}
         self._unverified: set[str] = set()
         self._lock = threading.Lock()

@@ -43,7 +43,7 @@ from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
-from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 
 COMPLETED = "completed"
 FAILED = "failed"
-ATTEMPTS_DIR = "attempts"
 TIMING_FILE = "timing.json"
 
 __all__ = [
@@ -340,9 +339,7 @@ class Experiment:
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
             return None
-        outcome = read_outcome(
-            self.recorder.task_dir(task.task_id) / "result.json", task, getattr(self.scorer, "rules", None)
-        )
+        outcome = read_outcome(self.recorder.task_dir(task.task_id) / "result.json", task, self.scorer.rules)
         return outcome if outcome is not None and outcome.status == COMPLETED else None
 
     def _fresh_task_dir(self, task: Task) -> None:
@@ -411,7 +408,7 @@ class Experiment:
                                 task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
                             )
                         finally:
-                            tools_start = float(getattr(tools, "startup_seconds", 0.0))
+                            tools_start = tools.startup_seconds if tools is not None else 0.0
             finally:
                 await asyncio.shield(asyncio.to_thread(self._keep_workspace, task))
         except TimeoutError:

@@ -36,12 +36,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from omegaconf import DictConfig, OmegaConf
 
+from flowllm.agent.vision import VisionSpec
 from flowllm.config.schema import ProviderConfig, RateLimitConfig
+from flowllm.core.interfaces import Provider
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunError
@@ -50,7 +52,7 @@ from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import COMPLETED, RuleScore, RunResult, TaskOutcome, read_outcome
+from flowllm.experiment.runner import COMPLETED, Experiment, RuleScore, RunResult, TaskOutcome, read_outcome
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
@@ -168,14 +170,37 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="flowllm-parent-watch", daemon=True).start()
 
 
+class BuildExperiment(Protocol):
+    """``flowllm.app.build_experiment``: the run's wiring, shared with the single-process path."""
+
+    def __call__(
+        self,
+        cfg: DictConfig,
+        parts: PreparedRun,
+        provider: Provider,
+        recorder: Recorder,
+        *,
+        progress: ProgressReporter | None = None,
+        vision: VisionSpec | None = None,
+    ) -> Experiment: ...
+
+
+class RunSummary(Protocol):
+    """``flowllm.app.run_summary``: the run's summary.json."""
+
+    def __call__(
+        self, cfg: DictConfig, parts: PreparedRun, result: RunResult, run_dir: Path, *, wall_seconds: float
+    ) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class AppSteps:
     """The app's own steps a worker and the parent reuse, handed in by the app (which imports this module)."""
 
     prepare: Callable[[DictConfig], PreparedRun]
-    build_experiment: Callable[..., Any]
+    build_experiment: BuildExperiment
     priced_model: Callable[[ProviderConfig], str]
-    run_summary: Callable[..., dict[str, Any]]
+    run_summary: RunSummary
 
 
 def refuse_unsupported(cfg: DictConfig) -> None:
@@ -345,7 +370,7 @@ def scorer_rules(cfg: DictConfig, run_dir: Path) -> RuleScore | None:
 
     async def rules() -> RuleScore | None:
         async with open_scorer(str(cfg.dataset.scorer), run_dir=run_dir) as scorer:
-            return getattr(scorer, "rules", None)
+            return scorer.rules
 
     return asyncio.run(rules())
 

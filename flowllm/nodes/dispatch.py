@@ -70,7 +70,7 @@ class DispatchTools(Node):
         tools = ctx.tools
         extra: dict[str, Any] = {}
         # ToolBackend.call declares `state`; a backend without a store (task_state None) is passed nothing.
-        store = getattr(tools, "task_state", None) if self.task_state and tools is not None else None
+        store = tools.task_state if self.task_state and tools is not None else None
         if store is not None:
             extra["state"] = store
 

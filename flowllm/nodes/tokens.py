@@ -12,14 +12,13 @@ the candidate is estimated. Every count says which parts were estimated (``Token
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import struct
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from flowllm.core.media import image_size
 from flowllm.core.types import Block, Message, ToolSpec, Usage
 
 CHARS_PER_TOKEN = 3.5
@@ -31,33 +30,6 @@ MEDIA_TOKENS_DEFAULT = 1600  # an image we cannot measure, or another binary att
 
 def text_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN) if text else 0
-
-
-def image_size(data_b64: str) -> tuple[int, int] | None:
-    """(width, height) of a base64 PNG, GIF or JPEG, read from its header; None when not recognised."""
-    try:
-        head = base64.b64decode(data_b64[:65536] + "=" * (-len(data_b64[:65536]) % 4), validate=False)
-    except ValueError:
-        return None
-    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
-        width, height = struct.unpack(">II", head[16:24])
-        return int(width), int(height)
-    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-        width, height = struct.unpack("<HH", head[6:10])
-        return int(width), int(height)
-    if head[:2] == b"\xff\xd8":
-        i = 2
-        while i + 9 < len(head):
-            if head[i] != 0xFF:
-                i += 1
-                continue
-            marker = head[i + 1]
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                height, width = struct.unpack(">HH", head[i + 5 : i + 9])
-                return int(width), int(height)
-            (length,) = struct.unpack(">H", head[i + 2 : i + 4])
-            i += 2 + length
-    return None
 
 
 def media_tokens(block: Block) -> int:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.config.schema import ContentFormat, ProviderConfig
 from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
+from flowllm.core.media import MEDIA_TYPES, degrade_messages
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
 from flowllm.errors import ErrorKind
 from flowllm.providers.errors import (
@@ -35,7 +36,6 @@ from flowllm.providers.errors import (
     classify_exception,
 )
 
-PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
 TASK_HEADER = "X-Flowllm-Task"
 AGENT_HEADER = "X-Flowllm-Agent"
 TURN_HEADER = "X-Flowllm-Turn"
@@ -209,7 +209,6 @@ class BaseProvider:
     def sendable(self, messages: list[Message]) -> list[Message]:
         """``messages`` with every medium this model does not take replaced by its text description (the
         degrade_media stand-in), so no configuration sends an image to a text-only model."""
-        from flowllm.nodes.media import MEDIA_TYPES, degrade_messages  # the nodes layer imports providers
 
         def has_foreign(blocks: list[Block]) -> bool:
             for b in blocks:

@@ -204,11 +204,6 @@ class CircuitBreaker:
         if permit is not None and self._is_trial(permit):
             self._end_trial()
 
-    def abandon(self) -> None:
-        """Hand back the trial, whoever holds it (for callers without a permit)."""
-        if self.trial_in_flight:
-            self._end_trial()
-
     def snapshot(self) -> dict[str, Any]:
         return {
             "state": self.state,

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import Provider
+from flowllm.core.registry import Registry
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
 from flowllm.providers.errors import ProviderConfigError
@@ -123,22 +124,38 @@ def _build_openai_responses(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProv
     return OpenAIResponsesProvider(cfg, *(_openai_client(cfg, endpoint, tls) for _ in range(CLIENT_SHARDS)))
 
 
-_BUILDERS: dict[str, ProviderBuilder] = {
-    "anthropic": _build_anthropic,
-    "openai_chat": _build_openai_chat,
-    "openai_responses": _build_openai_responses,
-}
-_CUSTOM: dict[str, CustomOpener] = {}
+@dataclass(frozen=True)
+class ProtocolEntry:
+    """How a ``provider.protocol`` is served: an SDK wire protocol has a ``build`` (one provider per key, behind
+    the resilient chain); anything else (``replay``) an ``open`` that returns the whole Provider."""
+
+    build: ProviderBuilder | None = None
+    open: CustomOpener | None = None
+
+
+PROTOCOLS: Registry[ProtocolEntry] = Registry(
+    "provider.protocol",
+    {
+        "anthropic": ProtocolEntry(build=_build_anthropic),
+        "openai_chat": ProtocolEntry(build=_build_openai_chat),
+        "openai_responses": ProtocolEntry(build=_build_openai_responses),
+    },
+)
 
 
 def register_protocol(name: str, opener: CustomOpener) -> None:
     """Plug in a provider that is not an SDK wire protocol (``replay``): ``opener(cfg)`` returns the
     Provider."""
-    _CUSTOM[name] = opener
+    PROTOCOLS.register(name, ProtocolEntry(open=opener))
+
+
+def _custom(protocol: str) -> CustomOpener | None:
+    entry = PROTOCOLS.get(protocol)
+    return entry.open if entry is not None else None
 
 
 def known_protocols() -> list[str]:
-    return sorted({*_BUILDERS, *_CUSTOM})
+    return PROTOCOLS.names()
 
 
 def resolve_script(path: str) -> Path:
@@ -160,11 +177,11 @@ def check_provider_config(
     nothing, calls nothing. Returns the resolved chains (None for a custom protocol such as replay)."""
     pcfg = as_provider_config(cfg)
     _check_one(pcfg)
-    if pcfg.protocol in _CUSTOM:
+    if _custom(pcfg.protocol) is not None:
         return None
     plan = plan_routes(pcfg, resolve)
     for member in plan.members.values():
-        if member.cfg.protocol in _CUSTOM:
+        if _custom(member.cfg.protocol) is not None:
             raise ProviderConfigError(
                 f"provider '{member.id}' (protocol {member.cfg.protocol}) cannot be a fallback or an alias target"
             )
@@ -177,12 +194,12 @@ def check_provider_config(
 
 
 def _check_one(pcfg: ProviderConfig) -> None:
-    if pcfg.protocol not in _BUILDERS and pcfg.protocol not in _CUSTOM:
+    if pcfg.protocol not in PROTOCOLS:
         raise ProviderConfigError(
             f"provider '{pcfg.name}': unknown protocol '{pcfg.protocol}' (expected one of "
             f"{', '.join(known_protocols())})"
         )
-    if pcfg.protocol in _CUSTOM:
+    if _custom(pcfg.protocol) is not None:
         return
     if pcfg.tool_protocol not in ("xml", "native"):
         raise ProviderConfigError(f"provider.tool_protocol must be xml or native, not '{pcfg.tool_protocol}'")
@@ -238,7 +255,8 @@ def build_provider(
 ) -> BaseProvider:
     """A provider on an explicit endpoint (``open_provider`` resolves it from config and environment)."""
     pcfg = as_provider_config(cfg)
-    builder = _BUILDERS.get(pcfg.protocol)
+    entry = PROTOCOLS.get(pcfg.protocol)
+    builder = entry.build if entry is not None else None
     if builder is None:
         raise ProviderConfigError(f"provider '{pcfg.name}': unknown protocol '{pcfg.protocol}'")
     return builder(pcfg, Endpoint(base_url or pcfg.base_url, api_key or DUMMY_KEY))
@@ -263,7 +281,7 @@ async def open_provider(
     """
     pcfg = as_provider_config(cfg)
     plan = check_provider_config(pcfg, resolve=resolve)
-    custom = _CUSTOM.get(pcfg.protocol)
+    custom = _custom(pcfg.protocol)
     if custom is not None or plan is None:
         assert custom is not None
         provider = await custom(pcfg)

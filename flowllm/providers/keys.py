@@ -194,9 +194,6 @@ class KeyPool:
             )
             self._event(slot, "retired", reason=error.kind, keys_left=left)
 
-    def has_other_ready(self, slot: KeySlot) -> bool:
-        return any(s is not slot for s in self.ready())
-
     def _event(self, slot: KeySlot, event: str, **fields: Any) -> None:
         if self.on_event is not None:
             self.on_event({"type": "key", "provider": self.provider, "key": slot.label, "event": event, **fields})

@@ -162,7 +162,6 @@ class LocalLimiter:
         self.counts_tokens = self.tokens is not None
         self.paused_until = 0.0  # clock time before which nobody sends (a 429's retry-after)
         self.debt = 0  # tokens used beyond the estimates, charged to the next callers
-        self.back_offs = 0
 
     def _left(self) -> float:
         left = self.paused_until - self.clock()
@@ -210,7 +209,6 @@ class LocalLimiter:
     def back_off(self, seconds: float) -> None:
         """A 429 (its retry-after, else the key pool's cooldown): nobody sends to this provider until then."""
         if seconds > 0:
-            self.back_offs += 1
             self.paused_until = max(self.paused_until, self.clock() + seconds)
             if self.shared is not None:
                 self.shared.extend(seconds)

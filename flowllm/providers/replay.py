@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.config.schema import ProviderConfig
-from flowllm.core.interfaces import CallContext, Provider, ToolProtocol, WireProtocol
+from flowllm.core.forwarding import ProviderFacade
+from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.errors import ProviderConfigError, ProviderError
@@ -122,19 +123,16 @@ class _TaskIndex:
     notes: list[str] = field(default_factory=list)
 
 
-class ReplayProvider:
-    """Serves saved replies by (task, agent, turn); builds requests and normalizes with the source protocol."""
+class ReplayProvider(ProviderFacade):
+    """Serves saved replies by (task, agent, turn); builds requests and normalizes with the source protocol,
+    whose capabilities (``accepted_media`` included) it declares as its own."""
 
     def __init__(self, cfg: ProviderConfig, run_dir: Path, inner: BaseProvider) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.layout = RunLayout(run_dir)
         self.inner = inner
-        self.name: str = cfg.name
-        self.protocol: WireProtocol = inner.protocol
-        self.model: str = inner.model
-        self.tool_protocol: ToolProtocol = inner.tool_protocol
-        self.supports_cache_control: bool = inner.supports_cache_control
+        self.adopt(inner, name=cfg.name)
         self.served = 0
         self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
         self._index: dict[tuple[str, str], _TaskIndex] = {}

@@ -35,7 +35,8 @@ import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from flowllm.config.schema import ProviderConfig
-from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
+from flowllm.core.forwarding import ProviderFacade
+from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.breaker import CircuitBreaker, Transition
@@ -123,8 +124,10 @@ class _Call:
             self.failures.append((provider, error))
 
 
-class ResilientProvider:
-    """A ``Provider`` made of routes (see the module doc). Built by ``open_provider``."""
+class ResilientProvider(ProviderFacade):
+    """A ``Provider`` made of routes (see the module doc). Built by ``open_provider``. It declares what its
+    primary provider declares (``accepted_media`` included): a request is built for the primary, so a medium
+    the primary does not take is described in text before any provider of the chain sees it."""
 
     def __init__(
         self,
@@ -142,12 +145,7 @@ class ResilientProvider:
         self.sleep = sleep
         self.chains: dict[str, list[Route]] = {agent: [routes[i] for i in ids] for agent, ids in plan.chains.items()}
         self.primary = self.chains[MAIN_AGENT][0]
-        head = self.primary.any_provider
-        self.name: str = head.name
-        self.protocol: WireProtocol = head.protocol
-        self.model: str = head.model
-        self.tool_protocol: ToolProtocol = head.tool_protocol
-        self.supports_cache_control: bool = head.supports_cache_control
+        self.adopt(self.primary.any_provider)
 
     # ----- the Provider contract -------------------------------------------------------------------------
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
@@ -164,16 +162,12 @@ class ResilientProvider:
             for provider in route.providers.values():
                 await provider.aclose()
 
-    def for_agent(self, agent: str) -> list[str]:
-        """The provider ids that serve ``agent``, in order (for logs and the summary)."""
-        return [r.id for r in self.chains.get(agent) or self.chains[MAIN_AGENT]]
-
     # ----- sending ---------------------------------------------------------------------------------------
     def _request_for(self, route: Route, request: dict[str, Any]) -> dict[str, Any] | None:
         """``request`` as ``route`` must receive it; None when it cannot be rebuilt for that route."""
         if route is self.primary:
             return request
-        canonical = getattr(request, "canonical", None)
+        canonical = request.canonical if isinstance(request, WireRequest) else None
         if canonical is not None:
             system, messages, tools = canonical
             return route.any_provider.build_request(system=system, messages=messages, tools=tools)

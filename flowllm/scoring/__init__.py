@@ -6,16 +6,18 @@ async with open_scorer(cfg.dataset.scorer, judge=..., run_dir=...) as scorer:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowllm.config.schema import JudgeConfig, ProviderConfig
+from flowllm.core.registry import Registry
 from flowllm.engine.recorder import Redactor
 from flowllm.errors import ConfigError
 from flowllm.providers.ledger import PriceLookup
 from flowllm.scoring.judge import JudgeScorer, judge_provider_config, judge_summary, judge_template, open_judge
-from flowllm.scoring.scorers import SCORERS, ExactScorer, GaiaScorer, Score, Scorer, normalize_answer
+from flowllm.scoring.scorers import ExactScorer, GaiaScorer, Score, Scorer, normalize_answer
 
 __all__ = [
     "SCORERS",
@@ -24,6 +26,7 @@ __all__ = [
     "JudgeScorer",
     "Score",
     "Scorer",
+    "ScorerSettings",
     "check_scorer",
     "judge_provider_config",
     "judge_summary",
@@ -32,9 +35,51 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
+class ScorerSettings:
+    """What a scorer may need to open: the judge's settings and provider, where the run is, its redactor and
+    price table."""
+
+    run_dir: Path
+    judge: JudgeConfig | None = None
+    judge_provider: ProviderConfig | None = None
+    redactor: Redactor | None = None
+    prices: PriceLookup | None = None
+
+
+ScorerOpener = Callable[[ScorerSettings], AbstractAsyncContextManager[Scorer]]
+
+
+@asynccontextmanager
+async def _open_gaia(settings: ScorerSettings) -> AsyncIterator[Scorer]:
+    yield GaiaScorer()
+
+
+@asynccontextmanager
+async def _open_exact(settings: ScorerSettings) -> AsyncIterator[Scorer]:
+    yield ExactScorer()
+
+
+@asynccontextmanager
+async def _open_judge(settings: ScorerSettings) -> AsyncIterator[Scorer]:
+    judge, provider = settings.judge, settings.judge_provider
+    if judge is None or provider is None:
+        raise ConfigError("dataset.scorer=judge needs judge.provider")
+    judge_template(judge.template)
+    async with open_judge(
+        judge, provider, run_dir=settings.run_dir, redactor=settings.redactor, prices=settings.prices
+    ) as scorer:
+        yield scorer
+
+
+# The scorers ``dataset.scorer`` chooses from, by name.
+SCORERS: Registry[ScorerOpener] = Registry(
+    "dataset.scorer", {"gaia": _open_gaia, "exact": _open_exact, "judge": _open_judge}
+)
+
+
 def check_scorer(name: str) -> None:
-    if name not in SCORERS:
-        raise ConfigError(f"dataset.scorer must be one of {', '.join(SCORERS)}, not '{name}'")
+    SCORERS.require(name, ConfigError)
 
 
 @asynccontextmanager
@@ -48,14 +93,7 @@ async def open_scorer(
     prices: PriceLookup | None = None,
 ) -> AsyncIterator[Scorer]:
     """The configured scorer, open for the run (the judge's provider is opened only for ``judge``)."""
-    check_scorer(name)
-    if name == "gaia":
-        yield GaiaScorer()
-    elif name == "exact":
-        yield ExactScorer()
-    else:
-        if judge is None or judge_provider is None:
-            raise ConfigError("dataset.scorer=judge needs judge.provider")
-        judge_template(judge.template)
-        async with open_judge(judge, judge_provider, run_dir=run_dir, redactor=redactor, prices=prices) as scorer:
-            yield scorer
+    opener = SCORERS.require(name, ConfigError)
+    settings = ScorerSettings(run_dir, judge, judge_provider, redactor, prices)
+    async with opener(settings) as scorer:
+        yield scorer

@@ -35,6 +35,7 @@ from flowllm.datasets.gaia import Task
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FlowError
 from flowllm.providers.ledger import PriceLookup, UsageLedger
+from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout
 from flowllm.scoring.scorers import Score
 from flowllm.scoring.templates import TEMPLATES, JudgeTemplate, Verdict
 
@@ -50,7 +51,7 @@ NO_TRUTH = "no_ground_truth"
 
 
 def judge_dir(run_dir: Path, task_id: str, attempt: int) -> Path:
-    return run_dir / "tasks" / task_id / JUDGE_SCOPE / f"turn_{attempt:03d}"
+    return RunLayout(run_dir).turn(task_id, attempt, JUDGE_SCOPE)
 
 
 def judge_template(name: str) -> JudgeTemplate:
@@ -95,6 +96,7 @@ class JudgeScorer:
     """Scores an answer by asking the judge model with a benchmark's published grader prompt."""
 
     name = "judge"
+    rules: None = None  # a model decides: a resume reads the saved verdict
 
     def __init__(
         self,
@@ -149,20 +151,20 @@ class JudgeScorer:
         call_dir = folder / CALL_FOLDER
         started_at = datetime.now(UTC).isoformat()
         started = time.perf_counter()
-        self._write(call_dir / "input.json", {"prompt": prompt, "raw_request": request})
+        self._write(call_dir / INPUT_FILE, {"prompt": prompt, "raw_request": request})
         try:
             raw = await self.provider.send(request, context=context)
             reply = self.provider.normalize(raw)
         except FlowError as exc:  # every retry and fallback failed: a scoring error, asked again on resume
             self._write(
-                call_dir / "meta.json",
+                call_dir / META_FILE,
                 {"node": "call_model", "turn": attempt, "status": "error", "error": str(exc), "started_at": started_at},
             )
             return Score(False, error=f"judge call failed: {exc}", details={**base, "error_kind": CALL_FAILED})
         duration = round(time.perf_counter() - started, 6)
-        self._write(call_dir / "output.json", {"raw_request": request, "raw_response": raw})
+        self._write(call_dir / OUTPUT_FILE, {"raw_request": request, "raw_response": raw})
         self._write(
-            call_dir / "meta.json",
+            call_dir / META_FILE,
             {"node": "call_model", "turn": attempt, "status": "ok", "started_at": started_at, "duration_s": duration},
         )
         verdict = self.template.parse(reply.text)

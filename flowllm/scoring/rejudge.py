@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from flowllm.config.schema import FlowConfig
 from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.replay import REPLAY_PROTOCOL, resolve_run_dir
+from flowllm.rundir.layout import RunLayout
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
     parsed = OverridesParser.create().parse_overrides(overrides)
     if any(o.key_or_group.split("/")[-1].split(".")[0] == "experiment" for o in parsed):
         return cfg
-    saved_path = resolve_run_dir(str(cfg.provider.run_dir)) / ".hydra" / "config.yaml"
+    saved_path = RunLayout(resolve_run_dir(str(cfg.provider.run_dir))).config
     if not saved_path.is_file():
         return cfg  # the replay provider says what is wrong with the run folder
     try:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flowllm.datasets.gaia import Task, question_scorer
-
-SCORERS = ("gaia", "exact", "judge")
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,18 @@ class Score:
     details: dict[str, Any] = field(default_factory=dict)  # judge model, cached, ...
 
 
+# The score by rules alone (no model): what a resume recomputes from a saved answer.
+RuleScore = Callable[[Task, str | None], bool]
+
+
 class Scorer(Protocol):
     name: str
+
+    @property
+    def rules(self) -> RuleScore | None:
+        """The scorer's rules when it scores by rules alone; None when a model decides (a judge), whose saved
+        verdict a resume reads instead."""
+        ...
 
     async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score: ...
 

@@ -490,9 +490,6 @@ class ToolPool:
         # Shielded so a second cancellation cannot interrupt the shutdown half-way: the servers still stop.
         await asyncio.shield(closing)
 
-    def server_names(self) -> list[str]:
-        return [spec.name for spec in self.settings.servers]
-
 
 @asynccontextmanager
 async def open_tool_pool(

@@ -18,16 +18,11 @@ from mcp_types import CallToolResult, TextContent
 
 from flowllm.core.types import InfraCause
 from flowllm.tools.common import add_workspace_argument, workspace_from
+from flowllm.tools.hardening import protect_process
+from flowllm.tools.isolation import describe_gaps
 from flowllm.tools.needs import infra_meta
-from flowllm.tools.sandbox import (
-    REFUSED_EXIT,
-    Isolation,
-    SandboxBackend,
-    SandboxLimits,
-    describe_gaps,
-    protect_process,
-    run_python_code,
-)
+from flowllm.tools.sandbox import run_python_code
+from flowllm.tools.sandbox_call import REFUSED_EXIT, Isolation, SandboxBackend, SandboxLimits
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
 SERVER_NAME = "tool-python"

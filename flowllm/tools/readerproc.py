@@ -7,7 +7,7 @@ run them in warm worker processes of their own (``ReaderProcess``): each one's a
 call), and either failure comes back as a ``DocumentError`` the model reads, never as a hung or dead server.
 
 A parser exploited by a crafted file must not get the server's view of the machine either. Where bubblewrap
-works (``flowllm.tools.sandbox.probe_bwrap``) each worker is a long-lived interpreter started under it
+works (``flowllm.tools.isolation.probe_bwrap``) each worker is a long-lived interpreter started under it
 (``_IsolatedWorker``): new PID, IPC, UTS and network namespaces (and a user namespace when not root), the system
 folders and the Python install read-only, the ``flowllm`` package read-only at a neutral path, a private capped
 ``/tmp``, a fresh ``/proc`` and a minimal ``/dev``; no workspace, no project, no other host folder. Its
@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import flowllm
+from flowllm.tools.child import program
 from flowllm.tools.documents import DocumentError
-from flowllm.tools.sandbox import (
-    CHILD_LIMIT,
+from flowllm.tools.isolation import (
     SANDBOX_HOME,
     BwrapProbe,
     bwrap_command,
@@ -133,120 +133,6 @@ class _Worker:
         except BrokenProcessPool:
             self.discard()
             raise DocumentError(CRASHED_TEXT) from None
-
-
-# The isolated worker's program (``python -c``), run inside bubblewrap. Its one argument is a JSON object (see
-# ``_IsolatedWorker._command``). It sets itself up with the stdlib alone (no flowllm import before the uid is
-# dropped and the limits are set), imports the readers once, says it is ready, then serves requests until the
-# server closes its stdin. Frames both ways are an 8-byte big-endian length and the payload.
-_WORKER_PROGRAM = (
-    r"""
-import json, os, sys
-
-CFG = json.loads(sys.argv[1])
-
-"""
-    + CHILD_LIMIT
-    + r"""
-def _setup():
-    import ctypes, resource, signal
-    libc = ctypes.CDLL(None, use_errno=True)
-    for name in set(os.environ) - set(CFG["env"]):  # PWD, which bwrap sets for --chdir
-        del os.environ[name]
-    # The protocol's pipes move to descriptors of their own; fd 0 reads nothing and fd 1 goes to stderr, so a
-    # library that prints (or reads stdin) cannot corrupt the conversation.
-    requests, replies = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    uid = CFG["uid"]
-    if uid is not None:
-        # As root (no user namespace: one would map the worker's uid to root outside), become the server's
-        # sandbox uid; bwrap left us only the capabilities to do so, and the change clears them.
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        # The change emptied the permitted and effective sets; the inheritable one still names the two
-        # capabilities bwrap kept. no-new-privs makes them useless, and cleared they are not even there.
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-        sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice (capabilities 0-31, 32-63)
-        if libc.capget(header, sets) == 0:
-            sets[2] = sets[5] = 0
-            libc.capset(header, sets)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: no setuid binary gives privileges back
-        os._exit(126)
-    libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG (a change of credentials clears it)
-    if CFG["memory_mb"] > 0:
-        _limit(resource.RLIMIT_AS, CFG["memory_mb"] * 1024 * 1024)
-    _limit(resource.RLIMIT_FSIZE, CFG["fsize"])
-    if os.getuid() != 0:  # root is exempt from the process cap, so it means nothing there
-        _limit(resource.RLIMIT_NPROC, CFG["nproc"])
-    _limit(resource.RLIMIT_CORE, 0)
-    return requests, replies
-
-REQUESTS, REPLIES = _setup()
-import pickle
-
-def _warm():
-    # Once, at start: the first document should not pay for markitdown's import (pandas, pdfminer, ...).
-    try:
-        import flowllm.tools.documents
-        import markitdown.converters
-    except Exception:
-        pass  # under a tiny memory cap, or without markitdown: the call that needs it says why
-
-def _encode(obj):
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass")  # the str exactly, lone surrogates too
-
-def _send(data):
-    for part in (len(data).to_bytes(8, "big"), data):
-        view = memoryview(part)
-        while view:
-            view = view[os.write(REPLIES, view[:1048576]):]
-
-def _receive(size):
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = os.read(REQUESTS, min(size - len(buf), 1048576))
-        if not chunk:
-            os._exit(0)  # the server closed the pipe: it is done with us
-        buf += chunk
-    return bytes(buf)
-
-def _is_document_error(exc):
-    return any(c.__name__ == "DocumentError" and c.__module__ == "flowllm.tools.documents"
-               for c in type(exc).__mro__)
-
-def _failure(exc):
-    try:
-        if _is_document_error(exc):
-            return _encode({"error": "document", "message": str(exc)})
-        return _encode({"error": "failed", "message": f"{type(exc).__name__}: {exc}"})
-    except MemoryError:
-        return _encode({"error": "memory"})
-    except Exception:  # an exception whose text cannot be had
-        return _encode({"error": "failed", "message": type(exc).__name__})
-
-def _serve():
-    while True:
-        payload = _receive(int.from_bytes(_receive(8), "big"))
-        try:
-            function, args, kwargs = pickle.loads(payload)
-            del payload
-            data = _encode({"ok": function(*args, **kwargs)})  # a value JSON cannot carry fails here
-        except MemoryError:
-            data = _encode({"error": "memory"})
-        except Exception as exc:
-            data = _failure(exc)
-        _send(data)
-        del data
-
-_warm()
-_send(_encode({"ready": True, "uid": os.getuid()}))
-_serve()
-"""
-)
 
 
 class _Timeout(Exception):
@@ -456,8 +342,8 @@ class _IsolatedWorker:
         }
         command = bwrap_command(self.probe, mounts, as_root=as_root, allow_network=False, options=options)
         # -P: nothing of the working directory on sys.path; -s: no user site (HOME is the sandbox's anyway).
-        program = [sys.executable, "-P", "-s", "-X", "utf8", "-c", _WORKER_PROGRAM, json.dumps(config)]
-        return [*command, *program], env
+        worker = [sys.executable, "-P", "-s", "-X", "utf8", "-c", program("reader_worker"), json.dumps(config)]
+        return [*command, *worker], env
 
     def _start(self) -> _Child:
         args, env = self._command()

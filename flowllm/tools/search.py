@@ -14,13 +14,13 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import httpx2
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from flowllm.config.search_keys import KEY_ENV, Backend
 from flowllm.emulator.web import FIXTURES_ENV
 from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
 
@@ -28,20 +28,6 @@ SERVER_NAME = "tool-search"
 MAX_RESULTS = 20
 
 
-class Backend(Enum):
-    SERPER = "serper"
-    BRAVE = "brave"
-    TAVILY = "tavily"
-    SEARXNG = "searxng"
-
-
-# The variable holding each backend's key (SearXNG is self-hosted: no key, a URL instead).
-KEY_ENV: dict[Backend, str | None] = {
-    Backend.SERPER: "SERPER_API_KEY",
-    Backend.BRAVE: "BRAVE_API_KEY",
-    Backend.TAVILY: "TAVILY_API_KEY",
-    Backend.SEARXNG: None,
-}
 ENDPOINTS: dict[Backend, str] = {
     Backend.SERPER: "https://google.serper.dev/search",
     Backend.BRAVE: "https://api.search.brave.com/res/v1/web/search",

@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from flowllm.config.schema import ProviderConfig, ThinkingConfig, register_configs
+from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.emulator import Emulator
 from flowllm.providers import build_provider
@@ -60,7 +61,7 @@ SCRIPT: dict[str, Any] = {
 }
 
 
-class ArchiveTools:
+class ArchiveTools(ToolBackendDefaults):
     """A tool backend standing in for a real server: ``read_page`` returns a long page (the point is size)."""
 
     def __init__(self) -> None:
@@ -82,9 +83,6 @@ class ArchiveTools:
         self.calls += 1
         page = arguments.get("page")
         return ToolResult(call_id=call_id, server=server, name=name, content=f"page {page}: {FILLER}")
-
-    async def aclose(self) -> None:
-        return None
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,7 @@ class Outputs:
     outputs: dict[tuple[str, int, str], Mapping[str, Any]] = field(default_factory=dict)
     inputs: dict[tuple[str, int, str], Mapping[str, Any]] = field(default_factory=dict)
     folders: dict[int, list[str]] = field(default_factory=dict)
+    records_nodes: bool = True
 
     def on_node(
         self,

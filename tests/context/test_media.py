@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import build_pipeline, make_runner
 from flowllm.nodes.media import accepted_media, degrade_messages, describe_media
@@ -45,7 +46,7 @@ def wav(seconds: float, rate: int = 8000) -> str:
 IMAGE = {"type": "image", "media_type": "image/png", "data": png(64, 48)}
 
 
-class Camera:
+class Camera(ToolBackendDefaults):
     """A tool backend whose one tool returns a picture."""
 
     async def list_tools(self) -> list[ToolSpec]:
@@ -57,9 +58,6 @@ class Camera:
     ) -> ToolResult:
         return ToolResult(call_id=call_id, server=server, name=name, content="picture taken", images=[dict(IMAGE)])
 
-    async def aclose(self) -> None:
-        return None
-
 
 def test_descriptions_say_what_the_model_is_missing() -> None:
     text = describe_media(IMAGE, "message 2")
@@ -69,10 +67,10 @@ def test_descriptions_say_what_the_model_is_missing() -> None:
 
 
 def test_what_a_provider_accepts() -> None:
-    assert accepted_media(SimpleNamespace()) == {"image"}  # all three protocols carry images
-    assert accepted_media(SimpleNamespace(supports_images=False)) == set()
-    assert accepted_media(SimpleNamespace(accepted_media=("image", "audio"))) == {"image", "audio"}
-    assert accepted_media(SimpleNamespace(supports_images=True), override=[]) == set()
+    assert accepted_media(None) == {"image"}  # no provider (a pipeline on its own): all three protocols carry images
+    assert accepted_media(SimpleNamespace(accepted_media=frozenset())) == set()  # type: ignore[arg-type]
+    assert accepted_media(SimpleNamespace(accepted_media=frozenset({"image", "audio"}))) == {"image", "audio"}  # type: ignore[arg-type]
+    assert accepted_media(SimpleNamespace(accepted_media=frozenset({"image"})), override=[]) == set()  # type: ignore[arg-type]
 
 
 def test_degrading_touches_only_media_and_keeps_ids() -> None:

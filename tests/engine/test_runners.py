@@ -117,7 +117,7 @@ async def test_records_are_identical_across_runners(runner: str, tmp_path) -> No
 async def test_fanout_keeps_results_of_others_when_one_fails_or_times_out(runner: str) -> None:
     pipeline = build_pipeline({"sleep": {"_target_": f"{T}.Sleepy"}}, provided=("delays",))
     # Items that return at once against one that would sleep for minutes: the budget is far from both.
-    r = make_runner(runner, item_timeout_s=1, turn_timeout_s=60)
+    r = make_runner(runner, item_timeout_s=1, fanout_timeout_s=60)
     state = await r.run(pipeline, {"delays": [0, -1, 600, 0]}, TurnContext("t", 1))
     assert state["slept"] == [0, "ValueError", "ItemTimeout", 0]
 
@@ -133,7 +133,7 @@ async def test_fanout_overlaps_only_under_graph_parallel(runner: str, peak: int)
 async def test_turn_timeout_bounds_all_items_together(runner: str) -> None:
     # Each item alone is within its own budget; together they are not: the turn's budget stops the rest.
     pipeline = build_pipeline({"sleep": {"_target_": f"{T}.Sleepy"}}, provided=("delays",))
-    r = make_runner(runner, item_timeout_s=600, turn_timeout_s=1)
+    r = make_runner(runner, item_timeout_s=600, fanout_timeout_s=1)
     state = await r.run(pipeline, {"delays": [0, 300, 300]}, TurnContext("t", 1))
     assert state["slept"] == [0, "ItemTimeout", "ItemTimeout"]
 

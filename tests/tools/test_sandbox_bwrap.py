@@ -40,7 +40,19 @@ PROJECT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
 # What the sandbox needs of flowllm: these modules import nothing else of it (and nothing outside the stdlib).
-SANDBOX_MODULES = ("__init__.py", "tools/__init__.py", "tools/sandbox.py", "tools/cgroup.py", "tools/common.py")
+SANDBOX_MODULES = (
+    "__init__.py",
+    "tools/__init__.py",
+    "tools/sandbox.py",
+    "tools/sandbox_call.py",
+    "tools/isolation.py",
+    "tools/hardening.py",
+    "tools/cgroup.py",
+    "tools/common.py",
+    "tools/child/__init__.py",
+    "tools/child/limits.py",
+    "tools/child/sandbox_boot.py",
+)
 # Gaps bubblewrap exists to close; "cgroup" may remain where no cgroup can be made (an unprivileged user).
 CLOSED_BY_BWRAP = {"privileges", "filesystem", "pid namespace", "network namespace", "bwrap"}
 
