@@ -26,12 +26,12 @@ from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
 from flowllm.cli.config_check import refuse_ignored_overrides
-from flowllm.cli.exit_codes import ExitCode, run_exit_code
+from flowllm.cli.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
-from flowllm.errors import ConfigError, FlowError
+from flowllm.errors import ConfigError, FlowError, RunStopped
 from flowllm.experiment import workers
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
@@ -535,9 +535,14 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any]:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"flowllm: error: {line}", file=sys.stderr)
         if not multirun:
-            sys.exit(ExitCode.CONFIG)
-        # A raising job would stop Hydra from calling on_multirun_end: report and move on.
-        status = _job_error(cfg, run_dir, str(exc))
+            # By class: a build error is 2 (nothing ran); a run error after tasks ran follows its tasks.
+            sys.exit(error_exit_code(exc))
+        # A raising job would stop Hydra from calling on_multirun_end: report and move on. A run that stopped
+        # after tasks ran keeps the summary it wrote (its status says it failed).
+        if isinstance(exc, RunStopped) and exc.summary is not None:
+            status = dict(exc.summary)
+        else:
+            status = _job_error(cfg, run_dir, str(exc))
         _refresh_sweep(hydra_cfg)
         return status
     except Exception as exc:

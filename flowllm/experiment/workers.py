@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
-from flowllm.errors import ConfigError, RunError
+from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
@@ -439,5 +439,5 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     atomic_write(layout.summary, Redactor(secrets).dumps(summary))
     print_summary(summary, finished, run_dir)
     if pool.failure is not None:
-        raise RunError(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume")
+        raise RunStopped(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume", summary)
     return summary
