@@ -32,7 +32,7 @@ from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError, RunStopped
-from flowllm.experiment import workers
+from flowllm.experiment import fingerprint, workers
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -108,6 +108,9 @@ def _check_settings(cfg: DictConfig) -> None:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
     if cfg.agent.max_turns < 1:
         raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
+    if not cfg.experiment.progress_interval_s > 0:
+        interval = cfg.experiment.progress_interval_s
+        raise ConfigError(f"experiment.progress_interval_s must be a positive number of seconds, not {interval}")
     check_timeouts(cfg)
 
 
@@ -265,7 +268,7 @@ def build_experiment(
         settings=ExperimentSettings(
             max_concurrent=cfg.experiment.max_concurrent,
             task_timeout_s=cfg.experiment.task_timeout_s,
-            resume=cfg.experiment.resume,
+            resume=fingerprint.resume_mode(cfg.experiment.resume) is not fingerprint.ResumeMode.off,
             attempts=cfg.experiment.attempts,
         ),
         progress=progress,
@@ -281,7 +284,9 @@ async def _run_async(
     cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
-    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger)
+    progress = ProgressReporter(
+        enabled=bool(cfg.progress), ledger=ledger, interval_s=float(cfg.experiment.progress_interval_s)
+    )
     catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
         cfg.dataset.scorer,
@@ -377,7 +382,8 @@ def run_summary(
         "start_s": result.tools_start_s,
     }
     summary["experiment"] = cfg.experiment.name
-    summary["provider"] = cfg.provider.name
+    # The config choice (offline_chat), not the name it shares with another (offline): what the user picked.
+    summary["provider"] = _choice("provider", cfg)
     summary["model"] = cfg.provider.model
     summary["runner"] = cfg.runner.name
     summary["repair"] = cfg.repair.name
@@ -473,6 +479,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     )
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir, steps)
+    # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
+    dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
+    fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
     if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count, steps)

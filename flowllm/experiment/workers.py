@@ -392,7 +392,11 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
-    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger))
+    progress = ProgressReporter(
+        enabled=bool(cfg.progress),
+        ledger=LedgerTail(layout.ledger),
+        interval_s=float(cfg.experiment.get("progress_interval_s", 10.0)),
+    )
     progress.start(total=len(tasks), already=list(already.values()))
     # A 429 met by one worker pauses the others too: its pause goes through a file per provider (limiter.py).
     shared_pauses = layout.root / ".rate_limit_pauses"

@@ -32,7 +32,15 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
+from flowllm.experiment.report import (
+    accuracy_rows,
+    acted_row,
+    format_tokens,
+    format_usd,
+    headline_accuracy,
+    plural,
+    short_error,
+)
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
@@ -203,20 +211,8 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         _kv_table([(k, " ".join(v) if isinstance(v, list) else v) for k, v in settings.items()], title="settings")
     )
     usage = figures.get("usage") or {}
-    accuracy = figures.get("accuracy")
     rows: list[tuple[str, Any]] = [
-        *(
-            accuracy_rows(figures)
-            if figures.get("replay") is not None
-            else [
-                (
-                    "accuracy",
-                    f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
-                    if isinstance(accuracy, (int, float))
-                    else accuracy,
-                )
-            ]
-        ),
+        *(accuracy_rows(figures) if figures.get("replay") is not None else [("accuracy", headline_accuracy(figures))]),
         ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
         ("turns", figures.get("turns")),
         (
@@ -234,7 +230,8 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
             (
                 "by level",
                 ", ".join(
-                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: {v.get('correct')}/{v.get('tasks')}"
+                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: "
+                    f"{v.get('correct')}/{v.get('scored', v.get('tasks'))} scored"
                     for lvl, v in figures["by_level"].items()
                 ),
             )
@@ -261,7 +258,8 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         for task, verdict in off_replay:
             table.add_row(task.task_id, replay_text(verdict), short_error(verdict.get("what") or task.error or ""))
         console.print(table)
-    bad_tasks = [t for t in run.tasks if t.status != "completed" or not t.correct]
+    bad_tasks = [t for t in run.tasks if t.status != "completed" or t.correct is False]
+    unscored = [t for t in run.tasks if t.status == "completed" and t.correct is None]
     if bad_tasks:
         table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
         table.add_column("task", no_wrap=True)
@@ -277,6 +275,11 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         console.print(table)
         where = esc(run.path)
         console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} failures[/dim]")
+    elif unscored:
+        console.print(
+            f"[yellow]all {len(run.tasks)} tasks completed; {plural(len(unscored), 'task')} unscored (no ground "
+            "truth to score against)[/yellow]"
+        )
     else:
         console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
         if off_replay:
@@ -296,7 +299,7 @@ def breakdown_tables(figures: dict[str, Any]) -> list[Table]:
         table.add_column("correct", justify="right", no_wrap=True)
         table.add_column("accuracy", justify="right", no_wrap=True)
         for g in groups:
-            table.add_row(g["value"], f"{_fmt(g['correct'])}/{_fmt(g['tasks'])}", _pct(g["accuracy"]))
+            table.add_row(g["value"], f"{_fmt(g['correct'])}/{_fmt(g['scored'])} scored", _pct(g["accuracy"]))
         tables.append(table)
     return tables
 
@@ -319,19 +322,20 @@ def tools_table(tools: dict[str, Any]) -> Table | Text:
     return table
 
 
-TASK_STATUSES = ("failed", "wrong", "correct", "completed", "unfinished")
+TASK_STATUSES = ("failed", "wrong", "correct", "unscored", "completed", "unfinished")
 
 
 def shown_status(row: dict[str, Any]) -> str:
-    """What the status column shows: failed, wrong or correct (completed = wrong + correct), unfinished."""
+    """What the status column shows: failed, wrong, correct or unscored (no ground truth; completed = the three),
+    unfinished."""
     if row["status"] == "completed":
-        return "correct" if row["correct"] else "wrong"
+        return "unscored" if row["correct"] is None else "correct" if row["correct"] else "wrong"
     return str(row["status"])
 
 
 def matches_status(row: dict[str, Any], wanted: str) -> bool:
     shown = shown_status(row)
-    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong"))
+    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong", "unscored"))
 
 
 REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow"}
@@ -407,7 +411,7 @@ def cmd_tasks(
         cells: dict[str, Any] = {
             "task": r["task_id"],
             "level": _fmt(r["level"]),
-            "status": Text(shown, style={"correct": "green", "wrong": "yellow"}.get(shown, "red")),
+            "status": Text(shown, style={"correct": "green", "wrong": "yellow", "unscored": "cyan"}.get(shown, "red")),
             "replay": replay_text(r.get("replay"), cell=True),
             "answer": _fmt(r["answer"]),
             "expected": _fmt(r["ground_truth"]),
@@ -862,7 +866,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="settings, figures and what went wrong (the default)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("tasks", help="one line per task")
-    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct")
+    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct + unscored")
     p.add_argument("--level", type=int)
     p.add_argument("--replay", choices=REPLAY_STATUSES, help="a replay's tasks by verdict (provider=replay runs)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)

@@ -401,7 +401,7 @@ function pretty(v, ind) {
 }
 function prettyText(v) { return pretty(v).replace(/^\n/, ""); }
 function statusClass(s, correct) { return s === "completed" ? (correct ? "ok" : "warn") : "bad"; }
-function statusLabel(t) { return t.status === "completed" && !t.correct ? "wrong answer" : t.status; }
+function statusLabel(t) { return t.status !== "completed" ? t.status : t.correct === null ? "unscored" : !t.correct ? "wrong answer" : t.status; }
 
 function usd(v) {
   if (v === null || v === undefined) return "-";
@@ -417,7 +417,8 @@ function cards(summary, spend, replay) {
   const u = s.usage || {};
   // A replay is scored on the tasks that replayed exactly: the others' answers came from stale replies.
   const accuracy = replay ? ["accuracy (exact replays)", pct(replay.accuracy_exact) + " (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact) + ")"]
-    : ["accuracy", pct(s.accuracy) + " (" + fmt(s.correct) + "/" + fmt(s.tasks) + ")"];
+    : ["accuracy", (s.accuracy === null ? "not known" : pct(s.accuracy)) + " (" + fmt(s.correct) + "/" + fmt(s.scored ?? s.tasks) + " scored"
+       + (s.unscored ? ", " + fmt(s.unscored) + " unscored" : "") + (s.unfinished && s.scored !== undefined ? ", " + fmt(s.unfinished) + " unfinished" : "") + ")"];
   const items = [accuracy, ["completed", fmt(s.completed)],
     ["failed", fmt(s.failed)], ["turns", fmt(s.turns)], ["tool calls", fmt(s.tool_calls)],
     ["bad blocks", fmt(s.bad_tool_calls)], ["failed calls", fmt(s.failed_tool_calls)], ["parse rate", fmt(s.parse_rate)],
@@ -457,7 +458,7 @@ function breakdownCard(breakdown) {
   return el("div", {class: "panel", id: "breakdown"}, el("strong", {text: "Accuracy by category"}),
     fields.map(([name, rows]) => el("table", {class: "breakdown", "data-field": name},
       el("thead", {}, el("tr", {}, el("th", {text: name}), el("th", {text: "correct"}), el("th", {text: "accuracy"}))),
-      el("tbody", {}, rows.map(r => el("tr", {}, el("td", {text: r.value}), el("td", {class: "num", text: fmt(r.correct) + "/" + fmt(r.tasks)}),
+      el("tbody", {}, rows.map(r => el("tr", {}, el("td", {text: r.value}), el("td", {class: "num", text: fmt(r.correct) + "/" + fmt(r.scored ?? r.tasks)}),
         el("td", {class: "num", text: pct(r.accuracy)})))))));
 }
 
@@ -521,7 +522,7 @@ function renderRun(container, run) {
           let v = t[key];
           if (key === "replay_label") return el("td", {class: "replay-col"}, el("span", {class: "pill replay-" + (t.replay ? t.replay.status : "none"), text: fmt(v)}));
           if (key === "status") return el("td", {}, el("span", {class: "pill " + statusClass(t.status, t.correct), text: statusLabel(t)}));
-          if (key === "correct") return el("td", {class: v ? "ok" : "bad", text: fmt(v)});
+          if (key === "correct") return el("td", {class: v === null ? "warn" : v ? "ok" : "bad", text: v === null ? "unscored" : fmt(v)});
           if (key === "wall_seconds") return el("td", {text: v === null || v === undefined ? "-" : secs(v)});
           if (key === "billed_tokens") return el("td", {class: "num cost-col", text: tokens(v, t.tokens_estimated)});
           if (key === "cost_usd") return el("td", {class: "num cost-col", text: t.billed_tokens === null ? "-" : usd(v)});
@@ -660,7 +661,7 @@ function renderComparison(container, runs) {
   const cols = [["job", r => r.label], ["overrides", r => (r.overrides || []).join(" ")], ["provider", r => r.settings.provider],
     ["model", r => r.settings.model], ["runner", r => r.settings.runner], ["repair", r => r.settings.repair],
     ["accuracy", r => typeof r.summary.accuracy === "number" ? (r.summary.accuracy * 100).toFixed(1) + "%" : "-"],
-    ["correct", r => fmt(r.summary.correct) + "/" + fmt(r.summary.tasks)], ["failed", r => fmt(r.summary.failed)],
+    ["correct", r => fmt(r.summary.correct) + "/" + fmt(r.summary.scored ?? r.summary.tasks) + " scored"], ["failed", r => fmt(r.summary.failed)],
     ["replay", r => r.replay ? replayCounts(r.replay) : "-"],
     ["tool calls", r => fmt(r.summary.tool_calls)], ["bad", r => fmt(r.summary.bad_tool_calls)],
     ["failed calls", r => fmt(r.summary.failed_tool_calls)], ["parse rate", r => fmt(r.summary.parse_rate)],
