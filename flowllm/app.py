@@ -32,7 +32,7 @@ from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError, RunStopped
-from flowllm.experiment import fingerprint, workers
+from flowllm.experiment import fingerprint, provenance, workers
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -406,6 +406,8 @@ def run_summary(
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)
     )
+    # What produced the numbers: versions, commit, dataset and price table hashes, the config fingerprint.
+    summary["provenance"] = provenance.collect(run_dir, resolve_path(cfg.experiment.pricing, "experiment.pricing"))
     return summary
 
 

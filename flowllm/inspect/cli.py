@@ -44,6 +44,7 @@ from flowllm.experiment.report import (
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
+from flowllm.inspect.provenance import provenance_changes, provenance_rows
 from flowllm.inspect.views import (
     REPLAY_STATUSES,
     SPEND_SOURCES,
@@ -239,6 +240,9 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
     if figures.get("computed"):
         rows.append(("note", "computed from the tasks (summary.json unreadable or missing)"))
     console.print(_kv_table(rows, title="figures"))
+    origin = provenance_rows(run)
+    if origin:
+        console.print(_kv_table(origin, title="provenance"))
     for table in breakdown_tables(figures):
         console.print(table)
     tools = unavailable_tools(figures)
@@ -733,11 +737,21 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
     result = diff_runs(a, b)
     spend_a, spend_b = run_spend(a), run_spend(b)
     if as_json:
-        emit_json({**result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
+        differs = {k: {"a": x, "b": y} for k, (x, y) in provenance_changes(a, b).items()}
+        emit_json({"provenance": differs, **result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
         return 0
     console.print(
         Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff", border_style="cyan")
     )
+    # What produced the numbers first: versions, commit, dataset and price hashes, result-changing settings.
+    origin = provenance_changes(a, b)
+    if origin:
+        console.print(
+            _kv_table(
+                [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in origin.items()],
+                title="provenance and settings that differ",
+            )
+        )
     console.print(spend_table(spend_a, spend_b))
     if result.settings_changes:
         console.print(
