@@ -318,6 +318,10 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
 def plan_preflight(cfg: DictConfig) -> tuple[PreparedRun | None, list[ProviderTarget], list[str]]:
     """``prepare`` (the config problems) and what the live checks will reach; says on screen what they start."""
     parts, provider_cfg, problems = prepare_parts(cfg)
+    if problems:
+        # What needs no server (a missing key, dataset or provider.run_dir) is said before any server starts, and
+        # a provider without its key is not probed (which could only add "cannot connect").
+        raise PreflightError(problems)
     targets: list[ProviderTarget] = []
     if provider_cfg is not None:
         targets = preflight_targets(provider_cfg)

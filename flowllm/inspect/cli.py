@@ -506,7 +506,12 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
                 [
                     ("answer", row["answer"]),
                     ("expected", row["ground_truth"]),
-                    ("correct", Text(_fmt(row["correct"]), style="green" if row["correct"] else "red")),
+                    (
+                        "correct",
+                        Text("unscored", style="cyan")
+                        if row["correct"] is None and row["status"] == "completed"
+                        else Text(_fmt(row["correct"]), style="green" if row["correct"] else "red"),
+                    ),
                     ("turns / stop", f"{row['turns']} / {_fmt(row['stop'])}"),
                     ("level", row["level"]),
                     (

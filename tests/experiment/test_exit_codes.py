@@ -45,16 +45,39 @@ def test_a_config_error_exits_2_with_one_line(tmp_path: Path) -> None:
 
 def test_a_sweep_with_an_errored_job_exits_non_zero(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    proc = run_flowllm(
-        "-m",
-        *gaia_overrides("tools=none", f"hydra.sweep.dir={sweep_dir}", f"dataset.task_ids=[{LIST_TASK}]"),
-        # the second job's setting is refused: that job errors, the first completes
-        "experiment.attempts=1,0",
-        timeout=240,
-    )
+    common = gaia_overrides("tools=none", f"dataset.task_ids=[{LIST_TASK}]")
+    # Job 1's folder already holds a result of other settings: that job is refused when it starts, the first runs.
+    first = run_flowllm(*common, f"hydra.run.dir={sweep_dir / '1'}", "repair=strict", timeout=240)
+    assert first.returncode == 0, first.stderr[-2000:]
+    proc = run_flowllm("-m", *common, f"hydra.sweep.dir={sweep_dir}", "agent.max_turns=5,6", timeout=240)
     assert proc.returncode == ExitCode.SWEEP_JOB_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
     statuses = [job["status"] for job in read_json(sweep_dir / "sweep_summary.json")["jobs"]]
     assert statuses == ["ok", "error"]
+
+
+def test_a_sweep_is_checked_as_a_whole_before_its_first_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    proc = run_flowllm(
+        "-m",
+        "progress=false",
+        f"hydra.sweep.dir={sweep_dir}",
+        "provider=offline,claude",
+        "experiment.attempts=1,0",
+        env={"ANTHROPIC_API_KEY": ""},
+        timeout=240,
+    )
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, lines  # each problem once, naming the jobs it stops
+    assert lines[0] == (
+        "flowllm: error: experiment.attempts must be at least 1, not 0 "
+        "(jobs 1 (provider=offline experiment.attempts=0), 3 (provider=claude experiment.attempts=0))"
+    )
+    assert "ANTHROPIC_API_KEY is not set" in lines[1] and lines[1].endswith(
+        "(jobs 2 (provider=claude experiment.attempts=1), 3 (provider=claude experiment.attempts=0))"
+    )
+    assert "cannot connect" not in proc.stderr
+    assert not sweep_dir.exists()  # no job started
 
 
 def test_sweep_code_is_the_worst_job() -> None:
