@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -90,3 +91,28 @@ def test_sweep_code_is_the_worst_job() -> None:
     assert sweep_exit_code([none_ok, none_ok]) is ExitCode.ALL_FAILED
     assert sweep_exit_code([ok, {"status": "error"}]) is ExitCode.SWEEP_JOB_ERROR
     assert sweep_exit_code([{"status": "error"}, {"status": "interrupted"}]) is ExitCode.INTERRUPTED
+
+
+def test_a_sweep_asks_each_distinct_provider_once_before_its_first_job(tmp_path: Path) -> None:
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:  # closed again at once: nothing listens there
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+    urls = [f"http://127.0.0.1:{port}/v1" for port in ports]
+    sweep_dir = tmp_path / "sweep"
+    proc = run_flowllm(
+        "-m",
+        "progress=false",
+        "provider=local",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"provider.base_url={','.join(urls)}",
+        "agent.max_turns=3,4",  # two jobs per provider: each provider is said once, with both its jobs
+        timeout=240,
+    )
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, lines
+    for url, line, jobs in zip(urls, lines, ("jobs 0", "jobs 2"), strict=True):
+        assert f"provider 'local' at {url}: cannot connect" in line and f"({jobs} (provider.base_url={url}" in line
+    assert not sweep_dir.exists()
