@@ -26,14 +26,14 @@ from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
 from flowllm.cli.config_check import refuse_ignored_overrides
-from flowllm.cli.exit_codes import ExitCode, run_exit_code
+from flowllm.cli.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.engine.runners import runner_from_config
-from flowllm.errors import ConfigError, FlowError
-from flowllm.experiment import workers
+from flowllm.errors import ConfigError, FlowError, RunStopped
+from flowllm.experiment import fingerprint, provenance, workers
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -109,6 +109,9 @@ def _check_settings(cfg: DictConfig) -> None:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
     if cfg.agent.max_turns < 1:
         raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
+    if not cfg.experiment.progress_interval_s > 0:
+        interval = cfg.experiment.progress_interval_s
+        raise ConfigError(f"experiment.progress_interval_s must be a positive number of seconds, not {interval}")
     check_timeouts(cfg)
 
 
@@ -266,7 +269,7 @@ def build_experiment(
         settings=ExperimentSettings(
             max_concurrent=cfg.experiment.max_concurrent,
             task_timeout_s=cfg.experiment.task_timeout_s,
-            resume=cfg.experiment.resume,
+            resume=fingerprint.resume_mode(cfg.experiment.resume) is not fingerprint.ResumeMode.off,
             attempts=cfg.experiment.attempts,
         ),
         progress=progress,
@@ -282,7 +285,9 @@ async def _run_async(
     cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
-    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger)
+    progress = ProgressReporter(
+        enabled=bool(cfg.progress), ledger=ledger, interval_s=float(cfg.experiment.progress_interval_s)
+    )
     catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
         cfg.dataset.scorer,
@@ -314,6 +319,10 @@ def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
 def plan_preflight(cfg: DictConfig) -> tuple[PreparedRun | None, list[ProviderTarget], list[str]]:
     """``prepare`` (the config problems) and what the live checks will reach; says on screen what they start."""
     parts, provider_cfg, problems = prepare_parts(cfg)
+    if problems:
+        # What needs no server (a missing key, dataset or provider.run_dir) is said before any server starts, and
+        # a provider without its key is not probed (which could only add "cannot connect").
+        raise PreflightError(problems)
     targets: list[ProviderTarget] = []
     if provider_cfg is not None:
         targets = preflight_targets(provider_cfg)
@@ -378,7 +387,8 @@ def run_summary(
         "start_s": result.tools_start_s,
     }
     summary["experiment"] = cfg.experiment.name
-    summary["provider"] = cfg.provider.name
+    # The config choice (offline_chat), not the name it shares with another (offline): what the user picked.
+    summary["provider"] = _choice("provider", cfg)
     summary["model"] = cfg.provider.model
     summary["runner"] = cfg.runner.name
     summary["repair"] = cfg.repair.name
@@ -401,6 +411,8 @@ def run_summary(
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)
     )
+    # What produced the numbers: versions, commit, dataset and price table hashes, the config fingerprint.
+    summary["provenance"] = provenance.collect(run_dir, resolve_path(cfg.experiment.pricing, "experiment.pricing"))
     return summary
 
 
@@ -474,6 +486,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     )
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir, steps)
+    # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
+    dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
+    fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
     if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count, steps)
@@ -536,9 +551,14 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any]:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"flowllm: error: {line}", file=sys.stderr)
         if not multirun:
-            sys.exit(ExitCode.CONFIG)
-        # A raising job would stop Hydra from calling on_multirun_end: report and move on.
-        status = _job_error(cfg, run_dir, str(exc))
+            # By class: a build error is 2 (nothing ran); a run error after tasks ran follows its tasks.
+            sys.exit(error_exit_code(exc))
+        # A raising job would stop Hydra from calling on_multirun_end: report and move on. A run that stopped
+        # after tasks ran keeps the summary it wrote (its status says it failed).
+        if isinstance(exc, RunStopped) and exc.summary is not None:
+            status = dict(exc.summary)
+        else:
+            status = _job_error(cfg, run_dir, str(exc))
         _refresh_sweep(hydra_cfg)
         return status
     except Exception as exc:

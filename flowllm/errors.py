@@ -1,18 +1,37 @@
-"""Every error flowllm raises on purpose, in one tree.
+"""Every error flowllm raises on purpose, in one tree; every class of it is drawn here.
 
-    FlowError                      reported to the user as one line, no traceback; the message says what to do
-    ├── BuildError                 found before the first task: the run does not start (exit code 2)
-    │   ├── ConfigError            a setting is invalid (names the setting)
-    │   ├── PipelineError          the turn graph cannot be built or cannot serve the agent (engine/errors.py)
-    │   ├── DatasetError           the dataset is missing or malformed (datasets/)
-    │   ├── ProviderConfigError    a provider cannot work as configured (providers/errors.py)
-    │   ├── ToolConfigError        a tool server entry is invalid (tools/)
-    │   ├── ScriptError            an emulator script is invalid (emulator/script.py)
-    │   └── PricingError           the price table is malformed (experiment/pricing.py)
-    └── RunError                   raised while tasks run; the task fails, the run goes on
-        ├── NodeExecutionError     a node raised (engine/errors.py)
-        ├── ProviderError          a model call failed (providers/errors.py: ProviderCallError and kin)
-        └── ToolError              a tool server failed in a way the model cannot be told about
+    FlowError                          reported to the user as one line, no traceback; the message says what to do
+    ├── BuildError                     found before the first task: nothing runs (exit code 2)
+    │   ├── ConfigError                a setting is invalid (names the setting)
+    │   │   ├── ToolConfigError        a tool server entry is invalid (tools/)
+    │   │   └── FingerprintMismatch    a rerun's settings differ from what produced the folder's results
+    │   │                              (experiment/fingerprint.py)
+    │   ├── PipelineError              the turn graph cannot be built or cannot serve the agent (engine/errors.py)
+    │   │   ├── UnknownTargetError     a node's _target_ cannot be imported
+    │   │   ├── MissingInputError      a node reads what no node produces
+    │   │   ├── DuplicateProducerError two nodes produce the same key
+    │   │   └── CycleError             the graph has a cycle
+    │   ├── DatasetError               the dataset is missing or malformed (datasets/gaia.py)
+    │   ├── ProviderConfigError        a provider cannot work as configured (providers/errors.py)
+    │   ├── ScriptError                an emulator script is invalid (emulator/script.py)
+    │   ├── PricingError               the price table is malformed (experiment/pricing.py)
+    │   └── PreflightError             every problem the checks before the first task found (experiment/preflight.py)
+    └── RunError                       raised while tasks run: the task that meets it fails, the others go on
+        ├── NodeExecutionError         a node raised (engine/errors.py)
+        ├── NodeContractError          a node returned other outputs than it declares (engine/errors.py)
+        ├── PromptIsolationError       a hook found the system prompt outside its place (nodes/hooks.py)
+        ├── RecordError                a task's records could not be written (engine/recorder.py)
+        ├── ProviderError              a model call failed (providers/errors.py)
+        │   ├── ProviderCallError      one call failed, with the kind of failure
+        │   │   ├── ProviderResponseError   the reply arrived but cannot be used
+        │   │   └── NoUsableKeyError   every key of the pool is resting or retired (providers/keys.py)
+        │   └── ReplayMissError        a replay asked for a turn the saved run never made (providers/replay.py)
+        └── RunStopped                 the run stopped after tasks ran (a worker process failed); what finished is
+                                       saved and the exit code follows the tasks (3 or 4, cli/exit_codes.py)
+
+A build error exits 2 ("nothing ran"); a run error that reaches the app after tasks ran exits with the code of
+the run's tasks. A tool's failure is not in this tree: a tool server answers the model with an MCP error
+(``mcp``'s own ``ToolError``), and a server that cannot start is a preflight problem.
 
 ``ErrorKind`` names why a model call failed. It is a ``StrEnum``: the retry policy's ``retry_on`` list, the
 breaker, the ledger and ``meta.json`` all spell kinds as these strings.
@@ -20,7 +39,9 @@ breaker, the ledger and ``meta.json`` all spell kinds as these strings.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class FlowError(Exception):
@@ -43,8 +64,16 @@ class ToolConfigError(ConfigError):
     """A tool server entry cannot work (no command or url, unknown keys, a bad scope)."""
 
 
-class ToolError(RunError):
-    """A tool server failed in a way that is not the model's to handle."""
+class FingerprintMismatch(ConfigError):
+    """A rerun into a run directory whose results other settings produced (``experiment.resume=force`` proceeds)."""
+
+
+class RunStopped(RunError):
+    """The run stopped after tasks ran; ``summary`` is what it wrote (its tasks decide the exit code)."""
+
+    def __init__(self, message: str, summary: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 class ErrorKind(StrEnum):
@@ -105,8 +134,9 @@ __all__ = [
     "BuildError",
     "ConfigError",
     "ErrorKind",
+    "FingerprintMismatch",
     "FlowError",
     "RunError",
+    "RunStopped",
     "ToolConfigError",
-    "ToolError",
 ]

@@ -140,8 +140,7 @@ class OverrideChecker:
 
     @staticmethod
     def _with_value(override: Override, value: str) -> str:
-        prefix = {"ADD": "+", "FORCE_ADD": "++", "DEL": "~"}.get(override.type.name, "")
-        return f"{prefix}{override.get_key_element()}={value}"
+        return f"{override.get_key_element()}={value}"  # the key element keeps the override's +, ++ or ~
 
     def _check(self, overrides: list[str]) -> str | None:
         GlobalHydra.instance().clear()

@@ -10,22 +10,29 @@ from collections.abc import Iterable, Mapping
 from enum import IntEnum
 from typing import Any
 
+from flowllm.errors import BuildError, RunStopped
+
 
 class ExitCode(IntEnum):
-    OK = 0  # every task completed (right or wrong)
+    OK = 0  # every task completed (right, wrong or unscored)
     BUG = 1  # an unexpected exception: a traceback was printed (Python's own code)
-    CONFIG = 2  # a setting, the dataset, a key or a server was wrong: nothing ran (one line on stderr)
-    SOME_FAILED = 3  # some tasks failed, others completed
-    ALL_FAILED = 4  # every task that ran failed
+    CONFIG = 2  # a build error (flowllm.errors.BuildError): nothing ran (one line on stderr)
+    SOME_FAILED = 3  # some tasks failed (or were left unfinished by a run error), others completed
+    ALL_FAILED = 4  # every task that ran failed, or a run error stopped the run before any task completed
     SWEEP_JOB_ERROR = 5  # a multirun job could not run or crashed (the others' results are saved)
     INTERRUPTED = 130  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
 
 
 def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
-    """The code of one finished (or interrupted) run, from its ``summary.json``."""
-    if summary.get("interrupted"):
+    """The code of one finished (or interrupted) run, from its ``summary.json``.
+
+    A run that stopped on a run error (``status: failed``, e.g. a worker process died) counts the tasks it left
+    unfinished as failed: 3 when some completed, 4 when none did. A Ctrl-C is 130 whatever finished."""
+    if summary.get("status") != "failed" and summary.get("interrupted"):
         return ExitCode.INTERRUPTED
     failed = int(summary.get("failed") or 0)
+    if summary.get("status") == "failed":
+        failed += int(summary.get("unfinished") or 0) or 1
     completed = int(summary.get("completed") or 0)
     if failed == 0:
         return ExitCode.OK
@@ -35,14 +42,15 @@ def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
 def sweep_exit_code(jobs: Iterable[Mapping[str, Any]]) -> ExitCode:
     """The code of a multirun from its jobs' rows (status, completed, failed): the worst job decides.
 
-    An interrupted job wins, then a job that errored (or never wrote a summary), then task failures: all failed
+    An interrupted job wins, then a job that errored, stopped on a run error (``failed``) or never wrote a
+    summary, then task failures: all failed
     only when every task of every job failed.
     """
     rows = list(jobs)
     statuses = {str(row.get("status")) for row in rows}
     if "interrupted" in statuses:
         return ExitCode.INTERRUPTED
-    if statuses & {"error", "unfinished"}:
+    if statuses & {"error", "unfinished", "failed"}:
         return ExitCode.SWEEP_JOB_ERROR
     codes = [run_exit_code(row) for row in rows]
     if codes and all(code is ExitCode.ALL_FAILED for code in codes):
@@ -50,3 +58,13 @@ def sweep_exit_code(jobs: Iterable[Mapping[str, Any]]) -> ExitCode:
     if any(code is not ExitCode.OK for code in codes):
         return ExitCode.SOME_FAILED
     return ExitCode.OK
+
+
+def error_exit_code(exc: BaseException) -> ExitCode:
+    """The code of a flowllm error that reached the app, by its class: a build error is 2 (nothing ran); a run
+    error that stopped the run after tasks ran follows the tasks of the summary it wrote (3 or 4)."""
+    if isinstance(exc, BuildError):
+        return ExitCode.CONFIG
+    if isinstance(exc, RunStopped) and exc.summary is not None:
+        return run_exit_code(exc.summary)
+    return ExitCode.ALL_FAILED

@@ -21,7 +21,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from flowllm.cli.config_check import CONFIG_DIR, CONFIG_NAME, _first_line, check_command_line, refuse_ignored_overrides
+from flowllm.cli.config_check import (
+    CONFIG_DIR,
+    CONFIG_NAME,
+    _first_line,
+    check_command_line,
+    refuse_ignored_overrides,
+    split_command_line,
+)
 from flowllm.cli.exit_codes import ExitCode
 from flowllm.config.schema import register_configs
 from flowllm.errors import ConfigError
@@ -72,6 +79,18 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for Hydra's full tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing: explained below
     _register()
+    command = split_command_line(args)
+    if command.multirun and command.checkable and not full_error:
+        # A sweep is checked as a whole before its first job: every problem of every job once, no job started.
+        problems = check_command_line(args)
+        if not problems:
+            from flowllm.cli.sweep_check import sweep_problems  # composes every job with the app's checks
+
+            problems = sweep_problems(args)
+        if problems:
+            for problem in problems:
+                print(f"{PROG}: error: {problem}", file=sys.stderr)
+            return ExitCode.CONFIG
     saved_argv = sys.argv
     sys.argv = [saved_argv[0] if saved_argv else PROG, *args]
     try:

@@ -404,7 +404,12 @@ class ExperimentConfig:
     max_concurrent: int = 4
     task_timeout_s: float = 900.0
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct answer
-    resume: bool = True  # skip tasks whose result.json says completed (rerun into the same hydra.run.dir)
+    # true: skip tasks whose result.json says completed (rerun into the same hydra.run.dir), refused when the
+    # folder's results came from other settings (flowllm/experiment/fingerprint.py); false: run every task
+    # again; force: resume even so, recording both settings' fingerprints.
+    resume: Any = True
+    # When stderr is not a terminal: one plain progress line at most this often (plus the first and the last).
+    progress_interval_s: float = 10.0
     pricing: str = "conf/pricing.yaml"  # USD per million tokens, per model; relative to cwd, else the project
     # Who the usage ledger charges (its "user" dimension); unset: $FLOWLLM_USER, else the login name.
     user: str | None = None

@@ -47,8 +47,12 @@ class CycleError(PipelineError):
     pass
 
 
-class NodeContractError(PipelineError):
-    """A node returned something other than the outputs it declared."""
+class NodeContractError(RunError):
+    """A node returned something other than the outputs it declared (found while a turn runs: the task fails)."""
+
+    def __init__(self, message: str, *, node: str | None = None) -> None:
+        super().__init__(f"node '{node}': {message}" if node else message)
+        self.node = node
 
 
 class NodeExecutionError(RunError):

@@ -1,8 +1,14 @@
-"""Progress of a run on the terminal (rich): tasks done and running, accuracy, tokens and cost so far, ETA.
+"""Progress of a run: tasks done and running, accuracy, tokens and cost so far, elapsed time, ETA.
 
-Tokens and cost follow every model call: the bar reads the usage ledger's new lines at each refresh, so a long
-task's spending shows while it runs, not when it ends. While the bar is live, log records are printed through
-the same rich console (above the bar) instead of straight to stderr, which would garble it.
+On a terminal it is a rich bar. Tokens and cost follow every model call: the bar reads the usage ledger's new
+lines at each refresh, so a long task's spending shows while it runs, not when it ends. While the bar is live,
+log records are printed through the same rich console (above the bar) instead of straight to stderr, which would
+garble it.
+
+When stderr is not a terminal (nohup, SLURM, a redirect to a file) there is no bar: one plain line is written at
+the first task end and then at task ends at most once per ``experiment.progress_interval_s``, plus one for the
+last task, so a log file shows how the run goes without a bar wrapped over several lines. The clock is injected,
+so what is written does not depend on timing in tests.
 """
 
 from __future__ import annotations
@@ -10,7 +16,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, RenderableType
 from rich.logging import RichHandler
@@ -77,40 +85,78 @@ class _SpendColumn(ProgressColumn):
         return Text(f"tokens {self.tally.tokens:,} cost {cost}")
 
 
+def _duration(seconds: float) -> str:
+    """``45s``, ``12m05s``, ``3h02m``."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
 class ProgressReporter:
-    """A rich progress bar fed by the experiment; silent when disabled or not on a terminal."""
+    """A rich progress bar fed by the experiment on a terminal, plain lines elsewhere; silent when disabled."""
 
     def __init__(
-        self, console: Console | None = None, enabled: bool = True, ledger: Any = None, auto_refresh: bool = True
+        self,
+        console: Console | None = None,
+        enabled: bool = True,
+        ledger: Any = None,
+        auto_refresh: bool = True,
+        *,
+        interval_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        stream: TextIO | None = None,
+        plain: bool | None = None,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled
         # False: the bar is drawn only when asked (``renderable``), never by a thread of its own.
         self.auto_refresh = auto_refresh
+        # Plain lines instead of a bar: when stderr is not a terminal (None: decided by the console).
+        self.plain = (not self.console.is_terminal) if plain is None else plain
+        self.interval_s = interval_s
+        self.clock = clock
+        self.stream = stream
         self.tally = LedgerTally(ledger)
         self._progress: Progress | None = None
         self._bar: Any = None
         self._swapped: list[tuple[logging.Logger, logging.Handler]] = []
         self._rich_handler: logging.Handler | None = None
+        self.total = 0
+        self.already = 0
         self.done = 0
         self.correct = 0
+        self.scored = 0
         self.failed = 0
         self.running = 0
         self.tokens = 0
+        self._started: float | None = None
+        self._last_line: float | None = None
+        self._unreported = False
 
     def status(self, text: str) -> None:
         """A start-up line ("starting 3 tool servers..."), before the bar exists."""
         if self.enabled:
             self.console.print(f"[dim]flowllm:[/dim] {text}")
 
+    def _accuracy(self) -> str:
+        if not self.scored:
+            return "-" if not self.done else "not known (0 scored)"
+        return f"{self.correct / self.scored:.1%} ({self.correct}/{self.scored} scored)"
+
     def _fields(self) -> dict[str, Any]:
-        accuracy = f"{self.correct / self.done:.1%}" if self.done else "-"
+        accuracy = f"{self.correct / self.scored:.1%}" if self.scored else "-"
         return {"accuracy": accuracy, "failed": self.failed, "running": self.running}
 
     def start(self, total: int, already: list[TaskOutcome]) -> None:
+        self.total = total
+        self.already = len(already)
         for outcome in already:
             self._count(outcome)
-        if not self.enabled:
+        self._started = self.clock()
+        if not self.enabled or self.plain:
             return
         self._progress = Progress(
             TextColumn("[bold]tasks"),
@@ -134,6 +180,37 @@ class ProgressReporter:
     def renderable(self) -> RenderableType | None:
         """The bar as it shows now (None before ``start``, when disabled, and after ``stop``)."""
         return self._progress.get_renderable() if self._progress is not None else None
+
+    def line(self) -> str:
+        """The plain progress line: tasks done/total, running, accuracy so far, tokens, cost, elapsed, ETA."""
+        now = self.clock()
+        elapsed = now - (self._started if self._started is not None else now)
+        self.tally.poll()
+        if self.tally.ledger is None:
+            spend = f"tokens {self.tokens:,}, cost not known"
+        else:
+            cost = f"${self.tally.cost_usd:,.4f}" if self.tally.priced else "not known (unpriced model)"
+            spend = f"tokens {self.tally.tokens:,}, cost {cost}"
+        ran = self.done - self.already  # finished in this session: the pace the ETA extrapolates
+        left = max(0, self.total - self.done)
+        if left == 0:
+            eta = "0s"
+        elif ran > 0:
+            eta = _duration(elapsed / ran * left)
+        else:
+            eta = "not known"
+        failed = f", {self.failed} failed" if self.failed else ""
+        return (
+            f"flowllm: progress: tasks {self.done}/{self.total} done{failed}, {self.running} running, "
+            f"accuracy {self._accuracy()}, {spend}, elapsed {_duration(elapsed)}, eta {eta}"
+        )
+
+    def _write_line(self) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        stream.write(self.line() + "\n")
+        stream.flush()
+        self._last_line = self.clock()
+        self._unreported = False
 
     def _route_logging(self) -> None:
         """Terminal log handlers print through the live console while the bar runs (files keep theirs)."""
@@ -159,7 +236,9 @@ class ProgressReporter:
 
     def _count(self, outcome: TaskOutcome) -> None:
         self.done += 1
-        self.correct += int(outcome.correct)
+        if outcome.correct is not None:  # unscored (no ground truth): not in the accuracy
+            self.scored += 1
+            self.correct += int(outcome.correct)
         self.failed += int(outcome.status != "completed")
         self.tokens += outcome.usage.total_tokens
 
@@ -173,9 +252,18 @@ class ProgressReporter:
         self._count(outcome)
         if self._progress is not None:
             self._progress.update(self._bar, advance=1, **self._fields())
+        if not self.enabled or not self.plain:
+            return
+        self._unreported = True
+        first = self._last_line is None
+        last = self.done >= self.total
+        if first or last or self.clock() - (self._last_line or 0.0) >= self.interval_s:
+            self._write_line()
 
     def stop(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        if self.enabled and self.plain and self._unreported:  # the last task end, when it was held back
+            self._write_line()
         self._restore_logging()

@@ -125,7 +125,7 @@ class ReplayAudit:
         return {"status": ReplayStatus.EXACT.value}
 
 
-def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool]]) -> dict[str, Any] | None:
+def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) -> dict[str, Any] | None:
     """Counts by replay status and accuracy on exact replays; ``verdicts`` is (replay, correct) per task. None
     when the run was not a replay."""
     if not any(v is not None for v, _ in verdicts):

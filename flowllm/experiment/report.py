@@ -16,6 +16,7 @@ from rich.table import Table
 from flowllm.experiment.infra import infra_row
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
+from flowllm.scoring.tally import accuracy_text
 from flowllm.tools.connection import RESTART_MESSAGE
 
 # Beyond this many tasks the per-task table shows only the ones worth a look (wrong or failed).
@@ -61,8 +62,8 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     shown = list(outcomes)
     title = "tasks"
     if len(shown) > MAX_TASK_ROWS:
-        shown = [o for o in shown if not o.correct][:MAX_TASK_ROWS]
-        title = f"tasks not solved ({len(shown)} shown of {sum(1 for o in outcomes if not o.correct)})"
+        shown = [o for o in shown if o.correct is not True][:MAX_TASK_ROWS]
+        title = f"tasks not solved ({len(shown)} shown of {sum(1 for o in outcomes if o.correct is not True)})"
     bills = bills or {}
     table = Table(title=title, show_lines=False)
     table.add_column("task", overflow="fold")
@@ -74,7 +75,7 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     for column in ("correct", "turns", "tool calls", "tokens", "cost"):
         table.add_column(column, justify="right" if column in ("turns", "tool calls", "tokens", "cost") else "left")
     for o in shown:
-        mark = "[green]yes" if o.correct else "[red]no"
+        mark = "[yellow]unscored" if o.correct is None else "[green]yes" if o.correct else "[red]no"
         if o.answer is not None:
             answer = escape(str(o.answer)[:MAX_CELL_CHARS])
         else:
@@ -89,7 +90,7 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
             str(o.level),
             o.status + attempts,
             answer,
-            escape(str(o.ground_truth)[:MAX_CELL_CHARS]),
+            "-" if o.ground_truth is None else escape(str(o.ground_truth)[:MAX_CELL_CHARS]),
             mark,
             str(o.turns),
             str(o.tool_calls),
@@ -99,11 +100,25 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     return table
 
 
+def headline_accuracy(summary: Mapping[str, Any]) -> str:
+    """``80.0% (8/10 scored)``, then what it leaves out: unscored tasks (no ground truth) and unfinished ones.
+    Counted as every breakdown is (flowllm/scoring/tally.py); a summary written before ``scored`` existed
+    counted every task."""
+    scored = summary.get("scored", summary.get("tasks"))
+    text = accuracy_text(summary.get("correct"), scored, summary.get("accuracy"))
+    notes = []
+    if summary.get("unscored"):
+        notes.append(f"{summary['unscored']} unscored: no ground truth")
+    if summary.get("unfinished") and "scored" in summary:
+        notes.append(f"{summary['unfinished']} unfinished, not counted")
+    return f"{text}; {'; '.join(notes)}" if notes else text
+
+
 def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """The accuracy line, and for a replay the exact/diverged counts it is scored on (replay_audit.py)."""
     replay = summary.get("replay")
     if replay is None:
-        return [("accuracy", f"{summary['accuracy']:.1%} ({summary['correct']}/{summary['tasks']})")]
+        return [("accuracy", headline_accuracy(summary))]
     else:
         # A replay is scored on the tasks that replayed exactly; the others' replies answered another conversation.
         exact = replay.get("exact", 0)
@@ -114,8 +129,8 @@ def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "replay",
                 f"{exact} exact, {replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
-                f"{replay.get('unverified', 0)} unverified (all tasks: {summary['correct']}/{summary['tasks']} "
-                "correct)",
+                f"{replay.get('unverified', 0)} unverified (all tasks: {summary['correct']}/"
+                f"{summary.get('scored', summary['tasks'])} correct)",
             ),
         ]
 
@@ -126,7 +141,7 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     rows = accuracy_rows(summary)
     for level, data in summary.get("by_level", {}).items():
         name = "no level" if level == "None" else f"level {level}"
-        rows.append((f"  {name}", f"{data['accuracy']:.1%} ({data['correct']}/{data['tasks']})"))
+        rows.append((f"  {name}", accuracy_text(data["correct"], data.get("scored", data["tasks"]), data["accuracy"])))
     if summary.get("attempts", 1) > 1:
         rows.append(("attempts (pass@k)", f"k={summary['attempts']}, {summary.get('attempts_used', 0)} run"))
     finished = f"{summary['completed']} / {summary['failed']}"

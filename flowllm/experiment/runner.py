@@ -46,6 +46,7 @@ from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
+from flowllm.scoring.tally import ACCURACY_OF, score_tally
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,9 @@ class TaskOutcome:
     status: str
     answer: str | None
     ground_truth: str | None
-    correct: bool
+    # True or False when scored; None when the task cannot be scored (no ground truth; a replayed task that
+    # diverged). Accuracy counts scored tasks only.
+    correct: bool | None
     turns: int
     usage: Usage
     error: str | None = None
@@ -168,7 +171,12 @@ def safe_task_dir_name(task_id: str) -> str:
     return task_folder_name(task_id)
 
 
-RuleScore = Callable[[Task, str | None], bool]
+RuleScore = Callable[[Task, str | None], bool | None]
+
+
+def unscored_or(task: Task, correct: bool | None) -> bool | None:
+    """``correct`` for a task that has ground truth; None (unscored) for one that has none."""
+    return None if task.ground_truth is None else correct
 
 
 def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None = None) -> TaskOutcome | None:
@@ -194,7 +202,8 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
     outcome = TaskOutcome.from_dict(data)
     if task is not None and rescore is not None:
         # Scored by rules: recomputed here. A judged score comes from the judge's own saved verdict instead.
-        rescored = outcome.status == COMPLETED and rescore(task, outcome.answer)
+        # A failed task is wrong when there is a ground truth to be wrong against, unscored otherwise.
+        rescored = rescore(task, outcome.answer) if outcome.status == COMPLETED else unscored_or(task, False)
         if rescored != outcome.correct or outcome.ground_truth != task.ground_truth:
             log.warning(
                 "%s says correct=%s; scored against the dataset it is %s (the dataset's score is used)",
@@ -202,7 +211,7 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
                 outcome.correct,
                 rescored,
             )
-        outcome.correct = bool(rescored)
+        outcome.correct = None if rescored is None else bool(rescored)
         outcome.ground_truth = task.ground_truth
     return outcome
 
@@ -210,7 +219,7 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "task_id": (str,),
     "status": (str,),
-    "correct": (bool,),
+    "correct": (bool,),  # or null: unscored (_NULLABLE)
     "turns": (int,),
     "tool_calls": (int,),
     "bad_tool_calls": (int,),
@@ -230,6 +239,10 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+# Present in every result.json, but null when not known: a task without ground truth is unscored.
+_NULLABLE = frozenset({"correct"})
+
+
 def outcome_problems(data: Any) -> list[str]:
     """What makes ``data`` not a ``result.json`` this version wrote (empty: it is one)."""
     if not isinstance(data, dict):
@@ -241,7 +254,7 @@ def outcome_problems(data: Any) -> list[str]:
                 problems.append(f"{name} is missing")
             continue
         value = data[name]
-        if value is None and name in _OPTIONAL_TYPES:
+        if value is None and (name in _OPTIONAL_TYPES or name in _NULLABLE):
             continue
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
@@ -378,6 +391,8 @@ class Experiment:
         self.recorder.discard_task(task.task_id)
 
     async def score(self, task: Task, answer: str | None, attempt: int) -> Score:
+        if task.ground_truth is None:  # nothing to score against (a test split): unscored, not wrong
+            return Score(None)
         try:
             return await self.scorer.score(task, answer, attempt=attempt)
         except asyncio.CancelledError:
@@ -427,7 +442,7 @@ class Experiment:
                 status=FAILED,
                 answer=None,
                 ground_truth=task.ground_truth,
-                correct=False,
+                correct=unscored_or(task, False),
                 turns=0,
                 usage=Usage(),
                 error=error,
@@ -513,7 +528,8 @@ class Experiment:
         failure = self.recorder.task_write_error(outcome.task_id)
         if failure is None or outcome.error == f"the task's records could not be written: {failure}":
             return
-        outcome.status, outcome.correct = FAILED, False
+        outcome.status = FAILED
+        outcome.correct = None if outcome.ground_truth is None else False
         outcome.error = f"the task's records could not be written: {failure}"
         if self.stop_reason is None:
             self.stop_reason = failure
@@ -623,19 +639,19 @@ def summarize(
     prices: PriceTable | None = None,
     attempts: int = 1,
 ) -> dict[str, Any]:
-    """The run's ``summary.json``: accuracy overall and by level, tool calls, repairs, tokens, cost, time."""
+    """The run's ``summary.json``: accuracy overall and by level, tool calls, repairs, tokens, cost, time.
+
+    Accuracy, overall and by level, is over the scored tasks: those that finished (completed, or failed: a
+    wrong answer) and have a ground truth. ``scored`` and ``unscored`` say how many; unfinished tasks (an
+    interrupted run) count in neither. None when no task could be scored: not known, never 0."""
     completed = [o for o in outcomes if o.status == COMPLETED]
-    correct = sum(o.correct for o in outcomes)
+    tally = score_tally(outcomes)
     usage = sum((o.usage for o in outcomes), Usage())
     repairs: Counter[str] = Counter()
-    by_level: dict[str, dict[str, Any]] = {}
+    by_level: dict[str, list[TaskOutcome]] = {}
     for o in outcomes:
         repairs.update(o.repairs)
-        level = by_level.setdefault(str(o.level), {"tasks": 0, "correct": 0})
-        level["tasks"] += 1
-        level["correct"] += int(o.correct)
-    for level in by_level.values():
-        level["accuracy"] = round(level["correct"] / level["tasks"], 4) if level["tasks"] else 0.0
+        by_level.setdefault(str(o.level), []).append(o)
     calls = sum(o.tool_calls for o in outcomes)
     bad = sum(o.bad_tool_calls for o in outcomes)
     # Made: every tool call the model wrote, malformed blocks included. Parsed: those whose arguments became a
@@ -644,7 +660,7 @@ def summarize(
     parsed = calls - repairs.get("failed", 0)
     cost = cost_summary(usage, model, prices)
     replay = replay_summary([(o.replay, o.correct) for o in outcomes])
-    accuracy = round(correct / total, 4) if total else 0.0
+    accuracy = tally["accuracy"]
     extra: dict[str, Any] = {}
     if replay is not None:
         # A replay's tokens are the saved run's, served again: nothing was spent to get them.
@@ -658,9 +674,12 @@ def summarize(
         "failed": sum(1 for o in outcomes if o.status == FAILED),
         "unfinished": total - len(outcomes),
         "resumed": resumed,
-        "correct": correct,
+        "correct": tally["correct"],
+        "scored": tally["scored"],
+        "unscored": tally["unscored"],
         "accuracy": accuracy,
-        "by_level": dict(sorted(by_level.items())),
+        "accuracy_of": ACCURACY_OF,
+        "by_level": {level: score_tally(group) for level, group in sorted(by_level.items())},
         "attempts": attempts,
         "attempts_used": sum(o.attempts for o in outcomes),
         "turns": sum(o.turns for o in outcomes),

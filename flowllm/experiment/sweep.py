@@ -51,9 +51,11 @@ _OVERRIDES = Path(".hydra") / "overrides.yaml"
 class JobRow:
     job: str  # the job folder, relative to the sweep folder
     overrides: list[str]
-    status: str  # ok | interrupted | error | unfinished (no summary.json yet)
-    accuracy: float | None = None
+    status: str  # ok | interrupted | failed (a run error stopped it) | error | unfinished (no summary.json yet)
+    accuracy: float | None = None  # over the scored tasks; None: not known (nothing could be scored)
     correct: int | None = None
+    scored: int | None = None  # None: a summary from before unscored tasks were counted (every task scored)
+    unscored: int | None = None
     tasks: int | None = None
     completed: int | None = None
     failed: int | None = None
@@ -140,12 +142,16 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
     if summary.get("status") == "error":
         return JobRow(name, overrides, "error", error=str(summary.get("error")))
     usage = summary.get("usage") or {}
+    status = "failed" if summary.get("status") == "failed" else "interrupted" if summary.get("interrupted") else "ok"
     return JobRow(
         job=name,
         overrides=overrides,
-        status="interrupted" if summary.get("interrupted") else "ok",
+        status=status,
+        error=summary.get("error") if status == "failed" else None,
         accuracy=summary.get("accuracy"),
         correct=summary.get("correct"),
+        scored=summary.get("scored"),
+        unscored=summary.get("unscored"),
         tasks=summary.get("tasks"),
         completed=summary.get("completed"),
         failed=summary.get("failed"),
@@ -196,17 +202,20 @@ def _int(value: int | None) -> str:
 def table_rows(summary: SweepSummary) -> list[list[str]]:
     rows = []
     for j in summary.jobs:
-        accuracy = _pct(j.accuracy)
-        if j.correct is not None and j.tasks is not None:
-            accuracy += f" ({j.correct}/{j.tasks})"
+        scored = j.scored if j.scored is not None else j.tasks
+        accuracy = "not known" if j.accuracy is None and j.status in ("ok", "interrupted") else _pct(j.accuracy)
+        if j.correct is not None and scored is not None:
+            accuracy += f" ({j.correct}/{scored})"
+        if j.unscored:
+            accuracy += f", {j.unscored} without ground truth"
         if j.scoring_errors:
-            accuracy += f", {j.scoring_errors} unscored"
+            accuracy += f", {j.scoring_errors} not judged"
         rows.append(
             [
                 j.job,
                 j.benchmark or "-",
                 j.label,
-                j.status if j.status != "error" else f"error: {(j.error or '')[:120]}",
+                j.status if j.status not in ("error", "failed") else f"{j.status}: {(j.error or '')[:120]}",
                 accuracy,
                 f"judge {j.judge_model}" if j.judge_model else (j.scorer or "-"),
                 _pct(j.parse_rate),
@@ -365,11 +374,14 @@ def _job_outcome(config: DictConfig) -> str:
     if summary.get("status") == "error":
         return f"error: {summary.get('error')}"
     accuracy = summary.get("accuracy")
+    scored = summary.get("scored", summary.get("tasks", 0))
     parts = [
-        "interrupted" if summary.get("interrupted") else "done",
-        f"{summary.get('correct', 0)}/{summary.get('tasks', 0)} correct"
-        + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ""),
+        "stopped" if summary.get("status") == "failed" else "interrupted" if summary.get("interrupted") else "done",
+        f"{summary.get('correct', 0)}/{scored} correct"
+        + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ", accuracy not known"),
     ]
+    if summary.get("unscored"):
+        parts.append(f"{summary['unscored']} unscored")
     if summary.get("failed"):
         parts.append(f"{summary['failed']} failed")
     cost = summary.get("cost_usd")

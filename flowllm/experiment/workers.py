@@ -46,7 +46,7 @@ from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.core.interfaces import Provider
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
-from flowllm.errors import ConfigError, RunError
+from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
@@ -417,7 +417,11 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
-    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger))
+    progress = ProgressReporter(
+        enabled=bool(cfg.progress),
+        ledger=LedgerTail(layout.ledger),
+        interval_s=float(cfg.experiment.get("progress_interval_s", 10.0)),
+    )
     progress.start(total=len(tasks), already=list(already.values()))
     # A 429 met by one worker pauses the others too: its pause goes through a file per provider (limiter.py).
     shared_pauses = layout.root / ".rate_limit_pauses"
@@ -464,5 +468,5 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     atomic_write(layout.summary, Redactor(secrets).dumps(summary))
     print_summary(summary, finished, run_dir)
     if pool.failure is not None:
-        raise RunError(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume")
+        raise RunStopped(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume", summary)
     return summary

@@ -32,6 +32,7 @@ from flowllm.rundir.layout import (
     TURN_RE,
 )
 from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
+from flowllm.scoring.tally import score_tally
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -78,8 +79,10 @@ class TaskRecord:
         return str(self.field("status", "unknown"))
 
     @property
-    def correct(self) -> bool:
-        return bool(self.field("correct", False))
+    def correct(self) -> bool | None:
+        """True or False when scored; None when unscored (no ground truth; a diverged replay) or unfinished."""
+        value = self.field("correct")
+        return value if isinstance(value, bool) else None
 
     @property
     def level(self) -> int | None:
@@ -274,7 +277,7 @@ def task_summary(run: RunRecord) -> dict[str, Any]:
     if run.summary.ok and isinstance(run.summary.value, dict):
         return dict(run.summary.value)
     results = [t for t in run.tasks if t.result.ok]
-    correct = sum(t.correct for t in run.tasks)
+    tally = score_tally(results)  # counted as summary.json counts: over the scored finished tasks
     total = len(run.tasks)
     repairs: Counter[str] = Counter()
     for t in results:
@@ -293,8 +296,11 @@ def task_summary(run: RunRecord) -> dict[str, Any]:
         "finished": len(results),
         "completed": sum(1 for t in run.tasks if t.status == "completed"),
         "failed": sum(1 for t in run.tasks if t.status == "failed"),
-        "correct": correct,
-        "accuracy": round(correct / total, 4) if total else 0.0,
+        "unfinished": total - len(results),
+        "correct": tally["correct"],
+        "scored": tally["scored"],
+        "unscored": tally["unscored"],
+        "accuracy": tally["accuracy"],
         "turns": sum(int(t.field("turns", 0) or 0) for t in run.tasks),
         "tool_calls": calls,
         "bad_tool_calls": bad,

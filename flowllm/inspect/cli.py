@@ -32,10 +32,19 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
+from flowllm.experiment.report import (
+    accuracy_rows,
+    acted_row,
+    format_tokens,
+    format_usd,
+    headline_accuracy,
+    plural,
+    short_error,
+)
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
+from flowllm.inspect.provenance import provenance_changes, provenance_rows
 from flowllm.inspect.views import (
     REPLAY_STATUSES,
     SPEND_SOURCES,
@@ -203,20 +212,8 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         _kv_table([(k, " ".join(v) if isinstance(v, list) else v) for k, v in settings.items()], title="settings")
     )
     usage = figures.get("usage") or {}
-    accuracy = figures.get("accuracy")
     rows: list[tuple[str, Any]] = [
-        *(
-            accuracy_rows(figures)
-            if figures.get("replay") is not None
-            else [
-                (
-                    "accuracy",
-                    f"{accuracy:.1%} ({figures.get('correct')}/{figures.get('tasks')})"
-                    if isinstance(accuracy, (int, float))
-                    else accuracy,
-                )
-            ]
-        ),
+        *(accuracy_rows(figures) if figures.get("replay") is not None else [("accuracy", headline_accuracy(figures))]),
         ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
         ("turns", figures.get("turns")),
         (
@@ -234,7 +231,8 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
             (
                 "by level",
                 ", ".join(
-                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: {v.get('correct')}/{v.get('tasks')}"
+                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: "
+                    f"{v.get('correct')}/{v.get('scored', v.get('tasks'))} scored"
                     for lvl, v in figures["by_level"].items()
                 ),
             )
@@ -242,6 +240,9 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
     if figures.get("computed"):
         rows.append(("note", "computed from the tasks (summary.json unreadable or missing)"))
     console.print(_kv_table(rows, title="figures"))
+    origin = provenance_rows(run)
+    if origin:
+        console.print(_kv_table(origin, title="provenance"))
     for table in breakdown_tables(figures):
         console.print(table)
     tools = unavailable_tools(figures)
@@ -261,7 +262,8 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         for task, verdict in off_replay:
             table.add_row(task.task_id, replay_text(verdict), short_error(verdict.get("what") or task.error or ""))
         console.print(table)
-    bad_tasks = [t for t in run.tasks if t.status != "completed" or not t.correct]
+    bad_tasks = [t for t in run.tasks if t.status != "completed" or t.correct is False]
+    unscored = [t for t in run.tasks if t.status == "completed" and t.correct is None]
     if bad_tasks:
         table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
         table.add_column("task", no_wrap=True)
@@ -277,6 +279,11 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         console.print(table)
         where = esc(run.path)
         console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} failures[/dim]")
+    elif unscored:
+        console.print(
+            f"[yellow]all {len(run.tasks)} tasks completed; {plural(len(unscored), 'task')} unscored (no ground "
+            "truth to score against)[/yellow]"
+        )
     else:
         console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
         if off_replay:
@@ -296,7 +303,7 @@ def breakdown_tables(figures: dict[str, Any]) -> list[Table]:
         table.add_column("correct", justify="right", no_wrap=True)
         table.add_column("accuracy", justify="right", no_wrap=True)
         for g in groups:
-            table.add_row(g["value"], f"{_fmt(g['correct'])}/{_fmt(g['tasks'])}", _pct(g["accuracy"]))
+            table.add_row(g["value"], f"{_fmt(g['correct'])}/{_fmt(g['scored'])} scored", _pct(g["accuracy"]))
         tables.append(table)
     return tables
 
@@ -321,19 +328,20 @@ def tools_table(tools: dict[str, Any]) -> Table | Text:
     return table
 
 
-TASK_STATUSES = ("failed", "wrong", "correct", "completed", "unfinished")
+TASK_STATUSES = ("failed", "wrong", "correct", "unscored", "completed", "unfinished")
 
 
 def shown_status(row: dict[str, Any]) -> str:
-    """What the status column shows: failed, wrong or correct (completed = wrong + correct), unfinished."""
+    """What the status column shows: failed, wrong, correct or unscored (no ground truth; completed = the three),
+    unfinished."""
     if row["status"] == "completed":
-        return "correct" if row["correct"] else "wrong"
+        return "unscored" if row["correct"] is None else "correct" if row["correct"] else "wrong"
     return str(row["status"])
 
 
 def matches_status(row: dict[str, Any], wanted: str) -> bool:
     shown = shown_status(row)
-    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong"))
+    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong", "unscored"))
 
 
 REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow"}
@@ -409,7 +417,7 @@ def cmd_tasks(
         cells: dict[str, Any] = {
             "task": r["task_id"],
             "level": _fmt(r["level"]),
-            "status": Text(shown, style={"correct": "green", "wrong": "yellow"}.get(shown, "red")),
+            "status": Text(shown, style={"correct": "green", "wrong": "yellow", "unscored": "cyan"}.get(shown, "red")),
             "replay": replay_text(r.get("replay"), cell=True),
             "answer": _fmt(r["answer"]),
             "expected": _fmt(r["ground_truth"]),
@@ -500,7 +508,12 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
                 [
                     ("answer", row["answer"]),
                     ("expected", row["ground_truth"]),
-                    ("correct", Text(_fmt(row["correct"]), style="green" if row["correct"] else "red")),
+                    (
+                        "correct",
+                        Text("unscored", style="cyan")
+                        if row["correct"] is None and row["status"] == "completed"
+                        else Text(_fmt(row["correct"]), style="green" if row["correct"] else "red"),
+                    ),
                     ("turns / stop", f"{row['turns']} / {_fmt(row['stop'])}"),
                     ("level", row["level"]),
                     (
@@ -731,11 +744,21 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
     result = diff_runs(a, b)
     spend_a, spend_b = run_spend(a), run_spend(b)
     if as_json:
-        emit_json({**result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
+        differs = {k: {"a": x, "b": y} for k, (x, y) in provenance_changes(a, b).items()}
+        emit_json({"provenance": differs, **result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
         return 0
     console.print(
         Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff", border_style="cyan")
     )
+    # What produced the numbers first: versions, commit, dataset and price hashes, result-changing settings.
+    origin = provenance_changes(a, b)
+    if origin:
+        console.print(
+            _kv_table(
+                [(k, f"{_fmt(x)} -> {_fmt(y)}") for k, (x, y) in origin.items()],
+                title="provenance and settings that differ",
+            )
+        )
     console.print(spend_table(spend_a, spend_b))
     if result.settings_changes:
         console.print(
@@ -864,7 +887,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="settings, figures and what went wrong (the default)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("tasks", help="one line per task")
-    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct")
+    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct + unscored")
     p.add_argument("--level", type=int)
     p.add_argument("--replay", choices=REPLAY_STATUSES, help="a replay's tasks by verdict (provider=replay runs)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)

@@ -496,7 +496,8 @@ def unavailable_tools(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 def breakdown_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """``summary.json`` → ``breakdown`` (accuracy of a judged benchmark per category: topic, answer type...)
-    as ``{field: [{value, tasks, correct, accuracy}, ...]}``; fields with no group are left out."""
+    as ``{field: [{value, tasks, scored, correct, accuracy}, ...]}`` (accuracy over the scored tasks, None when
+    none was); fields with no group are left out."""
     value = summary.get("breakdown")
     out: dict[str, list[dict[str, Any]]] = {}
     if not isinstance(value, dict):
@@ -509,10 +510,13 @@ def breakdown_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             if not isinstance(figures, dict):
                 continue
             tasks, correct = figures.get("tasks"), figures.get("correct")
+            # Written before unscored tasks were counted: every task was scored.
+            scored = figures.get("scored", tasks)
             accuracy = figures.get("accuracy")
-            if accuracy is None and isinstance(tasks, int) and isinstance(correct, int) and tasks:
-                accuracy = round(correct / tasks, 4)
-            rows.append({"value": str(group), "tasks": tasks, "correct": correct, "accuracy": accuracy})
+            if accuracy is None and isinstance(scored, int) and isinstance(correct, int) and scored:
+                accuracy = round(correct / scored, 4)  # a summary that left it out
+            row = {"value": str(group), "tasks": tasks, "scored": scored, "correct": correct, "accuracy": accuracy}
+            rows.append(row)
         if rows:
             out[str(name)] = rows
     return out
@@ -570,8 +574,8 @@ def replay_counts(run: RunRecord) -> dict[str, Any] | None:
     counts = summary.get("replay") if isinstance(summary.get("replay"), dict) else None
     if counts is None:
         counts = replay_summary([(replay_verdict(t), t.correct) for t in run.tasks if t.result.ok]) or {}
-    tasks = summary.get("tasks") or len(run.tasks)
-    correct = summary.get("correct", sum(t.correct for t in run.tasks))
+    tasks = summary.get("scored", summary.get("tasks")) or len(run.tasks)
+    correct = summary.get("correct", sum(t.correct is True for t in run.tasks))
     accuracy_all = summary.get("accuracy_all")
     if accuracy_all is None and tasks:
         accuracy_all = round(correct / tasks, 4)

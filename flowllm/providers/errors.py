@@ -75,8 +75,8 @@ class ProviderError(RunError):
     """Base of every error raised by ``flowllm.providers``."""
 
 
-class ProviderConfigError(ProviderError, BuildError, ValueError):
-    """The provider configuration cannot work; the message says how to fix it."""
+class ProviderConfigError(BuildError, ValueError):
+    """The provider configuration cannot work; the message says how to fix it (found before the first task)."""
 
 
 class ProviderCallError(ProviderError):

@@ -3,6 +3,8 @@
     <run>/summary.json                                    the run's figures
     <run>/usage.jsonl                                     every model call attempt (the usage ledger)
     <run>/.hydra/config.yaml                              the composed config (Hydra writes it)
+    <run>/fingerprint.json                                the settings that can change a task's result
+    <run>/history.jsonl                                   one line per session that ran in the folder
     <run>/tasks/<task_id>/result.json                     one task's outcome
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
     <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   a sub-agent's conversation
@@ -26,6 +28,8 @@ LEDGER_FILE = "usage.jsonl"
 # The run's log: Hydra's job log (``hydra.job.name`` is ``app``); worker processes append to the same file.
 LOG_FILE = "app.log"
 CONFIG_FILE = ".hydra/config.yaml"
+FINGERPRINT_FILE = "fingerprint.json"
+HISTORY_FILE = "history.jsonl"
 TASKS_DIR = "tasks"
 RESULT_FILE = "result.json"
 ATTEMPTS_DIR = "attempts"
@@ -78,6 +82,14 @@ class RunLayout:
     @property
     def log(self) -> Path:
         return self.root / LOG_FILE
+
+    @property
+    def fingerprint(self) -> Path:
+        return self.root / FINGERPRINT_FILE
+
+    @property
+    def history(self) -> Path:
+        return self.root / HISTORY_FILE
 
     @property
     def config(self) -> Path:

@@ -47,7 +47,6 @@ CALL_FOLDER = "01_call_model"
 # Why an answer could not be judged (Score.details["error_kind"]).
 NO_VERDICT = "no_verdict"  # the judge replied without a verdict: the judge's own parse failure
 CALL_FAILED = "call_failed"  # every retry and fallback failed
-NO_TRUTH = "no_ground_truth"
 
 
 def judge_dir(run_dir: Path, task_id: str, attempt: int) -> Path:
@@ -134,12 +133,10 @@ class JudgeScorer:
 
     async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
         base = {"judge_model": self.model, "judge_provider": self.provider_name, "template": self.template.name}
+        if task.ground_truth is None:  # nothing to judge against (a test split): unscored, not wrong
+            return Score(None, details={**base, "reason": "no ground truth"})
         if answer is None:
             return Score(False, verdict=Verdict.INCORRECT.value, details={**base, "reason": "no answer to judge"})
-        if task.ground_truth is None:
-            return Score(
-                False, error="the task has no ground truth to judge against", details={**base, "error_kind": NO_TRUTH}
-            )
         folder = judge_dir(self.run_dir, task.task_id, attempt)
         key = _cache_key(self.template.name, self.model, task, answer)
         cached = self._cached(folder, key)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.scoring.judge import CALL_FAILED, NO_VERDICT, judge_summary
+from flowllm.scoring.tally import score_tally
 
 
 def _accuracy(correct: int, tasks: int) -> float:
@@ -16,18 +17,14 @@ def _accuracy(correct: int, tasks: int) -> float:
 
 
 def breakdown(outcomes: Sequence[Any], fields: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{field: {value: {tasks, correct, accuracy}}}`` over the finished tasks; a missing value is "None"."""
+    """``{field: {value: {tasks, scored, unscored, correct, accuracy}}}`` over the finished tasks, counted as the
+    headline is (accuracy over scored tasks, None when none was); a missing value is "None"."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name in fields:
-        groups: dict[str, dict[str, Any]] = {}
+        groups: dict[str, list[Any]] = {}
         for o in outcomes:
-            value = (o.categories or {}).get(name)
-            group = groups.setdefault(str(value), {"tasks": 0, "correct": 0})
-            group["tasks"] += 1
-            group["correct"] += int(o.correct)
-        for group in groups.values():
-            group["accuracy"] = _accuracy(group["correct"], group["tasks"])
-        out[name] = dict(sorted(groups.items()))
+            groups.setdefault(str((o.categories or {}).get(name)), []).append(o)
+        out[name] = {value: score_tally(group) for value, group in sorted(groups.items())}
     return out
 
 
@@ -45,8 +42,9 @@ def scoring_summary(
     ``scoring_errors`` says how many, and ``accuracy_scored`` is over the tasks that were."""
     completed = [o for o in outcomes if o.status == "completed"]
     errors = [o for o in completed if o.score_error]
-    scored = len(completed) - len(errors)
-    correct = sum(int(o.correct) for o in completed if not o.score_error)
+    judged = [o for o in completed if not o.score_error and o.correct is not None]
+    scored = len(judged)
+    correct = sum(int(bool(o.correct)) for o in judged)
     result: dict[str, Any] = {
         "scorer": scorer,
         "scoring_errors": len(errors),

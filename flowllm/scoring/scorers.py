@@ -5,8 +5,10 @@
   of short-answer QA sets;
 * ``judge``: an LLM judge through the provider layer (flowllm/scoring/judge.py).
 
-A scorer never raises for a task: what went wrong is a ``Score`` with ``error`` set (a scoring error on that
-task, counted in the summary), never a silent zero.
+A task without ground truth (a GAIA row with no ``Final answer``, a test split) is unscored: its ``correct`` is
+None, never False, and accuracy is computed over the scored tasks only. A scorer never raises for a task:
+what went wrong is a ``Score`` with ``error`` set (a scoring error on that task, counted in the summary), never
+a silent zero.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from flowllm.datasets.gaia import Task, question_scorer
 
 @dataclass(frozen=True)
 class Score:
-    correct: bool
+    correct: bool | None  # None: unscored (the task has no ground truth)
     error: str | None = None  # a scoring error: the answer could not be judged
     verdict: str | None = None  # the judge's (correct | incorrect | not_attempted)
     details: dict[str, Any] = field(default_factory=dict)  # judge model, cached, ...
 
 
 # The score by rules alone (no model): what a resume recomputes from a saved answer.
-RuleScore = Callable[[Task, str | None], bool]
+RuleScore = Callable[[Task, str | None], bool | None]  # None: unscored (no ground truth)
 
 
 class Scorer(Protocol):
@@ -47,8 +49,11 @@ class Scorer(Protocol):
 class GaiaScorer:
     name = "gaia"
 
-    def rules(self, task: Task, answer: str | None) -> bool:
-        """The score by rules alone (no model): what a resume recomputes from a saved answer."""
+    def rules(self, task: Task, answer: str | None) -> bool | None:
+        """The score by rules alone (no model): what a resume recomputes from a saved answer; None (unscored)
+        when the task has no ground truth."""
+        if task.ground_truth is None:
+            return None
         return question_scorer(answer, task.ground_truth)
 
     async def score(self, task: Task, answer: str | None, *, attempt: int) -> Score:
@@ -67,9 +72,12 @@ def normalize_answer(text: str) -> str:
 class ExactScorer:
     name = "exact"
 
-    def rules(self, task: Task, answer: str | None) -> bool:
-        """The score by rules alone (no model): what a resume recomputes from a saved answer."""
-        if answer is None or task.ground_truth is None:
+    def rules(self, task: Task, answer: str | None) -> bool | None:
+        """The score by rules alone (no model): what a resume recomputes from a saved answer; None (unscored)
+        when the task has no ground truth."""
+        if task.ground_truth is None:
+            return None
+        if answer is None:
             return False
         return normalize_answer(answer) == normalize_answer(task.ground_truth)
 

@@ -104,7 +104,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             lambda args: flowllm(*args), [("+experiment=browsecomp_sample", f"hydra.run.dir={resumed}"), rejudge]
         ):
             ok(proc)
-    # Resume the re-judge with a judge that now answers: only the unscored task is judged again.
+    # Resume the re-judge with a judge that now answers: only the unscored task is judged again. Another judge is
+    # another setting, so the resume must be forced (its fingerprint keeps both).
     rescored = base / "rescored"
     shutil.copytree(rejudged, rescored)
     fixed = base / "judge_fixed.yaml"
@@ -116,6 +117,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "judge.provider=offline",
             f"judge.emulator_script={fixed}",
             f"hydra.run.dir={rescored}",
+            "experiment.resume=force",
         )
     )
     return {

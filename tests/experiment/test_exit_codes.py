@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,16 +46,39 @@ def test_a_config_error_exits_2_with_one_line(tmp_path: Path) -> None:
 
 def test_a_sweep_with_an_errored_job_exits_non_zero(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    proc = run_flowllm(
-        "-m",
-        *gaia_overrides("tools=none", f"hydra.sweep.dir={sweep_dir}", f"dataset.task_ids=[{LIST_TASK}]"),
-        # the second job's setting is refused: that job errors, the first completes
-        "experiment.attempts=1,0",
-        timeout=240,
-    )
+    common = gaia_overrides("tools=none", f"dataset.task_ids=[{LIST_TASK}]")
+    # Job 1's folder already holds a result of other settings: that job is refused when it starts, the first runs.
+    first = run_flowllm(*common, f"hydra.run.dir={sweep_dir / '1'}", "repair=strict", timeout=240)
+    assert first.returncode == 0, first.stderr[-2000:]
+    proc = run_flowllm("-m", *common, f"hydra.sweep.dir={sweep_dir}", "agent.max_turns=5,6", timeout=240)
     assert proc.returncode == ExitCode.SWEEP_JOB_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
     statuses = [job["status"] for job in read_json(sweep_dir / "sweep_summary.json")["jobs"]]
     assert statuses == ["ok", "error"]
+
+
+def test_a_sweep_is_checked_as_a_whole_before_its_first_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    proc = run_flowllm(
+        "-m",
+        "progress=false",
+        f"hydra.sweep.dir={sweep_dir}",
+        "provider=offline,claude",
+        "experiment.attempts=1,0",
+        env={"ANTHROPIC_API_KEY": ""},
+        timeout=240,
+    )
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, lines  # each problem once, naming the jobs it stops
+    assert lines[0] == (
+        "flowllm: error: experiment.attempts must be at least 1, not 0 "
+        "(jobs 1 (provider=offline experiment.attempts=0), 3 (provider=claude experiment.attempts=0))"
+    )
+    assert "ANTHROPIC_API_KEY is not set" in lines[1] and lines[1].endswith(
+        "(jobs 2 (provider=claude experiment.attempts=1), 3 (provider=claude experiment.attempts=0))"
+    )
+    assert "cannot connect" not in proc.stderr
+    assert not sweep_dir.exists()  # no job started
 
 
 def test_sweep_code_is_the_worst_job() -> None:
@@ -67,3 +91,28 @@ def test_sweep_code_is_the_worst_job() -> None:
     assert sweep_exit_code([none_ok, none_ok]) is ExitCode.ALL_FAILED
     assert sweep_exit_code([ok, {"status": "error"}]) is ExitCode.SWEEP_JOB_ERROR
     assert sweep_exit_code([{"status": "error"}, {"status": "interrupted"}]) is ExitCode.INTERRUPTED
+
+
+def test_a_sweep_asks_each_distinct_provider_once_before_its_first_job(tmp_path: Path) -> None:
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:  # closed again at once: nothing listens there
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+    urls = [f"http://127.0.0.1:{port}/v1" for port in ports]
+    sweep_dir = tmp_path / "sweep"
+    proc = run_flowllm(
+        "-m",
+        "progress=false",
+        "provider=local",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"provider.base_url={','.join(urls)}",
+        "agent.max_turns=3,4",  # two jobs per provider: each provider is said once, with both its jobs
+        timeout=240,
+    )
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, lines
+    for url, line, jobs in zip(urls, lines, ("jobs 0", "jobs 2"), strict=True):
+        assert f"provider 'local' at {url}: cannot connect" in line and f"({jobs} (provider.base_url={url}" in line
+    assert not sweep_dir.exists()

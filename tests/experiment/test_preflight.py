@@ -24,23 +24,36 @@ def _closed_port() -> int:
 
 def test_every_problem_is_listed_before_any_task(tmp_path: Path) -> None:
     port = _closed_port()  # nothing listens there
-    proc = run_flowllm(
+    live = [
         "progress=false",
-        f"hydra.run.dir={tmp_path}",
         "provider=local",
         f"provider.base_url=http://127.0.0.1:{port}/v1",
+        "tools.servers.tool-math.command=/nonexistent/bin/server",
+    ]
+    # What needs no server is said first, all of it, without starting a server or probing a provider that has
+    # no key: no "cannot connect" after a missing key.
+    proc = run_flowllm(
+        *live,
+        f"hydra.run.dir={tmp_path}",
         "provider.fallbacks=[claude]",  # a fallback without its key
         "dataset.path=/nonexistent/flowllm-data",
-        "tools.servers.tool-math.command=/nonexistent/bin/server",
         env={"ANTHROPIC_API_KEY": ""},
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert all(line.startswith("flowllm: error: ") for line in lines), proc.stderr
     text = "\n".join(lines)
-    assert len(lines) == 4, text
+    assert len(lines) == 2, text
     assert "ANTHROPIC_API_KEY" in text
     assert "/nonexistent/flowllm-data" in text
+    assert "cannot connect" not in text and "did not start" not in proc.stdout + proc.stderr
+    assert "preflight: starting" not in proc.stdout + proc.stderr
+    # Those fixed, the live checks list theirs together.
+    proc = run_flowllm(*live, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    text = "\n".join(lines)
+    assert len(lines) == 2, text
     assert f"provider 'local' at http://127.0.0.1:{port}/v1: cannot connect" in text
     assert "tools.servers.tool-math: did not start" in text
     assert not (tmp_path / "tasks").exists() and "Traceback" not in proc.stderr

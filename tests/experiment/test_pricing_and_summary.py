@@ -133,10 +133,11 @@ def _summary(interrupted: bool = False) -> dict:
 def test_summary_counts() -> None:
     s = _summary()
     assert (s["tasks"], s["finished"], s["completed"], s["failed"], s["unfinished"]) == (5, 4, 3, 1, 1)
-    assert s["correct"] == 2 and s["accuracy"] == 0.4  # over all selected tasks, unfinished ones count as wrong
+    # Over the scored finished tasks, as every breakdown counts: the unfinished task is in neither.
+    assert (s["correct"], s["scored"], s["unscored"], s["accuracy"]) == (2, 4, 0, 0.5)
     assert s["by_level"] == {
-        "1": {"tasks": 2, "correct": 1, "accuracy": 0.5},
-        "2": {"tasks": 2, "correct": 1, "accuracy": 0.5},
+        "1": {"tasks": 2, "scored": 2, "unscored": 0, "correct": 1, "accuracy": 0.5},
+        "2": {"tasks": 2, "scored": 2, "unscored": 0, "correct": 1, "accuracy": 0.5},
     }
     # 9 parsed calls + 3 malformed blocks were made; 3 of the 9 failed repair.
     assert (s["tool_calls_made"], s["tool_calls_parsed"], s["parse_rate"]) == (12, 6, 0.5)
@@ -158,7 +159,7 @@ def test_summary_counts() -> None:
 def test_unpriced_model_says_why() -> None:
     s = summarize([], total=0, wall_seconds=0, interrupted=False, model="mystery", prices=PriceTable({}, "p.yaml"))
     assert s["cost_usd"] is None and s["cost"]["note"] == "no price for 'mystery' in p.yaml"
-    assert s["accuracy"] == 0.0 and s["parse_rate"] is None
+    assert s["accuracy"] is None and s["parse_rate"] is None  # nothing scored: not known
 
 
 def test_printed_table() -> None:
@@ -167,7 +168,8 @@ def test_printed_table() -> None:
     print_summary(s, [], Path("runs/x"), console=console)
     text = console.export_text()
     assert "interrupted" in text and "rerun with the same hydra.run.dir" in text
-    assert "40.0% (2/5)" in text and "level 1" in text and "level 2" in text
+    # Counted as the levels are: over the scored finished tasks, saying what is left out.
+    assert "50.0% (2/4 scored); 1 unfinished, not counted" in text and "level 1" in text and "level 2" in text
     assert "12 / 6 (50.0%)" in text  # tool calls made / parsed
     assert "failed: 3, json5: 0, strict: 6" in text
     assert f"${s['cost_usd']:.4f} (m)" in text

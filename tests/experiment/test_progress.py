@@ -50,7 +50,7 @@ def attempt(ledger: UsageLedger, task_id: str, input_tokens: int, output_tokens:
     )
 
 
-def outcome(task_id: str, *, correct: bool = True, status: str = COMPLETED, tokens: int = 0) -> TaskOutcome:
+def outcome(task_id: str, *, correct: bool | None = True, status: str = COMPLETED, tokens: int = 0) -> TaskOutcome:
     return TaskOutcome(
         task_id=task_id,
         status=status,
@@ -70,7 +70,9 @@ def writer(tmp_path: Path) -> Iterator[UsageLedger]:
 
 
 def reporter_for(reader: Any) -> Iterator[ProgressReporter]:
-    reporter = ProgressReporter(console=Console(file=StringIO(), width=200), ledger=reader, auto_refresh=False)
+    reporter = ProgressReporter(
+        console=Console(file=StringIO(), width=200), ledger=reader, auto_refresh=False, plain=False
+    )
     try:
         yield reporter
     finally:
@@ -170,3 +172,79 @@ def test_a_disabled_reporter_draws_nothing(tmp_path: Path) -> None:
     reporter.stop()
     assert reporter.renderable() is None and console.export_text() == ""
     assert (reporter.done, reporter.correct, reporter.running) == (1, 1, 0)
+
+
+class FakeClock:
+    """The reporter's clock, moved by the test: which lines are written depends on nothing else."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plain_reporter(clock: FakeClock, ledger: Any = None) -> tuple[ProgressReporter, StringIO]:
+    stream = StringIO()
+    console = Console(file=StringIO())  # not a terminal: plain lines, no bar
+    reporter = ProgressReporter(console=console, ledger=ledger, interval_s=10.0, clock=clock, stream=stream)
+    return reporter, stream
+
+
+def test_off_a_terminal_plain_lines_at_the_first_end_then_at_most_one_per_interval_plus_the_last() -> None:
+    clock = FakeClock()
+    reporter, stream = plain_reporter(clock)
+    reporter.start(total=5, already=[])
+    assert reporter.renderable() is None  # no bar
+    for task_id in "abcde":
+        reporter.task_started(task_id)
+    reporter.task_done(outcome("a", tokens=10))  # the first end: a line
+    clock.now += 3
+    reporter.task_done(outcome("b", correct=False))  # 3 s later: held back
+    clock.now += 3
+    reporter.task_done(outcome("c", correct=None))  # 6 s after the last line: held back (unscored)
+    clock.now += 5
+    reporter.task_done(outcome("d", status=FAILED, correct=False))  # 11 s: a line
+    clock.now += 1
+    reporter.task_done(outcome("e"))  # the last task: a line, whatever the interval
+    reporter.stop()
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "flowllm: progress: tasks 1/5 done, 4 running, accuracy 100.0% (1/1 scored), tokens 10, cost not known, "
+        "elapsed 0s, eta 0s",
+        "flowllm: progress: tasks 4/5 done, 1 failed, 1 running, accuracy 33.3% (1/3 scored), tokens 10, "
+        "cost not known, elapsed 11s, eta 3s",
+        "flowllm: progress: tasks 5/5 done, 1 failed, 0 running, accuracy 50.0% (2/4 scored), tokens 10, "
+        "cost not known, elapsed 12s, eta 0s",
+    ]
+
+
+def test_off_a_terminal_a_held_back_end_is_written_when_the_run_stops(writer: UsageLedger) -> None:
+    clock = FakeClock()
+    reporter, stream = plain_reporter(clock, ledger=writer)
+    reporter.start(total=4, already=[outcome("old")])  # resumed: the ETA counts only this session's pace
+    reporter.task_started("a")
+    reporter.task_started("b")
+    attempt(writer, "a", 1000, 200)
+    clock.now += 20
+    reporter.task_done(outcome("a"))
+    clock.now += 2
+    reporter.task_done(outcome("b", correct=None))  # held back, then written by stop (an interrupted run)
+    reporter.stop()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("flowllm: progress: tasks 2/4 done, 1 running, accuracy 100.0% (2/2 scored)")
+    assert "tokens 1,200, cost $0.0060, elapsed 20s, eta 40s" in lines[0]
+    assert lines[1].startswith("flowllm: progress: tasks 3/4 done, 0 running, accuracy 100.0% (2/2 scored)")
+    assert lines[1].endswith("elapsed 22s, eta 11s")
+
+
+def test_off_a_terminal_nothing_scored_says_not_known() -> None:
+    clock = FakeClock()
+    reporter, stream = plain_reporter(clock)
+    reporter.start(total=1, already=[])
+    reporter.task_started("a")
+    reporter.task_done(outcome("a", correct=None))
+    reporter.stop()
+    assert "accuracy not known (0 scored)" in stream.getvalue()
+    assert len(stream.getvalue().splitlines()) == 1

@@ -211,6 +211,25 @@ def test_ctrl_c_interrupts_every_worker_and_keeps_what_finished(tmp_path: Path) 
     assert summary["finished"] + summary["unfinished"] == len(SLOW_TASKS)
 
 
+def test_a_worker_that_dies_after_tasks_ran_exits_with_the_tasks_code_not_2(tmp_path: Path) -> None:
+    # A run error after tasks ran (flowllm.errors.RunStopped) is not "nothing ran": 3 when some completed.
+    run_dir = tmp_path / "run"
+    log = tmp_path / "log.txt"
+    proc = start_flowllm(*slow_args(run_dir, "experiment.workers=2"), log=log)
+    try:
+        wait_for_results(proc, run_dir, 1, log, limit_s=HANG_GUARD_S)
+        os.kill(worker_pids(run_dir)[0], signal.SIGKILL)
+        code = proc.wait(timeout=HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "failed" and "exited with code -9" in summary["error"]
+    assert summary["completed"] >= 1 and code == 3, output  # the stopped run counts as failed tasks, never 2
+    assert "exited with code -9" in output and "Traceback" not in output
+
+
 def test_a_bad_workers_value_is_one_line_before_any_task(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = run_flowllm(*gaia_overrides("experiment.workers=0", f"hydra.run.dir={run_dir}"), timeout=HANG_GUARD_S)

@@ -77,7 +77,8 @@ def test_breakdown_and_unavailable_servers_of_a_hand_made_run(
     assert "0/1" in number and "0.0%" in number  # an accuracy the summary left out is computed
     assert "tool-search" in out and "SERPER_API_KEY not set" in out
     _, data = report_of(run, tmp_path)
-    assert data["breakdown"]["topic"][0] == {"value": "Geography", "tasks": 2, "correct": 1, "accuracy": 0.5}
+    geo = {"value": "Geography", "tasks": 2, "scored": 2, "correct": 1, "accuracy": 0.5}  # scored: every task, then
+    assert data["breakdown"]["topic"][0] == geo
     assert data["breakdown"]["answer_type"][1]["accuracy"] == 0.0
     assert data["tools_unavailable"]["servers"] == {
         "tool-search": "server 'tool-search' is disabled: SERPER_API_KEY not set"
