@@ -138,4 +138,4 @@ def test_a_run_that_is_not_a_replay_has_no_replay_card_or_column(
     assert not driver.find_elements(By.ID, "replay-filter")
     headers = [th.text.strip() for th in driver.find_elements(By.CSS_SELECTOR, "#task-table th")]
     assert "replay" not in headers
-    assert driver.find_element(By.ID, "summary-cards").text.startswith("accuracy\n100.0% (2/2)")
+    assert driver.find_element(By.ID, "summary-cards").text.startswith("accuracy\n100.0% (2/2 scored)")
