@@ -159,7 +159,7 @@ class ProgressReporter:
 
     def _count(self, outcome: TaskOutcome) -> None:
         self.done += 1
-        self.correct += int(outcome.correct)
+        self.correct += int(bool(outcome.correct))
         self.failed += int(outcome.status != "completed")
         self.tokens += outcome.usage.total_tokens
 

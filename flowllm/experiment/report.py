@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flowllm.experiment.fork_accounting import fork_rows
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
 from flowllm.tools.connection import RESTART_MESSAGE
@@ -73,7 +74,7 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     for column in ("correct", "turns", "tool calls", "tokens", "cost"):
         table.add_column(column, justify="right" if column in ("turns", "tool calls", "tokens", "cost") else "left")
     for o in shown:
-        mark = "[green]yes" if o.correct else "[red]no"
+        mark = "[yellow]unscored" if o.correct is None else "[green]yes" if o.correct else "[red]no"
         if o.answer is not None:
             answer = escape(str(o.answer)[:MAX_CELL_CHARS])
         else:
@@ -99,24 +100,30 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
 
 
 def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The accuracy line, and for a replay the exact/diverged counts it is scored on (replay_audit.py)."""
+    """The accuracy line, and for a replay the exact/forked/diverged counts it is scored on (replay_audit.py)."""
     replay = summary.get("replay")
     if replay is None:
         return [("accuracy", f"{summary['accuracy']:.1%} ({summary['correct']}/{summary['tasks']})")]
-    else:
-        # A replay is scored on the tasks that replayed exactly; the others' replies answered another conversation.
-        exact = replay.get("exact", 0)
-        acc = summary.get("accuracy")
-        shown = f"{acc:.1%} ({replay.get('exact_correct', 0)}/{exact} exact replays)" if acc is not None else "unknown"
-        return [
-            ("accuracy", shown if exact else "unknown: no task replayed exactly"),
-            (
-                "replay",
-                f"{exact} exact, {replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
-                f"{replay.get('unverified', 0)} unverified (all tasks: {summary['correct']}/{summary['tasks']} "
-                "correct)",
-            ),
-        ]
+    # A replay is scored on the tasks whose every reply answered the request it was given (exact, and a fork's
+    # forked tasks); a diverged task's replies answered another conversation: its score is not known.
+    exact, forked = replay.get("exact", 0), replay.get("forked", 0)
+    scored = replay.get("scored", exact)
+    correct = replay.get("scored_correct", replay.get("exact_correct", 0))
+    acc = summary.get("accuracy")
+    what = "exact + forked" if forked else "exact replays"
+    shown = f"{acc:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
+    counts = f"{exact} exact, "
+    if forked or summary.get("fork") is not None:
+        counts += f"{forked} forked, "
+    counts += (
+        f"{replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
+        f"{replay.get('unverified', 0)} unverified ({replay.get('unscored', 0)} unscored)"
+    )
+    return [
+        ("accuracy", shown or "unknown: no task was scored (none replayed exactly)"),
+        ("replay", counts),
+        *fork_rows(summary),
+    ]
 
 
 def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
@@ -125,7 +132,9 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     rows = accuracy_rows(summary)
     for level, data in summary.get("by_level", {}).items():
         name = "no level" if level == "None" else f"level {level}"
-        rows.append((f"  {name}", f"{data['accuracy']:.1%} ({data['correct']}/{data['tasks']})"))
+        scored = data.get("scored", data["tasks"])
+        shown = "unknown" if data.get("accuracy") is None else f"{data['accuracy']:.1%}"
+        rows.append((f"  {name}", f"{shown} ({data['correct']}/{scored})"))
     if summary.get("attempts", 1) > 1:
         rows.append(("attempts (pass@k)", f"k={summary['attempts']}, {summary.get('attempts_used', 0)} run"))
     finished = f"{summary['completed']} / {summary['failed']}"

@@ -39,7 +39,7 @@ from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
-from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
+from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summary
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.layout import RunLayout
@@ -73,7 +73,7 @@ class TaskOutcome:
     status: str
     answer: str | None
     ground_truth: str | None
-    correct: bool
+    correct: bool | None  # None: unscored (a replayed task that diverged: its result is not known)
     turns: int
     usage: Usage
     error: str | None = None
@@ -199,7 +199,7 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
                 outcome.correct,
                 rescored,
             )
-        outcome.correct = bool(rescored)
+        outcome.correct = bool(rescored) if is_scored(outcome.replay) else None
         outcome.ground_truth = task.ground_truth
     return outcome
 
@@ -238,7 +238,7 @@ def outcome_problems(data: Any) -> list[str]:
                 problems.append(f"{name} is missing")
             continue
         value = data[name]
-        if value is None and name in _OPTIONAL_TYPES:
+        if value is None and (name in _OPTIONAL_TYPES or name == "correct"):
             continue
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
@@ -426,7 +426,7 @@ class Experiment:
                 status=FAILED,
                 answer=None,
                 ground_truth=task.ground_truth,
-                correct=False,
+                correct=False if is_scored(replay) else None,
                 turns=0,
                 usage=Usage(),
                 error=error,
@@ -457,6 +457,8 @@ class Experiment:
         )
         outcome._tools_start_s = tools_start
         outcome.apply_score(await self.score(task, result.answer, number))
+        if not is_scored(replay):
+            outcome.correct = None  # the saved replies answered another conversation: the score is not known
         return outcome
 
     async def run_task(self, task: Task) -> TaskOutcome:
@@ -623,17 +625,18 @@ def summarize(
 ) -> dict[str, Any]:
     """The run's ``summary.json``: accuracy overall and by level, tool calls, repairs, tokens, cost, time."""
     completed = [o for o in outcomes if o.status == COMPLETED]
-    correct = sum(o.correct for o in outcomes)
+    correct = sum(1 for o in outcomes if o.correct)
     usage = sum((o.usage for o in outcomes), Usage())
     repairs: Counter[str] = Counter()
     by_level: dict[str, dict[str, Any]] = {}
     for o in outcomes:
         repairs.update(o.repairs)
-        level = by_level.setdefault(str(o.level), {"tasks": 0, "correct": 0})
+        level = by_level.setdefault(str(o.level), {"tasks": 0, "correct": 0, "scored": 0})
         level["tasks"] += 1
-        level["correct"] += int(o.correct)
+        level["correct"] += int(bool(o.correct))
+        level["scored"] += int(o.correct is not None)
     for level in by_level.values():
-        level["accuracy"] = round(level["correct"] / level["tasks"], 4) if level["tasks"] else 0.0
+        level["accuracy"] = round(level["correct"] / level["scored"], 4) if level["scored"] else None
     calls = sum(o.tool_calls for o in outcomes)
     bad = sum(o.bad_tool_calls for o in outcomes)
     # Made: every tool call the model wrote, malformed blocks included. Parsed: those whose arguments became a
@@ -645,10 +648,11 @@ def summarize(
     accuracy = round(correct / total, 4) if total else 0.0
     extra: dict[str, Any] = {}
     if replay is not None:
-        # A replay's tokens are the saved run's, served again: nothing was spent to get them.
+        # A replay's tokens are the saved run's, served again: nothing was spent to get them (a fork's live
+        # calls are billed in usage.jsonl; fork_accounting puts them here).
         cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
-        extra = {"replay": replay, "accuracy_all": accuracy}
-        accuracy = replay["accuracy_exact"]
+        extra = {"replay": replay}
+        accuracy = replay["accuracy_scored"]
     return {
         "tasks": total,
         "finished": len(outcomes),

@@ -64,7 +64,22 @@ ProviderBuilder = Callable[[ProviderConfig, Endpoint], BaseProvider]
 # SDK clients per provider, tasks spread over them by id (see BaseProvider.clients): at 500 concurrent tasks,
 # about 30 connections per pool instead of 500.
 CLIENT_SHARDS = 16
-CustomOpener = Callable[[ProviderConfig], Awaitable[Provider]]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What ``open_provider`` was given, handed to a custom opener that opens providers of its own (a fork
+    opens its live provider with the run's ledger and resolver)."""
+
+    ledger: UsageLedger
+    resolve: Resolver | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], Awaitable[Any]]
+
+
+CustomOpener = Callable[[ProviderConfig, Opening], Awaitable[Provider]]
+# Checks a custom protocol's settings before anything opens; raises ProviderConfigError with what to do.
+CustomCheck = Callable[[ProviderConfig, Resolver | None], None]
 
 
 def _build_anthropic(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
@@ -129,12 +144,15 @@ _BUILDERS: dict[str, ProviderBuilder] = {
     "openai_responses": _build_openai_responses,
 }
 _CUSTOM: dict[str, CustomOpener] = {}
+_CUSTOM_CHECKS: dict[str, CustomCheck] = {}
 
 
-def register_protocol(name: str, opener: CustomOpener) -> None:
-    """Plug in a provider that is not an SDK wire protocol (``replay``): ``opener(cfg)`` returns the
-    Provider."""
+def register_protocol(name: str, opener: CustomOpener, check: CustomCheck | None = None) -> None:
+    """Plug in a provider that is not an SDK wire protocol (``replay``): ``opener(cfg, opening)`` returns the
+    Provider; ``check(cfg, resolve)``, if given, runs in ``check_provider_config``."""
     _CUSTOM[name] = opener
+    if check is not None:
+        _CUSTOM_CHECKS[name] = check
 
 
 def known_protocols() -> list[str]:
@@ -161,6 +179,9 @@ def check_provider_config(
     pcfg = as_provider_config(cfg)
     _check_one(pcfg)
     if pcfg.protocol in _CUSTOM:
+        custom_check = _CUSTOM_CHECKS.get(pcfg.protocol)
+        if custom_check is not None:
+            custom_check(pcfg, resolve)
         return None
     plan = plan_routes(pcfg, resolve)
     for member in plan.members.values():
@@ -263,17 +284,17 @@ async def open_provider(
     """
     pcfg = as_provider_config(cfg)
     plan = check_provider_config(pcfg, resolve=resolve)
+    ledger = ledger if ledger is not None else UsageLedger(None)
     custom = _CUSTOM.get(pcfg.protocol)
     if custom is not None or plan is None:
         assert custom is not None
-        provider = await custom(pcfg)
+        provider = await custom(pcfg, Opening(ledger, resolve, clock, sleep))
         try:
             yield provider
         finally:
             await provider.aclose()
         return
 
-    ledger = ledger if ledger is not None else UsageLedger(None)
     async with AsyncExitStack() as stack:
         routes: dict[str, Route] = {}
         for member_id, member in plan.members.items():

@@ -24,7 +24,7 @@ def breakdown(outcomes: Sequence[Any], fields: Iterable[str]) -> dict[str, dict[
             value = (o.categories or {}).get(name)
             group = groups.setdefault(str(value), {"tasks": 0, "correct": 0})
             group["tasks"] += 1
-            group["correct"] += int(o.correct)
+            group["correct"] += int(bool(o.correct))
         for group in groups.values():
             group["accuracy"] = _accuracy(group["correct"], group["tasks"])
         out[name] = dict(sorted(groups.items()))
@@ -46,7 +46,7 @@ def scoring_summary(
     completed = [o for o in outcomes if o.status == "completed"]
     errors = [o for o in completed if o.score_error]
     scored = len(completed) - len(errors)
-    correct = sum(int(o.correct) for o in completed if not o.score_error)
+    correct = sum(int(bool(o.correct)) for o in completed if not o.score_error)
     result: dict[str, Any] = {
         "scorer": scorer,
         "scoring_errors": len(errors),
