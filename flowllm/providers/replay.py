@@ -325,4 +325,3 @@ def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
     except ProviderConfigError as exc:
         raise ProviderConfigError(f"provider.run_dir: the replayed run's provider cannot be rebuilt: {exc}") from exc
     return ReplayProvider(pcfg, run_dir, inner)
-
