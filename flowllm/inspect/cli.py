@@ -437,7 +437,7 @@ REPLAY_MEANING = {
     "missing": "the pipeline asked for a reply the saved run never had: the task failed (see its error)",
     "unverified": "the saved run kept no node outputs to compare with (recorder.snapshot=errors or none)",
     "diverged": "the saved replies after this node answered the saved run's conversation, not this one: "
-    "the task is not scored in the replay's accuracy (accuracy_all counts it)",
+    "the task is not scored (its correct is null)",
 }
 
 
@@ -815,14 +815,31 @@ def replay_table(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Table:
             return "not a replay" if key == "exact" else "-"
         if key == "accuracy_exact":
             return f"{_pct(counts[key])} ({counts['exact_correct']}/{counts['exact']})"
-        if key == "accuracy_all":
-            return f"{_pct(counts[key])} ({counts['correct']}/{counts['tasks']})"
+        if key == "accuracy_scored":
+            return f"{_pct(counts[key])} ({counts['scored_correct']}/{counts['scored']})"
+        if key.startswith("fork."):
+            fork = counts.get("fork")
+            if fork is None:
+                return "-"
+            value = fork.get(key.removeprefix("fork."))
+            return "not known" if value is None else f"${float(value):.4f}"
         return str(counts[key])
 
+    forks = any(c is not None and c.get("fork") is not None for c in (a, b))
     for key, label in (
         *((s, s) for s in REPLAY_STATUSES),
+        ("unscored", "unscored"),
         ("accuracy_exact", "accuracy (exact replays)"),
-        ("accuracy_all", "accuracy (all tasks)"),
+        ("accuracy_scored", "accuracy (scored: exact + forked)"),
+        *(
+            (
+                ("fork.live_cost_usd", "fork: live spent"),
+                ("fork.full_rerun_cost_usd", "fork: full live re-run"),
+                ("fork.saved_usd", "fork: saved"),
+            )
+            if forks
+            else ()
+        ),
     ):
         table.add_row(label, cell(a, key), cell(b, key))
     return table

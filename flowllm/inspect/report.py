@@ -410,13 +410,14 @@ function usd(v) {
 function tokens(v, estimated) { return v === null || v === undefined ? "-" : (estimated ? "~" : "") + v.toLocaleString("en-US"); }
 function pct(v) { return typeof v === "number" ? (v * 100).toFixed(1) + "%" : "-"; }
 function replayCounts(r) {
-  return ["exact", "diverged", "missing", "unverified"].filter(k => k !== "unverified" || r[k]).map(k => r[k] + " " + k).join(" \u00b7 ");
+  return ["exact", "forked", "diverged", "missing", "unverified"].filter(k => (k !== "unverified" && k !== "forked") || r[k] || (k === "forked" && r.fork)).map(k => r[k] + " " + k).join(" \u00b7 ");
 }
 function cards(summary, spend, replay) {
   const s = summary || {};
   const u = s.usage || {};
-  // A replay is scored on the tasks that replayed exactly: the others' answers came from stale replies.
-  const accuracy = replay ? ["accuracy (exact replays)", pct(replay.accuracy_exact) + " (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact) + ")"]
+  // A replay is scored on the tasks that replayed exactly (and a fork's forked ones): a diverged task's answer
+  // came from stale replies, its score is not known.
+  const accuracy = replay ? ["accuracy (scored tasks)", pct(replay.accuracy_scored) + " (" + fmt(replay.scored_correct) + "/" + fmt(replay.scored) + ")"]
     : ["accuracy", pct(s.accuracy) + " (" + fmt(s.correct) + "/" + fmt(s.tasks) + ")"];
   const items = [accuracy, ["completed", fmt(s.completed)],
     ["failed", fmt(s.failed)], ["turns", fmt(s.turns)], ["tool calls", fmt(s.tool_calls)],
@@ -432,7 +433,11 @@ function cards(summary, spend, replay) {
   if (replay) box.prepend(el("div", {class: "card replay", id: "replay-card"}, el("div", {class: "k", text: "replay"}),
     el("div", {class: "v", text: replayCounts(replay)}),
     el("div", {class: "sub", text: "accuracy " + pct(replay.accuracy_exact) + " on exact replays (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact)
-      + "), " + pct(replay.accuracy_all) + " on all tasks (" + fmt(replay.correct) + "/" + fmt(replay.tasks) + ")"})));
+      + "), " + pct(replay.accuracy_scored) + " on scored tasks (" + fmt(replay.scored_correct) + "/" + fmt(replay.scored) + "), "
+      + fmt(replay.unscored) + " unscored"}),
+    replay.fork ? el("div", {class: "sub", id: "fork-cost", text: "fork: live spent " + usd(replay.fork.live_cost_usd) + " (" + fmt(replay.fork.live_calls)
+      + " calls); a full live re-run " + usd(replay.fork.full_rerun_cost_usd) + " (" + fmt(replay.fork.full_rerun_calls) + " calls); saved "
+      + usd(replay.fork.saved_usd)}) : null));
   return box;
 }
 
@@ -579,7 +584,7 @@ function renderTask(container, t) {
 const REPLAY_MEANING = {
   missing: "the pipeline asked for a reply the saved run never had: the task failed (see its error)",
   unverified: "the saved run kept no node outputs to compare with (recorder.snapshot=errors or none)",
-  diverged: "the saved replies after this node answered the saved run's conversation, not this one: the task is not scored in the replay's accuracy (accuracy_all counts it)"};
+  diverged: "the saved replies after this node answered the saved run's conversation, not this one: the task is not scored (its correct is null)"};
 
 function renderReplay(r) {
   const box = el("div", {class: "panel", id: "task-replay"}, el("strong", {text: "Replay "}),

@@ -547,10 +547,17 @@ def replay_where(verdict: dict[str, Any]) -> str:
 
 
 def replay_label(verdict: dict[str, Any] | None) -> str:
-    """One cell: exact, diverged at turn N / node, missing, unverified; ``-`` when there is no verdict."""
+    """One cell: exact, diverged at turn N / node, forked at turn N (turn M / node), missing, unverified; ``-``
+    when there is no verdict."""
     if verdict is None:
         return "-"
     status = str(verdict["status"])
+    if status == ReplayStatus.FORKED.value:
+        divergence = verdict.get("divergence")
+        cause = f" ({replay_where(divergence)})" if isinstance(divergence, dict) else ""
+        if verdict.get("turn") is None:
+            return f"forked: no live call needed{cause}"
+        return f"forked at turn {verdict['turn']}{cause}"
     where = replay_where(verdict) if status == ReplayStatus.DIVERGED.value else ""
     return f"{status} at {where}" if where else status
 
@@ -562,8 +569,9 @@ def is_replay(run: RunRecord) -> bool:
 
 
 def replay_counts(run: RunRecord) -> dict[str, Any] | None:
-    """Exact, diverged, missing and unverified task counts, accuracy on the exact replays and on all tasks;
-    None when the run was not a replay. From summary.json, else counted from the tasks' verdicts."""
+    """Exact, forked, diverged, missing and unverified task counts, accuracy on the exact replays and on the
+    scored (exact and forked) tasks, and a fork's spending; None when the run was not a replay. From
+    summary.json, else counted from the tasks' verdicts."""
     if not is_replay(run):
         return None
     summary = task_summary(run)
@@ -571,17 +579,23 @@ def replay_counts(run: RunRecord) -> dict[str, Any] | None:
     if counts is None:
         counts = replay_summary([(replay_verdict(t), t.correct) for t in run.tasks if t.result.ok]) or {}
     tasks = summary.get("tasks") or len(run.tasks)
-    correct = summary.get("correct", sum(t.correct for t in run.tasks))
-    accuracy_all = summary.get("accuracy_all")
-    if accuracy_all is None and tasks:
-        accuracy_all = round(correct / tasks, 4)
+    correct = summary.get("correct", sum(1 for t in run.tasks if t.correct))
+    exact = int(counts.get("exact") or 0)
+    scored = int(counts.get("scored", exact) or 0)
+    scored_correct = int(counts.get("scored_correct", counts.get("exact_correct")) or 0)
+    accuracy_scored = counts.get("accuracy_scored", counts.get("accuracy_exact"))
+    fork = summary.get("fork") if isinstance(summary.get("fork"), dict) else None
     return {
         **{s: int(counts.get(s) or 0) for s in REPLAY_STATUSES},
         "exact_correct": int(counts.get("exact_correct") or 0),
         "accuracy_exact": counts.get("accuracy_exact"),
-        "accuracy_all": accuracy_all,
+        "scored": scored,
+        "unscored": int(counts.get("unscored", tasks - scored) or 0),
+        "scored_correct": scored_correct,
+        "accuracy_scored": accuracy_scored,
         "correct": correct,
         "tasks": tasks,
+        "fork": fork,
     }
 
 
