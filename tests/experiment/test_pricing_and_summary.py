@@ -135,8 +135,8 @@ def test_summary_counts() -> None:
     assert (s["tasks"], s["finished"], s["completed"], s["failed"], s["unfinished"]) == (5, 4, 3, 1, 1)
     assert s["correct"] == 2 and s["accuracy"] == 0.4  # over all selected tasks, unfinished ones count as wrong
     assert s["by_level"] == {
-        "1": {"tasks": 2, "correct": 1, "accuracy": 0.5},
-        "2": {"tasks": 2, "correct": 1, "accuracy": 0.5},
+        "1": {"tasks": 2, "correct": 1, "scored": 2, "accuracy": 0.5},
+        "2": {"tasks": 2, "correct": 1, "scored": 2, "accuracy": 0.5},
     }
     # 9 parsed calls + 3 malformed blocks were made; 3 of the 9 failed repair.
     assert (s["tool_calls_made"], s["tool_calls_parsed"], s["parse_rate"]) == (12, 6, 0.5)
