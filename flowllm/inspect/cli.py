@@ -334,7 +334,7 @@ def matches_status(row: dict[str, Any], wanted: str) -> bool:
     return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong"))
 
 
-REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow"}
+REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow", "forked": "cyan"}
 
 
 def replay_text(verdict: dict[str, Any] | None, cell: bool = False) -> Text:
@@ -438,6 +438,8 @@ REPLAY_MEANING = {
     "unverified": "the saved run kept no node outputs to compare with (recorder.snapshot=errors or none)",
     "diverged": "the saved replies after this node answered the saved run's conversation, not this one: "
     "the task is not scored (its correct is null)",
+    "forked": "the task went live at its first call whose request differed (provider.fork=live): the rest of it "
+    "is a live run, scored",
 }
 
 

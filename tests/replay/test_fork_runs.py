@@ -168,3 +168,28 @@ def test_bad_fork_settings_are_one_line_and_exit_2(
     assert message in finished.stderr
     assert "Traceback" not in finished.stderr
     assert not (tmp_path / "bad" / "tasks").exists() or not any((tmp_path / "bad" / "tasks").iterdir())
+
+
+def test_inspect_and_diff_show_the_fork_and_what_it_saved(
+    fork_runs: ForkRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flowllm.inspect.cli import main
+
+    saved, fork = fork_runs.saved.run_dir, fork_runs.fork_strict.run_dir
+    assert main([str(fork)]) == 0
+    flat = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "70.0% (7/10 scored: exact + forked)" in flat
+    assert "fork: live spent" in flat and "fork: full live re-run" in flat and "fork: saved" in flat
+    assert main(["diff", str(saved), str(fork), "--json"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    forked = {t["task_id"]: t["replay"]["b"] for t in data["tasks"] if (t.get("replay") or {}).get("b")}
+    assert len(forked) == 3 and all(v["status"] == "forked" and v["turn"] == 2 for v in forked.values())
+    side = data["replay"]["b"]
+    assert (side["exact"], side["forked"], side["scored"], side["unscored"]) == (7, 3, 10, 0)
+    summary = read_json(fork / "summary.json")
+    assert side["fork"] == summary["fork"] and side["fork"]["saved_usd"] > 0
+    assert main(["diff", str(saved), str(fork)]) == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "B forked at turn 2 (turn 1 / repair_arguments)" in text
+    assert "accuracy (scored: exact + forked) - 70.0% (7/10)" in text
+    assert "fork: saved" in text
