@@ -68,6 +68,7 @@ class RunFigures:
     wall_s: float
     cpu_s: float
     correct: dict[str, bool | None]
+    fork_turns: list[int]  # the turns at which forked tasks went live (a fork only)
     calls: int  # model calls billed in the run's ledger
     cost_usd: float | None
     summary: dict[str, Any]
@@ -102,6 +103,7 @@ async def run_one(overrides: list[str], run_dir: Path) -> RunFigures:
         wall,
         cpu,
         {o.task_id: o.correct for o in result.outcomes},
+        sorted({int(o.replay["turn"]) for o in result.outcomes if o.replay and o.replay.get("turn") is not None}),
         int(summary["providers"]["calls"]),
         summary["providers"].get("cost_usd"),
         summary,
@@ -168,6 +170,7 @@ def measure(sizes: Sizes) -> dict[str, Any]:
                     "agree": agree,
                     "exact": replay["exact"],
                     "forked": replay["forked"],
+                    "fork_turns": fork.fork_turns,
                     "accuracy": fork.summary["accuracy"],
                     "live_accuracy": strict.summary["accuracy"],
                     "fork": fork.summary["fork"],
@@ -229,7 +232,9 @@ forked (`provider=replay provider.fork=live`). Wall time covers the tasks; media
         f"${saved['full_rerun_cost_usd'] or 0:.4f} in the saved run's ledger: ${saved['saved_usd'] or 0:.4f} and "
         f"{saved['saved_calls']:,} calls saved (emulator prices). The exact tasks were billed nothing.",
         f"Wall time: {live_wall.median / max(fork_wall.median, 1e-9):.1f}x shorter for the fork. A forked task "
-        "replays its first turn (one saved reply read from disk, no model latency) and calls the model from turn 2.",
+        f"replays its turns up to the first whose request changed (turn {', '.join(map(str, first['fork_turns']))} "
+        "here: the turn after the call strict fails), each a saved reply read from disk with no model latency, and "
+        "calls the model from there; an exact task calls it never.",
     ]
     return Section(
         "Fork at divergence",

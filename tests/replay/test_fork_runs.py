@@ -193,3 +193,29 @@ def test_inspect_and_diff_show_the_fork_and_what_it_saved(
     assert "B forked at turn 2 (turn 1 / repair_arguments)" in text
     assert "accuracy (scored: exact + forked) - 70.0% (7/10)" in text
     assert "fork: saved" in text
+
+
+def test_a_fork_may_continue_with_another_wire_protocol(tmp_path: Path, fork_runs: ForkRuns) -> None:
+    """The saved run spoke Anthropic's protocol; the live part speaks OpenAI's chat completions, its request
+    rebuilt from the conversation the replayed prefix built."""
+    finished = run_flowllm(
+        tmp_path / "chat",
+        "provider=replay",
+        f"provider.run_dir={fork_runs.saved.run_dir}",
+        "provider.fork=live",
+        "provider.live=offline_chat",
+        "repair=strict",
+        TASK_OVERRIDE,
+    ).check()
+    live = _results(fork_runs.live_strict.run_dir)
+    for task, result in _results(finished.run_dir).items():
+        assert result["correct"] == live[task]["correct"]
+    forked = [t for t, r in _results(finished.run_dir).items() if r["replay"]["status"] == "forked"]
+    assert forked == ["sample-01-csv-revenue"]
+    call = read_json(finished.run_dir / "tasks" / forked[0] / "turn_002" / "03_call_model" / "output.json")
+    record = call["raw_response"]["flowllm_fork"]
+    assert record["provider"] == "offline_chat"
+    sent = record["request"]
+    assert sent["messages"][0]["role"] == "system"  # chat completions: the system prompt is a message
+    assert "Could not parse your arguments" in orjson.dumps(sent).decode()
+    assert "choices" in call["raw_response"]  # an OpenAI reply, normalized by the live provider
