@@ -55,6 +55,7 @@ class JobRow:
     accuracy: float | None = None
     correct: int | None = None
     tasks: int | None = None
+    scored: int | None = None  # a replay's scored tasks (its accuracy's denominator); None: every task
     completed: int | None = None
     failed: int | None = None
     parse_rate: float | None = None
@@ -147,6 +148,7 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         accuracy=summary.get("accuracy"),
         correct=summary.get("correct"),
         tasks=summary.get("tasks"),
+        scored=(summary.get("replay") or {}).get("scored"),
         completed=summary.get("completed"),
         failed=summary.get("failed"),
         parse_rate=summary.get("parse_rate"),
@@ -198,7 +200,7 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
     for j in summary.jobs:
         accuracy = _pct(j.accuracy)
         if j.correct is not None and j.tasks is not None:
-            accuracy += f" ({j.correct}/{j.tasks})"
+            accuracy += f" ({j.correct}/{j.scored if j.scored is not None else j.tasks})"
         if j.scoring_errors:
             accuracy += f", {j.scoring_errors} unscored"
         rows.append(
@@ -367,7 +369,7 @@ def _job_outcome(config: DictConfig) -> str:
     accuracy = summary.get("accuracy")
     parts = [
         "interrupted" if summary.get("interrupted") else "done",
-        f"{summary.get('correct', 0)}/{summary.get('tasks', 0)} correct"
+        f"{summary.get('correct', 0)}/{(summary.get('replay') or {}).get('scored', summary.get('tasks', 0))} correct"
         + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ""),
     ]
     if summary.get("failed"):
