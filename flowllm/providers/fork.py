@@ -199,7 +199,7 @@ class ForkProvider(ReplayProvider):
                 log.info("fork: task %s goes live at turn %d (%s)", context.task_id, context.turn, reason)
         wire = self._live_request(request)
         raw = await self.live.send(wire, context=context)
-        record: dict[str, Any] = {"provider": self.live.name, "model": self.live.model}
+        record: dict[str, Any] = {"provider": str(self.cfg.live), "model": self.live.model}
         if wire != request:
             record["request"] = dict(wire)
         raw[FORK_KEY] = record
