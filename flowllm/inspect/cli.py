@@ -259,9 +259,12 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         table.add_column("replay", no_wrap=True)
         table.add_column("what changed", overflow="fold")
         for task, verdict in off_replay:
-            table.add_row(task.task_id, replay_text(verdict), short_error(verdict.get("what") or task.error or ""))
+            what = verdict.get("what") or verdict.get("reason") or task.error or ""
+            table.add_row(task.task_id, replay_text(verdict), short_error(what))
         console.print(table)
-    bad_tasks = [t for t in run.tasks if t.status != "completed" or not t.correct]
+    # An unscored task (a replay that diverged) is neither right nor wrong: it is listed above, not here.
+    bad_tasks = [t for t in run.tasks if t.status != "completed" or t.correct is False]
+    stale = [(t, v) for t, v in off_replay if v["status"] != "forked"]  # a forked task's rest was run live
     if bad_tasks:
         table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
         table.add_column("task", no_wrap=True)
@@ -278,11 +281,13 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         where = esc(run.path)
         console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} failures[/dim]")
     else:
-        console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
-        if off_replay:
+        unscored = sum(1 for t in run.tasks if t.correct is None)
+        scored = f"{len(run.tasks) - unscored} scored" if unscored else str(len(run.tasks))
+        console.print(f"[green]all {scored} tasks completed and answered correctly[/green]")
+        if stale:
             console.print(
-                f"[magenta]but {plural(len(off_replay), 'task')} did not replay exactly: the saved replies after the "
-                "divergence answered another conversation[/magenta]"
+                f"[magenta]but {plural(len(stale), 'task')} did not replay exactly: the saved replies after the "
+                "divergence answered another conversation (unscored)[/magenta]"
             )
     return 0
 
@@ -319,21 +324,25 @@ def tools_table(tools: dict[str, Any]) -> Table | Text:
     return table
 
 
-TASK_STATUSES = ("failed", "wrong", "correct", "completed", "unfinished")
+TASK_STATUSES = ("failed", "wrong", "correct", "unscored", "completed", "unfinished")
 
 
 def shown_status(row: dict[str, Any]) -> str:
-    """What the status column shows: failed, wrong or correct (completed = wrong + correct), unfinished."""
+    """What the status column shows: failed, wrong, correct or unscored (a replayed task that diverged;
+    completed = all three), unfinished."""
     if row["status"] == "completed":
+        if row["correct"] is None:
+            return "unscored"
         return "correct" if row["correct"] else "wrong"
     return str(row["status"])
 
 
 def matches_status(row: dict[str, Any], wanted: str) -> bool:
     shown = shown_status(row)
-    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong"))
+    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong", "unscored"))
 
 
+STATUS_STYLES = {"correct": "green", "wrong": "yellow", "unscored": "magenta"}
 REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow", "forked": "cyan"}
 
 
@@ -407,7 +416,7 @@ def cmd_tasks(
         cells: dict[str, Any] = {
             "task": r["task_id"],
             "level": _fmt(r["level"]),
-            "status": Text(shown, style={"correct": "green", "wrong": "yellow"}.get(shown, "red")),
+            "status": Text(shown, style=STATUS_STYLES.get(shown, "red")),
             "replay": replay_text(r.get("replay"), cell=True),
             "answer": _fmt(r["answer"]),
             "expected": _fmt(r["ground_truth"]),
@@ -785,7 +794,8 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
 def _replay_side(counts: dict[str, Any] | None) -> str:
     if counts is None:
         return "not a replay"
-    return ", ".join(f"{counts[s]} {s}" for s in REPLAY_STATUSES if s != "unverified" or counts[s])
+    shown = [s for s in REPLAY_STATUSES if s not in ("unverified", "forked") or counts[s] or counts.get("fork")]
+    return ", ".join(f"{counts[s]} {s}" for s in shown)
 
 
 def replay_line(result: RunDiff) -> Text:
@@ -881,7 +891,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="settings, figures and what went wrong (the default)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p = sub.add_parser("tasks", help="one line per task")
-    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct")
+    p.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct + unscored")
     p.add_argument("--level", type=int)
     p.add_argument("--replay", choices=REPLAY_STATUSES, help="a replay's tasks by verdict (provider=replay runs)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
