@@ -94,6 +94,7 @@ class ProgressReporter:
         self._rich_handler: logging.Handler | None = None
         self.done = 0
         self.correct = 0
+        self.scored = 0  # done tasks with a score (a replayed task that diverged has none)
         self.failed = 0
         self.running = 0
         self.tokens = 0
@@ -104,7 +105,7 @@ class ProgressReporter:
             self.console.print(f"[dim]flowllm:[/dim] {text}")
 
     def _fields(self) -> dict[str, Any]:
-        accuracy = f"{self.correct / self.done:.1%}" if self.done else "-"
+        accuracy = f"{self.correct / self.scored:.1%}" if self.scored else "-"
         return {"accuracy": accuracy, "failed": self.failed, "running": self.running}
 
     def start(self, total: int, already: list[TaskOutcome]) -> None:
@@ -160,6 +161,7 @@ class ProgressReporter:
     def _count(self, outcome: TaskOutcome) -> None:
         self.done += 1
         self.correct += int(bool(outcome.correct))
+        self.scored += int(outcome.correct is not None)
         self.failed += int(outcome.status != "completed")
         self.tokens += outcome.usage.total_tokens
 

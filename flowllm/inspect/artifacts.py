@@ -78,8 +78,10 @@ class TaskRecord:
         return str(self.field("status", "unknown"))
 
     @property
-    def correct(self) -> bool:
-        return bool(self.field("correct", False))
+    def correct(self) -> bool | None:
+        """None: unscored (a replayed task that diverged)."""
+        value = self.field("correct", False)
+        return None if value is None else bool(value)
 
     @property
     def level(self) -> int | None:
@@ -274,7 +276,7 @@ def task_summary(run: RunRecord) -> dict[str, Any]:
     if run.summary.ok and isinstance(run.summary.value, dict):
         return dict(run.summary.value)
     results = [t for t in run.tasks if t.result.ok]
-    correct = sum(t.correct for t in run.tasks)
+    correct = sum(1 for t in run.tasks if t.correct)
     total = len(run.tasks)
     repairs: Counter[str] = Counter()
     for t in results:

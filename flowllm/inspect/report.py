@@ -401,7 +401,10 @@ function pretty(v, ind) {
 }
 function prettyText(v) { return pretty(v).replace(/^\n/, ""); }
 function statusClass(s, correct) { return s === "completed" ? (correct ? "ok" : "warn") : "bad"; }
-function statusLabel(t) { return t.status === "completed" && !t.correct ? "wrong answer" : t.status; }
+function statusLabel(t) {
+  if (t.status === "completed" && t.correct === null) return "unscored";  // a replayed task that diverged
+  return t.status === "completed" && !t.correct ? "wrong answer" : t.status;
+}
 
 function usd(v) {
   if (v === null || v === undefined) return "-";

@@ -241,7 +241,7 @@ def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list
     tid = task.task_id
     if task.status not in ("completed",):
         out.append(Failure("task_failed", tid, task.error or f"status {task.status}"))
-    elif not task.correct and task.field("ground_truth") is not None:
+    elif task.correct is False and task.field("ground_truth") is not None:
         out.append(
             Failure("wrong_answer", tid, f"answered {task.field('answer')!r}, expected {task.field('ground_truth')!r}")
         )
