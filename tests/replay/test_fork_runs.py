@@ -219,3 +219,42 @@ def test_a_fork_may_continue_with_another_wire_protocol(tmp_path: Path, fork_run
     assert sent["messages"][0]["role"] == "system"  # chat completions: the system prompt is a message
     assert "Could not parse your arguments" in orjson.dumps(sent).decode()
     assert "choices" in call["raw_response"]  # an OpenAI reply, normalized by the live provider
+
+
+def test_a_live_provider_that_fails_fails_the_forked_task_as_any_live_failure(
+    tmp_path: Path, fork_runs: ForkRuns
+) -> None:
+    """The live part of a fork goes through the resilience layer: retried, then a stated task failure; the
+    tasks that replayed exactly are untouched."""
+    from omegaconf import OmegaConf
+
+    from tests.replay.runs import PROJECT_ROOT
+
+    providers = tmp_path / "providers"
+    providers.mkdir()
+    failing = OmegaConf.load(PROJECT_ROOT / "flowllm" / "conf" / "provider" / "offline.yaml")
+    failing.pop("defaults", None)
+    failing.name = "failing"
+    failing.emulator_script = str(PROJECT_ROOT / "flowllm" / "data" / "sample" / "script.yaml")
+    failing.emulator_faults = {"rules": [{"fault": "status", "status": 529}]}
+    failing.retry = {"max_attempts": 2, "base_delay_s": 0.01}
+    OmegaConf.save(failing, providers / "failing.yaml")
+    finished = run_flowllm(
+        tmp_path / "failing-run",
+        "provider=replay",
+        f"provider.run_dir={fork_runs.saved.run_dir}",
+        "provider.fork=live",
+        "provider.live=failing",
+        f"provider.config_dir={providers}",
+        "repair=strict",
+        TASK_OVERRIDE,
+    ).check(3)  # some tasks failed, the others completed
+    results = _results(finished.run_dir)
+    failed = results["sample-01-csv-revenue"]
+    assert failed["status"] == "failed" and failed["correct"] is False
+    assert "529" in (failed["error"] or "")
+    assert (failed["replay"]["status"], failed["replay"]["turn"]) == ("forked", 2)
+    clean = results["sample-07-department"]
+    assert clean["replay"]["status"] == "exact" and clean["correct"] is True
+    bill = read_bills(finished.run_dir)["sample-01-csv-revenue"]
+    assert (bill.calls, bill.attempts, bill.failed_attempts) == (1, 2, 2)  # retried once, then given up
