@@ -161,12 +161,11 @@ class ForkProvider(ReplayProvider):
         """(why this call forks, None) or (None, the saved reply to serve)."""
         if self.fork_at_turn is not None and main_turn(context) >= self.fork_at_turn:
             return f"provider.fork_at_turn={self.fork_at_turn}", None
-        if not self.layout.task(context.task_id).is_dir():
-            # The saved run never had this task: nothing to fork from (the task is reported missing).
-            self.saved_call(context)
         try:
             saved = self.saved_call(context)
         except ReplayMissError as exc:
+            if not self.layout.task(context.task_id).is_dir():
+                raise  # the saved run never had this task: nothing to fork from (the task is reported missing)
             # A turn the saved run never made, or one it kept no reply for: the conversation went elsewhere.
             return str(exc).split(": ", 1)[-1], None
         if saved.raw_request is not None and saved.raw_request != request:
