@@ -668,7 +668,8 @@ function renderComparison(container, runs) {
   const cols = [["job", r => r.label], ["overrides", r => (r.overrides || []).join(" ")], ["provider", r => r.settings.provider],
     ["model", r => r.settings.model], ["runner", r => r.settings.runner], ["repair", r => r.settings.repair],
     ["accuracy", r => typeof r.summary.accuracy === "number" ? (r.summary.accuracy * 100).toFixed(1) + "%" : "-"],
-    ["correct", r => fmt(r.summary.correct) + "/" + fmt(r.summary.tasks)], ["failed", r => fmt(r.summary.failed)],
+    // A replay's accuracy is over its scored tasks: the denominator says how many were scored.
+    ["correct", r => fmt(r.summary.correct) + "/" + fmt(r.replay ? r.replay.scored : r.summary.tasks)], ["failed", r => fmt(r.summary.failed)],
     ["replay", r => r.replay ? replayCounts(r.replay) : "-"],
     ["tool calls", r => fmt(r.summary.tool_calls)], ["bad", r => fmt(r.summary.bad_tool_calls)],
     ["failed calls", r => fmt(r.summary.failed_tool_calls)], ["parse rate", r => fmt(r.summary.parse_rate)],
