@@ -5,7 +5,8 @@
     python -m benchmarks --quick --output /some/where.md   # tiny sizes: checks the script, measures nothing
 
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
-parallel tool dispatch, concurrency at scale, replay throughput, the parsing table of ``benchmarks/parsing.py``,
+parallel tool dispatch, concurrency at scale, replay throughput, a fork against a live re-run, the parsing table of
+``benchmarks/parsing.py``,
 rate limiting, and the CPU per task of ``python -m flowllm`` on the sample, start-up included
 (``benchmarks/startup.py``). Each figure is the median of several runs with its min and max, next to its reference
 measured in the same run; the machine is described at the top.
@@ -39,7 +40,7 @@ from benchmarks.common import (
 
 os.environ.update(quiet_peers_env())  # before any peer library is imported
 
-SECTIONS = ("overhead", "parallel", "concurrency", "replay", "parsing", "adversarial", "ratelimit", "startup")
+SECTIONS = ("overhead", "parallel", "concurrency", "replay", "fork", "parsing", "adversarial", "ratelimit", "startup")
 
 
 def parsing_section(sizes: Sizes) -> Section:
@@ -97,13 +98,14 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import concurrency, overhead, parallel, ratelimit, replay, startup
+    from benchmarks import concurrency, fork, overhead, parallel, ratelimit, replay, startup
 
     return {
         "overhead": overhead.run,
         "parallel": parallel.run,
         "concurrency": concurrency.run,
         "replay": replay.run,
+        "fork": fork.run,
         "parsing": parsing_section,
         "ratelimit": ratelimit.run,
         "adversarial": adversarial_section,

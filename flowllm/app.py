@@ -35,6 +35,7 @@ from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError, RunStopped
 from flowllm.experiment import fingerprint, provenance, workers
 from flowllm.experiment.checks import check_timeouts
+from flowllm.experiment.fork_accounting import fork_summary
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.pricing import PriceTable
@@ -46,6 +47,7 @@ from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision, plan_vision, unavailable_tools
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
+from flowllm.providers.fork import ForkProvider, check_fork_pipeline
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.resources import bundled
 from flowllm.rundir.layout import RunLayout
@@ -162,6 +164,8 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     provider_cfg = problems.check(lambda: _provider(cfg))
     if provider_cfg is not None:
         problems.check(lambda: check_provider_config(provider_cfg))
+        if pipeline_runner is not None:  # a fork needs the saved run's nodes in this pipeline
+            problems.check(lambda: check_fork_pipeline(provider_cfg, pipeline_runner[0]))
     problems.check(lambda: check_web_tools(cfg))
     # ToolConfigError: a server entry that cannot work, before anything starts.
     problems.check(lambda: load_settings(cfg.tools))
@@ -249,7 +253,12 @@ def build_experiment(
     # Under provider=replay every node is compared with the saved run's, so the summary can tell exact
     # replays from diverged ones (flowllm/experiment/replay_audit.py).
     audit = (
-        ReplayAudit(RunLayout(provider.run_dir), recorder.redactor.dumps, recorder)
+        ReplayAudit(
+            RunLayout(provider.run_dir),
+            recorder.redactor.dumps,
+            recorder,
+            forks=provider.forks if isinstance(provider, ForkProvider) else None,
+        )
         if isinstance(provider, ReplayProvider)
         else None
     )
@@ -408,6 +417,8 @@ def run_summary(
             template=parts.judge_cfg.template if judge_provider is not None else None,
         )
     )
+    # A fork: its live spending, and what a full live re-run would have cost (experiment/fork_accounting.py).
+    summary.update(fork_summary(parts.provider_cfg, [o.task_id for o in result.outcomes], run_dir))
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)
     )

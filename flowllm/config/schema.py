@@ -88,6 +88,12 @@ class ContentFormat(StrEnum):
     parts = "parts"
 
 
+class ForkMode(StrEnum):
+    """Under provider=replay, what a task does at the first turn the saved run cannot answer as asked."""
+
+    live = "live"  # continue live with provider.live (flowllm/providers/fork.py)
+
+
 class MaxTokensField(StrEnum):
     max_tokens = "max_tokens"
     max_completion_tokens = "max_completion_tokens"
@@ -146,6 +152,11 @@ class ProviderConfig:
     emulator_script: str | None = None
     # Replay: the run directory whose saved call_model outputs are served.
     run_dir: str | None = None
+    # Fork (replay only): fork=live continues each task live with the provider config named by `live` from its
+    # first turn that differs from the saved run (or from turn fork_at_turn).
+    fork: ForkMode | None = None
+    live: str | None = None
+    fork_at_turn: int | None = None
     # Resilience (flowllm/providers/resilient.py). api_key_env may list several variables, comma-separated, and
     # a variable may hold several keys, comma-separated: together they are the key pool.
     retry: RetryConfig = field(default_factory=RetryConfig)

@@ -128,7 +128,7 @@ class ProgressReporter:
         self.already = 0
         self.done = 0
         self.correct = 0
-        self.scored = 0
+        self.scored = 0  # done tasks with a score (a replayed task that diverged has none)
         self.failed = 0
         self.running = 0
         self.tokens = 0

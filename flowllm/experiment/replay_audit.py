@@ -9,8 +9,12 @@ exists, and the task's score says nothing about the new pipeline. The audit find
     diverged    a node produced something else: the turn, the node and what changed are kept
     missing     the new pipeline asked for a reply the saved run never had (the task failed)
     unverified  the saved run kept no record to compare with (recorder.snapshot=errors or none)
+    forked      (provider.fork=live) the task went live at a turn whose request differed: the rest of it is
+                a live run (flowllm/providers/fork.py)
 
-``summary.json`` counts each and scores accuracy on the exact tasks only.
+Only exact and forked tasks are scored: a diverged task's saved replies answered a conversation that never
+happened, a missing one has no answer, an unverified one may have diverged unseen; their ``correct`` is null.
+``summary.json`` counts each and scores accuracy on the scored tasks only.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import orjson
 from flowllm.engine import BoundNode, TurnContext
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.runners import NodeObserver
+from flowllm.providers.fork import ForkLog
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import RunLayout
 
@@ -38,6 +43,16 @@ class ReplayStatus(StrEnum):
     DIVERGED = "diverged"
     MISSING = "missing"
     UNVERIFIED = "unverified"
+    FORKED = "forked"
+
+
+# The verdicts whose task result is the new pipeline's own: every model reply answered the request it was given.
+SCORED = frozenset({ReplayStatus.EXACT.value, ReplayStatus.FORKED.value})
+
+
+def is_scored(verdict: Mapping[str, Any] | None) -> bool:
+    """Whether a task with this replay verdict (None: not a replay) has a score."""
+    return verdict is None or verdict.get("status") in SCORED
 
 
 @dataclass(frozen=True)
@@ -61,8 +76,16 @@ class ReplayAudit:
 
     records_nodes = True  # it must see every node, whatever the recorder keeps
 
-    def __init__(self, source: RunLayout, dumps: Callable[[Any], bytes], recorder: NodeObserver | None = None) -> None:
+    def __init__(
+        self,
+        source: RunLayout,
+        dumps: Callable[[Any], bytes],
+        recorder: NodeObserver | None = None,
+        *,
+        forks: ForkLog | None = None,
+    ) -> None:
         self.source = source
+        self.forks = forks  # a fork's record of where each task went live (None: a plain replay)
         self.dumps = dumps
         self.recorder = recorder
         self._forward = recorder is not None and recorder.records_nodes
@@ -110,6 +133,8 @@ class ReplayAudit:
         with self._lock:
             self._first.pop(task_id, None)
             self._unverified.discard(task_id)
+        if self.forks is not None:
+            self.forks.forget(task_id)
 
     def verdict(self, task_id: str, *, missed: bool) -> dict[str, Any]:
         """What ``result.json`` says under ``replay``."""
@@ -118,29 +143,63 @@ class ReplayAudit:
             unverified = task_id in self._unverified
         if missed:
             return {"status": ReplayStatus.MISSING.value}
+        if self.forks is not None:
+            return self._fork_verdict(task_id, first, unverified)
         if first is not None:
             return {"status": ReplayStatus.DIVERGED.value, **first.to_dict()}
         if unverified:
             return {"status": ReplayStatus.UNVERIFIED.value}
         return {"status": ReplayStatus.EXACT.value}
 
+    def _fork_verdict(self, task_id: str, first: Divergence | None, unverified: bool) -> dict[str, Any]:
+        assert self.forks is not None
+        point = self.forks.point(task_id)
+        calls, usage = self.forks.live(task_id)
+        live = {"live_calls": calls, "live_usage": usage.to_dict()}
+        divergence = {"divergence": first.to_dict()} if first is not None else {}
+        if point is not None:
+            return {"status": ReplayStatus.FORKED.value, **point.to_dict(), **divergence, **live}
+        if first is not None:
+            # A node read a saved reply differently, and no model call followed: every reply answered the very
+            # request it was written for, so the result is the new pipeline's, with nothing left to call live.
+            return {
+                "status": ReplayStatus.FORKED.value,
+                "turn": None,
+                "reason": "no model call followed the divergence",
+                **divergence,
+                **live,
+            }
+        if unverified:
+            return {"status": ReplayStatus.UNVERIFIED.value, **live}
+        return {"status": ReplayStatus.EXACT.value, **live}
+
 
 def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) -> dict[str, Any] | None:
-    """Counts by replay status and accuracy on exact replays; ``verdicts`` is (replay, correct) per task. None
-    when the run was not a replay."""
+    """Counts by replay status and accuracy on the scored (exact and forked) tasks; ``verdicts`` is (replay,
+    correct) per task. None when the run was not a replay."""
     if not any(v is not None for v, _ in verdicts):
         return None
     counts = {status.value: 0 for status in ReplayStatus}
-    exact_correct = 0
+    exact_correct = scored_correct = 0
+    live_calls = 0
     for verdict, correct in verdicts:
         status = (verdict or {}).get("status", ReplayStatus.UNVERIFIED.value)
         counts[status] = counts.get(status, 0) + 1
+        live_calls += int((verdict or {}).get("live_calls") or 0)
         if status == ReplayStatus.EXACT.value and correct:
             exact_correct += 1
+        if status in SCORED and correct:
+            scored_correct += 1
     exact = counts[ReplayStatus.EXACT.value]
+    scored = exact + counts[ReplayStatus.FORKED.value]
     return {
         **counts,
         "exact_correct": exact_correct,
-        # The score of the new pipeline is known only where the whole conversation replayed as saved.
+        # The score of the new pipeline is known only where every reply answered the request it was given.
         "accuracy_exact": round(exact_correct / exact, 4) if exact else None,
+        "scored": scored,
+        "unscored": len(verdicts) - scored,
+        "scored_correct": scored_correct,
+        "accuracy_scored": round(scored_correct / scored, 4) if scored else None,
+        "live_calls": live_calls,
     }

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flowllm.experiment.fork_accounting import fork_rows
 from flowllm.experiment.infra import infra_row
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
@@ -115,24 +116,30 @@ def headline_accuracy(summary: Mapping[str, Any]) -> str:
 
 
 def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The accuracy line, and for a replay the exact/diverged counts it is scored on (replay_audit.py)."""
+    """The accuracy line, and for a replay the exact/forked/diverged counts it is scored on (replay_audit.py)."""
     replay = summary.get("replay")
     if replay is None:
         return [("accuracy", headline_accuracy(summary))]
-    else:
-        # A replay is scored on the tasks that replayed exactly; the others' replies answered another conversation.
-        exact = replay.get("exact", 0)
-        acc = summary.get("accuracy")
-        shown = f"{acc:.1%} ({replay.get('exact_correct', 0)}/{exact} exact replays)" if acc is not None else "unknown"
-        return [
-            ("accuracy", shown if exact else "unknown: no task replayed exactly"),
-            (
-                "replay",
-                f"{exact} exact, {replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
-                f"{replay.get('unverified', 0)} unverified (all tasks: {summary['correct']}/"
-                f"{summary.get('scored', summary['tasks'])} correct)",
-            ),
-        ]
+    # A replay is scored on the tasks whose every reply answered the request it was given (exact, and a fork's
+    # forked tasks); a diverged task's replies answered another conversation: its score is not known.
+    exact, forked = replay.get("exact", 0), replay.get("forked", 0)
+    scored = replay.get("scored", exact)
+    correct = replay.get("scored_correct", replay.get("exact_correct", 0))
+    acc = summary.get("accuracy")
+    what = "exact + forked" if forked else "exact replays"
+    shown = f"{acc:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
+    counts = f"{exact} exact, "
+    if forked or summary.get("fork") is not None:
+        counts += f"{forked} forked, "
+    counts += (
+        f"{replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
+        f"{replay.get('unverified', 0)} unverified ({replay.get('unscored', 0)} unscored)"
+    )
+    return [
+        ("accuracy", shown or "unknown: no task was scored (none replayed exactly)"),
+        ("replay", counts),
+        *fork_rows(summary),
+    ]
 
 
 def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:

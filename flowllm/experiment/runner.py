@@ -40,7 +40,7 @@ from flowllm.errors import ConfigError
 from flowllm.experiment.infra import infra_tool_failures
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
-from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
+from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summary
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
@@ -211,7 +211,7 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
                 outcome.correct,
                 rescored,
             )
-        outcome.correct = None if rescored is None else bool(rescored)
+        outcome.correct = (None if rescored is None else bool(rescored)) if is_scored(outcome.replay) else None
         outcome.ground_truth = task.ground_truth
     return outcome
 
@@ -442,7 +442,7 @@ class Experiment:
                 status=FAILED,
                 answer=None,
                 ground_truth=task.ground_truth,
-                correct=unscored_or(task, False),
+                correct=unscored_or(task, False) if is_scored(replay) else None,
                 turns=0,
                 usage=Usage(),
                 error=error,
@@ -474,6 +474,8 @@ class Experiment:
         )
         outcome._tools_start_s = tools_start
         outcome.apply_score(await self.score(task, result.answer, number))
+        if not is_scored(replay):
+            outcome.correct = None  # the saved replies answered another conversation: the score is not known
         return outcome
 
     async def run_task(self, task: Task) -> TaskOutcome:
@@ -663,10 +665,11 @@ def summarize(
     accuracy = tally["accuracy"]
     extra: dict[str, Any] = {}
     if replay is not None:
-        # A replay's tokens are the saved run's, served again: nothing was spent to get them.
+        # A replay's tokens are the saved run's, served again: nothing was spent to get them (a fork's live
+        # calls are billed in usage.jsonl; fork_accounting puts them here).
         cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
-        extra = {"replay": replay, "accuracy_all": accuracy}
-        accuracy = replay["accuracy_exact"]
+        extra = {"replay": replay}
+        accuracy = replay["accuracy_scored"]
     return {
         "tasks": total,
         "finished": len(outcomes),

@@ -207,7 +207,7 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
         if j.correct is not None and scored is not None:
             accuracy += f" ({j.correct}/{scored})"
         if j.unscored:
-            accuracy += f", {j.unscored} without ground truth"
+            accuracy += f", {j.unscored} unscored"
         if j.scoring_errors:
             accuracy += f", {j.scoring_errors} not judged"
         rows.append(
@@ -377,7 +377,7 @@ def _job_outcome(config: DictConfig) -> str:
     scored = summary.get("scored", summary.get("tasks", 0))
     parts = [
         "stopped" if summary.get("status") == "failed" else "interrupted" if summary.get("interrupted") else "done",
-        f"{summary.get('correct', 0)}/{scored} correct"
+        f"{summary.get('correct', 0)}/{(summary.get('replay') or {}).get('scored', scored)} correct"
         + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ", accuracy not known"),
     ]
     if summary.get("unscored"):

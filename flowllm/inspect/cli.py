@@ -260,10 +260,12 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         table.add_column("replay", no_wrap=True)
         table.add_column("what changed", overflow="fold")
         for task, verdict in off_replay:
-            table.add_row(task.task_id, replay_text(verdict), short_error(verdict.get("what") or task.error or ""))
+            what = verdict.get("what") or verdict.get("reason") or task.error or ""
+            table.add_row(task.task_id, replay_text(verdict), short_error(what))
         console.print(table)
     bad_tasks = [t for t in run.tasks if t.status != "completed" or t.correct is False]
     unscored = [t for t in run.tasks if t.status == "completed" and t.correct is None]
+    stale = [(t, v) for t, v in off_replay if v["status"] != "forked"]  # a forked task's rest was run live
     if bad_tasks:
         table = Table(title="tasks that failed or answered wrong", title_justify="left", box=box.SIMPLE_HEAD)
         table.add_column("task", no_wrap=True)
@@ -279,18 +281,21 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         console.print(table)
         where = esc(run.path)
         console.print(f"[dim]details: {PROG} {where} task <task id>   |   every failure: {PROG} {where} failures[/dim]")
-    elif unscored:
-        console.print(
-            f"[yellow]all {len(run.tasks)} tasks completed; {plural(len(unscored), 'task')} unscored (no ground "
-            "truth to score against)[/yellow]"
-        )
     else:
-        console.print(f"[green]all {len(run.tasks)} tasks completed and answered correctly[/green]")
-        if off_replay:
+        stale_ids = {t.task_id for t, _ in stale}
+        no_truth = [t for t in unscored if t.task_id not in stale_ids]
+        scored = len(run.tasks) - len(unscored)
+        shown = f"{scored} scored" if unscored else str(len(run.tasks))
+        console.print(f"[green]all {shown} tasks completed and answered correctly[/green]")
+        if no_truth:
             console.print(
-                f"[magenta]but {plural(len(off_replay), 'task')} did not replay exactly: the saved replies after the "
-                "divergence answered another conversation[/magenta]"
+                f"[yellow]{plural(len(no_truth), 'task')} unscored: no ground truth to score against[/yellow]"
             )
+    if stale:
+        console.print(
+            f"[magenta]{plural(len(stale), 'task')} did not replay exactly: the saved replies after the "
+            "divergence answered another conversation (unscored)[/magenta]"
+        )
     return 0
 
 
@@ -332,10 +337,12 @@ TASK_STATUSES = ("failed", "wrong", "correct", "unscored", "completed", "unfinis
 
 
 def shown_status(row: dict[str, Any]) -> str:
-    """What the status column shows: failed, wrong, correct or unscored (no ground truth; completed = the three),
-    unfinished."""
+    """What the status column shows: failed, wrong, correct or unscored (a replayed task that diverged;
+    completed = all three), unfinished."""
     if row["status"] == "completed":
-        return "unscored" if row["correct"] is None else "correct" if row["correct"] else "wrong"
+        if row["correct"] is None:
+            return "unscored"
+        return "correct" if row["correct"] else "wrong"
     return str(row["status"])
 
 
@@ -344,7 +351,8 @@ def matches_status(row: dict[str, Any], wanted: str) -> bool:
     return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong", "unscored"))
 
 
-REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow"}
+STATUS_STYLES = {"correct": "green", "wrong": "yellow", "unscored": "magenta"}
+REPLAY_STYLES = {"exact": "green", "diverged": "magenta", "missing": "red", "unverified": "yellow", "forked": "cyan"}
 
 
 def replay_text(verdict: dict[str, Any] | None, cell: bool = False) -> Text:
@@ -417,7 +425,7 @@ def cmd_tasks(
         cells: dict[str, Any] = {
             "task": r["task_id"],
             "level": _fmt(r["level"]),
-            "status": Text(shown, style={"correct": "green", "wrong": "yellow", "unscored": "cyan"}.get(shown, "red")),
+            "status": Text(shown, style=STATUS_STYLES.get(shown, "red")),
             "replay": replay_text(r.get("replay"), cell=True),
             "answer": _fmt(r["answer"]),
             "expected": _fmt(r["ground_truth"]),
@@ -447,7 +455,9 @@ REPLAY_MEANING = {
     "missing": "the pipeline asked for a reply the saved run never had: the task failed (see its error)",
     "unverified": "the saved run kept no node outputs to compare with (recorder.snapshot=errors or none)",
     "diverged": "the saved replies after this node answered the saved run's conversation, not this one: "
-    "the task is not scored in the replay's accuracy (accuracy_all counts it)",
+    "the task is not scored (its correct is null)",
+    "forked": "the task went live at its first call whose request differed (provider.fork=live): the rest of it "
+    "is a live run, scored",
 }
 
 
@@ -808,7 +818,8 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
 def _replay_side(counts: dict[str, Any] | None) -> str:
     if counts is None:
         return "not a replay"
-    return ", ".join(f"{counts[s]} {s}" for s in REPLAY_STATUSES if s != "unverified" or counts[s])
+    shown = [s for s in REPLAY_STATUSES if s not in ("unverified", "forked") or counts[s] or counts.get("fork")]
+    return ", ".join(f"{counts[s]} {s}" for s in shown)
 
 
 def replay_line(result: RunDiff) -> Text:
@@ -840,14 +851,31 @@ def replay_table(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Table:
             return "not a replay" if key == "exact" else "-"
         if key == "accuracy_exact":
             return f"{_pct(counts[key])} ({counts['exact_correct']}/{counts['exact']})"
-        if key == "accuracy_all":
-            return f"{_pct(counts[key])} ({counts['correct']}/{counts['tasks']})"
+        if key == "accuracy_scored":
+            return f"{_pct(counts[key])} ({counts['scored_correct']}/{counts['scored']})"
+        if key.startswith("fork."):
+            fork = counts.get("fork")
+            if fork is None:
+                return "-"
+            value = fork.get(key.removeprefix("fork."))
+            return "not known" if value is None else f"${float(value):.4f}"
         return str(counts[key])
 
+    forks = any(c is not None and c.get("fork") is not None for c in (a, b))
     for key, label in (
         *((s, s) for s in REPLAY_STATUSES),
+        ("unscored", "unscored"),
         ("accuracy_exact", "accuracy (exact replays)"),
-        ("accuracy_all", "accuracy (all tasks)"),
+        ("accuracy_scored", "accuracy (scored: exact + forked)"),
+        *(
+            (
+                ("fork.live_cost_usd", "fork: live spent"),
+                ("fork.full_rerun_cost_usd", "fork: full live re-run"),
+                ("fork.saved_usd", "fork: saved"),
+            )
+            if forks
+            else ()
+        ),
     ):
         table.add_row(label, cell(a, key), cell(b, key))
     return table

@@ -241,7 +241,7 @@ def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list
     tid = task.task_id
     if task.status not in ("completed",):
         out.append(Failure("task_failed", tid, task.error or f"status {task.status}"))
-    elif not task.correct and task.field("ground_truth") is not None:
+    elif task.correct is False and task.field("ground_truth") is not None:
         out.append(
             Failure("wrong_answer", tid, f"answered {task.field('answer')!r}, expected {task.field('ground_truth')!r}")
         )
@@ -551,10 +551,17 @@ def replay_where(verdict: dict[str, Any]) -> str:
 
 
 def replay_label(verdict: dict[str, Any] | None) -> str:
-    """One cell: exact, diverged at turn N / node, missing, unverified; ``-`` when there is no verdict."""
+    """One cell: exact, diverged at turn N / node, forked at turn N (turn M / node), missing, unverified; ``-``
+    when there is no verdict."""
     if verdict is None:
         return "-"
     status = str(verdict["status"])
+    if status == ReplayStatus.FORKED.value:
+        divergence = verdict.get("divergence")
+        cause = f" ({replay_where(divergence)})" if isinstance(divergence, dict) else ""
+        if verdict.get("turn") is None:
+            return f"forked: no live call needed{cause}"
+        return f"forked at turn {verdict['turn']}{cause}"
     where = replay_where(verdict) if status == ReplayStatus.DIVERGED.value else ""
     return f"{status} at {where}" if where else status
 
@@ -566,26 +573,33 @@ def is_replay(run: RunRecord) -> bool:
 
 
 def replay_counts(run: RunRecord) -> dict[str, Any] | None:
-    """Exact, diverged, missing and unverified task counts, accuracy on the exact replays and on all tasks;
-    None when the run was not a replay. From summary.json, else counted from the tasks' verdicts."""
+    """Exact, forked, diverged, missing and unverified task counts, accuracy on the exact replays and on the
+    scored (exact and forked) tasks, and a fork's spending; None when the run was not a replay. From
+    summary.json, else counted from the tasks' verdicts."""
     if not is_replay(run):
         return None
     summary = task_summary(run)
     counts = summary.get("replay") if isinstance(summary.get("replay"), dict) else None
     if counts is None:
         counts = replay_summary([(replay_verdict(t), t.correct) for t in run.tasks if t.result.ok]) or {}
-    tasks = summary.get("scored", summary.get("tasks")) or len(run.tasks)
+    tasks = summary.get("tasks") or len(run.tasks)
     correct = summary.get("correct", sum(t.correct is True for t in run.tasks))
-    accuracy_all = summary.get("accuracy_all")
-    if accuracy_all is None and tasks:
-        accuracy_all = round(correct / tasks, 4)
+    exact = int(counts.get("exact") or 0)
+    scored = int(counts.get("scored", exact) or 0)
+    scored_correct = int(counts.get("scored_correct", counts.get("exact_correct")) or 0)
+    accuracy_scored = counts.get("accuracy_scored", counts.get("accuracy_exact"))
+    fork = summary.get("fork") if isinstance(summary.get("fork"), dict) else None
     return {
         **{s: int(counts.get(s) or 0) for s in REPLAY_STATUSES},
         "exact_correct": int(counts.get("exact_correct") or 0),
         "accuracy_exact": counts.get("accuracy_exact"),
-        "accuracy_all": accuracy_all,
+        "scored": scored,
+        "unscored": int(counts.get("unscored", tasks - scored) or 0),
+        "scored_correct": scored_correct,
+        "accuracy_scored": accuracy_scored,
         "correct": correct,
         "tasks": tasks,
+        "fork": fork,
     }
 
 

@@ -26,12 +26,12 @@ from flowllm.providers.factory import (
     provider_secrets,
     register_protocol,
 )
+from flowllm.providers.fork import check_replay, open_replay_or_fork
 from flowllm.providers.ledger import UsageLedger
-from flowllm.providers.replay import open_replay
 from flowllm.providers.resilient import ResilientProvider
 
 # The replay provider (provider=replay) serves a saved run's replies; it plugs in like any custom protocol.
-register_protocol("replay", open_replay)
+register_protocol("replay", open_replay_or_fork, check_replay)
 
 __all__ = [
     "BaseProvider",

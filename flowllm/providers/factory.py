@@ -65,7 +65,22 @@ ProviderBuilder = Callable[[ProviderConfig, Endpoint], BaseProvider]
 # SDK clients per provider, tasks spread over them by id (see BaseProvider.clients): at 500 concurrent tasks,
 # about 30 connections per pool instead of 500.
 CLIENT_SHARDS = 16
-CustomOpener = Callable[[ProviderConfig], Awaitable[Provider]]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What ``open_provider`` was given, handed to a custom opener that opens providers of its own (a fork
+    opens its live provider with the run's ledger and resolver)."""
+
+    ledger: UsageLedger
+    resolve: Resolver | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], Awaitable[Any]]
+
+
+CustomOpener = Callable[[ProviderConfig, Opening], Awaitable[Provider]]
+# Checks a custom protocol's settings before anything opens; raises ProviderConfigError with what to do.
+CustomCheck = Callable[[ProviderConfig, Resolver | None], None]
 
 
 def _build_anthropic(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
@@ -127,10 +142,12 @@ def _build_openai_responses(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProv
 @dataclass(frozen=True)
 class ProtocolEntry:
     """How a ``provider.protocol`` is served: an SDK wire protocol has a ``build`` (one provider per key, behind
-    the resilient chain); anything else (``replay``) an ``open`` that returns the whole Provider."""
+    the resilient chain); anything else (``replay``) an ``open`` that returns the whole Provider, and optionally
+    a ``check`` of its settings that ``check_provider_config`` runs."""
 
     build: ProviderBuilder | None = None
     open: CustomOpener | None = None
+    check: CustomCheck | None = None
 
 
 PROTOCOLS: Registry[ProtocolEntry] = Registry(
@@ -143,10 +160,10 @@ PROTOCOLS: Registry[ProtocolEntry] = Registry(
 )
 
 
-def register_protocol(name: str, opener: CustomOpener) -> None:
-    """Plug in a provider that is not an SDK wire protocol (``replay``): ``opener(cfg)`` returns the
-    Provider."""
-    PROTOCOLS.register(name, ProtocolEntry(open=opener))
+def register_protocol(name: str, opener: CustomOpener, check: CustomCheck | None = None) -> None:
+    """Plug in a provider that is not an SDK wire protocol (``replay``): ``opener(cfg, opening)`` returns the
+    Provider; ``check(cfg, resolve)``, if given, runs in ``check_provider_config``."""
+    PROTOCOLS.register(name, ProtocolEntry(open=opener, check=check))
 
 
 def _custom(protocol: str) -> CustomOpener | None:
@@ -177,7 +194,10 @@ def check_provider_config(
     nothing, calls nothing. Returns the resolved chains (None for a custom protocol such as replay)."""
     pcfg = as_provider_config(cfg)
     _check_one(pcfg)
-    if _custom(pcfg.protocol) is not None:
+    entry = PROTOCOLS.get(pcfg.protocol)
+    if entry is not None and entry.open is not None:
+        if entry.check is not None:
+            entry.check(pcfg, resolve)
         return None
     plan = plan_routes(pcfg, resolve)
     for member in plan.members.values():
@@ -281,17 +301,17 @@ async def open_provider(
     """
     pcfg = as_provider_config(cfg)
     plan = check_provider_config(pcfg, resolve=resolve)
+    ledger = ledger if ledger is not None else UsageLedger(None)
     custom = _custom(pcfg.protocol)
     if custom is not None or plan is None:
         assert custom is not None
-        provider = await custom(pcfg)
+        provider = await custom(pcfg, Opening(ledger, resolve, clock, sleep))
         try:
             yield provider
         finally:
             await provider.aclose()
         return
 
-    ledger = ledger if ledger is not None else UsageLedger(None)
     async with AsyncExitStack() as stack:
         routes: dict[str, Route] = {}
         for member_id, member in plan.members.items():

@@ -31,7 +31,7 @@ from typing import Any
 
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
-from flowllm.core.interfaces import CallContext, Provider
+from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.errors import ProviderConfigError, ProviderError
@@ -296,9 +296,8 @@ class ReplayProvider(ProviderFacade):
         return f"ReplayProvider(run_dir={str(self.run_dir)!r}, protocol={self.protocol!r}, model={self.model!r})"
 
 
-def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
-    """Check ``provider.run_dir`` and build the provider; raises ``ProviderConfigError`` with what to do."""
-    pcfg = as_provider_config(cfg)
+def checked_run_dir(pcfg: ProviderConfig) -> Path:
+    """``provider.run_dir``, checked to be a flowllm run; raises ``ProviderConfigError`` with what to do."""
     if not pcfg.run_dir:
         raise ProviderConfigError(
             "provider=replay needs the run to replay: add provider.run_dir=<run directory> (e.g. runs/<date>/<time>)"
@@ -311,14 +310,16 @@ def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
             f"provider.run_dir: {run_dir} is not a flowllm run (no tasks/ folder); for a multirun, pick one job "
             "folder (…/multirun/<date>/<time>/<job number>)"
         )
+    return run_dir
+
+
+def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
+    """Check ``provider.run_dir`` and build the provider; raises ``ProviderConfigError`` with what to do."""
+    pcfg = as_provider_config(cfg)
+    run_dir = checked_run_dir(pcfg)
     source, _chain = source_provider_config(run_dir)
     try:
         inner = build_provider(source, base_url=UNUSED_BASE_URL)
     except ProviderConfigError as exc:
         raise ProviderConfigError(f"provider.run_dir: the replayed run's provider cannot be rebuilt: {exc}") from exc
     return ReplayProvider(pcfg, run_dir, inner)
-
-
-async def open_replay(cfg: ProviderConfig) -> Provider:
-    """The ``register_protocol`` opener for ``protocol: replay``."""
-    return build_replay_provider(cfg)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,8 +43,26 @@ def check_web_tools(cfg: DictConfig) -> None:
             raise ConfigError(f"tools.search.backend: {exc}") from None
 
 
+def _forking(cfg: DictConfig) -> bool:
+    return OmegaConf.select(cfg, "provider.protocol") == "replay" and OmegaConf.select(cfg, "provider.fork") is not None
+
+
+def seed_fork_cache(cfg: DictConfig, run_dir: Path) -> None:
+    """A fork's web cache starts as a copy of the saved run's: the replayed prefix's searches and pages are served
+    as they were, and what the live part asks anew is fetched and kept in this run's cache (never the saved run's)."""
+    if not _forking(cfg) or cfg.replay.tools != "saved":
+        return
+    saved = resolve_run_dir(str(cfg.provider.run_dir)) / CACHE_DIR
+    if saved.is_dir():
+        shutil.copytree(
+            saved, Path(run_dir) / CACHE_DIR, ignore=shutil.ignore_patterns("stats.jsonl"), dirs_exist_ok=True
+        )
+
+
 def cache_env(cfg: DictConfig, run_dir: Path) -> dict[str, str]:
     """Where the tool servers keep (or, in a replay, find) the run's web results."""
+    if _forking(cfg):  # its own cache, seeded with the saved run's (seed_fork_cache)
+        return {CACHE_ENV: str(Path(run_dir) / CACHE_DIR), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
     if OmegaConf.select(cfg, "provider.protocol") == "replay" and cfg.replay.tools == "saved":
         old = resolve_run_dir(str(cfg.provider.run_dir))
         return {CACHE_ENV: str(old / CACHE_DIR), CACHE_MODE_ENV: CacheMode.REPLAY.value}
@@ -54,6 +73,7 @@ def cache_env(cfg: DictConfig, run_dir: Path) -> dict[str, str]:
 async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]:
     """The run's web tool environment; yields the fixture server's URL, or None when it is off."""
     env = cache_env(cfg, run_dir)
+    await asyncio.to_thread(seed_fork_cache, cfg, run_dir)
     server: WebFixtures | None = None
     emulator: Emulator | None = None
     if cfg.tools.get("web_fixtures"):

@@ -30,9 +30,10 @@ def test_summary_shows_settings_figures_and_what_failed(runs: FixtureRuns, capsy
     code, out, _ = inspect(capsys, runs.missing_turn.run_dir)
     assert code == 0
     assert "replay" in out and "graph_parallel" in out
-    # One task missed its turn, the other ran without its tools: neither replayed exactly, so no score is given.
-    assert "unknown: no task replayed exactly" in out
-    assert "0 exact, 1 diverged, 1 missing" in out and "1/2 correct" in out
+    # One task missed its turn, the other ran without its tools: neither replayed exactly, so no score is given
+    # (no "all tasks" figure either: both are unscored).
+    assert "unknown: no task was scored (none replayed exactly)" in out
+    assert "0 exact, 1 diverged, 1 missing, 0 unverified (2 unscored)" in out and "correct)" not in out
     assert "tasks that failed or answered wrong" in out
     assert LENIENT_TASK in out and "never made this turn" in out
 

@@ -20,7 +20,8 @@ def test_a_strict_replay_differs_in_the_repaired_task_only(runs: FixtureRuns) ->
     task = result.tasks[0]
     assert task.changes["repairs"] == ({"lenient": 1}, {"failed": 1})
     assert task.changes["failed_tool_calls"] == (0, 1)
-    assert "correct" not in task.changes  # the served reply still carries the old answer
+    # The served reply still carries the old answer, but it answered another conversation: unscored.
+    assert task.changes["correct"] == (True, None)
     assert task.call_changes and "repair: lenient, ok" in task.call_changes[0]
     assert "repair: failed" in task.call_changes[0]
     # Everything before repair_arguments is the same; its output is where the runs part.
@@ -45,7 +46,7 @@ def test_a_missing_turn_is_the_divergence(runs: FixtureRuns) -> None:
     by_id = {t.task_id: t for t in result.tasks}
     failed = by_id[LENIENT_TASK]
     assert failed.changes["status"] == ("completed", "failed")
-    assert failed.changes["correct"] == (True, False)
+    assert failed.changes["correct"] == (True, None)  # the replay has no answer for it: unscored
 
 
 def test_diff_command_text_and_json(runs: FixtureRuns, capsys: pytest.CaptureFixture[str]) -> None:

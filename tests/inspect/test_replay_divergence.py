@@ -76,7 +76,11 @@ def test_the_replay_filter(runs: FixtureRuns, capsys: pytest.CaptureFixture[str]
     assert ids(runs.strict.run_dir, "--replay", "exact") == [CLEAN_TASK]
     assert ids(runs.strict.run_dir, "--replay", "missing") == []
     assert ids(runs.missing_turn.run_dir, "--replay", "missing") == [LENIENT_TASK]
-    assert ids(runs.missing_turn.run_dir, "--replay", "diverged", "--status", "correct") == [CLEAN_TASK]
+    # A diverged task is unscored: neither correct nor wrong.
+    assert ids(runs.missing_turn.run_dir, "--replay", "diverged") == [CLEAN_TASK]
+    assert ids(runs.missing_turn.run_dir, "--replay", "diverged", "--status", "correct") == []
+    assert ids(runs.missing_turn.run_dir, "--replay", "diverged", "--status", "wrong") == []
+    assert ids(runs.missing_turn.run_dir, "--replay", "diverged", "--status", "unscored") == [CLEAN_TASK]
     code, out, _ = inspect(capsys, runs.strict.run_dir, "tasks", "--replay", "diverged")
     assert code == 0 and LENIENT_TASK in out and CLEAN_TASK not in out and "(1 of 2)" in out
 

@@ -93,7 +93,9 @@ def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path, capsys: pytest.Cap
 def test_a_replay_report_carries_each_task_verdict(runs: FixtureRuns) -> None:
     run = build_report_data(runs.strict.run_dir)["runs"][0]
     assert (run["replay"]["exact"], run["replay"]["diverged"], run["replay"]["missing"]) == (1, 1, 0)
-    assert (run["replay"]["accuracy_exact"], run["replay"]["accuracy_all"]) == (1.0, 1.0)
+    assert (run["replay"]["accuracy_exact"], run["replay"]["accuracy_scored"]) == (1.0, 1.0)
+    # The diverged task is not scored: no figure counts it as correct or wrong.
+    assert (run["replay"]["scored"], run["replay"]["unscored"]) == (1, 1)
     tasks = {t["task_id"]: t for t in run["tasks"]}
     assert tasks[CLEAN_TASK]["replay"] == {"status": "exact"} and tasks[CLEAN_TASK]["replay_detail"] is None
     lenient = tasks[LENIENT_TASK]

@@ -38,7 +38,8 @@ def test_filter_open_a_task_and_expand_a_node(runs: FixtureRuns, tmp_path: Path,
     jobs = driver.find_elements(By.CSS_SELECTOR, "#comparison tbody tr")
     assert [j.get_attribute("data-job") for j in jobs] == ["0", "1"]
     # Job 1 replayed no task exactly: its accuracy is not known, and the report says so with "-".
-    assert "100.0%" in jobs[0].text and " - 1/2 " in jobs[1].text
+    # The replay job scored no task (one missed, one diverged): 0 correct of 0 scored, no accuracy.
+    assert "100.0%" in jobs[0].text and " - 0/0 " in jobs[1].text
 
     # Job 0, the original run: filter by level, then clear the filter.
     assert sorted(visible_rows(driver)) == sorted([LENIENT_TASK, CLEAN_TASK])
@@ -88,11 +89,11 @@ def test_a_replay_shows_its_verdicts_and_where_it_diverged(runs: FixtureRuns, tm
     wait = WebDriverWait(driver, WAIT_S)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#task-table tbody tr"))
 
-    # The replay card: counts, and accuracy on the exact replays beside the one on every task.
+    # The replay card: counts, accuracy on the exact replays and on the scored tasks, the unscored count.
     card = driver.find_element(By.ID, "replay-card").text
     assert "1 exact \u00b7 1 diverged \u00b7 0 missing" in card
-    assert "100.0% on exact replays (1/1)" in card and "100.0% on all tasks (2/2)" in card
-    assert "accuracy (exact replays)" in driver.find_element(By.ID, "summary-cards").text
+    assert "100.0% on exact replays (1/1)" in card and "100.0% on scored tasks (1/1), 1 unscored" in card
+    assert "accuracy (scored tasks)" in driver.find_element(By.ID, "summary-cards").text
 
     # A replay column per task, and a filter on it.
     headers = [th.text.strip() for th in driver.find_elements(By.CSS_SELECTOR, "#task-table th")]

@@ -69,7 +69,9 @@ def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: Fixtu
     assert _result(strict.run_dir, CLEAN_TASK) == _result(runs.original.run_dir, CLEAN_TASK)
     before, after = _result(runs.original.run_dir, LENIENT_TASK), _result(strict.run_dir, LENIENT_TASK)
     changed = {k for k in before if before[k] != after[k]}
-    assert changed == {"repairs", "failed_tool_calls"}
+    # The saved reply of turn 2 answered a conversation that never happened: the task's score is not known.
+    assert changed == {"repairs", "failed_tool_calls", "correct"}
+    assert before["correct"] is True and after["correct"] is None
     assert after["repairs"] == {"failed": 1}
     assert after["failed_tool_calls"] == 1
     prepared = read_json(strict.run_dir / "tasks" / LENIENT_TASK / "turn_001" / "06_repair_arguments" / "output.json")
@@ -87,7 +89,9 @@ def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: Fixtu
     assert _verdict(strict.run_dir, CLEAN_TASK) == {"status": "exact"}
     assert (summary["replay"]["exact"], summary["replay"]["diverged"]) == (1, 1)
     assert summary["accuracy"] == 1.0 and summary["replay"]["accuracy_exact"] == 1.0
-    assert summary["accuracy_all"] == 1.0  # both answers still match, but only one of them is a replay
+    # Both answers still match, but only one task is scored: no figure counts the diverged one either way.
+    assert (summary["replay"]["scored"], summary["replay"]["unscored"], summary["correct"]) == (1, 1, 1)
+    assert "accuracy_all" not in summary
 
 
 def test_a_turn_the_old_run_never_made_fails_that_task_and_no_other(runs: FixtureRuns) -> None:
@@ -102,6 +106,7 @@ def test_a_turn_the_old_run_never_made_fails_that_task_and_no_other(runs: Fixtur
     summary = read_json(missing.run_dir / "summary.json")
     assert (summary["completed"], summary["failed"]) == (1, 1)
     assert _verdict(missing.run_dir, LENIENT_TASK) == {"status": "missing"}
+    assert failed["correct"] is None  # the replay has no answer for it: unscored, not wrong
     assert summary["replay"]["missing"] == 1
 
 

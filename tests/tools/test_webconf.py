@@ -68,3 +68,33 @@ async def test_a_remote_server_beside_the_web_tools_gets_no_environment_and_is_a
         specs = {spec.name: spec for spec in load_settings(cfg.tools).servers}  # refused before: env on a url server
         assert specs["remote"].remote and not specs["remote"].env
         assert "FLOWLLM_WEB_FIXTURES" in specs["tool-browse"].env
+
+
+async def test_a_fork_serves_the_saved_runs_results_and_keeps_new_ones_in_its_own_cache(tmp_path: Path) -> None:
+    """provider.fork=live: the replayed prefix's searches come from the saved run's cache, what the live part
+    asks anew is fetched and kept in the fork's own cache; the saved run's cache is never written."""
+    from flowllm.tools.webcache import WebCache
+
+    old, new = tmp_path / "old", tmp_path / "new"
+
+    async def fetched(text: str) -> str:
+        return text
+
+    await WebCache(old / "web_cache").get("search", {"query": "saved"}, lambda: fetched("the saved result"))
+    assert (old / "web_cache" / "stats.jsonl").is_file()
+    cfg = composed(
+        "tools=web", "provider=replay", f"provider.run_dir={old}", "provider.fork=live", "provider.live=offline"
+    )
+    async with web_tools(cfg, new):
+        env = OmegaConf.to_container(cfg.tools.servers["tool-search"].env)
+        assert env == {CACHE_ENV: str(new / "web_cache"), CACHE_MODE_ENV: "rw"}
+    assert not (new / "web_cache" / "stats.jsonl").exists()  # the saved run's hit counts are not this run's
+    cache = WebCache.from_environment(env)  # type: ignore[arg-type]
+
+    async def offline() -> str:
+        raise AssertionError("a result the saved run has must not be fetched again")
+
+    assert await cache.get("search", {"query": "saved"}, offline) == "the saved result"
+    assert await cache.get("search", {"query": "new"}, lambda: fetched("a live result")) == "a live result"
+    assert len(list((new / "web_cache").glob("*/*.json"))) == 2
+    assert len(list((old / "web_cache").glob("*/*.json"))) == 1
