@@ -53,7 +53,7 @@ def test_no_figure_counts_an_unscored_task_as_correct_or_wrong() -> None:
     )
     assert summary["correct"] == 1
     assert summary["accuracy"] == 0.5  # 1 of the 2 scored tasks
-    assert summary["by_level"]["2"] == {"tasks": 2, "correct": 0, "scored": 1, "accuracy": 0.0}
+    assert summary["by_level"]["2"] == {"tasks": 2, "scored": 1, "unscored": 1, "correct": 0, "accuracy": 0.0}
     assert "accuracy_all" not in summary
 
 
