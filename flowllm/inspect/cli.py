@@ -9,6 +9,7 @@
     python -m flowllm.inspect diff RUN_A RUN_B [--all]
     python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
     python -m flowllm.inspect usage RUN [RUN...] [--by user,model]   usage ledgers summed across runs
+    python -m flowllm.inspect power --baseline 0.6 --delta 0.05 [--epochs 3] [--within-var V] [--run RUN]
 
 Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
 for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
@@ -33,9 +34,11 @@ from rich.table import Table
 from rich.text import Text
 
 from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
+from flowllm.experiment.run_stats import stats_rows
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
+from flowllm.inspect.paired import NoCommonTasks, paired_block, render_paired
 from flowllm.inspect.views import (
     REPLAY_STATUSES,
     SPEND_SOURCES,
@@ -217,6 +220,7 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
                 )
             ]
         ),
+        *stats_rows(figures),
         ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
         ("turns", figures.get("turns")),
         (
@@ -728,8 +732,12 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
     a, b = _open(a_path), _open(b_path)
     result = diff_runs(a, b)
     spend_a, spend_b = run_spend(a), run_spend(b)
+    try:
+        paired, paired_json = paired_block(a, b)
+    except NoCommonTasks as exc:
+        raise UsageError(str(exc)) from None
     if as_json:
-        emit_json({**result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
+        emit_json({**result.to_dict(), "spend": {"a": spend_a, "b": spend_b}, "paired": paired_json})
         return 0
     console.print(
         Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff", border_style="cyan")
@@ -751,6 +759,7 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
         )
     if result.replay is not None:
         console.print(replay_table(*result.replay))
+    render_paired(console, paired, paired_json)
     if not result.tasks:
         console.print(f"[green]no task differs ({len(result.unchanged)} compared)[/green]")
         if result.replay is not None:
@@ -920,6 +929,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from flowllm.inspect.usage import main as usage_main
 
             return usage_main(args[1:], console)
+        if args[0] == "power":
+            from flowllm.inspect.power import main as power_main
+
+            return power_main(args[1:], console)
         run_path, rest = args[0], args[1:]
         ns = _run_parser().parse_args(rest)
         run = _open(run_path)
