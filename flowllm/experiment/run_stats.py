@@ -28,6 +28,7 @@ class ScoredOutcome(Protocol):
     level: int | None
     epochs: int
     epoch_log: list[dict[str, Any]]
+    replay: dict[str, Any] | None
 
     @property
     def task_score(self) -> float | None: ...
@@ -74,6 +75,9 @@ def task_scores(
     unscored = 0
     for outcome in outcomes:
         score = outcome.task_score
+        replay = outcome.replay
+        if replay is not None and replay.get("status") != "exact":
+            score = None  # a replay that parted from the saved run answered another conversation: not scored
         if score is None:
             unscored += 1
             continue

@@ -583,6 +583,10 @@ class Experiment:
             repairs.update(o.repairs)
         combined.repairs = dict(repairs)
         combined._attempt_timings = [t for o in epochs for t in o._attempt_timings]
+        # A replay is exact only when every epoch replayed exactly: the first one that did not speaks for the task.
+        off = [o.replay for o in epochs if o.replay is not None and o.replay.get("status") != "exact"]
+        if off:
+            combined.replay = off[0]
         return combined
 
     async def _run_attempts(self, task: Task) -> TaskOutcome:

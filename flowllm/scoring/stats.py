@@ -275,7 +275,7 @@ def format_estimate(data: Mapping[str, Any] | Estimate | None, *, digits: int = 
     mean = f"{100 * est.mean:.{digits}f}%"
     se = "not known" if est.stderr is None else f"{100 * est.stderr:.{digits}f}"
     if est.ci_low is None or est.ci_high is None:
-        return f"{mean} ± {se} [interval not known] n={est.n}"
+        return f"{mean} ± {se}, 95% CI not known, n={est.n}"
     return f"{mean} ± {se} [{100 * est.ci_low:.{digits}f}, {100 * est.ci_high:.{digits}f}] n={est.n}"
 
 
