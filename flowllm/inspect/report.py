@@ -46,6 +46,7 @@ from flowllm.inspect.views import (
     task_turn_views,
     unavailable_tools,
 )
+from flowllm.scoring.stats import format_estimate
 
 INTERN_MIN_CHARS = 64
 REF_KEY = "\u00a7s"  # {"§s": n} stands for strings[n]; a key no artifact uses
@@ -166,6 +167,9 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         row["turn_records"] = turns
         tasks.append(row)  # the row's own fields are short; only the turns are interned
     summary = task_summary(run)
+    stats = summary.get("stats") if isinstance(summary.get("stats"), dict) else None
+    # The page shows it as written: "62.4% ± 3.8 [55.0, 69.8] n=120" (flowllm/scoring/stats.py).
+    summary["accuracy_interval"] = format_estimate(stats.get("accuracy")) if stats else None
     return {
         "label": label or run.label,
         "path": str(run.path),
@@ -418,7 +422,7 @@ function cards(summary, spend, replay) {
   // A replay is scored on the tasks that replayed exactly: the others' answers came from stale replies.
   const accuracy = replay ? ["accuracy (exact replays)", pct(replay.accuracy_exact) + " (" + fmt(replay.exact_correct) + "/" + fmt(replay.exact) + ")"]
     : ["accuracy", pct(s.accuracy) + " (" + fmt(s.correct) + "/" + fmt(s.tasks) + ")"];
-  const items = [accuracy, ["completed", fmt(s.completed)],
+  const items = [accuracy, ...(s.accuracy_interval ? [["accuracy ± SE [95% CI]", s.accuracy_interval]] : []), ["completed", fmt(s.completed)],
     ["failed", fmt(s.failed)], ["turns", fmt(s.turns)], ["tool calls", fmt(s.tool_calls)],
     ["bad blocks", fmt(s.bad_tool_calls)], ["failed calls", fmt(s.failed_tool_calls)], ["parse rate", fmt(s.parse_rate)],
     ["tokens in / out", fmt(u.input_tokens) + " / " + fmt(u.output_tokens)], ["wall time", s.wall_seconds ? secs(s.wall_seconds) : "-"]];
@@ -660,6 +664,7 @@ function renderComparison(container, runs) {
   const cols = [["job", r => r.label], ["overrides", r => (r.overrides || []).join(" ")], ["provider", r => r.settings.provider],
     ["model", r => r.settings.model], ["runner", r => r.settings.runner], ["repair", r => r.settings.repair],
     ["accuracy", r => typeof r.summary.accuracy === "number" ? (r.summary.accuracy * 100).toFixed(1) + "%" : "-"],
+    ["accuracy ± SE [95% CI]", r => r.summary.accuracy_interval || "-"],
     ["correct", r => fmt(r.summary.correct) + "/" + fmt(r.summary.tasks)], ["failed", r => fmt(r.summary.failed)],
     ["replay", r => r.replay ? replayCounts(r.replay) : "-"],
     ["tool calls", r => fmt(r.summary.tool_calls)], ["bad", r => fmt(r.summary.bad_tool_calls)],
