@@ -381,6 +381,8 @@ class Experiment:
         outcome = read_outcome(
             self.recorder.task_dir(task.task_id) / "result.json", task, getattr(self.scorer, "rules", None)
         )
+        if outcome is not None and outcome.epochs != self.settings.epochs:
+            return None  # another number of epochs: the task runs again (the epochs it has are kept)
         if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
             return None  # an epoch whose answer could not be scored runs again; the others are kept
         return outcome if outcome is not None and outcome.status == COMPLETED else None
@@ -399,6 +401,13 @@ class Experiment:
             partial.unlink(missing_ok=True)
         (task_dir / "result.json").unlink(missing_ok=True)
         (task_dir / TIMING_FILE).unlink(missing_ok=True)
+        # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
+        epochs_dir = self.recorder.layout.epochs(task.task_id)
+        if self.settings.epochs == 1:
+            shutil.rmtree(epochs_dir, ignore_errors=True)
+        for folder in epochs_dir.glob("*") if epochs_dir.is_dir() else ():
+            if not folder.name.isdigit() or int(folder.name) > self.settings.epochs:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _workspace(self, task: Task) -> Path:
         """A fresh workspace for the task, outside the run directory (``workspaces``), attachment copied in."""

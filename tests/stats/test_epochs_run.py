@@ -151,3 +151,26 @@ def test_diff_of_runs_without_a_common_task_is_refused(
     assert inspect_main(["diff", str(epochs_run), str(other)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no task in common" in err
+
+
+def test_more_epochs_run_only_the_new_ones_and_fewer_drop_the_rest(epochs_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(epochs_run, run_dir)
+    kept = {t: (run_dir / "tasks" / t / "epochs" / "3" / "result.json").read_bytes() for t in IDS}
+    before = _model_calls(run_dir)
+    proc = run_flowllm("experiment.epochs=4", TASKS, "progress=false", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    new_turns = 0
+    for task_id in IDS:
+        task = run_dir / "tasks" / task_id
+        assert (task / "epochs" / "3" / "result.json").read_bytes() == kept[task_id]
+        new_turns += json.loads((task / "epochs" / "4" / "result.json").read_text())["turns"]
+        assert json.loads((task / "result.json").read_text())["epochs"] == 4
+    assert _model_calls(run_dir) - before == new_turns  # only the fourth epochs ran
+    assert json.loads((run_dir / "summary.json").read_text())["stats"]["epochs"] == 4
+    proc = run_flowllm("experiment.epochs=2", TASKS, "progress=false", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for task_id in IDS:
+        epochs = sorted(p.name for p in (run_dir / "tasks" / task_id / "epochs").iterdir())
+        assert epochs == ["1", "2"]
+        assert len(json.loads((run_dir / "tasks" / task_id / "result.json").read_text())["epoch_log"]) == 2
