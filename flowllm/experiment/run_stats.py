@@ -142,6 +142,9 @@ def score_map(results: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """task id -> score of the scored tasks among ``result.json`` dicts (for paired comparisons)."""
     scores: dict[str, float] = {}
     for data in results:
+        replay = data.get("replay")
+        if isinstance(replay, Mapping) and replay.get("status") != "exact":
+            continue  # a replay that parted from the saved run answered another conversation: not scored
         if int(data.get("epochs") or 1) > 1:
             value = data.get("score")
         else:

@@ -87,8 +87,10 @@ def test_score_map_reads_result_files() -> None:
         {"task_id": "c", "correct": False, "score_error": "x"},
         {"task_id": "d", "correct": True, "epochs": 3, "score": 2 / 3},
         {"task_id": "e", "correct": False, "epochs": 3, "score": None},
+        {"task_id": "f", "correct": True, "replay": {"status": "diverged"}},
+        {"task_id": "g", "correct": True, "replay": {"status": "exact"}},
     ]
-    assert score_map(results) == {"a": 1.0, "d": pytest.approx(2 / 3)}
+    assert score_map(results) == {"a": 1.0, "d": pytest.approx(2 / 3), "g": 1.0}
 
 
 def test_a_cluster_field_the_dataset_lacks_is_refused() -> None:
