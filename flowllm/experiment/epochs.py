@@ -17,7 +17,7 @@ from flowllm.config.schema import Reducer
 from flowllm.scoring.scorers import normalize_answer
 from flowllm.scoring.stats import reduce_epochs
 
-__all__ = ["epoch_score", "epoch_verdicts", "reduce_entries"]
+__all__ = ["epoch_score", "epoch_summary", "epoch_verdicts", "reduce_entries"]
 
 
 def epoch_verdicts(entries: Sequence[Mapping[str, Any]]) -> list[bool | None]:
@@ -39,3 +39,20 @@ def reduce_entries(entries: Sequence[Mapping[str, Any]], reducer: Reducer) -> fl
 def epoch_score(score: float | None) -> bool | None:
     """``correct`` of a task scored over epochs: its score is at least one half (None: not scored)."""
     return None if score is None else score >= 0.5
+
+
+def epoch_summary(result: Mapping[str, Any]) -> str | None:
+    """One line about a ``result.json``'s epochs (None without epochs): ``3, mean 66.7%: 1 yes (42), 2 no
+    (41), 3 yes (42)``; each epoch's turns are under ``epochs/<n>/`` of the task."""
+    log = result.get("epoch_log")
+    if int(result.get("epochs") or 1) <= 1 or not isinstance(log, list):
+        return None
+    score = result.get("score")
+    shown = "not scored" if not isinstance(score, (int, float)) else f"{100 * float(score):.1f}%"
+    verdicts = epoch_verdicts(log)
+    parts = []
+    for entry, verdict in zip(log, verdicts, strict=True):
+        word = "not scored" if verdict is None else "yes" if verdict else "no"
+        answer = entry.get("answer")
+        parts.append(f"{entry.get('epoch')} {word}" + (f" ({answer})" if answer is not None else ""))
+    return f"{result.get('epochs')}, {result.get('epoch_reducer') or 'mean'} {shown}: " + ", ".join(parts)

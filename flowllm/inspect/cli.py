@@ -33,6 +33,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from flowllm.experiment.epochs import epoch_summary
 from flowllm.experiment.report import accuracy_rows, acted_row, format_tokens, format_usd, plural, short_error
 from flowllm.experiment.run_stats import stats_rows
 from flowllm.experiment.task_usage import read_bills
@@ -480,6 +481,10 @@ def _replay_panel(run: RunRecord, task_id: str, detail: ReplayDetail, limit: int
     return Panel(Group(*parts), title="replay", title_align="left", border_style=REPLAY_STYLES[detail.status])
 
 
+def row_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full: bool) -> int:
     task = _find_task(run, task_id)
     views = task_turn_views(task)
@@ -513,6 +518,7 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
                     ("wall time (s)", row["wall_seconds"]),
                     ("error", Text(row["error"], style="red") if row["error"] else None),
                     *([("replay", replay_text(replay_verdict(task)))] if replay is not None else []),
+                    *([("epochs", epochs)] if (epochs := epoch_summary(row_dict(task.result.value))) else []),
                 ]
             ),
             title=title,

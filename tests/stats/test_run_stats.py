@@ -100,3 +100,20 @@ def test_a_cluster_field_the_dataset_lacks_is_refused() -> None:
         check_stats(cfg, tasks)
     check_stats(SimpleNamespace(interval="clt", cluster_by="topic", resamples=2000, seed=0), tasks)
     check_stats(SimpleNamespace(interval="clt", cluster_by="level", resamples=2000, seed=0), tasks)
+
+
+def test_epoch_summary_line() -> None:
+    from flowllm.experiment.epochs import epoch_summary
+
+    result = {
+        "epochs": 3,
+        "epoch_reducer": "majority",
+        "score": 0.0,
+        "epoch_log": [
+            {"epoch": 1, "correct": True, "answer": "42"},
+            {"epoch": 2, "correct": False, "answer": "41"},
+            {"epoch": 3, "correct": False, "answer": None, "score_error": "the judge failed"},
+        ],
+    }
+    assert epoch_summary(result) == "3, majority 0.0%: 1 yes (42), 2 no (41), 3 not scored"
+    assert epoch_summary({"epochs": 1}) is None
