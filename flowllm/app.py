@@ -27,7 +27,7 @@ from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
 from flowllm.cli.config_check import refuse_ignored_overrides
 from flowllm.cli.exit_codes import ExitCode, error_exit_code, run_exit_code
-from flowllm.config.schema import JudgeConfig, ProviderConfig, register_configs
+from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline
 from flowllm.engine.recorder import Redactor, atomic_write
@@ -42,6 +42,7 @@ from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.experiment.report import print_summary, what_acted
+from flowllm.experiment.run_stats import check_stats, run_stats, stats_settings
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
@@ -109,6 +110,8 @@ def _check_settings(cfg: DictConfig) -> None:
         raise ConfigError("experiment.max_concurrent must be at least 1")
     if cfg.experiment.attempts < 1:
         raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
+    if cfg.experiment.epochs < 1:
+        raise ConfigError(f"experiment.epochs must be at least 1, not {cfg.experiment.epochs}")
     if cfg.agent.max_turns < 1:
         raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
     if not cfg.experiment.progress_interval_s > 0:
@@ -172,6 +175,8 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     tasks = problems.check(
         lambda: load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
     )
+    if tasks is not None:
+        problems.check(lambda: check_stats(cfg.stats, tasks))
     judge = problems.check(lambda: _judge(cfg, provider_cfg)) if provider_cfg is not None else None
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
@@ -280,6 +285,8 @@ def build_experiment(
             task_timeout_s=cfg.experiment.task_timeout_s,
             resume=fingerprint.resume_mode(cfg.experiment.resume) is not fingerprint.ResumeMode.off,
             attempts=cfg.experiment.attempts,
+            epochs=cfg.experiment.epochs,
+            epoch_reducer=Reducer(cfg.experiment.epoch_reducer),
         ),
         progress=progress,
         open_tools=open_tools,
@@ -419,6 +426,14 @@ def run_summary(
     )
     # A fork: its live spending, and what a full live re-run would have cost (experiment/fork_accounting.py).
     summary.update(fork_summary(parts.provider_cfg, [o.task_id for o in result.outcomes], run_dir))
+    summary["stats"] = run_stats(
+        result.outcomes,
+        tasks,
+        epochs=int(cfg.experiment.epochs),
+        reducer=Reducer(cfg.experiment.epoch_reducer),
+        settings=stats_settings(cfg.stats),
+        breakdown=list(cfg.dataset.breakdown or []),
+    )
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)
     )

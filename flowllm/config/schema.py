@@ -409,12 +409,34 @@ class Executor(StrEnum):
     ray = "ray"
 
 
+class Reducer(StrEnum):
+    """How a task's epochs become its score (flowllm/scoring/stats.py)."""
+
+    MEAN = "mean"  # the fraction of scored epochs that were correct
+    MAJORITY = "majority"  # the verdict of the most frequent normalised answer
+    MAX = "max"  # 1 when any epoch was correct
+    ALL = "all"  # 1 when every epoch was correct (pass^k)
+
+
+class IntervalMethod(StrEnum):
+    """The 95% interval of an accuracy: wilson (binary scores, not clustered; clt otherwise), clt (normal), or
+    bootstrap (percentile, resampling tasks or clusters, with a fixed seed)."""
+
+    WILSON = "wilson"
+    CLT = "clt"
+    BOOTSTRAP = "bootstrap"
+
+
 @dataclass
 class ExperimentConfig:
     name: str = "sample"
     max_concurrent: int = 4
     task_timeout_s: float = 900.0
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct answer
+    # Independent repeats of every task (tasks/<id>/epochs/<n>/), reduced to one score per task by
+    # epoch_reducer: mean | majority (vote on the normalised answer) | max | all (pass^k). flowllm/scoring/stats.py
+    epochs: int = 1
+    epoch_reducer: Reducer = Reducer.MEAN
     # true: skip tasks whose result.json says completed (rerun into the same hydra.run.dir), refused when the
     # folder's results came from other settings (flowllm/experiment/fingerprint.py); false: run every task
     # again; force: resume even so, recording both settings' fingerprints.
@@ -471,6 +493,22 @@ class PreflightConfig:
 
 
 @dataclass
+class StatsConfig:
+    """The uncertainty of every accuracy in summary.json's ``stats`` (flowllm/scoring/stats.py)."""
+
+    interval: IntervalMethod = IntervalMethod.WILSON  # wilson (binary, unclustered; else clt) | clt | bootstrap
+    cluster_by: str | None = None  # a dataset field: clustered standard errors over its values
+    resamples: int = 2000  # bootstrap resamples
+    seed: int = 0  # the bootstrap's seed: the same run gives the same interval
+
+
+@dataclass
+class SweepStatsConfig:
+    # The job every other job of a sweep is compared with: its number, or one of its overrides (model=x).
+    baseline: str | None = None
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -487,6 +525,8 @@ class FlowConfig:
     replay: ReplayToolsConfig = field(default_factory=ReplayToolsConfig)
     progress: bool = True
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    sweep: SweepStatsConfig = field(default_factory=SweepStatsConfig)
 
 
 SCHEMAS: dict[str, type] = {

@@ -39,7 +39,8 @@ from flowllm.engine.blobs import BlobStore
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
 from flowllm.errors import RunError
-from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
+from flowllm.rundir.epochs import current_epoch
+from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
 from flowllm.rundir.taskdirs import task_folder_name
 
 SNAPSHOT_MODES = ("all", "errors", "none")
@@ -293,6 +294,9 @@ class Recorder:
 
     def _node_folder(self, task_id: str, turn: int, node: BoundNode, scope: str) -> str:
         task = task_folder_name(task_id)
+        epoch = current_epoch()  # experiment.epochs > 1: the epoch's own folder under the task
+        if epoch is not None:
+            task = f"{task}/{EPOCHS_DIR}/{epoch}"
         base = f"{self._tasks_root}/{task}/{scope}/" if scope else f"{self._tasks_root}/{task}/"
         return f"{base}{turn_folder(turn)}/{node.folder}"
 

@@ -31,6 +31,7 @@ from flowllm.engine import BoundNode, TurnContext
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
+from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import RunLayout
 
@@ -108,7 +109,9 @@ class ReplayAudit:
             self.recorder.on_node(ctx, node, inputs, outputs, meta)
         if outputs is None or ctx.task_id in self._first:
             return  # a failed node is judged by the task's error; after the first divergence the rest follows
-        saved_path = self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope) / "output.json"
+        saved_path = (
+            self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope, current_epoch()) / "output.json"
+        )
         try:
             saved = saved_path.read_bytes()
         except OSError:

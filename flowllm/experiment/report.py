@@ -15,6 +15,7 @@ from rich.table import Table
 
 from flowllm.experiment.fork_accounting import fork_rows
 from flowllm.experiment.infra import infra_row
+from flowllm.experiment.run_stats import stats_rows
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
 from flowllm.scoring.tally import accuracy_text
@@ -149,8 +150,11 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     for level, data in summary.get("by_level", {}).items():
         name = "no level" if level == "None" else f"level {level}"
         rows.append((f"  {name}", accuracy_text(data["correct"], data.get("scored", data["tasks"]), data["accuracy"])))
+    rows.extend(stats_rows(summary))
     if summary.get("attempts", 1) > 1:
-        rows.append(("attempts (pass@k)", f"k={summary['attempts']}, {summary.get('attempts_used', 0)} run"))
+        rows.append(
+            ("attempts (retry until correct)", f"k={summary['attempts']}, {summary.get('attempts_used', 0)} run")
+        )
     finished = f"{summary['completed']} / {summary['failed']}"
     if summary.get("unfinished"):
         finished += f" ({summary['unfinished']} unfinished)"

@@ -13,8 +13,9 @@ While a task runs its workspace lives outside the run directory (``flowllm.exper
 attempt ends it moves to ``tasks/<id>/workspace``. A task id that cannot name a folder is mapped to a safe name
 (``flowllm.rundir.taskdirs``); ``result.json`` keeps the id.
 
-``attempts`` > 1 is pass@k: a task is run up to k times and stops at the first correct answer. Earlier attempts'
-turn folders are kept under ``tasks/<id>/attempts/<n>/``; the task's own folder holds the last one.
+``attempts`` > 1 is pass@k by retry-until-correct: a task is run up to k times and stops at the first correct
+answer. Earlier attempts' turn folders are kept under ``tasks/<id>/attempts/<n>/``; the task's own folder holds
+the last one. ``epochs`` > 1 runs each task N independent times (flowllm/experiment/epochs.py).
 """
 
 from __future__ import annotations
@@ -31,18 +32,21 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.agent.loop import Agent, AgentResult
+from flowllm.config.schema import Reducer
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
 from flowllm.datasets.gaia import Task, task_prompt
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
+from flowllm.experiment.epochs import epoch_score, reduce_entries
 from flowllm.experiment.infra import infra_tool_failures
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summary
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
+from flowllm.rundir.epochs import current_epoch, running_epoch
 from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
@@ -93,6 +97,12 @@ class TaskOutcome:
     attempt_log: list[dict[str, Any]] = field(default_factory=list)
     # Under provider=replay: whether the task replayed exactly (replay_audit.py); absent otherwise.
     replay: dict[str, Any] | None = None
+    # experiment.epochs > 1: how many ran, each one's entry, and the task's score reduced over them
+    # (flowllm/experiment/epochs.py); one epoch: the score is the verdict.
+    epochs: int = 1
+    epoch_log: list[dict[str, Any]] = field(default_factory=list)
+    epoch_reducer: str | None = None
+    score: float | None = None
     # Scoring (flowllm/scoring): an answer that could not be judged, the judge's verdict and who gave it, and
     # the task's values of the dataset's breakdown fields (topic, category...).
     score_error: str | None = None
@@ -104,7 +114,10 @@ class TaskOutcome:
     _tools_start_s: float = field(default=0.0, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"replay": self.replay} if self.replay is not None else {}
+        extra: dict[str, Any] = {"replay": self.replay} if self.replay is not None else {}
+        if self.epochs > 1:
+            extra.update(epochs=self.epochs, epoch_reducer=self.epoch_reducer, epoch_log=self.epoch_log)
+            extra["score"] = self.score
         return {
             "task_id": self.task_id,
             "status": self.status,
@@ -151,6 +164,19 @@ class TaskOutcome:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["usage"] = Usage.from_dict(data.get("usage"))
         return cls(**known)
+
+    @property
+    def task_score(self) -> float | None:
+        """The task's score in [0, 1]: reduced over its epochs, or its verdict; None when not scored."""
+        if self.epochs > 1:
+            return self.score
+        verdict: bool | None = self.correct
+        if verdict is None or self.score_error:
+            return None
+        return float(verdict)
+
+    def epoch_entry(self, number: int) -> dict[str, Any]:
+        return {**self.attempt_entry(self.attempts), "epoch": number, "attempts": self.attempts}
 
     def attempt_entry(self, number: int) -> dict[str, Any]:
         return {
@@ -200,7 +226,9 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
         log.warning("%s is not a valid result (%s); the task runs again", path, "; ".join(problems[:3]))
         return None
     outcome = TaskOutcome.from_dict(data)
-    if task is not None and rescore is not None:
+    if task is not None and rescore is not None and outcome.epochs > 1:
+        _rescore_epochs(outcome, task, rescore)
+    elif task is not None and rescore is not None:
         # Scored by rules: recomputed here. A judged score comes from the judge's own saved verdict instead.
         # A failed task is wrong when there is a ground truth to be wrong against, unscored otherwise.
         rescored = rescore(task, outcome.answer) if outcome.status == COMPLETED else unscored_or(task, False)
@@ -214,6 +242,17 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
         outcome.correct = (None if rescored is None else bool(rescored)) if is_scored(outcome.replay) else None
         outcome.ground_truth = task.ground_truth
     return outcome
+
+
+def _rescore_epochs(outcome: TaskOutcome, task: Task, rescore: RuleScore) -> None:
+    """An epochs result: each epoch's verdict is recomputed from its answer, and the task's score from them."""
+    for entry in outcome.epoch_log:
+        verdict = rescore(task, entry.get("answer")) if entry.get("status") == COMPLETED else unscored_or(task, False)
+        entry["correct"] = None if verdict is None else bool(verdict)
+    reducer = Reducer(outcome.epoch_reducer or Reducer.MEAN)
+    outcome.score = reduce_entries(outcome.epoch_log, reducer)
+    outcome.correct = epoch_score(outcome.score)
+    outcome.ground_truth = task.ground_truth
 
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -290,6 +329,8 @@ class ExperimentSettings:
     task_timeout_s: float = 900.0
     resume: bool = True
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct one
+    epochs: int = 1  # independent runs of every task (flowllm/experiment/epochs.py)
+    epoch_reducer: Reducer = Reducer.MEAN
 
 
 @dataclass
@@ -324,6 +365,8 @@ class Experiment:
     ) -> None:
         if settings.attempts < 1:
             raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
+        if settings.epochs < 1:
+            raise ConfigError(f"experiment.epochs must be at least 1, not {settings.epochs}")
         if not settings.task_timeout_s > 0:  # also refuses NaN
             raise ConfigError(
                 f"experiment.task_timeout_s must be a positive number of seconds, not {settings.task_timeout_s}"
@@ -353,7 +396,15 @@ class Experiment:
         if not self.settings.resume:
             return None
         outcome = read_outcome(self.recorder.task_dir(task.task_id) / "result.json", task, self.scorer.rules)
+        if outcome is not None and outcome.epochs != self.settings.epochs:
+            return None  # another number of epochs: the task runs again (the epochs it has are kept)
+        if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
+            return None  # an epoch whose answer could not be scored runs again; the others are kept
         return outcome if outcome is not None and outcome.status == COMPLETED else None
+
+    def _records_dir(self, task: Task) -> Path:
+        """The folder of the running attempt's records: the task's, or its epoch's in an epochs run."""
+        return self.recorder.layout.records(task.task_id, current_epoch())
 
     def _fresh_task_dir(self, task: Task) -> None:
         """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
@@ -365,6 +416,13 @@ class Experiment:
             partial.unlink(missing_ok=True)
         (task_dir / "result.json").unlink(missing_ok=True)
         (task_dir / TIMING_FILE).unlink(missing_ok=True)
+        # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
+        epochs_dir = self.recorder.layout.epochs(task.task_id)
+        if self.settings.epochs == 1:
+            shutil.rmtree(epochs_dir, ignore_errors=True)
+        for folder in epochs_dir.glob("*") if epochs_dir.is_dir() else ():
+            if not folder.name.isdigit() or int(folder.name) > self.settings.epochs:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _workspace(self, task: Task) -> Path:
         """A fresh workspace for the task, outside the run directory (``workspaces``), attachment copied in."""
@@ -377,12 +435,12 @@ class Experiment:
 
     def _keep_workspace(self, task: Task) -> None:
         """After an attempt: its workspace moves into ``tasks/<id>/workspace``, where it is kept for reading."""
-        self.workspaces.keep(task_folder_name(task.task_id), self.recorder.task_dir(task.task_id) / "workspace")
+        self.workspaces.keep(task_folder_name(task.task_id), self._records_dir(task) / "workspace")
 
     def _shelve_attempt(self, task: Task, number: int) -> None:
         """Move a finished attempt's records aside so the next attempt starts from the task folder again."""
         self.recorder.flush()  # the background writer must not still be writing into the folders we move
-        task_dir = self.recorder.task_dir(task.task_id)
+        task_dir = self._records_dir(task)
         target = task_dir / ATTEMPTS_DIR / str(number)
         target.mkdir(parents=True, exist_ok=True)
         for item in (*sorted(task_dir.glob("turn_*")), task_dir / "agents", task_dir / "workspace"):
@@ -479,8 +537,89 @@ class Experiment:
         return outcome
 
     async def run_task(self, task: Task) -> TaskOutcome:
-        """All attempts at a task; writes its ``result.json`` once, at the end."""
+        """All attempts (and epochs) at a task; writes its ``result.json`` once, at the end."""
         self._fresh_task_dir(task)
+        if self.settings.epochs > 1:
+            outcome = await self._run_epochs(task)
+        else:
+            outcome = await self._run_attempts(task)
+            await asyncio.to_thread(self.recorder.flush)
+            self._fail_if_unrecorded(outcome)
+        # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
+        # result.json stays the last file of a finished task).
+        self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
+        self.recorder.finish_task(task.task_id, outcome.to_dict())
+        self._handed_over[task.task_id] = outcome
+        await asyncio.to_thread(self.recorder.flush)
+        self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
+        return outcome
+
+    async def _run_epochs(self, task: Task) -> TaskOutcome:
+        """Each epoch in its own folder, one after another; a completed epoch of an earlier run is kept."""
+        done: list[TaskOutcome] = []
+        for epoch in range(1, self.settings.epochs + 1):
+            with running_epoch(epoch):
+                folder = self._records_dir(task)
+                previous = None
+                if self.settings.resume:
+                    previous = read_outcome(folder / "result.json", task, getattr(self.scorer, "rules", None))
+                if previous is not None and previous.status == COMPLETED and not previous.score_error:
+                    done.append(previous)
+                    continue
+                await asyncio.to_thread(self._fresh_epoch_dir, folder)
+                outcome = await self._run_attempts(task)
+                await asyncio.to_thread(self.recorder.flush)
+                self._fail_if_unrecorded(outcome)
+                self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
+                self.recorder.write_json(folder / "result.json", outcome.to_dict())
+                done.append(outcome)
+            if self.stop_reason is not None:
+                break
+        return self._combine_epochs(task, done)
+
+    @staticmethod
+    def _fresh_epoch_dir(folder: Path) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def _combine_epochs(self, task: Task, epochs: list[TaskOutcome]) -> TaskOutcome:
+        """The task's outcome over its epochs: the last epoch's answer and turns, everything spent summed."""
+        last = epochs[-1]
+        entries = [o.epoch_entry(n) for n, o in enumerate(epochs, start=1)]
+        reducer = self.settings.epoch_reducer
+        score = reduce_entries(entries, reducer)
+        failed = [o for o in epochs if o.status != COMPLETED]
+        combined = TaskOutcome.from_dict(last.to_dict())
+        combined.status = FAILED if failed or len(epochs) < self.settings.epochs else COMPLETED
+        if failed:
+            combined.error = f"{len(failed)} of {len(epochs)} epochs failed; the first: {failed[0].error}"
+        elif len(epochs) < self.settings.epochs:
+            combined.error = f"only {len(epochs)} of {self.settings.epochs} epochs ran"
+        combined.epochs = self.settings.epochs
+        combined.epoch_log = entries
+        combined.epoch_reducer = str(reducer)
+        combined.score = score
+        combined.correct = epoch_score(score)  # None: no epoch was scored
+        combined.usage = sum((o.usage for o in epochs), Usage())
+        combined.wall_seconds = sum(o.wall_seconds for o in epochs)
+        combined.tool_calls = sum(o.tool_calls for o in epochs)
+        combined.bad_tool_calls = sum(o.bad_tool_calls for o in epochs)
+        combined.failed_tool_calls = sum(o.failed_tool_calls for o in epochs)
+        combined.turns = sum(o.turns for o in epochs)
+        combined.attempts = 1 + sum(o.attempts - 1 for o in epochs)  # retries counted, as with one epoch
+        combined.attempt_log = []
+        repairs: Counter[str] = Counter()
+        for o in epochs:
+            repairs.update(o.repairs)
+        combined.repairs = dict(repairs)
+        combined._attempt_timings = [t for o in epochs for t in o._attempt_timings]
+        # A replay is exact only when every epoch replayed exactly: the first one that did not speaks for the task.
+        off = [o.replay for o in epochs if o.replay is not None and o.replay.get("status") != "exact"]
+        if off:
+            combined.replay = off[0]
+        return combined
+
+    async def _run_attempts(self, task: Task) -> TaskOutcome:
+        """The attempts of one run of a task (retry until correct, up to ``attempts``), not yet written."""
         log_entries: list[dict[str, Any]] = []
         timings: list[dict[str, Any]] = []
         usage = Usage()
@@ -507,16 +646,7 @@ class Experiment:
         # What the model or a tool echoed may hold a key: the table shows what the files hold, masked.
         outcome.answer = self.recorder.redactor.mask(outcome.answer)
         outcome.error = self.recorder.redactor.mask(outcome.error)
-        # Its node records first: a task whose records did not all land is failed (a rerun runs it again).
-        await asyncio.to_thread(self.recorder.flush)
-        self._fail_if_unrecorded(outcome)
-        # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
-        # result.json stays the last file of a finished task).
-        self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
-        self.recorder.finish_task(task.task_id, outcome.to_dict())
-        self._handed_over[task.task_id] = outcome
-        await asyncio.to_thread(self.recorder.flush)
-        self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
+        # The caller flushes its node records next: a task whose records did not all land is failed.
         return outcome
 
     async def rescore(self, task: Task, outcome: TaskOutcome) -> TaskOutcome:
@@ -563,7 +693,11 @@ class Experiment:
                 todo.append(task)
         resumed = len(outcomes)
         # A completed task whose answer could not be scored (the judge failed) is scored again, not rerun.
-        rescore = [t for t in tasks if t.task_id in outcomes and outcomes[t.task_id].score_error]
+        rescore = [
+            t
+            for t in tasks
+            if t.task_id in outcomes and outcomes[t.task_id].score_error and outcomes[t.task_id].epochs == 1
+        ]
         if rescore:
             limit = asyncio.Semaphore(max(1, self.settings.max_concurrent))
 

@@ -34,8 +34,18 @@ from rich.table import Table
 
 from flowllm.cli.exit_codes import ExitCode, sweep_exit_code
 from flowllm.engine.recorder import atomic_write, read_json
+from flowllm.errors import ConfigError
 from flowllm.experiment.report import format_usd, make_console
+from flowllm.experiment.sweep_stats import (
+    add_comparisons,
+    baseline_cell,
+    compared,
+    configured_baseline,
+    draw_uncertainty,
+    job_accuracy,
+)
 from flowllm.rundir.layout import LOG_FILE
+from flowllm.scoring.stats import format_estimate
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +84,11 @@ class JobRow:
     judge_model: str | None = None
     scoring_errors: int | None = None
     label: str = ""  # the overrides that differ between the sweep's jobs
+    # summary.json → stats → accuracy (flowllm/experiment/sweep_stats.py): over scored tasks, with its interval;
+    # this job against the baseline job, paired; whether no other job is both cheaper and more accurate.
+    stats: dict[str, Any] | None = None
+    vs_baseline: dict[str, Any] | None = None
+    pareto: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +100,8 @@ class SweepSummary:
     jobs: list[JobRow] = field(default_factory=list)
     common_overrides: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    baseline: str | None = None  # the job the others are compared with
+    baseline_error: str | None = None  # sweep.baseline names no job: no comparison
 
     def to_dict(self) -> dict[str, Any]:
         ok = [j for j in self.jobs if j.status == "ok" and j.accuracy is not None]
@@ -98,6 +115,10 @@ class SweepSummary:
                 for status in ("ok", "interrupted", "error", "unfinished")
             },
             "best": None if best is None else {"job": best.job, "label": best.label, "accuracy": best.accuracy},
+            "baseline": self.baseline,
+            "baseline_error": self.baseline_error,
+            "comparison": "each job against the baseline, paired on the tasks both scored; p-values Holm-corrected",
+            "pareto_front": [j.job for j in self.jobs if j.pareto],
             "files": self.files,
         }
 
@@ -167,6 +188,7 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         scorer=summary.get("scorer"),
         judge_model=(summary.get("judge") or {}).get("model"),
         scoring_errors=summary.get("scoring_errors"),
+        stats=(summary.get("stats") or {}).get("accuracy"),
     )
 
 
@@ -182,13 +204,20 @@ def label_jobs(rows: Sequence[JobRow]) -> list[str]:
     return [o for o in rows[0].overrides if o in common]
 
 
-def collect(sweep_dir: Path | str) -> SweepSummary:
+def collect(sweep_dir: Path | str, *, baseline: str | None = None, strict: bool = False) -> SweepSummary:
+    """The sweep's rows and their comparison with the baseline job (``baseline``, else the jobs' own
+    ``sweep.baseline``); ``strict``: a baseline that names no job raises ``ConfigError`` instead of being noted."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"sweep folder '{sweep_dir}' does not exist")
-    rows = [read_job(job, sweep_dir) for job in find_job_dirs(sweep_dir)]
+    dirs = find_job_dirs(sweep_dir)
+    rows = [read_job(job, sweep_dir) for job in dirs]
     common = label_jobs(rows)
-    return SweepSummary(sweep_dir, rows, common)
+    summary = SweepSummary(sweep_dir, rows, common)
+    if baseline is None:
+        baseline = configured_baseline(dirs)
+    add_comparisons(summary, dirs, baseline, strict=strict)
+    return summary
 
 
 def _pct(value: float | None) -> str:
@@ -208,6 +237,8 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
             accuracy += f" ({j.correct}/{scored})"
         if j.unscored:
             accuracy += f", {j.unscored} unscored"
+        if j.stats is not None:
+            accuracy = format_estimate(j.stats)
         if j.scoring_errors:
             accuracy += f", {j.scoring_errors} not judged"
         rows.append(
@@ -223,6 +254,7 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
                 _int(j.output_tokens),
                 format_usd(j.cost_usd),
                 "-" if j.wall_seconds is None else f"{j.wall_seconds:.1f}s",
+                *([baseline_cell(summary, j)] if compared(summary) else []),
             ]
         )
     return rows
@@ -241,6 +273,11 @@ COLUMNS = [
     "cost",
     "time",
 ]
+BASELINE_COLUMN = "vs baseline (points, 95% CI, p)"
+
+
+def columns(summary: SweepSummary) -> list[str]:
+    return [*COLUMNS, BASELINE_COLUMN] if compared(summary) else COLUMNS
 
 
 def rich_table(summary: SweepSummary) -> Table:
@@ -248,7 +285,7 @@ def rich_table(summary: SweepSummary) -> Table:
     if summary.common_overrides:
         title += f" (all jobs: {' '.join(summary.common_overrides)})"
     table = Table(title=title)
-    for column in COLUMNS:
+    for column in columns(summary):
         table.add_column(column)
     for row in table_rows(summary):
         table.add_row(*row)
@@ -262,8 +299,8 @@ def markdown_table(summary: SweepSummary) -> str:
     lines = [f"# Sweep {summary.sweep_dir}", ""]
     if summary.common_overrides:
         lines += [f"All jobs: `{' '.join(summary.common_overrides)}`", ""]
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "---|" * len(COLUMNS))
+    lines.append("| " + " | ".join(columns(summary)) + " |")
+    lines.append("|" + "---|" * len(columns(summary)))
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(summary)]
     return "\n".join(lines) + "\n"
 
@@ -283,10 +320,11 @@ def plot_accuracy_vs_cost(summary: SweepSummary, path: Path) -> Path | None:
     priced = all(j.cost_usd is not None for j in points)
     # Unpriced models have no cost: fall back to tokens, which every job has.
     xs = [float(j.cost_usd or 0.0) if priced else float((j.input_tokens or 0) + (j.output_tokens or 0)) for j in points]
-    ys = [100.0 * float(j.accuracy or 0.0) for j in points]
+    ys = [100.0 * job_accuracy(j) for j in points]  # over scored tasks when known: where the error bars sit
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     try:
         ax.scatter(xs, ys, s=40, color="#1f77b4", zorder=3)
+        draw_uncertainty(ax, xs, ys, points)
         for x, y, job in zip(xs, ys, points, strict=True):
             ax.annotate(job.label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.set_xlabel("cost (USD)" if priced else "tokens (input + output)")
@@ -322,11 +360,13 @@ def _locked(sweep_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def build_sweep_summary(sweep_dir: Path | str, *, plot: bool = True) -> SweepSummary:
+def build_sweep_summary(
+    sweep_dir: Path | str, *, plot: bool = True, baseline: str | None = None, strict: bool = False
+) -> SweepSummary:
     """Collect the jobs of a sweep folder and write the summary files into it."""
     sweep_dir = Path(sweep_dir)
     with _locked(sweep_dir):
-        summary = collect(sweep_dir)
+        summary = collect(sweep_dir, baseline=baseline, strict=strict)
         summary.files = {"json": SWEEP_JSON, "table": SWEEP_TABLE}
         if plot and plot_accuracy_vs_cost(summary, sweep_dir / SWEEP_PLOT) is not None:
             summary.files["plot"] = SWEEP_PLOT
@@ -349,6 +389,10 @@ def _dumps(value: Any) -> bytes:
 def print_sweep(summary: SweepSummary, console: Console | None = None) -> None:
     console = console or make_console()
     console.print(rich_table(summary))
+    if summary.baseline_error:
+        console.print(f"[yellow]no comparison: {summary.baseline_error}[/yellow]", markup=True)
+    elif summary.baseline is not None:
+        console.print(f"baseline: job {summary.baseline}; p-values Holm-corrected over the comparisons")
     for kind, name in summary.files.items():
         console.print(f"{kind}: {summary.sweep_dir / name}")
 
@@ -412,7 +456,10 @@ class SweepSummaryCallback(Callback):
         if not sweep_dir.is_dir():
             return
         try:
-            summary = build_sweep_summary(sweep_dir, plot=self.plot)
+            summary = build_sweep_summary(sweep_dir, plot=self.plot, strict=True)
+        except ConfigError as exc:  # sweep.baseline names no job: one line, exit 2 (the jobs' results are kept)
+            print(f"flowllm: error: {exc}", file=sys.stderr)
+            sys.exit(ExitCode.CONFIG)
         except Exception as exc:  # the jobs' own results are safe; say why the comparison is missing
             log.warning("flowllm: could not write the sweep summary in %s: %s", sweep_dir, exc)
             return
@@ -431,11 +478,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("sweep_dir", type=Path, help="the multirun folder (hydra.sweep.dir)")
     parser.add_argument("--no-plot", action="store_true", help="skip the accuracy-against-cost PNG")
+    parser.add_argument("--baseline", help="the job to compare with: its number or one of its overrides")
     args = parser.parse_args(argv)
     if not args.sweep_dir.is_dir():
         print(f"flowllm: error: sweep folder '{args.sweep_dir}' does not exist", file=sys.stderr)
         return 2
-    summary = build_sweep_summary(args.sweep_dir, plot=not args.no_plot)
+    try:
+        summary = build_sweep_summary(args.sweep_dir, plot=not args.no_plot, baseline=args.baseline, strict=True)
+    except ConfigError as exc:
+        print(f"flowllm: error: {exc}", file=sys.stderr)
+        return 2
     if not summary.jobs:
         print(f"flowllm: error: no job folders (with .hydra/overrides.yaml) under '{args.sweep_dir}'", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@
     python -m flowllm.inspect diff RUN_A RUN_B [--all]
     python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
     python -m flowllm.inspect usage RUN [RUN...] [--by user,model]   usage ledgers summed across runs
+    python -m flowllm.inspect power --baseline 0.6 --delta 0.05 [--epochs 3] [--within-var V] [--run RUN]
 
 Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
 for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
@@ -32,6 +33,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from flowllm.experiment.epochs import epoch_summary
 from flowllm.experiment.report import (
     accuracy_rows,
     acted_row,
@@ -41,9 +43,11 @@ from flowllm.experiment.report import (
     plural,
     short_error,
 )
+from flowllm.experiment.run_stats import stats_rows
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
+from flowllm.inspect.paired import NoCommonTasks, paired_block, render_paired
 from flowllm.inspect.provenance import provenance_changes, provenance_rows
 from flowllm.inspect.views import (
     REPLAY_STATUSES,
@@ -214,6 +218,7 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
     usage = figures.get("usage") or {}
     rows: list[tuple[str, Any]] = [
         *(accuracy_rows(figures) if figures.get("replay") is not None else [("accuracy", headline_accuracy(figures))]),
+        *stats_rows(figures),
         ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
         ("turns", figures.get("turns")),
         (
@@ -496,6 +501,10 @@ def _replay_panel(run: RunRecord, task_id: str, detail: ReplayDetail, limit: int
     return Panel(Group(*parts), title="replay", title_align="left", border_style=REPLAY_STYLES[detail.status])
 
 
+def row_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full: bool) -> int:
     task = _find_task(run, task_id)
     views = task_turn_views(task)
@@ -534,6 +543,7 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
                     ("wall time (s)", row["wall_seconds"]),
                     ("error", Text(row["error"], style="red") if row["error"] else None),
                     *([("replay", replay_text(replay_verdict(task)))] if replay is not None else []),
+                    *([("epochs", epochs)] if (epochs := epoch_summary(row_dict(task.result.value))) else []),
                 ]
             ),
             title=title,
@@ -753,9 +763,15 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
     a, b = _open(a_path), _open(b_path)
     result = diff_runs(a, b)
     spend_a, spend_b = run_spend(a), run_spend(b)
+    try:
+        paired, paired_json = paired_block(a, b)
+    except NoCommonTasks as exc:
+        raise UsageError(str(exc)) from None
     if as_json:
         differs = {k: {"a": x, "b": y} for k, (x, y) in provenance_changes(a, b).items()}
-        emit_json({"provenance": differs, **result.to_dict(), "spend": {"a": spend_a, "b": spend_b}})
+        emit_json(
+            {"provenance": differs, **result.to_dict(), "spend": {"a": spend_a, "b": spend_b}, "paired": paired_json}
+        )
         return 0
     console.print(
         Panel.fit(f"A: [bold]{esc(a.path)}[/bold]\nB: [bold]{esc(b.path)}[/bold]", title="diff", border_style="cyan")
@@ -786,6 +802,7 @@ def cmd_diff(a_path: str, b_path: str, console: Console, as_json: bool, show_all
         )
     if result.replay is not None:
         console.print(replay_table(*result.replay))
+    render_paired(console, paired, paired_json)
     if not result.tasks:
         console.print(f"[green]no task differs ({len(result.unchanged)} compared)[/green]")
         if result.replay is not None:
@@ -973,6 +990,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from flowllm.inspect.usage import main as usage_main
 
             return usage_main(args[1:], console)
+        if args[0] == "power":
+            from flowllm.inspect.power import main as power_main
+
+            return power_main(args[1:], console)
         run_path, rest = args[0], args[1:]
         ns = _run_parser().parse_args(rest)
         run = _open(run_path)

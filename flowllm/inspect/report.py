@@ -48,6 +48,7 @@ from flowllm.inspect.views import (
     task_turn_views,
     unavailable_tools,
 )
+from flowllm.scoring.stats import format_estimate
 
 INTERN_MIN_CHARS = 64
 REF_KEY = "\u00a7s"  # {"§s": n} stands for strings[n]; a key no artifact uses
@@ -168,6 +169,9 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         row["turn_records"] = turns
         tasks.append(row)  # the row's own fields are short; only the turns are interned
     summary = task_summary(run)
+    stats = summary.get("stats") if isinstance(summary.get("stats"), dict) else None
+    # The page shows it as written: "62.4% ± 3.8 [55.0, 69.8] n=120" (flowllm/scoring/stats.py).
+    summary["accuracy_interval"] = format_estimate(stats.get("accuracy")) if stats else None
     return {
         "label": label or run.label,
         "path": str(run.path),

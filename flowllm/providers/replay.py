@@ -36,6 +36,7 @@ from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import build_provider
+from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout
 from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
@@ -135,7 +136,7 @@ class ReplayProvider(ProviderFacade):
         self.adopt(inner, name=cfg.name)
         self.served = 0
         self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
-        self._index: dict[tuple[str, str], _TaskIndex] = {}
+        self._index: dict[tuple[str, str, int | None], _TaskIndex] = {}
         self._lock = threading.Lock()
 
     # ----- pure halves: the source protocol's ------------------------------------------------------------
@@ -148,12 +149,13 @@ class ReplayProvider(ProviderFacade):
     # ----- the saved replies -----------------------------------------------------------------------------
     def _turns(self, task_id: str, scope: str) -> _TaskIndex:
         """The saved turns of one conversation: the task's own (scope "") or a sub-agent call's."""
-        key = (task_id, scope)
+        epoch = current_epoch()  # an epochs run replays each epoch from its own folder
+        key = (task_id, scope, epoch)
         with self._lock:
             index = self._index.get(key)
         if index is not None:
             return index
-        turns, notes = read_turns(self.layout.conversation(task_id, scope))
+        turns, notes = read_turns(self.layout.conversation(task_id, scope, epoch))
         index = _TaskIndex({t.number: t for t in turns}, notes)
         with self._lock:
             self._index[key] = index
@@ -177,7 +179,7 @@ class ReplayProvider(ProviderFacade):
         None when the layout is anything else (an older run, a renamed node, a missing turn): ``saved_call``
         then indexes the conversation's folders and explains what it finds.
         """
-        turn_dir = self.layout.turn(context.task_id, context.turn, context.scope)
+        turn_dir = self.layout.turn(context.task_id, context.turn, context.scope, current_epoch())
         suffix = f"_{CALL_NODE}"
         try:
             with os.scandir(turn_dir) as entries:
@@ -203,10 +205,12 @@ class ReplayProvider(ProviderFacade):
                 request = value.get("raw_request")  # type: ignore[union-attr]
                 return SavedCall(request if isinstance(request, dict) else None, raw, direct.path)
         who = f"task '{task}'" + (f" (sub-agent '{agent}')" if agent != MAIN_AGENT else "")
-        task_dir = self.layout.task(task)
+        epoch = current_epoch()
+        task_dir = self.layout.records(task, epoch)
         if not task_dir.is_dir():
+            such = "no such task" if epoch is None else f"no epoch {epoch} of this task"
             raise ReplayMissError(
-                f"replay: {who} turn {turn_no}: the replayed run {self.run_dir} has no such task",
+                f"replay: {who} turn {turn_no}: the replayed run {self.run_dir} has {such}",
                 task_id=task,
                 turn=turn_no,
                 agent=agent,

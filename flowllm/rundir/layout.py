@@ -8,7 +8,9 @@
     <run>/tasks/<task_id>/result.json                     one task's outcome
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
     <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   a sub-agent's conversation
-    <run>/tasks/<task_id>/attempts/<n>/                   earlier attempts under pass@k
+    <run>/tasks/<task_id>/attempts/<n>/                   earlier attempts under pass@k (retry until correct)
+    <run>/tasks/<task_id>/epochs/<n>/                     epoch n of experiment.epochs > 1: its own
+                                                          result.json, timing.json, turn_<NNN>/, attempts/, workspace/
 
 The recorder writes through it, the experiment resumes through it, replay and inspect read through it. A
 conversation is addressed by its *scope*: "" for the task's own, or the path of a sub-agent's (or a
@@ -33,6 +35,7 @@ HISTORY_FILE = "history.jsonl"
 TASKS_DIR = "tasks"
 RESULT_FILE = "result.json"
 ATTEMPTS_DIR = "attempts"
+EPOCHS_DIR = "epochs"
 SUBAGENTS_DIR = "subagents"
 LEGACY_AGENTS_DIR = "agents"  # where sub-agents' turns were kept before they were scoped under their turn
 INPUT_FILE = "input.json"
@@ -109,13 +112,24 @@ class RunLayout:
     def attempts(self, task_id: str) -> Path:
         return self.task(task_id) / ATTEMPTS_DIR
 
-    def conversation(self, task_id: str, scope: str = "") -> Path:
+    def epochs(self, task_id: str) -> Path:
+        return self.task(task_id) / EPOCHS_DIR
+
+    def epoch(self, task_id: str, epoch: int) -> Path:
+        """Epoch ``epoch`` (from 1) of a task of an ``experiment.epochs`` > 1 run: a task folder of its own."""
+        return self.epochs(task_id) / str(epoch)
+
+    def records(self, task_id: str, epoch: int | None = None) -> Path:
+        """Where a task's records are: its folder, or its epoch's folder when ``epoch`` is given."""
+        return self.task(task_id) if epoch is None else self.epoch(task_id, epoch)
+
+    def conversation(self, task_id: str, scope: str = "", epoch: int | None = None) -> Path:
         """The folder holding a conversation's ``turn_NNN`` folders."""
-        base = self.task(task_id)
+        base = self.records(task_id, epoch)
         return base / scope if scope else base
 
-    def turn(self, task_id: str, turn: int, scope: str = "") -> Path:
-        return self.conversation(task_id, scope) / turn_folder(turn)
+    def turn(self, task_id: str, turn: int, scope: str = "", epoch: int | None = None) -> Path:
+        return self.conversation(task_id, scope, epoch) / turn_folder(turn)
 
-    def node(self, task_id: str, turn: int, index: int, name: str, scope: str = "") -> Path:
-        return self.turn(task_id, turn, scope) / node_folder(index, name)
+    def node(self, task_id: str, turn: int, index: int, name: str, scope: str = "", epoch: int | None = None) -> Path:
+        return self.turn(task_id, turn, scope, epoch) / node_folder(index, name)

@@ -35,6 +35,7 @@ from flowllm.datasets.gaia import Task
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FlowError
 from flowllm.providers.ledger import PriceLookup, UsageLedger
+from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout
 from flowllm.scoring.scorers import Score
 from flowllm.scoring.templates import TEMPLATES, JudgeTemplate, Verdict
@@ -50,7 +51,8 @@ CALL_FAILED = "call_failed"  # every retry and fallback failed
 
 
 def judge_dir(run_dir: Path, task_id: str, attempt: int) -> Path:
-    return RunLayout(run_dir).turn(task_id, attempt, JUDGE_SCOPE)
+    """The judge's call for an attempt, under the task (or under its epoch, in an ``experiment.epochs`` run)."""
+    return RunLayout(run_dir).records(task_id, current_epoch()) / JUDGE_SCOPE / f"turn_{attempt:03d}"
 
 
 def judge_template(name: str) -> JudgeTemplate:
