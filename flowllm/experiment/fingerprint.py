@@ -6,8 +6,8 @@ result (provider, model and wire settings, pipeline, repair, agent, tools, sub-a
 scorer and every other dataset setting, pass@k, the task timeout) and the SHA-256 of every dataset file.
 Settings that cannot change a result never block a resume: how many tasks run at once, worker processes and
 where they run, the runner (all three give identical artifacts), progress, the preflight, what the recorder
-keeps, the run budget, rate limits, the price table (its hash is provenance), which tasks are selected, and
-the dataset's path (its files' hashes stand for it).
+keeps, the run budget, how many epochs run, the statistics' settings, telemetry, batch mode, rate limits, the
+price table (its hash is provenance), which tasks are selected, and the dataset's path (its files' hashes stand for it).
 
 A rerun into a folder that holds results of other settings is refused (``FingerprintMismatch``, exit 2),
 naming each differing setting with both values; ``experiment.resume=force`` proceeds and keeps the earlier
@@ -50,6 +50,11 @@ NEUTRAL_SETTINGS = (
     "experiment.worker_shard",
     "experiment.budget",
     "experiment.progress_interval_s",
+    "experiment.epochs",  # how many repeats: each epoch's result comes from the same settings
+    "stats",  # how the results are summarised, not what they are
+    "sweep",
+    "telemetry",
+    "provider.batch",  # the same requests, answered through the batch API
     "runner",
     "progress",
     "preflight",
