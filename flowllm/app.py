@@ -33,6 +33,7 @@ from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment import workers
+from flowllm.experiment.budget_report import budget_summary, spending_settings
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -41,6 +42,7 @@ from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.experiment.report import print_summary, what_acted
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
+from flowllm.experiment.spending import refuse_unpriced
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision, plan_vision, unavailable_tools
@@ -155,6 +157,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     problems = _Problems()
     problems.check(lambda: _check_settings(cfg))
     pipeline_runner = problems.check(lambda: _pipeline(cfg))
+    spend_caps = problems.check(lambda: spending_settings(cfg))  # agent.limits, experiment.budget
     provider_cfg = problems.check(lambda: _provider(cfg))
     if provider_cfg is not None:
         problems.check(lambda: check_provider_config(provider_cfg))
@@ -168,6 +171,10 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
     vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg)) if provider_cfg is not None else None
+    if prices is not None and provider_cfg is not None and judge is not None and spend_caps is not None:
+        models = [t.cfg.model for t in preflight_targets(provider_cfg)]
+        models += [c.model for c in (judge[1], vision.provider_cfg if vision is not None else None) if c is not None]
+        problems.check(lambda: refuse_unpriced(models, prices, *spend_caps))
     if problems.found:
         return None, provider_cfg, problems.found
     pipeline, runner = pipeline_runner
@@ -267,6 +274,8 @@ def build_experiment(
             task_timeout_s=cfg.experiment.task_timeout_s,
             resume=cfg.experiment.resume,
             attempts=cfg.experiment.attempts,
+            limits=spending_settings(cfg)[0],
+            budget=spending_settings(cfg)[1],
         ),
         progress=progress,
         open_tools=open_tools,
@@ -396,6 +405,9 @@ def run_summary(
             judge_model=None if judge_provider is None else judge_provider.model,
             template=parts.judge_cfg.template if judge_provider is not None else None,
         )
+    )
+    summary["budget"] = budget_summary(
+        spending_settings(cfg)[1], result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir)
     )
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)

@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     BUG = 1  # an unexpected exception: a traceback was printed (Python's own code)
     CONFIG = 2  # a setting, the dataset, a key or a server was wrong: nothing ran (one line on stderr)
     SOME_FAILED = 3  # some tasks failed, others completed
+    BUDGET = 3  # the run's budget (experiment.budget) ended it with tasks left: rerun with a higher one to resume
     ALL_FAILED = 4  # every task that ran failed
     SWEEP_JOB_ERROR = 5  # a multirun job could not run or crashed (the others' results are saved)
     INTERRUPTED = 130  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
@@ -25,8 +26,11 @@ def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
     """The code of one finished (or interrupted) run, from its ``summary.json``."""
     if summary.get("interrupted"):
         return ExitCode.INTERRUPTED
+    if (summary.get("budget") or {}).get("ended_run"):
+        return ExitCode.BUDGET
     failed = int(summary.get("failed") or 0)
-    completed = int(summary.get("completed") or 0)
+    # A task ended by a per-task limit finished (it is scored on its answer): it is not a failure.
+    completed = int(summary.get("completed") or 0) + int(summary.get("limited") or 0)
     if failed == 0:
         return ExitCode.OK
     return ExitCode.ALL_FAILED if completed == 0 else ExitCode.SOME_FAILED

@@ -319,6 +319,20 @@ class MemoryConfig:
 
 
 @dataclass
+class LimitsConfig:
+    """Per-task limits (flowllm/experiment/spending.py), null = none: a task that reaches one ends after the turn
+    in progress with status ``limit`` and the limit named."""
+
+    tokens: int | None = None  # input + output tokens of every model call of the task
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    turns: int | None = None  # the main agent's turns
+    wall_s: float | None = None
+    working_s: float | None = None  # wall time minus time queued behind rate limits, back-off and breakers
+    score_partial: bool = True  # score the answer a limited task gave, like any completed task's
+
+
+@dataclass
 class AgentConfig:
     max_turns: int = 10
     keep_tool_result: int = -1  # how many of the latest tool results trim_history keeps; -1 keeps all
@@ -326,6 +340,7 @@ class AgentConfig:
     # the request fits. null: no budget.
     max_context_tokens: int | None = None
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     system_prompt: str = ""
     summary_prompt: str = (
         "You have reached the turn limit. Do not call any tool. Give your final answer now, wrapped in \\boxed{}."
@@ -396,6 +411,15 @@ class Executor(StrEnum):
 
 
 @dataclass
+class BudgetConfig:
+    """The run's budget over its whole ledger (flowllm/experiment/spending.py), null = none: once reached no task
+    starts, running ones end with status ``budget``, exit 3; a rerun with a higher budget resumes."""
+
+    cost_usd: float | None = None
+    tokens: int | None = None
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "sample"
     max_concurrent: int = 4
@@ -413,6 +437,7 @@ class ExperimentConfig:
     executor: Executor = Executor.local
     # ray.init's address for executor=ray: null (a local instance, or $RAY_ADDRESS), auto, ray://host:10001.
     ray_address: str | None = None
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     # Set by the parent of a run with workers > 1 for each worker it starts (its shard file); not for users.
     worker_shard: str | None = None
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.agent.answer import last_boxed
 from flowllm.agent.loop import Agent, AgentResult
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
@@ -40,6 +41,7 @@ from flowllm.errors import ConfigError
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, replay_summary
+from flowllm.experiment.spending import STATUS_BUDGET, STATUS_LIMIT, RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.layout import RunLayout
@@ -51,6 +53,10 @@ log = logging.getLogger(__name__)
 
 COMPLETED = "completed"
 FAILED = "failed"
+LIMIT = STATUS_LIMIT  # a per-task limit ended it (agent.limits): finished, scored on the answer it gave
+BUDGET = STATUS_BUDGET  # the run's budget ended it (experiment.budget): unfinished, a rerun runs it again
+STATUSES = (COMPLETED, FAILED, LIMIT, BUDGET)
+FINISHED = (COMPLETED, LIMIT)  # a rerun into the same folder keeps these
 ATTEMPTS_DIR = "attempts"
 TIMING_FILE = "timing.json"
 
@@ -95,12 +101,17 @@ class TaskOutcome:
     verdict: str | None = None
     judge: dict[str, Any] | None = None
     categories: dict[str, Any] = field(default_factory=dict)
+    limit: str | None = None  # status limit: which one (agent.limits.<name>); status budget: null
+    halt_detail: str | None = None  # what reached the limit or the budget, one line
+    scored: bool = True  # false: a limited task's answer was not scored (agent.limits.score_partial=false)
     _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Seconds this attempt's own tool servers spent starting (inside its wall time, apart from the calls).
     _tools_start_s: float = field(default=0.0, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"replay": self.replay} if self.replay is not None else {}
+        extra: dict[str, Any] = {"replay": self.replay} if self.replay is not None else {}
+        if self.status in (LIMIT, BUDGET):
+            extra.update(limit=self.limit, halt_detail=self.halt_detail, scored=self.scored)
         return {
             "task_id": self.task_id,
             "status": self.status,
@@ -191,7 +202,7 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
     outcome = TaskOutcome.from_dict(data)
     if task is not None and rescore is not None:
         # Scored by rules: recomputed here. A judged score comes from the judge's own saved verdict instead.
-        rescored = outcome.status == COMPLETED and rescore(task, outcome.answer)
+        rescored = outcome.status in FINISHED and outcome.scored and rescore(task, outcome.answer)
         if rescored != outcome.correct or outcome.ground_truth != task.ground_truth:
             log.warning(
                 "%s says correct=%s; scored against the dataset it is %s (the dataset's score is used)",
@@ -224,6 +235,8 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "error": (str,),
     "level": (int,),
     "stop": (str,),
+    "limit": (str,),
+    "halt_detail": (str,),
 }
 
 
@@ -243,8 +256,8 @@ def outcome_problems(data: Any) -> list[str]:
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
     if not problems:
-        if data["status"] not in (COMPLETED, FAILED):
-            problems.append(f"status is {data['status']!r}, not {COMPLETED!r} or {FAILED!r}")
+        if data["status"] not in STATUSES:
+            problems.append(f"status is {data['status']!r}, not one of {', '.join(STATUSES)}")
         if data["turns"] < 0 or data["tool_calls"] < 0:
             problems.append("a count is negative")
         usage = data["usage"]
@@ -274,6 +287,8 @@ class ExperimentSettings:
     task_timeout_s: float = 900.0
     resume: bool = True
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct one
+    limits: TaskLimits = field(default_factory=TaskLimits)  # agent.limits
+    budget: RunBudget = field(default_factory=RunBudget)  # experiment.budget
 
 
 @dataclass
@@ -332,6 +347,9 @@ class Experiment:
         # Outcomes whose result.json has been handed to the recorder: a Ctrl-C that lands while it is being
         # written still counts the task, because the file will be on disk when the run ends.
         self._handed_over: dict[str, TaskOutcome] = {}
+        # The run's ledger, read as every process appends to it: per-task limits and the run's budget.
+        capped = settings.limits.active or settings.budget.active
+        self.spend = SpendBook(RunLayout(recorder.run_dir).ledger) if capped else None
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
@@ -339,7 +357,7 @@ class Experiment:
         outcome = read_outcome(
             self.recorder.task_dir(task.task_id) / "result.json", task, getattr(self.scorer, "rules", None)
         )
-        return outcome if outcome is not None and outcome.status == COMPLETED else None
+        return outcome if outcome is not None and outcome.status in FINISHED else None
 
     def _fresh_task_dir(self, task: Task) -> None:
         """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
@@ -397,6 +415,11 @@ class Experiment:
         missed = False
         if self.audit is not None:
             self.audit.forget(task.task_id)
+        gate = (
+            TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
+            if self.spend is not None
+            else None
+        )
         try:
             workspace = self._workspace(task)
             try:
@@ -404,7 +427,7 @@ class Experiment:
                     async with self._open_tools(workspace) as tools:
                         try:
                             result = await self.agent.run(
-                                task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
+                                task.task_id, task_prompt(task), self.provider, tools, workspace=workspace, gate=gate
                             )
                         finally:
                             tools_start = float(getattr(tools, "startup_seconds", 0.0))
@@ -456,8 +479,23 @@ class Experiment:
             categories=self.categories(task),
         )
         outcome._tools_start_s = tools_start
-        outcome.apply_score(await self.score(task, result.answer, number))
+        if result.halt is not None:
+            # Ended by a limit or the budget: its answer is the one it gave (boxed), if it gave one.
+            outcome.status, outcome.limit, outcome.halt_detail = (
+                result.halt.status,
+                result.halt.limit,
+                result.halt.detail,
+            )
+            outcome.answer = last_boxed(result.final_text)
+            outcome.scored = outcome.status == LIMIT and self.settings.limits.score_partial
+            if not outcome.scored:
+                return outcome
+        outcome.apply_score(await self.score(task, outcome.answer, number))
         return outcome
+
+    def budget_reached(self) -> bool:
+        """Whether the run's budget is spent (no task or attempt starts then)."""
+        return self.spend is not None and self.settings.budget.reached(self.spend.total()) is not None
 
     async def run_task(self, task: Task) -> TaskOutcome:
         """All attempts at a task; writes its ``result.json`` once, at the end."""
@@ -468,6 +506,10 @@ class Experiment:
         wall = 0.0
         outcome: TaskOutcome | None = None
         for number in range(1, self.settings.attempts + 1):
+            if outcome is not None and self.budget_reached():  # pass@k: no further attempt on a spent budget
+                outcome.status, outcome.correct = BUDGET, False
+                outcome.halt_detail = f"the run's budget was spent before attempt {number}"
+                break
             if outcome is not None:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
             outcome = await self.attempt(task, number)
@@ -477,7 +519,7 @@ class Experiment:
             )
             usage = usage + outcome.usage
             wall += outcome.wall_seconds
-            if outcome.correct:
+            if outcome.correct or outcome.status == BUDGET:
                 break
         assert outcome is not None
         outcome.attempts = len(log_entries)
@@ -565,6 +607,8 @@ class Experiment:
             async with semaphore:
                 if self.stop_reason is not None:  # the run directory cannot be written: do not start it
                     return
+                if self.budget_reached():  # the run's budget is spent: the task stays for a rerun
+                    return
                 if self.progress:
                     self.progress.task_started(task.task_id)
                 outcome = await self.run_task(task)
@@ -651,10 +695,13 @@ def summarize(
         accuracy = replay["accuracy_exact"]
     return {
         "tasks": total,
-        "finished": len(outcomes),
+        "finished": sum(1 for o in outcomes if o.status != BUDGET),
         "completed": len(completed),
         "failed": sum(1 for o in outcomes if o.status == FAILED),
-        "unfinished": total - len(outcomes),
+        # Ended by a per-task limit (finished, scored on their answer), counted per limit.
+        "limited": sum(1 for o in outcomes if o.status == LIMIT),
+        "limits": dict(sorted(Counter(str(o.limit) for o in outcomes if o.status == LIMIT).items())),
+        "unfinished": total - sum(1 for o in outcomes if o.status != BUDGET),
         "resumed": resumed,
         "correct": correct,
         "accuracy": accuracy,

@@ -45,12 +45,13 @@ from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunError
+from flowllm.experiment.budget_report import budget_spent
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import COMPLETED, RuleScore, RunResult, TaskOutcome, read_outcome
+from flowllm.experiment.runner import FINISHED, RuleScore, RunResult, TaskOutcome, read_outcome
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
@@ -378,7 +379,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     already: dict[str, TaskOutcome] = {}
     for task in tasks:
         previous = read_outcome(layout.result(task.task_id), task, rescore) if cfg.experiment.resume else None
-        if previous is not None and previous.status == COMPLETED:
+        if previous is not None and previous.status in FINISHED:
             already[task.task_id] = previous
     todo_tasks = [t for t in tasks if t.task_id not in already]
     todo = [t.task_id for t in todo_tasks]
@@ -426,7 +427,9 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
         progress.stop()
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    interrupted = pool.signals > 0 or pool.failure is not None or bool(watcher.pending)
+    # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so).
+    pending = bool(watcher.pending) and not budget_spent(cfg, run_dir)
+    interrupted = pool.signals > 0 or pool.failure is not None or pending
     outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
     finished = [o for o in outcomes if o is not None]
     # The same summary as a one-process run's, built by the same function.

@@ -115,6 +115,8 @@ class _Call:
     failures: list[tuple[str, ProviderCallError]] = field(default_factory=list)
     skipped: set[tuple[str, str]] = field(default_factory=set)  # (provider, reason) already in the ledger
     breaker_wait_s: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    sending_s: float = 0.0  # the attempts' own latencies; the rest of the call's time was spent waiting
 
     def fail(self, provider: str, error: ProviderCallError) -> None:
         """Remember ``provider``'s latest failure (one entry per provider, in the order they first failed)."""
@@ -302,6 +304,7 @@ class ResilientProvider:
         state.number = call.used.get(route.id, 0)
 
         def record(key: str, started_wall: float, started: float, **outcome: Any) -> None:
+            call.sending_s += time.perf_counter() - started
             self.ledger.attempt(
                 call=call.id,
                 provider=route.id,
@@ -431,6 +434,8 @@ class ResilientProvider:
                 "failed_providers": [pid for pid, _ in call.failures],
                 "attempts": sum(call.used.values()),
                 "breaker_wait_s": round(call.breaker_wait_s, 6),
+                # Time of the call not spent in a request: rate limits, a resting key, retries' back-off, breakers.
+                "wait_s": round(max(0.0, time.perf_counter() - call.started - call.sending_s), 6),
             }
         )
 
