@@ -39,10 +39,11 @@ from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflig
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.projection import Projector
 from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.experiment.report import print_summary, what_acted
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
-from flowllm.experiment.spending import refuse_unpriced
+from flowllm.experiment.spending import SpendBook, refuse_unpriced
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision, plan_vision, unavailable_tools
@@ -290,7 +291,8 @@ async def _run_async(
     cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
-    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger)
+    projector = Projector(SpendBook(ledger.path), spending_settings(cfg)[1]) if ledger.path is not None else None
+    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=ledger, projector=projector)
     catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
         cfg.dataset.scorer,

@@ -26,6 +26,7 @@ from rich.progress import (
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from flowllm.experiment.projection import Projector
     from flowllm.experiment.runner import TaskOutcome
 
 
@@ -77,17 +78,35 @@ class _SpendColumn(ProgressColumn):
         return Text(f"tokens {self.tally.tokens:,} cost {cost}")
 
 
+class _ProjectionColumn(ProgressColumn):
+    """The run's projected total cost, tokens and time at the current rate (flowllm/experiment/projection.py)."""
+
+    def __init__(self, projector: Projector) -> None:
+        super().__init__()
+        self.projector = projector
+
+    def render(self, task: Any) -> Text:
+        projection = self.projector.projection()
+        return Text(projection.text() if projection is not None else "proj -")
+
+
 class ProgressReporter:
     """A rich progress bar fed by the experiment; silent when disabled or not on a terminal."""
 
     def __init__(
-        self, console: Console | None = None, enabled: bool = True, ledger: Any = None, auto_refresh: bool = True
+        self,
+        console: Console | None = None,
+        enabled: bool = True,
+        ledger: Any = None,
+        auto_refresh: bool = True,
+        projector: Projector | None = None,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled
         # False: the bar is drawn only when asked (``renderable``), never by a thread of its own.
         self.auto_refresh = auto_refresh
         self.tally = LedgerTally(ledger)
+        self.projector = projector  # projected totals and the one over-budget warning
         self._progress: Progress | None = None
         self._bar: Any = None
         self._swapped: list[tuple[logging.Logger, logging.Handler]] = []
@@ -110,6 +129,8 @@ class ProgressReporter:
     def start(self, total: int, already: list[TaskOutcome]) -> None:
         for outcome in already:
             self._count(outcome)
+        if self.projector is not None:
+            self.projector.start(todo=total - len(already))
         if not self.enabled:
             return
         self._progress = Progress(
@@ -119,6 +140,7 @@ class ProgressReporter:
             TextColumn("running {task.fields[running]}"),
             TextColumn("acc {task.fields[accuracy]}"),
             _SpendColumn(self.tally, lambda: self.tokens),
+            *([_ProjectionColumn(self.projector)] if self.projector is not None else []),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
             TextColumn("eta"),
@@ -171,6 +193,8 @@ class ProgressReporter:
     def task_done(self, outcome: TaskOutcome) -> None:
         self.running = max(0, self.running - 1)
         self._count(outcome)
+        if self.projector is not None:
+            self.projector.task_ended()
         if self._progress is not None:
             self._progress.update(self._bar, advance=1, **self._fields())
 

@@ -45,13 +45,15 @@ from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunError
-from flowllm.experiment.budget_report import budget_spent
+from flowllm.experiment.budget_report import budget_spent, spending_settings
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.projection import Projector
 from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import FINISHED, RuleScore, RunResult, TaskOutcome, read_outcome
+from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
@@ -393,7 +395,8 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
-    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger))
+    projector = Projector(SpendBook(layout.ledger), spending_settings(cfg)[1])
+    progress = ProgressReporter(enabled=bool(cfg.progress), ledger=LedgerTail(layout.ledger), projector=projector)
     progress.start(total=len(tasks), already=list(already.values()))
     # A 429 met by one worker pauses the others too: its pause goes through a file per provider (limiter.py).
     shared_pauses = layout.root / ".rate_limit_pauses"

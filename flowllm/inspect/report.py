@@ -401,7 +401,7 @@ function pretty(v, ind) {
 }
 function prettyText(v) { return pretty(v).replace(/^\n/, ""); }
 function statusClass(s, correct) { return s === "completed" ? (correct ? "ok" : "warn") : "bad"; }
-function statusLabel(t) { return t.status === "completed" && !t.correct ? "wrong answer" : t.status; }
+function statusLabel(t) { return t.status === "completed" && !t.correct ? "wrong answer" : (t.limit ? t.status + " (" + t.limit + ")" : t.status); }
 
 function usd(v) {
   if (v === null || v === undefined) return "-";
