@@ -350,6 +350,7 @@ class Experiment:
         # The run's ledger, read as every process appends to it: per-task limits and the run's budget.
         capped = settings.limits.active or settings.budget.active
         self.spend = SpendBook(RunLayout(recorder.run_dir).ledger) if capped else None
+        self._budget_said = False
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
@@ -494,8 +495,12 @@ class Experiment:
         return outcome
 
     def budget_reached(self) -> bool:
-        """Whether the run's budget is spent (no task or attempt starts then)."""
-        return self.spend is not None and self.settings.budget.reached(self.spend.total()) is not None
+        """Whether the run's budget is spent (no task or attempt starts then); said once on the console."""
+        halt = self.settings.budget.reached(self.spend.total()) if self.spend is not None else None
+        if halt is not None and not self._budget_said:
+            self._budget_said = True
+            log.warning("flowllm: %s: no new task starts; running tasks stop after their current turn", halt.detail)
+        return halt is not None
 
     async def run_task(self, task: Task) -> TaskOutcome:
         """All attempts at a task; writes its ``result.json`` once, at the end."""

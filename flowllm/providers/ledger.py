@@ -6,7 +6,8 @@ Line types (``type``):
   the call it belongs to, attempt number, key label (never the key), outcome (``ok`` or the error kind), HTTP
   status, retry-after, latency, tokens by kind (``estimated`` when the server reported none), cost in USD
   from the price table, whether a fallback provider served it.
-* ``call``: how one ``send`` ended: which provider answered (or the error), how many attempts, fallback taken.
+* ``call``: how one ``send`` ended: which provider answered (or the error), how many attempts, fallback taken,
+  and ``wait_s``: the call's time not spent in a request (rate limits, a resting key, back-off, breakers).
 * ``skip``: a provider passed over without sending (its breaker open, no usable key, request not portable).
 * ``breaker`` and ``key``: circuit-breaker transitions, key cooldowns and retirements.
 
