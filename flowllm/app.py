@@ -33,7 +33,7 @@ from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment import workers
-from flowllm.experiment.budget_report import budget_summary, spending_settings
+from flowllm.experiment.budget_report import batch_cost, budget_summary, spending_settings
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -380,6 +380,9 @@ def run_summary(
         attempts=cfg.experiment.attempts,
     )
     summary["status"] = "interrupted" if result.interrupted else "finished"
+    if parts.provider_cfg.batch.enabled:  # billed at the batch factor (flowllm/providers/batch.py)
+        summary["cost"] = batch_cost(summary["cost"], parts.prices, parts.provider_cfg.protocol, run_dir)
+        summary["cost_usd"] = summary["cost"]["total_usd"]
     unavailable = result.tools_unavailable
     # None is "not known here", never "none": the parent of several workers does not see their tool servers.
     summary["tools"] = {

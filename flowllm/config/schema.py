@@ -125,6 +125,17 @@ class RateLimitConfig:
 
 
 @dataclass
+class BatchConfig:
+    """Batch mode (flowllm/providers/batch.py): calls of all running tasks go out together through the provider's
+    batch API (Anthropic Message Batches), billed at the batch factor of conf/pricing.yaml."""
+
+    enabled: bool = False
+    max_size: int = 100  # calls per batch
+    max_wait_s: float = 2.0  # a batch goes out this long after its first call at the latest
+    poll_s: float = 5.0  # how often a batch is polled until it has ended
+
+
+@dataclass
 class ProviderConfig:
     name: str = MISSING
     protocol: str = "anthropic"  # anthropic | openai_chat | openai_responses | replay
@@ -167,6 +178,7 @@ class ProviderConfig:
     wire: WireConfig = field(default_factory=WireConfig)
     # The media the model takes natively; degrade_media turns any other medium into a text description.
     accepts: list[str] = field(default_factory=lambda: ["text", "image"])
+    batch: BatchConfig = field(default_factory=BatchConfig)
 
 
 @dataclass

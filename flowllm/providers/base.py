@@ -20,7 +20,7 @@ import math
 import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,6 +34,9 @@ from flowllm.providers.errors import (
     ProviderResponseError,
     classify_exception,
 )
+
+if TYPE_CHECKING:
+    from flowllm.providers.batch import AnthropicBatcher
 
 PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
 TASK_HEADER = "X-Flowllm-Task"
@@ -186,6 +189,8 @@ class BaseProvider:
         # reported with its likely cause (a server with one slot ends a stream when the next request comes).
         self._in_flight = 0
         self._started = 0
+        # Batch mode (provider.batch): the queue this provider's calls go through instead of one request each.
+        self.batcher: AnthropicBatcher | None = None
 
     @property
     def base_url(self) -> str:
@@ -343,6 +348,8 @@ class BaseProvider:
         return response
 
     async def aclose(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.aclose()
         for client in self.clients:
             close = getattr(client, "close", None)
             if close is not None:

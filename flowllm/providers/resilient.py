@@ -38,6 +38,7 @@ from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.providers.base import BaseProvider
+from flowllm.providers.batch import BATCH_KEY
 from flowllm.providers.breaker import CircuitBreaker, Transition
 from flowllm.providers.errors import ProviderCallError
 from flowllm.providers.keys import RETIRE_KINDS, KeyPool, KeySlot, NoUsableKeyError
@@ -304,7 +305,8 @@ class ResilientProvider:
         state.number = call.used.get(route.id, 0)
 
         def record(key: str, started_wall: float, started: float, **outcome: Any) -> None:
-            call.sending_s += time.perf_counter() - started
+            if outcome.get("batch") is None:  # a batch call's time is spent queued behind its batch: waiting
+                call.sending_s += time.perf_counter() - started
             self.ledger.attempt(
                 call=call.id,
                 provider=route.id,
@@ -342,6 +344,7 @@ class ResilientProvider:
                     try:
                         raw = await provider.send(wire, context=context)
                         usage = provider.normalize(raw).usage if policy.check_reply else None
+                        batch = raw.get(BATCH_KEY)
                     except ProviderCallError as error:
                         state.last_error = error
                         if error.kind == "rate_limit":  # everyone waits it out, not only this task
@@ -356,7 +359,7 @@ class ResilientProvider:
                     reported = True
                     if usage is not None:
                         used_tokens = usage.input_tokens + usage.output_tokens
-                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s)
+                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s, batch=batch)
                     return raw
                 finally:
                     route.limiter.leave(limit, used_tokens)
