@@ -178,7 +178,13 @@ class AnthropicBatches:
         if any(not isinstance(c, str) or not c for c in ids) or len(set(ids)) != len(ids):
             return _error("requests: every item needs a unique custom_id")
         number = next(self._numbers)
-        answers = [self._answer(str(i["custom_id"]), i.get("params"), routes.get(i["custom_id"]) or []) for i in items]
+        cancelled = number in self.behaviour.cancel  # its items are never processed (no scripted failure used)
+        answers = [
+            {"custom_id": str(i["custom_id"]), "result": {"type": "canceled"}}
+            if cancelled
+            else self._answer(str(i["custom_id"]), i.get("params"), routes.get(i["custom_id"]) or [])
+            for i in items
+        ]
         batch = _Batch(
             id=f"msgbatch_{number:04d}{int(time.time() * 1000) % 10**8:08d}",
             number=number,
@@ -187,7 +193,7 @@ class AnthropicBatches:
             polls_left=self.behaviour.polls,
             base_url=str(request.base_url).rstrip("/"),
         )
-        if number in self.behaviour.cancel:
+        if cancelled:
             batch.cancel_initiated_at = _now()
             batch.end(canceled=True)
         self.batches[batch.id] = batch
