@@ -253,11 +253,6 @@ def check_batch_config(cfg: ProviderConfig) -> None:
             f"provider '{cfg.name}': provider.batch needs a batch API; flowllm drives Anthropic's Message Batches "
             f"(protocol anthropic), not protocol {cfg.protocol}"
         )
-    if cfg.base_url and not cfg.emulator_script and "anthropic.com" not in cfg.base_url:
-        raise ProviderConfigError(
-            f"provider '{cfg.name}': provider.batch needs a batch API; {cfg.base_url} is a compatible server, "
-            "which has none (drop provider.batch.enabled)"
-        )
     if cfg.stream:
         raise ProviderConfigError(f"provider '{cfg.name}': provider.batch cannot stream; set provider.stream=false")
     if isinstance(batch.max_size, bool) or not 1 <= int(batch.max_size) <= 100_000:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from anthropic import AsyncAnthropic
 from flowllm.config.schema import BatchConfig, ProviderConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
+from flowllm.experiment.preflight import ProviderTarget, check_providers
 from flowllm.experiment.pricing import PriceTable
 from flowllm.providers import UsageLedger, check_provider_config, open_provider
 from flowllm.providers.batch import (
@@ -30,6 +32,7 @@ from flowllm.providers.batch import (
     custom_id,
 )
 from flowllm.providers.errors import ProviderConfigError
+from tests.loopback import serve_http
 
 MODEL = "flowllm-emulator"
 PRICES = PriceTable.from_mapping(
@@ -184,7 +187,6 @@ def test_a_reused_result_is_not_billed_again(tmp_path: Path) -> None:
     ("change", "message"),
     [
         ({"protocol": "openai_chat"}, "provider.batch needs a batch API"),
-        ({"emulator_script": None, "base_url": "http://127.0.0.1:8080"}, "is a compatible server"),
         ({"stream": True}, "provider.batch cannot stream"),
     ],
 )
@@ -216,3 +218,34 @@ def test_a_batch_the_service_lost_is_sent_again(tmp_path: Path) -> None:
             await batcher.aclose()
 
     asyncio.run(scenario())
+
+
+class _NoBatches(BaseHTTPRequestHandler):
+    """A compatible server: a models listing, no batch API."""
+
+    def do_GET(self) -> None:
+        if self.path != "/v1/models":
+            self.send_response(404)
+            self.end_headers()
+            return
+        body = json.dumps({"data": [{"id": "m", "type": "model"}], "has_more": False}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_the_preflight_refuses_batch_mode_on_a_server_without_a_batch_api() -> None:
+    with serve_http(_NoBatches) as url:
+        batched = ProviderConfig(name="local", model="m", base_url=url, batch=BatchConfig(enabled=True))
+        direct = ProviderConfig(name="direct", model="m", base_url=url)
+        problems = asyncio.run(
+            check_providers([ProviderTarget("local", batched), ProviderTarget("direct", direct)], timeout_s=10)
+        )
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"provider 'local' at {url}: provider.batch is on but it has no Message Batches")
+    assert "HTTP 404" in problems[0]
