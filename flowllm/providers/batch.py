@@ -13,7 +13,9 @@ breaker see it like any failed attempt.
 Every batch created is written to ``batches.jsonl`` beside the usage ledger (its id and its items' custom ids)
 before anything waits on it. A custom id is a digest of the call (task, agent, scope, turn, request), so a run
 resumed after a kill that sends the same call again finds the batch that already holds it and takes its result
-instead of paying twice (the ledger line says ``reused``, with no tokens billed).
+instead of paying twice. The journal also notes each batch whose results were read (``collected``): a result a
+session already read (and billed in the ledger) is marked ``billed_before`` and counts no tokens again; one
+that no session read yet (the kill came first) is billed once, when it is read.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BATCH_KEY = "_flowllm_batch"  # in a raw reply: {"id": <batch id>, "reused": bool}
+BATCH_KEY = "_flowllm_batch"  # in a raw reply: {"id": <batch id>, "reused": bool, "billed_before": bool}
 ROUTES_HEADER = "X-Flowllm-Batch-Routes"  # custom_id -> [task, agent, turn], for the emulator's script
 JOURNAL_FILE = "batches.jsonl"
 
@@ -67,11 +69,15 @@ class BatchJournal:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.items: dict[str, str] = {}  # custom id -> batch id (the latest batch that holds it)
+        self.collected: set[str] = set()  # batches whose results an earlier session read (and billed)
         if path is not None and path.is_file():
             for raw in path.read_bytes().splitlines():
                 try:
                     entry = orjson.loads(raw)
                 except orjson.JSONDecodeError:  # a line cut by a kill: that batch is submitted again
+                    continue
+                if entry.get("collected"):
+                    self.collected.add(str(entry["collected"]))
                     continue
                 for item in entry.get("items") or []:
                     self.items[str(item)] = str(entry["batch"])
@@ -84,6 +90,11 @@ class BatchJournal:
         with self.path.open("ab") as out:
             out.write(orjson.dumps({"batch": batch_id, "items": items}) + b"\n")
             out.flush()
+
+    def note_collected(self, batch_id: str) -> None:
+        if self.path is not None:
+            with self.path.open("ab") as out:
+                out.write(orjson.dumps({"collected": batch_id}) + b"\n")
 
     def forget(self, item: str, batch_id: str) -> None:
         """The item's result in ``batch_id`` was not an answer: the next call for it goes into a new batch."""
@@ -186,8 +197,11 @@ class AnthropicBatcher:
             task = self._results[batch_id] = asyncio.ensure_future(self._collect(batch_id))
         try:
             results = await asyncio.shield(task)
-        except ProviderCallError:
+        except ProviderCallError as exc:
             if reused:  # an earlier session's batch the service no longer has: send the call again
+                log.warning(
+                    "batch %s of an earlier session cannot be read (%s); its calls are sent again", batch_id, exc
+                )
                 self.journal.forget(item, batch_id)
                 return None
             raise
@@ -198,7 +212,7 @@ class AnthropicBatcher:
         kind = (result or {}).get("type")
         if kind == "succeeded":
             body: dict[str, Any] = dict(result["message"])  # type: ignore[index]
-            body[BATCH_KEY] = {"id": batch_id, "reused": reused}
+            body[BATCH_KEY] = {"id": batch_id, "reused": reused, "billed_before": batch_id in self.journal.collected}
             return body
         self.journal.forget(item, batch_id)
         if reused:
@@ -228,6 +242,7 @@ class AnthropicBatcher:
             results: dict[str, dict[str, Any]] = {}
             async for entry in await self.client.messages.batches.results(batch_id):
                 results[entry.custom_id] = entry.result.model_dump(mode="json")
+            self.journal.note_collected(batch_id)
             return results
         except asyncio.CancelledError:
             raise

@@ -202,8 +202,8 @@ class UsageLedger:
         batch: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         usage = usage or Usage()
-        if batch is not None and batch.get("reused"):
-            usage = Usage()  # an earlier session's batch result, billed then: nothing new is spent
+        if batch is not None and batch.get("billed_before"):
+            usage = Usage()  # an earlier session read (and billed) this batch result: nothing new is spent
         line: dict[str, Any] = {
             "type": "attempt",
             "ts": round(started, 6),
@@ -229,7 +229,7 @@ class UsageLedger:
             "cost_usd": self.cost(model, usage, batch_protocol=protocol if batch else None) if error is None else 0.0,
         }
         if batch is not None:  # answered through a batch API (flowllm/providers/batch.py)
-            line["batch"] = {"id": batch.get("id"), "reused": bool(batch.get("reused"))}
+            line["batch"] = {k: batch.get(k) for k in ("id", "reused", "billed_before")}
         return self.write(line)
 
     def close(self) -> None:

@@ -120,7 +120,9 @@ def test_calls_of_concurrent_tasks_share_batches_priced_at_the_batch_factor(tmp_
         replies = asyncio.run(ask_all(batch_config(write_script(tmp_path, {})), ledger, ["t1", "t2", "t3", "t4"]))
     batch_ids = {raw[BATCH_KEY]["id"] for raw in replies.values()}
     assert len(batch_ids) == 2, "four calls, max_size 2: two batches"
-    journal = [json.loads(line) for line in (tmp_path / "batches.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "batches.jsonl").read_text().splitlines()]
+    journal = [entry for entry in lines if "batch" in entry]
+    assert {entry["collected"] for entry in lines if "collected" in entry} == batch_ids, "results read: noted"
     assert {entry["batch"] for entry in journal} == batch_ids and sum(len(e["items"]) for e in journal) == 4
     attempts = [line for line in UsageLedger.read(ledger_path).attempts()]
     assert len(attempts) == 4 and all(a["batch"]["id"] in batch_ids for a in attempts)
@@ -164,7 +166,7 @@ def test_a_resumed_run_takes_an_earlier_batchs_results_instead_of_paying_twice(t
             # A new process (a rerun after SIGKILL) reads the journal and asks the same call again.
             again = AnthropicBatcher(client, settings, provider="emu", journal=BatchJournal(journal_path))
             reused = await again.call(params("five"), context)
-            assert reused[BATCH_KEY] == {"id": body[BATCH_KEY]["id"], "reused": True}
+            assert reused[BATCH_KEY] == {"id": body[BATCH_KEY]["id"], "reused": True, "billed_before": True}
             assert reused["content"] == body["content"]
             assert len((await client.messages.batches.list()).data) == 1, "no second batch was created"
             other = await again.call(params("six"), CallContext(task_id="t6", turn=1))
@@ -178,7 +180,8 @@ def test_a_reused_result_is_not_billed_again(tmp_path: Path) -> None:
     with UsageLedger(tmp_path / "usage.jsonl", prices=PRICES) as ledger:
         line = ledger.attempt(
             call=1, provider="emu", protocol="anthropic", model=MODEL, task_id="t", agent="main", turn=1,
-            attempt=1, key=None, started=0.0, latency_s=0.1, batch={"id": "msgbatch_1", "reused": True},
+            attempt=1, key=None, started=0.0, latency_s=0.1,
+            batch={"id": "msgbatch_1", "reused": True, "billed_before": True},
         )  # fmt: skip
     assert line["cost_usd"] == 0.0 and line["usage"]["input_tokens"] == 0 and line["batch"]["reused"] is True
 
