@@ -343,3 +343,19 @@ def test_a_cost_budget_with_an_unpriced_model_is_refused_naming_it(tmp_path: Pat
     assert proc.returncode == ExitCode.CONFIG
     assert "no price for model 'flowllm-emulator'" in proc.stderr and "experiment.budget.cost_usd" in proc.stderr
     assert GAIA.is_dir()
+
+
+def test_the_budget_counts_every_worker_process(tmp_path: Path) -> None:
+    """Two worker processes append to one ledger: each stops on the run's total, not on its own spend."""
+    run_dir = tmp_path / "run"
+    ids = _ids(CSV_TASK, MATH_TASK, LIST_TASK, WRONG_TASK)
+    capped = (f"hydra.run.dir={run_dir}", ids, "tools=none", "experiment.workers=2", "experiment.max_concurrent=2")
+    proc = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.002"))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["budget"]["ended_run"] is True and summary["interrupted"] is False
+    assert summary["unfinished"] >= 2, "neither worker went on once the run's ledger reached the budget"
+    assert "the budget ended the run" in proc.stdout
+    resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
+    assert read_json(run_dir / "summary.json")["unfinished"] == 0
