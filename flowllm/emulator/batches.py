@@ -1,4 +1,5 @@
-"""Anthropic's Message Batches API, emulated: create, retrieve, list, cancel, and results as JSONL.
+"""The batch APIs, emulated: Anthropic's Message Batches (below) and OpenAI's Batch API (``OpenAIBatches``:
+files upload and content, batches create, retrieve, list, cancel, output and error files as JSONL).
 
     POST /v1/messages/batches                {"requests": [{"custom_id": ..., "params": {<a Messages request>}}]}
     GET  /v1/messages/batches                list, newest first ({"data", "has_more", "first_id", "last_id"})
@@ -32,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from flowllm.emulator import anthropic_wire
+from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.common import RequestError, plan_reply, request_image_digests
 from flowllm.emulator.script import Script, ScriptError
 
@@ -133,24 +134,35 @@ class AnthropicBatches:
         ]
 
     # ----- answering one item ------------------------------------------------------------------------------
-    def _answer(self, custom_id: str, params: Any, route: list[Any]) -> dict[str, Any]:
+    def _answer(self, custom_id: str, params: Any, route: list[Any], wire: Any = anthropic_wire) -> dict[str, Any]:
         task, agent, turn = [*route, None, None, None][:3]
         failure = self._scripted_failure(task)
         if failure is not None:
             return {"custom_id": custom_id, "result": failure}
         try:
-            parsed = anthropic_wire.parse_request(params)
+            parsed = wire.parse_request(params)
             if parsed.stream:
                 raise RequestError("stream is not allowed in a batch request", param="stream")
         except RequestError as err:
-            body = anthropic_wire.error_body(err, f"req_{custom_id}")
+            body = wire.error_body(err, f"req_{custom_id}")
             return {"custom_id": custom_id, "result": {"type": "errored", "error": body}}
         number = int(turn) if isinstance(turn, int) or (isinstance(turn, str) and turn.isdigit()) else parsed.turn
         reply = self.script.reply(
             self.script.key(task, agent), number, parsed.tool_results, tuple(request_image_digests(params))
         )
-        plan = plan_reply(parsed, reply, call_prefix="toolu_")
-        return {"custom_id": custom_id, "result": {"type": "succeeded", "message": anthropic_wire.message_json(plan)}}
+        if wire is anthropic_wire:
+            plan = plan_reply(parsed, reply, call_prefix="toolu_")
+            return {
+                "custom_id": custom_id,
+                "result": {"type": "succeeded", "message": anthropic_wire.message_json(plan)},
+            }
+        plan = plan_reply(parsed, reply, call_prefix="call_")
+        body = (
+            openai_chat_wire.completion_json(plan, parsed)
+            if wire is openai_chat_wire
+            else openai_responses_wire.response_json(plan, parsed)
+        )
+        return {"custom_id": custom_id, "result": {"type": "succeeded", "message": body}}
 
     def _scripted_failure(self, task: Any) -> dict[str, Any] | None:
         if task is None or str(task) in self._failed_once:
@@ -245,3 +257,136 @@ class AnthropicBatches:
 
 def _error(message: str, *, status: int = 400, kind: str = "invalid_request_error") -> Response:
     return JSONResponse({"type": "error", "error": {"type": kind, "message": message}}, status_code=status)
+
+
+OPENAI_WIRES = {"/v1/chat/completions": openai_chat_wire, "/v1/responses": openai_responses_wire}
+_ITEM_CODES = {"expired": "batch_expired", "canceled": "batch_cancelled"}
+
+
+class OpenAIBatches:
+    """OpenAI's Batch API: ``POST /v1/files`` (purpose batch), ``GET /v1/files/{id}/content``, ``POST /v1/batches``,
+    ``GET /v1/batches[/{id}]``, ``POST /v1/batches/{id}/cancel``; the output and error files as JSONL. Items are
+    answered by the same script, with the same ``batches:`` behaviour, as the Message Batches."""
+
+    def __init__(self, anthropic: AnthropicBatches) -> None:
+        self.items = anthropic  # answers items and holds the scripted behaviour
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self._polls: dict[str, int] = {}
+        self._outputs: dict[str, list[dict[str, Any]]] = {}
+        self._numbers = itertools.count(1)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/files", self._upload, methods=["POST"]),
+            Route("/v1/files/{file_id}/content", self._content, methods=["GET"]),
+            Route("/v1/batches", self._create, methods=["POST"]),
+            Route("/v1/batches", self._list, methods=["GET"]),
+            Route("/v1/batches/{batch_id}", self._retrieve, methods=["GET"]),
+            Route("/v1/batches/{batch_id}/cancel", self._cancel, methods=["POST"]),
+        ]
+
+    def _file(self, data: bytes, purpose: str, name: str) -> dict[str, Any]:
+        file_id = f"file-{len(self.files) + 1:06d}"
+        self.files[file_id] = data
+        return {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                "filename": name, "purpose": purpose, "status": "processed"}  # fmt: skip
+
+    async def _upload(self, request: Request) -> Response:
+        form = await request.form()
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            return _openai_error("file: a file is required")
+        return JSONResponse(self._file(await upload.read(), str(form.get("purpose") or ""), upload.filename or ""))
+
+    async def _content(self, request: Request) -> Response:
+        data = self.files.get(str(request.path_params["file_id"]))
+        if data is None:
+            return _openai_error("No such File object", status=404)
+        return Response(data, media_type="application/octet-stream")
+
+    async def _create(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        routes = json.loads(request.headers.get(ROUTES_HEADER) or "{}")
+        wire = OPENAI_WIRES.get(str(body.get("endpoint")))
+        data = self.files.get(str(body.get("input_file_id")))
+        if wire is None or data is None:
+            return _openai_error("endpoint must be /v1/chat/completions or /v1/responses, with an uploaded file")
+        number = next(self._numbers)
+        cancelled = number in self.items.behaviour.cancel
+        lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        answers = [
+            {"custom_id": str(item["custom_id"]), "result": {"type": "canceled"}}
+            if cancelled
+            else self.items._answer(str(item["custom_id"]), item.get("body"), routes.get(item["custom_id"]) or [], wire)
+            for item in lines
+        ]
+        batch_id = f"batch_{number:04d}{int(time.time() * 1000) % 10**8:08d}"
+        self._outputs[batch_id] = answers
+        self._polls[batch_id] = self.items.behaviour.polls
+        self.batches[batch_id] = {
+            "id": batch_id, "object": "batch", "endpoint": body["endpoint"], "errors": None,
+            "input_file_id": body["input_file_id"], "completion_window": body.get("completion_window", "24h"),
+            "status": "in_progress", "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
+            "request_counts": {"total": len(lines), "completed": 0, "failed": 0}, "metadata": body.get("metadata"),
+        }  # fmt: skip
+        if cancelled:
+            self._end(batch_id, "cancelled")
+        return JSONResponse(self.batches[batch_id])
+
+    def _end(self, batch_id: str, status: str) -> None:
+        batch = self.batches[batch_id]
+        if batch["status"] in ("completed", "cancelled", "expired", "failed"):
+            return
+        ok, failed = [], []
+        for answer in self._outputs[batch_id]:
+            result, custom = answer["result"], answer["custom_id"]
+            if status == "cancelled":
+                result = {"type": "canceled"}
+            if result["type"] == "succeeded":
+                response = {"status_code": 200, "request_id": f"req_{custom}", "body": result["message"]}
+                ok.append({"id": f"batch_req_{custom}", "custom_id": custom, "response": response, "error": None})
+                continue
+            code = _ITEM_CODES.get(result["type"], "server_error")
+            message = ((result.get("error") or {}).get("error") or {}).get("message") or result["type"]
+            failed.append({"id": f"batch_req_{custom}", "custom_id": custom, "response": None,
+                           "error": {"code": code, "message": message}})  # fmt: skip
+        batch["status"] = status
+        if ok:
+            batch["output_file_id"] = self._file(
+                b"".join(json.dumps(x).encode() + b"\n" for x in ok), "batch_output", "output.jsonl"
+            )["id"]
+        if failed:
+            batch["error_file_id"] = self._file(
+                b"".join(json.dumps(x).encode() + b"\n" for x in failed), "batch_output", "errors.jsonl"
+            )["id"]
+        batch["request_counts"] = {"total": len(ok) + len(failed), "completed": len(ok), "failed": len(failed)}
+
+    async def _retrieve(self, request: Request) -> Response:
+        batch_id = str(request.path_params["batch_id"])
+        if batch_id not in self.batches:
+            return _openai_error("No such Batch object", status=404)
+        if self.batches[batch_id]["status"] == "in_progress":
+            if self._polls[batch_id] <= 0:
+                self._end(batch_id, "completed")
+            else:
+                self._polls[batch_id] -= 1
+        return JSONResponse(self.batches[batch_id])
+
+    async def _list(self, request: Request) -> Response:
+        data = list(reversed(self.batches.values()))
+        first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+        return JSONResponse({"object": "list", "data": data, "has_more": False, "first_id": first, "last_id": last})
+
+    async def _cancel(self, request: Request) -> Response:
+        batch_id = str(request.path_params["batch_id"])
+        if batch_id not in self.batches:
+            return _openai_error("No such Batch object", status=404)
+        self._end(batch_id, "cancelled")
+        return JSONResponse(self.batches[batch_id])
+
+
+def _openai_error(message: str, *, status: int = 400) -> Response:
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": None}}, status_code=status
+    )

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flowllm.config.schema import ContentFormat
-from flowllm.core.interfaces import CallContext, WireProtocol
+from flowllm.core.interfaces import WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, NativeToolCall, ToolSpec, Usage
 from flowllm.providers.base import CACHE_KEY, BaseProvider, dump_arguments, estimate_tokens, wire_tool_name
 from flowllm.providers.streaming import assemble_anthropic
@@ -47,11 +47,6 @@ class AnthropicProvider(BaseProvider):
 
     def _method(self, client: Any = None) -> Callable[..., Any]:
         return (client or self.client).messages.create
-
-    async def _send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
-        if self.batcher is None:
-            return await super()._send(request, context=context)
-        return await self.batcher.call(request, context)  # batch mode: the reply body plus its batch's id
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _block(self, block: Block) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ from flowllm.providers.errors import (
 )
 
 if TYPE_CHECKING:
-    from flowllm.providers.batch import AnthropicBatcher
+    from flowllm.providers.batch import Batcher
 
 PROTOCOLS: tuple[str, ...] = ("anthropic", "openai_chat", "openai_responses")
 TASK_HEADER = "X-Flowllm-Task"
@@ -190,7 +190,7 @@ class BaseProvider:
         self._in_flight = 0
         self._started = 0
         # Batch mode (provider.batch): the queue this provider's calls go through instead of one request each.
-        self.batcher: AnthropicBatcher | None = None
+        self.batcher: Batcher | None = None
 
     @property
     def base_url(self) -> str:
@@ -284,6 +284,8 @@ class BaseProvider:
             self._in_flight -= 1
 
     async def _send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
+        if self.batcher is not None:  # batch mode: the reply body, plus its batch's id
+            return await self.batcher.call(request, context)
         kwargs = self._split(request)
         kwargs["extra_headers"] = self.context_headers(context)
         method = self._method(self.client_for(context))

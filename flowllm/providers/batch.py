@@ -1,10 +1,12 @@
-"""Batch mode (``provider.batch``): model calls of every running task sent through Anthropic's Message Batches API.
+"""Batch mode (``provider.batch``): model calls of every running task sent through the provider's batch API.
 
-A call waits in a queue; the queue goes out as one batch (``client.messages.batches.create``) when it holds
-``max_size`` calls or ``max_wait_s`` after its first call came. The batch is polled every ``poll_s``
-(``retrieve``) until it has ended, then its results (JSONL, ``results``) go back to the calls, each as the body
-``POST /v1/messages`` would have returned, with the batch's id under ``BATCH_KEY``: the turn goes on as after a
-direct call (parsing, repair, tools, recording), and the ledger prices the attempt at the batch factor.
+Anthropic: Message Batches (``client.messages.batches``). OpenAI, for Chat Completions and Responses: the Batch API
+(the calls as a JSONL file through ``client.files``, then ``client.batches``; results in the output and error
+files). A call waits in a queue; the queue goes out as one batch when it holds ``max_size`` calls or
+``max_wait_s`` after its first call came. The batch is polled every ``poll_s`` until it has ended, then its
+results go back to the calls, each as the body a direct call would have returned, with the batch's id under
+``BATCH_KEY``: the turn goes on as after a direct call (parsing, repair, tools, recording), and the ledger prices
+the attempt at the batch factor.
 
 An item that errored, expired or was canceled (the service cancelled its batch) fails that call only, as a
 ``ProviderCallError`` the retry policy acts on (a retry goes into the next batch); fallbacks, key pools and the
@@ -110,8 +112,10 @@ class _Waiting:
     future: asyncio.Future[tuple[str, dict[str, Any]]] = field(repr=False)
 
 
-class AnthropicBatcher:
-    """One SDK client's batch queue (a provider with a key pool has one per key)."""
+class Batcher:
+    """One SDK client's batch queue (a provider with a key pool has one per key); subclasses speak one batch API
+    (``_submit``, ``_ended``, ``_read``: results as Anthropic's, ``{"type": succeeded | errored | expired |
+    canceled, "message": <the reply body>, "error": {"error": {"type", "message"}}}``)."""
 
     def __init__(
         self,
@@ -170,24 +174,20 @@ class AnthropicBatcher:
             self._timer = None
         if not waiting:
             return
-        routes = {w.item: w.route for w in waiting}
         try:
-            batch = await self.client.messages.batches.create(
-                requests=[{"custom_id": w.item, "params": w.params} for w in waiting],
-                extra_headers={ROUTES_HEADER: json.dumps(routes)},
-            )
+            batch_id = await self._submit(waiting)
         except Exception as exc:
             error = classify_exception(exc, provider=self.provider)
             for w in waiting:
                 if not w.future.done():
                     w.future.set_exception(error)
             return
-        self._created.add(batch.id)
-        self.journal.record(batch.id, [w.item for w in waiting])
-        log.debug("batch %s: %d calls", batch.id, len(waiting))
+        self._created.add(batch_id)
+        self.journal.record(batch_id, [w.item for w in waiting])
+        log.debug("batch %s: %d calls", batch_id, len(waiting))
         for w in waiting:
             if not w.future.done():
-                w.future.set_result((batch.id, w.params))
+                w.future.set_result((batch_id, w.params))
 
     async def _take(self, batch_id: str, item: str, *, reused: bool) -> dict[str, Any] | None:
         """The item's answer from ``batch_id``; None when an earlier session's batch cannot be read (then the
@@ -234,14 +234,9 @@ class AnthropicBatcher:
     async def _collect(self, batch_id: str) -> dict[str, dict[str, Any]]:
         """Poll until the batch has ended, then read its results: custom id -> result."""
         try:
-            while True:
-                batch = await self.client.messages.batches.retrieve(batch_id)
-                if batch.processing_status == "ended":
-                    break
+            while not await self._ended(batch_id):
                 await self.sleep(self.settings.poll_s)
-            results: dict[str, dict[str, Any]] = {}
-            async for entry in await self.client.messages.batches.results(batch_id):
-                results[entry.custom_id] = entry.result.model_dump(mode="json")
+            results = await self._read(batch_id)
             self.journal.note_collected(batch_id)
             return results
         except asyncio.CancelledError:
@@ -253,9 +248,103 @@ class AnthropicBatcher:
         for task in [*self._tasks, *self._results.values()]:
             task.cancel()
 
+    # ----- one batch API ----------------------------------------------------------------------------------
+    async def _submit(self, waiting: list[_Waiting]) -> str:
+        raise NotImplementedError
 
-# Protocols whose official SDK flowllm drives through a batch API.
-BATCH_PROTOCOLS = ("anthropic",)
+    async def _ended(self, batch_id: str) -> bool:
+        raise NotImplementedError
+
+    async def _read(self, batch_id: str) -> dict[str, dict[str, Any]]:
+        raise NotImplementedError
+
+
+class AnthropicBatcher(Batcher):
+    """Anthropic's Message Batches (``client.messages.batches``)."""
+
+    async def _submit(self, waiting: list[_Waiting]) -> str:
+        batch = await self.client.messages.batches.create(
+            requests=[{"custom_id": w.item, "params": w.params} for w in waiting],
+            extra_headers={ROUTES_HEADER: json.dumps({w.item: w.route for w in waiting})},
+        )
+        return str(batch.id)
+
+    async def _ended(self, batch_id: str) -> bool:
+        batch = await self.client.messages.batches.retrieve(batch_id)
+        return bool(batch.processing_status == "ended")
+
+    async def _read(self, batch_id: str) -> dict[str, dict[str, Any]]:
+        results: dict[str, dict[str, Any]] = {}
+        async for entry in await self.client.messages.batches.results(batch_id):
+            results[entry.custom_id] = entry.result.model_dump(mode="json")
+        return results
+
+
+# OpenAI's Batch API: a batch ends in one of these; its unfinished items are in the error file with these codes.
+OPENAI_DONE = ("completed", "failed", "expired", "cancelled")
+OPENAI_ITEM_KINDS = {"batch_expired": "expired", "batch_cancelled": "canceled"}
+
+
+class OpenAIBatcher(Batcher):
+    """OpenAI's Batch API (``client.files`` + ``client.batches``) for Chat Completions or Responses."""
+
+    def __init__(self, client: Any, settings: BatchSettings, *, endpoint: str, **kwargs: Any) -> None:
+        super().__init__(client, settings, **kwargs)
+        self.endpoint = endpoint  # /v1/chat/completions | /v1/responses
+        self._files: dict[str, tuple[str | None, str | None, str]] = {}  # batch -> output, error file, status
+
+    async def _submit(self, waiting: list[_Waiting]) -> str:
+        lines = b"".join(
+            orjson.dumps({"custom_id": w.item, "method": "POST", "url": self.endpoint, "body": w.params}) + b"\n"
+            for w in waiting
+        )
+        upload = await self.client.files.create(file=("batch.jsonl", lines, "application/jsonl"), purpose="batch")
+        batch = await self.client.batches.create(
+            input_file_id=upload.id,
+            endpoint=self.endpoint,
+            completion_window="24h",
+            extra_headers={ROUTES_HEADER: json.dumps({w.item: w.route for w in waiting})},
+        )
+        return str(batch.id)
+
+    async def _ended(self, batch_id: str) -> bool:
+        batch = await self.client.batches.retrieve(batch_id)
+        if batch.status not in OPENAI_DONE:
+            return False
+        self._files[batch_id] = (batch.output_file_id, batch.error_file_id, str(batch.status))
+        return True
+
+    async def _read(self, batch_id: str) -> dict[str, dict[str, Any]]:
+        output, errors, status = self._files[batch_id]
+        results: dict[str, dict[str, Any]] = {}
+        for file_id in (output, errors):
+            if not file_id:
+                continue
+            content = await self.client.files.content(file_id)
+            for raw in content.content.splitlines():
+                if raw.strip():
+                    entry = orjson.loads(raw)
+                    results[str(entry["custom_id"])] = _openai_result(entry)
+        if not results and status != "completed":
+            raise ProviderCallError(f"batch {batch_id} {status}", kind="server", provider=self.provider)
+        return results
+
+
+def _openai_result(entry: dict[str, Any]) -> dict[str, Any]:
+    """One line of an OpenAI batch's output or error file, as an Anthropic batch result."""
+    response = entry.get("response") or {}
+    if response.get("status_code") == 200 and not entry.get("error"):
+        return {"type": "succeeded", "message": response.get("body") or {}}
+    error = entry.get("error") or ((response.get("body") or {}).get("error")) or {}
+    code = str(error.get("code") or error.get("type") or "")
+    if code in OPENAI_ITEM_KINDS:
+        return {"type": OPENAI_ITEM_KINDS[code]}
+    return {"type": "errored", "error": {"error": {"type": code, "message": error.get("message") or str(error)}}}
+
+
+# Protocols whose official SDK flowllm drives through a batch API, and the OpenAI endpoint each batches.
+OPENAI_ENDPOINTS = {"openai_chat": "/v1/chat/completions", "openai_responses": "/v1/responses"}
+BATCH_PROTOCOLS = ("anthropic", *OPENAI_ENDPOINTS)
 
 
 def check_batch_config(cfg: ProviderConfig) -> None:
@@ -265,8 +354,8 @@ def check_batch_config(cfg: ProviderConfig) -> None:
         return
     if cfg.protocol not in BATCH_PROTOCOLS:
         raise ProviderConfigError(
-            f"provider '{cfg.name}': provider.batch needs a batch API; flowllm drives Anthropic's Message Batches "
-            f"(protocol anthropic), not protocol {cfg.protocol}"
+            f"provider '{cfg.name}': provider.batch needs a batch API (protocol anthropic, openai_chat or "
+            f"openai_responses), not protocol {cfg.protocol}"
         )
     if cfg.stream:
         raise ProviderConfigError(f"provider '{cfg.name}': provider.batch cannot stream; set provider.stream=false")
@@ -287,8 +376,17 @@ def batch_journal(cfg: ProviderConfig, ledger_path: Path | None) -> BatchJournal
 
 def open_batcher(
     provider: BaseProvider, cfg: ProviderConfig, journal: BatchJournal, sleep: Callable[[float], Awaitable[Any]]
-) -> AnthropicBatcher:
+) -> Batcher:
     settings = BatchSettings(
         max_size=int(cfg.batch.max_size), max_wait_s=float(cfg.batch.max_wait_s), poll_s=float(cfg.batch.poll_s)
     )
+    if cfg.protocol in OPENAI_ENDPOINTS:
+        return OpenAIBatcher(
+            provider.client,
+            settings,
+            endpoint=OPENAI_ENDPOINTS[cfg.protocol],
+            provider=provider.name,
+            journal=journal,
+            sleep=sleep,
+        )
     return AnthropicBatcher(provider.client, settings, provider=provider.name, journal=journal, sleep=sleep)

@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flowllm.emulator import Emulator
@@ -29,10 +30,12 @@ def answers(run_dir: Path) -> dict[str, tuple[str, str | None, bool]]:
     return out
 
 
-def test_a_batched_run_gives_the_direct_runs_answers_at_half_the_cost(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["anthropic", "openai_chat", "openai_responses"])
+def test_a_batched_run_gives_the_direct_runs_answers_at_half_the_cost(tmp_path: Path, protocol: str) -> None:
     direct, batched = tmp_path / "direct", tmp_path / "batched"
-    first = run_flowllm(*gaia_overrides(f"hydra.run.dir={direct}"))
-    second = run_flowllm(*gaia_overrides(f"hydra.run.dir={batched}", *BATCHED))
+    wire = f"provider.protocol={protocol}"
+    first = run_flowllm(*gaia_overrides(f"hydra.run.dir={direct}", wire))
+    second = run_flowllm(*gaia_overrides(f"hydra.run.dir={batched}", wire, *BATCHED))
     assert first.returncode == second.returncode == 3, second.stderr[-2000:]  # the fixture's missing attachment
     assert answers(batched) == answers(direct) and len(answers(direct)) == 5
     plain, cheap = read_json(direct / "summary.json"), read_json(batched / "summary.json")
@@ -44,7 +47,7 @@ def test_a_batched_run_gives_the_direct_runs_answers_at_half_the_cost(tmp_path: 
     assert all(a.get("batch") for a in lines if a["type"] == "attempt" and a["outcome"] == "ok")
     # The wire response is recorded per call as with a direct call, with its batch id.
     outputs = [read_json(p) for p in batched.glob("tasks/*/turn_001/*call_model*/output.json")]
-    assert outputs and all("msgbatch_" in json.dumps(o) for o in outputs)
+    assert outputs and all('"_flowllm_batch": {"id": ' in json.dumps(o) for o in outputs)
 
 
 def test_a_batched_run_killed_mid_batch_resumes_without_paying_twice(tmp_path: Path) -> None:

@@ -36,7 +36,10 @@ from tests.loopback import serve_http
 
 MODEL = "flowllm-emulator"
 PRICES = PriceTable.from_mapping(
-    {"batch_factors": {"anthropic": 0.5}, "models": {MODEL: {"input": 2.0, "output": 10.0}}}
+    {
+        "batch_factors": {"anthropic": 0.5, "openai_chat": 0.5, "openai_responses": 0.5},
+        "models": {MODEL: {"input": 2.0, "output": 10.0}},
+    }
 )
 REPLIES = {f"t{n}": [{"text": f"answer \\boxed{{{n}}}"}] for n in range(1, 7)}
 
@@ -87,11 +90,14 @@ def write_script(tmp_path: Path, batches: dict[str, Any]) -> str:
     return str(path)
 
 
-def batch_config(script: str, **batch: Any) -> ProviderConfig:
+PROTOCOLS = ("anthropic", "openai_chat", "openai_responses")
+
+
+def batch_config(script: str, protocol: str = "anthropic", **batch: Any) -> ProviderConfig:
     settings = {"enabled": True, "max_size": 2, "max_wait_s": 0.05, "poll_s": 0.01, **batch}
     return ProviderConfig(
         name="emu",
-        protocol="anthropic",
+        protocol=protocol,
         model=MODEL,
         emulator_script=script,
         batch=BatchConfig(**settings),
@@ -114,10 +120,12 @@ async def ask_all(cfg: ProviderConfig, ledger: UsageLedger, tasks: list[str]) ->
         return dict(zip(tasks, replies, strict=True))
 
 
-def test_calls_of_concurrent_tasks_share_batches_priced_at_the_batch_factor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_calls_of_concurrent_tasks_share_batches_priced_at_the_batch_factor(tmp_path: Path, protocol: str) -> None:
     ledger_path = tmp_path / "usage.jsonl"
+    cfg = batch_config(write_script(tmp_path, {}), protocol)
     with UsageLedger(ledger_path, prices=PRICES) as ledger:
-        replies = asyncio.run(ask_all(batch_config(write_script(tmp_path, {})), ledger, ["t1", "t2", "t3", "t4"]))
+        replies = asyncio.run(ask_all(cfg, ledger, ["t1", "t2", "t3", "t4"]))
     batch_ids = {raw[BATCH_KEY]["id"] for raw in replies.values()}
     assert len(batch_ids) == 2, "four calls, max_size 2: two batches"
     lines = [json.loads(line) for line in (tmp_path / "batches.jsonl").read_text().splitlines()]
@@ -128,16 +136,18 @@ def test_calls_of_concurrent_tasks_share_batches_priced_at_the_batch_factor(tmp_
     assert len(attempts) == 4 and all(a["batch"]["id"] in batch_ids for a in attempts)
     for line in attempts:
         usage = line["usage"]
-        full = (usage["input_tokens"] - usage["cache_write_tokens"]) * 2.0 + usage["output_tokens"] * 10.0
-        full += usage["cache_write_tokens"] * 2.0
+        full = usage["input_tokens"] * 2.0 + usage["output_tokens"] * 10.0  # cache tokens at the input price here
         assert line["cost_usd"] == pytest.approx(full / 1e6 * 0.5), "half the direct price"
 
 
-def test_errored_expired_and_cancelled_items_fail_only_their_calls_and_are_retried(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_errored_expired_and_cancelled_items_fail_only_their_calls_and_are_retried(
+    tmp_path: Path, protocol: str
+) -> None:
     script = write_script(tmp_path, {"errored": ["t1"], "expired": ["t4"], "cancel": [2]})
     ledger_path = tmp_path / "usage.jsonl"
     with UsageLedger(ledger_path, prices=PRICES) as ledger:
-        asyncio.run(ask_all(batch_config(script), ledger, ["t1", "t2", "t3", "t4"]))
+        asyncio.run(ask_all(batch_config(script, protocol), ledger, ["t1", "t2", "t3", "t4"]))
     attempts = UsageLedger.read(ledger_path).attempts()
     failed = {(a["task_id"], a["outcome"]) for a in attempts if a["outcome"] != "ok"}
     assert ("t1", "server") in failed and ("t4", "timeout") in failed
@@ -189,7 +199,6 @@ def test_a_reused_result_is_not_billed_again(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"protocol": "openai_chat"}, "provider.batch needs a batch API"),
         ({"stream": True}, "provider.batch cannot stream"),
     ],
 )
@@ -250,5 +259,49 @@ def test_the_preflight_refuses_batch_mode_on_a_server_without_a_batch_api() -> N
             check_providers([ProviderTarget("local", batched), ProviderTarget("direct", direct)], timeout_s=10)
         )
     assert len(problems) == 1, problems
-    assert problems[0].startswith(f"provider 'local' at {url}: provider.batch is on but it has no Message Batches")
+    assert problems[0].startswith(f"provider 'local' at {url}: provider.batch is on but it has no batch API")
     assert "HTTP 404" in problems[0]
+
+
+def test_the_emulator_speaks_openais_batch_api_through_the_sdk() -> None:
+    from openai import AsyncOpenAI
+
+    script = {"tasks": REPLIES, "batches": {"polls": 1, "errored": ["t2"], "expired": ["t3"]}}
+
+    async def scenario() -> None:
+        with Emulator(script) as emu:
+            client = AsyncOpenAI(base_url=emu.openai_base_url, api_key="x", max_retries=0)
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            routes = {"a": ["t1", "main", 1], "b": ["t2", "main", 1], "c": ["t3", "main", 1]}
+            lines = "".join(
+                json.dumps({"custom_id": c, "method": "POST", "url": "/v1/chat/completions", "body": body}) + "\n"
+                for c in routes
+            )
+            upload = await client.files.create(file=("in.jsonl", lines.encode(), "application/jsonl"), purpose="batch")
+            assert upload.purpose == "batch" and upload.bytes == len(lines.encode())
+            batch = await client.batches.create(
+                input_file_id=upload.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                extra_headers={ROUTES_HEADER: json.dumps(routes)},
+            )
+            assert batch.status == "in_progress" and batch.request_counts.total == 3
+            assert (await client.batches.retrieve(batch.id)).status == "in_progress"  # one scripted poll
+            batch = await client.batches.retrieve(batch.id)
+            assert batch.status == "completed" and batch.request_counts.completed == 1
+            assert batch.output_file_id and batch.error_file_id
+            output = [json.loads(x) for x in (await client.files.content(batch.output_file_id)).text.splitlines()]
+            assert output[0]["custom_id"] == "a" and output[0]["response"]["status_code"] == 200
+            assert output[0]["response"]["body"]["choices"][0]["message"]["content"] == "answer \\boxed{1}"
+            errors = {
+                e["custom_id"]: e["error"]["code"]
+                for e in map(json.loads, (await client.files.content(batch.error_file_id)).text.splitlines())
+            }
+            assert errors == {"b": "server_error", "c": "batch_expired"}
+            other = await client.batches.create(
+                input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            assert (await client.batches.cancel(other.id)).status == "cancelled"
+            assert [b.id async for b in client.batches.list()] == [other.id, batch.id]
+
+    asyncio.run(scenario())
