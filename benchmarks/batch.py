@@ -7,7 +7,7 @@ the cost of each (summary.json ``cost_usd``, and the ledger's ``providers.cost_u
 the wall time, whose difference is the overhead batch mode adds (about ``max_wait_s`` + ``poll_s`` per turn on
 the critical path: each turn waits for its batch to fill or time out, then for a poll).
 
-    python -m benchmarks.batch [--max-wait-s 0.5] [--poll-s 0.2] [--runs 1]
+    python -m benchmarks.batch [--protocol anthropic] [--max-wait-s 0.5] [--poll-s 0.2] [--runs 1]
 """
 
 from __future__ import annotations
@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-wait-s", type=float, default=0.5)
     parser.add_argument("--poll-s", type=float, default=0.2)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--protocol", default="anthropic", help="anthropic | openai_chat | openai_responses")
     args = parser.parse_args(argv)
+    wire = f"provider.protocol={args.protocol}"
     batched = (
+        wire,
         "provider.batch.enabled=true",
         f"provider.batch.max_wait_s={args.max_wait_s}",
         f"provider.batch.poll_s={args.poll_s}",
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="flowllm-bench-batch-") as scratch:
         for number in range(args.runs):
-            d_wall, direct, d_answers = run(Path(scratch) / f"direct-{number}")
+            d_wall, direct, d_answers = run(Path(scratch) / f"direct-{number}", wire)
             b_wall, batch, b_answers = run(Path(scratch) / f"batch-{number}", *batched)
             rows.append(
                 {
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                     "wall": (d_wall, b_wall),
                 }
             )
-    print(f"max_wait_s={args.max_wait_s}, poll_s={args.poll_s}, the sample (python -m flowllm defaults)\n")
+    print(f"{args.protocol}, max_wait_s={args.max_wait_s}, poll_s={args.poll_s}, the sample\n")
     print(
         "| run | tasks | same answers | turns | model calls | batches | cost direct / batch (USD) | ratio | "
         "ledger direct / batch | accuracy | wall direct / batch (s) | overhead (s) |"
