@@ -34,16 +34,19 @@ from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError, RunStopped
 from flowllm.experiment import fingerprint, provenance, workers
+from flowllm.experiment.budget_report import batch_cost, budget_summary, spending_settings
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.fork_accounting import fork_summary
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.projection import Projector
 from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.experiment.report import print_summary, what_acted
 from flowllm.experiment.run_stats import check_stats, run_stats, stats_settings
 from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult, load_outcomes, summarize
+from flowllm.experiment.spending import SpendBook, refuse_unpriced
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision, plan_vision, unavailable_tools
@@ -164,6 +167,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     problems = _Problems()
     problems.check(lambda: _check_settings(cfg))
     pipeline_runner = problems.check(lambda: _pipeline(cfg))
+    spend_caps = problems.check(lambda: spending_settings(cfg))  # agent.limits, experiment.budget
     provider_cfg = problems.check(lambda: _provider(cfg))
     if provider_cfg is not None:
         problems.check(lambda: check_provider_config(provider_cfg))
@@ -181,6 +185,10 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
     vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg)) if provider_cfg is not None else None
+    if prices is not None and provider_cfg is not None and judge is not None and spend_caps is not None:
+        models = [t.cfg.model for t in preflight_targets(provider_cfg)]
+        models += [c.model for c in (judge[1], vision.provider_cfg if vision is not None else None) if c is not None]
+        problems.check(lambda: refuse_unpriced(models, prices, *spend_caps))
     if problems.found:
         return None, provider_cfg, problems.found
     pipeline, runner = pipeline_runner
@@ -287,6 +295,8 @@ def build_experiment(
             attempts=cfg.experiment.attempts,
             epochs=cfg.experiment.epochs,
             epoch_reducer=Reducer(cfg.experiment.epoch_reducer),
+            limits=spending_settings(cfg)[0],
+            budget=spending_settings(cfg)[1],
         ),
         progress=progress,
         open_tools=open_tools,
@@ -301,8 +311,12 @@ async def _run_async(
     cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
+    projector = Projector(SpendBook(ledger.path), spending_settings(cfg)[1]) if ledger.path is not None else None
     progress = ProgressReporter(
-        enabled=bool(cfg.progress), ledger=ledger, interval_s=float(cfg.experiment.progress_interval_s)
+        enabled=bool(cfg.progress),
+        ledger=ledger,
+        interval_s=float(cfg.experiment.progress_interval_s),
+        projector=projector,
     )
     catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
@@ -395,6 +409,9 @@ def run_summary(
         attempts=cfg.experiment.attempts,
     )
     summary["status"] = "interrupted" if result.interrupted else "finished"
+    if parts.provider_cfg.batch.enabled:  # billed at the batch factor (flowllm/providers/batch.py)
+        summary["cost"] = batch_cost(summary["cost"], parts.prices, parts.provider_cfg.protocol, run_dir)
+        summary["cost_usd"] = summary["cost"]["total_usd"]
     unavailable = result.tools_unavailable
     # None is "not known here", never "none": the parent of several workers does not see their tool servers.
     summary["tools"] = {
@@ -433,6 +450,9 @@ def run_summary(
         reducer=Reducer(cfg.experiment.epoch_reducer),
         settings=stats_settings(cfg.stats),
         breakdown=list(cfg.dataset.breakdown or []),
+    )
+    summary["budget"] = budget_summary(
+        spending_settings(cfg)[1], result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir)
     )
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)

@@ -13,7 +13,7 @@ from flowllm.agent.sampling import SAMPLING_AGENT, SAMPLING_SUMMARY_PROMPT, Samp
 from flowllm.agent.subagents import SubAgentSpec, SubAgentTools
 from flowllm.agent.turn import AGENT_TURN, LAST_USAGE, MODEL_USAGE_PORT, TurnOutcome
 from flowllm.agent.vision import VISION_AGENT, VisionSpec, VisionTools
-from flowllm.core.interfaces import Provider, SamplingSlot, ToolBackend
+from flowllm.core.interfaces import Halt, Provider, SamplingSlot, ToolBackend, TurnGate
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Pipeline, Runner, TurnContext
 from flowllm.engine.runners import NodeObserver
@@ -49,6 +49,7 @@ class AgentResult:
     sampling_calls: int = 0  # tool servers' sampling requests answered (tools.sampling=answer)
     stop_reason: str | None = None  # of the last reply
     model: str = ""  # the model the last reply names
+    halt: Halt | None = None  # the gate ended the conversation (a per-task limit, the run's budget)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,13 +130,15 @@ class Agent:
         tools: ToolBackend | None,
         *,
         workspace: Path | None = None,
+        gate: TurnGate | None = None,
     ) -> AgentResult:
         """Run the main agent on a task; its sub-agents and the vision tool (when configured) are offered as
         tools, and the servers' sampling requests are answered while it runs (when the pool has a sampler).
-        ``workspace``: the task's folder, where ``ask_image`` finds image files."""
+        ``workspace``: the task's folder, where ``ask_image`` finds image files. ``gate``: asked after every
+        turn of every conversation of the task whether it may go on (per-task limits, the run's budget)."""
         sampler = sampling_slot(tools)
         if not self.subagents and (self.vision is None or workspace is None) and sampler is None:
-            return await self._converse(task_id, prompt, provider, tools, self.settings)
+            return await self._converse(task_id, prompt, provider, tools, self.settings, gate=gate)
         current_turn = 0
 
         def on_turn(turn: int) -> None:
@@ -155,7 +158,7 @@ class Agent:
                     summary_prompt=self.settings.summary_prompt,
                 )
                 return await self._converse(
-                    task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope
+                    task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope, gate=gate
                 )
 
             subagents = SubAgentTools(
@@ -201,7 +204,7 @@ class Agent:
             )
             sampler.bind(sampling)
         try:
-            result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn)
+            result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn, gate=gate)
         finally:
             if sampler is not None:
                 sampler.bind(None)  # a request that arrives after the conversation is declined
@@ -229,6 +232,7 @@ class Agent:
         scope: str = "",
         on_turn: Callable[[int], None] | None = None,
         conversation: list[Message] | None = None,
+        gate: TurnGate | None = None,
     ) -> AgentResult:
         """``conversation``: the messages to start from, instead of one user message holding ``prompt``."""
         specs = await tools.list_tools() if tools is not None else []
@@ -268,11 +272,16 @@ class Agent:
 
         stop = STOP_MAX_TURNS
         number = 0
+        halt: Halt | None = None
         for number in range(1, settings.max_turns + 1):
             outcome = await turn(number, messages, tools)
             messages = outcome.next_messages
             if not outcome.called_tools:
                 stop = STOP_NO_TOOL_CALLS
+                break
+            halt = gate.after_turn(agent, number) if gate is not None else None
+            if halt is not None:  # a limit or the budget: no further model call, not even the summary turn
+                stop = halt.status
                 break
         else:
             # Out of turns: one more turn, without tools, that asks for the final answer.
@@ -295,4 +304,5 @@ class Agent:
             repairs=dict(repairs),
             stop_reason=response.stop_reason,
             model=response.model,
+            halt=halt,
         )

@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     BUG = 1  # an unexpected exception: a traceback was printed (Python's own code)
     CONFIG = 2  # a build error (flowllm.errors.BuildError): nothing ran (one line on stderr)
     SOME_FAILED = 3  # some tasks failed (or were left unfinished by a run error), others completed
+    BUDGET = 3  # the run's budget (experiment.budget) ended it with tasks left: rerun with a higher one to resume
     ALL_FAILED = 4  # every task that ran failed, or a run error stopped the run before any task completed
     SWEEP_JOB_ERROR = 5  # a multirun job could not run or crashed (the others' results are saved)
     INTERRUPTED = 130  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
@@ -30,10 +31,13 @@ def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
     unfinished as failed: 3 when some completed, 4 when none did. A Ctrl-C is 130 whatever finished."""
     if summary.get("status") != "failed" and summary.get("interrupted"):
         return ExitCode.INTERRUPTED
+    if (summary.get("budget") or {}).get("ended_run"):
+        return ExitCode.BUDGET
     failed = int(summary.get("failed") or 0)
     if summary.get("status") == "failed":
         failed += int(summary.get("unfinished") or 0) or 1
-    completed = int(summary.get("completed") or 0)
+    # A task ended by a per-task limit finished (it is scored on its answer): it is not a failure.
+    completed = int(summary.get("completed") or 0) + int(summary.get("limited") or 0)
     if failed == 0:
         return ExitCode.OK
     return ExitCode.ALL_FAILED if completed == 0 else ExitCode.SOME_FAILED

@@ -133,6 +133,17 @@ class RateLimitConfig:
 
 
 @dataclass
+class BatchConfig:
+    """Batch mode (flowllm/providers/batch.py): calls of all running tasks go out together through the provider's
+    batch API (Anthropic Message Batches), billed at the batch factor of conf/pricing.yaml."""
+
+    enabled: bool = False
+    max_size: int = 100  # calls per batch
+    max_wait_s: float = 2.0  # a batch goes out this long after its first call at the latest
+    poll_s: float = 5.0  # how often a batch is polled until it has ended
+
+
+@dataclass
 class ProviderConfig:
     name: str = MISSING
     protocol: str = "anthropic"  # anthropic | openai_chat | openai_responses | replay
@@ -180,6 +191,7 @@ class ProviderConfig:
     wire: WireConfig = field(default_factory=WireConfig)
     # The media the model takes natively; degrade_media turns any other medium into a text description.
     accepts: list[str] = field(default_factory=lambda: ["text", "image"])
+    batch: BatchConfig = field(default_factory=BatchConfig)
 
 
 @dataclass
@@ -333,6 +345,20 @@ class MemoryConfig:
 
 
 @dataclass
+class LimitsConfig:
+    """Per-task limits (flowllm/experiment/spending.py), null = none: a task that reaches one ends after the turn
+    in progress with status ``limit`` and the limit named."""
+
+    tokens: int | None = None  # input + output tokens of every model call of the task
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    turns: int | None = None  # the main agent's turns
+    wall_s: float | None = None
+    working_s: float | None = None  # wall time minus time queued behind rate limits, back-off and breakers
+    score_partial: bool = True  # score the answer a limited task gave, like any completed task's
+
+
+@dataclass
 class AgentConfig:
     max_turns: int = 10
     keep_tool_result: int = -1  # how many of the latest tool results trim_history keeps; -1 keeps all
@@ -340,6 +366,7 @@ class AgentConfig:
     # the request fits. null: no budget.
     max_context_tokens: int | None = None
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     system_prompt: str = ""
     summary_prompt: str = (
         "You have reached the turn limit. Do not call any tool. Give your final answer now, wrapped in \\boxed{}."
@@ -428,6 +455,15 @@ class IntervalMethod(StrEnum):
 
 
 @dataclass
+class BudgetConfig:
+    """The run's budget over its whole ledger (flowllm/experiment/spending.py), null = none: once reached no task
+    starts, running ones end with status ``budget``, exit 3; a rerun with a higher budget resumes."""
+
+    cost_usd: float | None = None
+    tokens: int | None = None
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "sample"
     max_concurrent: int = 4
@@ -454,6 +490,7 @@ class ExperimentConfig:
     executor: Executor = Executor.local
     # ray.init's address for executor=ray: null (a local instance, or $RAY_ADDRESS), auto, ray://host:10001.
     ray_address: str | None = None
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     # Set by the parent of a run with workers > 1 for each worker it starts (its shard file); not for users.
     worker_shard: str | None = None
 

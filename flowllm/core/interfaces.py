@@ -32,6 +32,24 @@ class CallContext:
     scope: str = ""
 
 
+@dataclass(frozen=True)
+class Halt:
+    """Why a conversation ends before the model is done: ``status`` is ``limit`` (a per-task limit, named by
+    ``limit``) or ``budget`` (the run's budget is spent)."""
+
+    status: Literal["limit", "budget"]
+    limit: str | None = None  # the per-task limit reached (agent.limits.<name>), for status limit
+    detail: str = ""  # what was measured against what, one line
+
+
+@runtime_checkable
+class TurnGate(Protocol):
+    """Asked by the agent loop after each turn (its model call and the tool calls it asked for): whether the
+    task may go on. ``agent`` is ``main`` or a sub-agent's name; ``turns`` counts that conversation's turns."""
+
+    def after_turn(self, agent: str, turns: int) -> Halt | None: ...
+
+
 @runtime_checkable
 class Provider(Protocol):
     """One configured model endpoint.

@@ -87,6 +87,8 @@ class Script:
     faults: dict[str, Any] = field(default_factory=dict)
     # SHA-256 prefix (lower-case hex) -> what the image shows, for ${image}.
     images: dict[str, str] = field(default_factory=dict)
+    # The `batches:` section: how the emulated batch APIs behave (flowllm/emulator/batches.py).
+    batches: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, source: str | Path | dict[str, Any]) -> Script:
@@ -104,7 +106,7 @@ class Script:
                 raise ScriptError(f"emulator script {where} is not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ScriptError(f"emulator script {where}: the top level must be a mapping")
-        unknown = set(data) - {"default", "tasks", "faults", "images"}
+        unknown = set(data) - {"default", "tasks", "faults", "images", "batches"}
         if unknown:
             raise ScriptError(f"emulator script {where}: unknown top-level keys {sorted(unknown)}")
         tasks = data.get("tasks") or {}
@@ -127,6 +129,7 @@ class Script:
             tasks={str(k): _entries(v or [], f"{where}: tasks.{k}") for k, v in tasks.items()},
             faults=dict(faults),
             images={k.lower(): str(v) for k, v in images.items()},
+            batches=dict(data.get("batches") or {}),
         )
 
     def key(self, task_id: str | None, agent: str | None) -> str | None:

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from flowllm.emulator import anthropic_wire, media, openai_chat_wire, openai_responses_wire
+from flowllm.emulator.batches import AnthropicBatches, OpenAIBatches
 from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply, request_image_digests
 from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
 from flowllm.emulator.script import Reply, Script
@@ -170,6 +171,9 @@ class EmulatorApp:
         routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
         routes.append(Route("/health", self._health, methods=["GET"]))
         routes.extend(media.routes(script))  # /v1/audio/transcriptions (flowllm/emulator/media.py)
+        self.batches = AnthropicBatches(script, script.batches)  # /v1/messages/batches (batches.py)
+        self.openai_batches = OpenAIBatches(self.batches)  # /v1/files, /v1/batches (batches.py)
+        routes[:0] = [*self.batches.routes(), *self.openai_batches.routes()]
         self.app = _expose_transport(Starlette(routes=routes))
 
     async def _health(self, request: Request) -> Response:

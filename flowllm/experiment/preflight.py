@@ -73,14 +73,39 @@ async def list_models(cfg: ProviderConfig, timeout_s: float) -> None:
         client = openai.AsyncOpenAI(api_key=key, base_url=cfg.base_url, max_retries=0, timeout=timeout_s)
     try:
         await client.models.list()
+        if cfg.batch.enabled:
+            try:  # batch mode: the endpoint must have the batch API (a compatible server has none)
+                if cfg.protocol == "anthropic":
+                    await client.messages.batches.list(limit=1)
+                else:
+                    await client.batches.list(limit=1)
+            except Exception as exc:
+                raise NoBatchApiError(
+                    exc, "/v1/messages/batches" if cfg.protocol == "anthropic" else "batches"
+                ) from exc
     finally:
         await client.close()
+
+
+class NoBatchApiError(Exception):
+    """provider.batch is on and the endpoint's Message Batches API did not answer."""
+
+    def __init__(self, cause: BaseException, path: str) -> None:
+        super().__init__(str(cause))
+        self.status_code = getattr(cause, "status_code", None)
+        self.path = path
 
 
 def describe_reach_failure(target: ProviderTarget, exc: BaseException) -> str:
     """One line: which provider, which URL, what went wrong, what to change."""
     url = target.cfg.base_url or "(the SDK's default URL)"
     where = f"provider '{target.id}' at {url}"
+    if isinstance(exc, NoBatchApiError):
+        said = f"HTTP {exc.status_code}" if exc.status_code is not None else (str(exc).splitlines() or ["no answer"])[0]
+        return (
+            f"{where}: provider.batch is on but it has no batch API ({said} to a listing of {exc.path}); "
+            "drop provider.batch.enabled"
+        )
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     if status in (401, 403):

@@ -58,6 +58,12 @@ def cost_breakdown(usage: Usage, price: Price) -> dict[str, float]:
 class PriceTable:
     prices: dict[str, Price] = field(default_factory=dict)
     source: str = "<dict>"
+    # Protocol -> the factor a batch API's calls are billed at (``batch_factors:``; 0.5 for half price).
+    batch_factors: dict[str, float] = field(default_factory=dict)
+
+    def batch_factor(self, protocol: str) -> float | None:
+        """What a batch call of ``protocol`` costs, as a share of a direct call (None: not known)."""
+        return self.batch_factors.get(protocol)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<dict>") -> PriceTable:
@@ -85,7 +91,15 @@ class PriceTable:
                     raise PricingError(f"{source}: models.{model}.{name} cannot be negative")
                 values[name] = value
             prices[str(model)] = Price(**values)
-        return cls(prices, source)
+        factors = data.get("batch_factors") if isinstance(data, Mapping) and "models" in data else None
+        if factors is not None and not isinstance(factors, Mapping):
+            raise PricingError(f"{source}: batch_factors must map a protocol to a factor (anthropic: 0.5)")
+        batch: dict[str, float] = {}
+        for protocol, raw in (factors or {}).items():
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= 1:
+                raise PricingError(f"{source}: batch_factors.{protocol} must be a number in (0, 1], not {raw!r}")
+            batch[str(protocol)] = float(raw)
+        return cls(prices, source, batch)
 
     @classmethod
     def load(cls, path: Path | str) -> PriceTable:

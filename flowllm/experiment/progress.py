@@ -34,6 +34,7 @@ from rich.progress import (
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from flowllm.experiment.projection import Projector
     from flowllm.experiment.runner import TaskOutcome
 
 
@@ -95,6 +96,18 @@ def _duration(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
+class _ProjectionColumn(ProgressColumn):
+    """The run's projected total cost, tokens and time at the current rate (flowllm/experiment/projection.py)."""
+
+    def __init__(self, projector: Projector) -> None:
+        super().__init__()
+        self.projector = projector
+
+    def render(self, task: Any) -> Text:
+        projection = self.projector.projection()
+        return Text(projection.text() if projection is not None else "proj -")
+
+
 class ProgressReporter:
     """A rich progress bar fed by the experiment on a terminal, plain lines elsewhere; silent when disabled."""
 
@@ -109,6 +122,7 @@ class ProgressReporter:
         clock: Callable[[], float] = time.monotonic,
         stream: TextIO | None = None,
         plain: bool | None = None,
+        projector: Projector | None = None,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled
@@ -120,6 +134,7 @@ class ProgressReporter:
         self.clock = clock
         self.stream = stream
         self.tally = LedgerTally(ledger)
+        self.projector = projector  # projected totals and the one over-budget warning
         self._progress: Progress | None = None
         self._bar: Any = None
         self._swapped: list[tuple[logging.Logger, logging.Handler]] = []
@@ -155,6 +170,8 @@ class ProgressReporter:
         self.already = len(already)
         for outcome in already:
             self._count(outcome)
+        if self.projector is not None:
+            self.projector.start(todo=total - len(already))
         self._started = self.clock()
         if not self.enabled or self.plain:
             return
@@ -165,6 +182,7 @@ class ProgressReporter:
             TextColumn("running {task.fields[running]}"),
             TextColumn("acc {task.fields[accuracy]}"),
             _SpendColumn(self.tally, lambda: self.tokens),
+            *([_ProjectionColumn(self.projector)] if self.projector is not None else []),
             TextColumn("failed {task.fields[failed]}"),
             TimeElapsedColumn(),
             TextColumn("eta"),
@@ -250,6 +268,8 @@ class ProgressReporter:
     def task_done(self, outcome: TaskOutcome) -> None:
         self.running = max(0, self.running - 1)
         self._count(outcome)
+        if self.projector is not None:
+            self.projector.task_ended()
         if self._progress is not None:
             self._progress.update(self._bar, advance=1, **self._fields())
         if not self.enabled or not self.plain:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flowllm.experiment.budget_report import budget_rows
 from flowllm.experiment.fork_accounting import fork_rows
 from flowllm.experiment.infra import infra_row
 from flowllm.experiment.run_stats import stats_rows
@@ -78,8 +79,11 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
         table.add_column(column, justify="right" if column in ("turns", "tool calls", "tokens", "cost") else "left")
     for o in shown:
         mark = "[yellow]unscored" if o.correct is None else "[green]yes" if o.correct else "[red]no"
+        halt = o.halt_detail
         if o.answer is not None:
             answer = escape(str(o.answer)[:MAX_CELL_CHARS])
+        elif halt:  # ended by a limit or the budget before giving an answer
+            answer = f"[yellow]{escape(halt[:MAX_CELL_CHARS])}"
         else:
             answer = f"[red]{escape(short_error(o.error)[:MAX_CELL_CHARS])}"
         attempts = f" ({o.attempts} tries)" if getattr(o, "attempts", 1) > 1 else ""
@@ -90,7 +94,7 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
         table.add_row(
             o.task_id,
             str(o.level),
-            o.status + attempts,
+            o.status + (f" ({o.limit})" if getattr(o, "limit", None) else "") + attempts,
             answer,
             "-" if o.ground_truth is None else escape(str(o.ground_truth)[:MAX_CELL_CHARS]),
             mark,
@@ -159,6 +163,7 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     if summary.get("unfinished"):
         finished += f" ({summary['unfinished']} unfinished)"
     rows.append(("completed / failed", finished))
+    rows.extend(budget_rows(summary))
     if summary.get("resumed"):
         rows.append(("resumed", f"{plural(summary['resumed'], 'task')} already completed by an earlier run"))
     made = summary.get("tool_calls_made", summary["tool_calls"] + summary["bad_tool_calls"])

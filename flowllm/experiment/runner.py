@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.agent.answer import last_boxed
 from flowllm.agent.loop import Agent, AgentResult
 from flowllm.config.schema import Reducer
 from flowllm.core.interfaces import Provider
@@ -44,6 +45,7 @@ from flowllm.experiment.infra import infra_tool_failures
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summary
+from flowllm.experiment.spending import STATUS_BUDGET, STATUS_LIMIT, RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.epochs import current_epoch, running_epoch
@@ -57,6 +59,10 @@ log = logging.getLogger(__name__)
 
 COMPLETED = "completed"
 FAILED = "failed"
+LIMIT = STATUS_LIMIT  # a per-task limit ended it (agent.limits): finished, scored on the answer it gave
+BUDGET = STATUS_BUDGET  # the run's budget ended it (experiment.budget): unfinished, a rerun runs it again
+STATUSES = (COMPLETED, FAILED, LIMIT, BUDGET)
+FINISHED = (COMPLETED, LIMIT)  # a rerun into the same folder keeps these
 TIMING_FILE = "timing.json"
 
 __all__ = [
@@ -109,6 +115,9 @@ class TaskOutcome:
     verdict: str | None = None
     judge: dict[str, Any] | None = None
     categories: dict[str, Any] = field(default_factory=dict)
+    limit: str | None = None  # status limit: which one (agent.limits.<name>); status budget: null
+    halt_detail: str | None = None  # what reached the limit or the budget, one line
+    scored: bool = True  # false: a limited task's answer was not scored (agent.limits.score_partial=false)
     _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Seconds this attempt's own tool servers spent starting (inside its wall time, apart from the calls).
     _tools_start_s: float = field(default=0.0, repr=False)
@@ -118,6 +127,8 @@ class TaskOutcome:
         if self.epochs > 1:
             extra.update(epochs=self.epochs, epoch_reducer=self.epoch_reducer, epoch_log=self.epoch_log)
             extra["score"] = self.score
+        if self.status in (LIMIT, BUDGET):
+            extra.update(limit=self.limit, halt_detail=self.halt_detail, scored=self.scored)
         return {
             "task_id": self.task_id,
             "status": self.status,
@@ -230,8 +241,10 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
         _rescore_epochs(outcome, task, rescore)
     elif task is not None and rescore is not None:
         # Scored by rules: recomputed here. A judged score comes from the judge's own saved verdict instead.
-        # A failed task is wrong when there is a ground truth to be wrong against, unscored otherwise.
-        rescored = rescore(task, outcome.answer) if outcome.status == COMPLETED else unscored_or(task, False)
+        # A failed task is wrong when there is a ground truth to be wrong against, unscored otherwise; so is a
+        # task a limit ended when it is not scored on its partial answer (agent.limits.score_partial=false).
+        finished = outcome.status in FINISHED and outcome.scored
+        rescored = rescore(task, outcome.answer) if finished else unscored_or(task, False)
         if rescored != outcome.correct or outcome.ground_truth != task.ground_truth:
             log.warning(
                 "%s says correct=%s; scored against the dataset it is %s (the dataset's score is used)",
@@ -275,6 +288,8 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "error": (str,),
     "level": (int,),
     "stop": (str,),
+    "limit": (str,),
+    "halt_detail": (str,),
 }
 
 
@@ -298,8 +313,8 @@ def outcome_problems(data: Any) -> list[str]:
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
     if not problems:
-        if data["status"] not in (COMPLETED, FAILED):
-            problems.append(f"status is {data['status']!r}, not {COMPLETED!r} or {FAILED!r}")
+        if data["status"] not in STATUSES:
+            problems.append(f"status is {data['status']!r}, not one of {', '.join(STATUSES)}")
         if data["turns"] < 0 or data["tool_calls"] < 0:
             problems.append("a count is negative")
         usage = data["usage"]
@@ -331,6 +346,8 @@ class ExperimentSettings:
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct one
     epochs: int = 1  # independent runs of every task (flowllm/experiment/epochs.py)
     epoch_reducer: Reducer = Reducer.MEAN
+    limits: TaskLimits = field(default_factory=TaskLimits)  # agent.limits
+    budget: RunBudget = field(default_factory=RunBudget)  # experiment.budget
 
 
 @dataclass
@@ -391,6 +408,10 @@ class Experiment:
         # Outcomes whose result.json has been handed to the recorder: a Ctrl-C that lands while it is being
         # written still counts the task, because the file will be on disk when the run ends.
         self._handed_over: dict[str, TaskOutcome] = {}
+        # The run's ledger, read as every process appends to it: per-task limits and the run's budget.
+        capped = settings.limits.active or settings.budget.active
+        self.spend = SpendBook(RunLayout(recorder.run_dir).ledger) if capped else None
+        self._budget_said = False
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
@@ -400,7 +421,7 @@ class Experiment:
             return None  # another number of epochs: the task runs again (the epochs it has are kept)
         if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
             return None  # an epoch whose answer could not be scored runs again; the others are kept
-        return outcome if outcome is not None and outcome.status == COMPLETED else None
+        return outcome if outcome is not None and outcome.status in FINISHED else None
 
     def _records_dir(self, task: Task) -> Path:
         """The folder of the running attempt's records: the task's, or its epoch's in an epochs run."""
@@ -471,6 +492,11 @@ class Experiment:
         missed = False
         if self.audit is not None:
             self.audit.forget(task.task_id)
+        gate = (
+            TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
+            if self.spend is not None
+            else None
+        )
         try:
             workspace = self._workspace(task)
             try:
@@ -478,7 +504,7 @@ class Experiment:
                     async with self._open_tools(workspace) as tools:
                         try:
                             result = await self.agent.run(
-                                task.task_id, task_prompt(task), self.provider, tools, workspace=workspace
+                                task.task_id, task_prompt(task), self.provider, tools, workspace=workspace, gate=gate
                             )
                         finally:
                             tools_start = tools.startup_seconds if tools is not None else 0.0
@@ -531,10 +557,29 @@ class Experiment:
             categories=self.categories(task),
         )
         outcome._tools_start_s = tools_start
-        outcome.apply_score(await self.score(task, result.answer, number))
+        if result.halt is not None:
+            # Ended by a limit or the budget: its answer is the one it gave (boxed), if it gave one.
+            outcome.status, outcome.limit, outcome.halt_detail = (
+                result.halt.status,
+                result.halt.limit,
+                result.halt.detail,
+            )
+            outcome.answer = last_boxed(result.final_text)
+            outcome.scored = outcome.status == LIMIT and self.settings.limits.score_partial
+            if not outcome.scored:
+                return outcome
+        outcome.apply_score(await self.score(task, outcome.answer, number))
         if not is_scored(replay):
             outcome.correct = None  # the saved replies answered another conversation: the score is not known
         return outcome
+
+    def budget_reached(self) -> bool:
+        """Whether the run's budget is spent (no task or attempt starts then); said once on the console."""
+        halt = self.settings.budget.reached(self.spend.total()) if self.spend is not None else None
+        if halt is not None and not self._budget_said:
+            self._budget_said = True
+            log.warning("flowllm: %s: no new task starts; running tasks stop after their current turn", halt.detail)
+        return halt is not None
 
     async def run_task(self, task: Task) -> TaskOutcome:
         """All attempts (and epochs) at a task; writes its ``result.json`` once, at the end."""
@@ -626,6 +671,10 @@ class Experiment:
         wall = 0.0
         outcome: TaskOutcome | None = None
         for number in range(1, self.settings.attempts + 1):
+            if outcome is not None and self.budget_reached():  # pass@k: no further attempt on a spent budget
+                outcome.status, outcome.correct = BUDGET, False
+                outcome.halt_detail = f"the run's budget was spent before attempt {number}"
+                break
             if outcome is not None:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
             outcome = await self.attempt(task, number)
@@ -635,7 +684,7 @@ class Experiment:
             )
             usage = usage + outcome.usage
             wall += outcome.wall_seconds
-            if outcome.correct:
+            if outcome.correct or outcome.status == BUDGET:
                 break
         assert outcome is not None
         outcome.attempts = len(log_entries)
@@ -718,6 +767,8 @@ class Experiment:
         async def bounded(task: Task) -> None:
             async with semaphore:
                 if self.stop_reason is not None:  # the run directory cannot be written: do not start it
+                    return
+                if self.budget_reached():  # the run's budget is spent: the task stays for a rerun
                     return
                 if self.progress:
                     self.progress.task_started(task.task_id)
@@ -806,10 +857,13 @@ def summarize(
         accuracy = replay["accuracy_scored"]
     return {
         "tasks": total,
-        "finished": len(outcomes),
+        "finished": sum(1 for o in outcomes if o.status != BUDGET),
         "completed": len(completed),
         "failed": sum(1 for o in outcomes if o.status == FAILED),
-        "unfinished": total - len(outcomes),
+        # Ended by a per-task limit (finished, scored on their answer), counted per limit.
+        "limited": sum(1 for o in outcomes if o.status == LIMIT),
+        "limits": dict(sorted(Counter(str(o.limit) for o in outcomes if o.status == LIMIT).items())),
+        "unfinished": total - sum(1 for o in outcomes if o.status != BUDGET),
         "resumed": resumed,
         "correct": tally["correct"],
         "scored": tally["scored"],

@@ -47,12 +47,22 @@ from flowllm.core.interfaces import Provider
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped
+from flowllm.experiment.budget_report import budget_spent, spending_settings
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
+from flowllm.experiment.projection import Projector
 from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import COMPLETED, Experiment, RuleScore, RunResult, TaskOutcome, read_outcome
+from flowllm.experiment.runner import (
+    FINISHED,
+    Experiment,
+    RuleScore,
+    RunResult,
+    TaskOutcome,
+    read_outcome,
+)
+from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
@@ -403,7 +413,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     already: dict[str, TaskOutcome] = {}
     for task in tasks:
         previous = read_outcome(layout.result(task.task_id), task, rescore) if cfg.experiment.resume else None
-        if previous is not None and previous.status == COMPLETED:
+        if previous is not None and previous.status in FINISHED:
             already[task.task_id] = previous
     todo_tasks = [t for t in tasks if t.task_id not in already]
     todo = [t.task_id for t in todo_tasks]
@@ -417,10 +427,12 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
+    projector = Projector(SpendBook(layout.ledger), spending_settings(cfg)[1])
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=LedgerTail(layout.ledger),
         interval_s=float(cfg.experiment.get("progress_interval_s", 10.0)),
+        projector=projector,
     )
     progress.start(total=len(tasks), already=list(already.values()))
     # A 429 met by one worker pauses the others too: its pause goes through a file per provider (limiter.py).
@@ -455,7 +467,9 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
         progress.stop()
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    interrupted = pool.signals > 0 or pool.failure is not None or bool(watcher.pending)
+    # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so).
+    pending = bool(watcher.pending) and not budget_spent(cfg, run_dir)
+    interrupted = pool.signals > 0 or pool.failure is not None or pending
     outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
     finished = [o for o in outcomes if o is not None]
     # The same summary as a one-process run's, built by the same function.

@@ -122,6 +122,13 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def status_label(status: str, limit: str | None) -> str:
+    """A task's status as shown: a completed one in this table answered wrong; a limited one names its limit."""
+    if status == "completed":
+        return "wrong"
+    return f"{status} ({limit})" if limit else status
+
+
 def _status_style(status: str, correct: bool | None = None) -> str:
     if status == "completed":
         return "green" if correct or correct is None else "yellow"
@@ -280,7 +287,7 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
             why = next((f.reason for f in failures if f.task_id == task.task_id), task.error or "")
             table.add_row(
                 task.task_id,
-                Text(task.status if task.status != "completed" else "wrong", style=_status_style(task.status, False)),
+                Text(status_label(task.status, task.field("limit")), style=_status_style(task.status, False)),
                 why,
             )
         console.print(table)

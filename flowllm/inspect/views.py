@@ -200,6 +200,8 @@ def result_row(task: TaskRecord) -> dict[str, Any]:
         "ground_truth": task.field("ground_truth"),
         "turns": task.field("turns", len(task.turns)),
         "stop": task.field("stop"),
+        "limit": task.field("limit"),  # status limit: which of agent.limits ended it
+        "halt_detail": task.field("halt_detail"),  # status limit or budget: what reached it
         "tool_calls": task.field("tool_calls", 0),
         "bad_tool_calls": task.field("bad_tool_calls", 0),
         "failed_tool_calls": task.field("failed_tool_calls", 0),
@@ -216,7 +218,9 @@ def result_row(task: TaskRecord) -> dict[str, Any]:
 class Failure:
     """One thing that went wrong, located: what kind, where, and why."""
 
-    kind: str  # task_failed | wrong_answer | bad_tool_call | repair_failed | tool_error | node_error | unreadable
+    # task_failed | wrong_answer | bad_tool_call | repair_failed | tool_error | node_error | unreadable
+    # | limit (<name>) | budget (a per-task limit or the run's budget ended the task)
+    kind: str
     task_id: str
     reason: str
     agent: str = MAIN_AGENT
@@ -239,7 +243,10 @@ class Failure:
 def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list[Failure]:
     out: list[Failure] = []
     tid = task.task_id
-    if task.status not in ("completed",):
+    if task.status in ("limit", "budget"):  # ended by agent.limits or experiment.budget (spending.py)
+        name = f" ({task.field('limit')})" if task.field("limit") else ""
+        out.append(Failure(f"{task.status}{name}", tid, task.field("halt_detail") or f"status {task.status}"))
+    elif task.status not in ("completed",):
         out.append(Failure("task_failed", tid, task.error or f"status {task.status}"))
     elif task.correct is False and task.field("ground_truth") is not None:
         out.append(

@@ -20,7 +20,7 @@ import math
 import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,6 +36,8 @@ from flowllm.providers.errors import (
     classify_exception,
 )
 
+if TYPE_CHECKING:
+    from flowllm.providers.batch import Batcher
 TASK_HEADER = "X-Flowllm-Task"
 AGENT_HEADER = "X-Flowllm-Agent"
 TURN_HEADER = "X-Flowllm-Turn"
@@ -186,6 +188,8 @@ class BaseProvider:
         # reported with its likely cause (a server with one slot ends a stream when the next request comes).
         self._in_flight = 0
         self._started = 0
+        # Batch mode (provider.batch): the queue this provider's calls go through instead of one request each.
+        self.batcher: Batcher | None = None
 
     @property
     def base_url(self) -> str:
@@ -278,6 +282,8 @@ class BaseProvider:
             self._in_flight -= 1
 
     async def _send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
+        if self.batcher is not None:  # batch mode: the reply body, plus its batch's id
+            return await self.batcher.call(request, context)
         kwargs = self._split(request)
         kwargs["extra_headers"] = self.context_headers(context)
         method = self._method(self.client_for(context))
@@ -342,6 +348,8 @@ class BaseProvider:
         return response
 
     async def aclose(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.aclose()
         for client in self.clients:
             close = getattr(client, "close", None)
             if close is not None:

@@ -26,6 +26,7 @@ from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import Provider
 from flowllm.core.registry import Registry
 from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.batch import batch_journal, check_batch_config, open_batcher
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
 from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.keys import (
@@ -232,6 +233,7 @@ def _check_one(pcfg: ProviderConfig) -> None:
     if pcfg.cache.ttl not in ("5m", "1h"):
         raise ProviderConfigError(f"provider.cache.ttl must be 5m or 1h, not '{pcfg.cache.ttl}'")
     RetryPolicy.from_config(pcfg.retry, provider=pcfg.name)
+    check_batch_config(pcfg)
     check_breaker_config(pcfg.breaker, provider=pcfg.name)
     check_key_pool_config(pcfg.key_pool, provider=pcfg.name)
     check_rate_limit_config(pcfg.rate_limit, provider=pcfg.name)
@@ -351,8 +353,11 @@ async def _open_route(
     providers: dict[str, BaseProvider] = {}
     try:
         slots = _route_keys(cfg)
+        journal = batch_journal(cfg, ledger.path)
         for slot in slots:
             providers[slot.label] = build_provider(cfg, base_url=base_url, api_key=slot.value)
+            if journal is not None:
+                providers[slot.label].batcher = open_batcher(providers[slot.label], cfg, journal, sleep)
         policy = RetryPolicy.from_config(cfg.retry, provider=member_id)
         yield Route(
             id=member_id,

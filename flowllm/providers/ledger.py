@@ -6,7 +6,8 @@ Line types (``type``):
   the call it belongs to, attempt number, key label (never the key), outcome (``ok`` or the error kind), HTTP
   status, retry-after, latency, tokens by kind (``estimated`` when the server reported none), cost in USD
   from the price table, whether a fallback provider served it.
-* ``call``: how one ``send`` ended: which provider answered (or the error), how many attempts, fallback taken.
+* ``call``: how one ``send`` ended: which provider answered (or the error), how many attempts, fallback taken,
+  and ``wait_s``: the call's time not spent in a request (rate limits, a resting key, back-off, breakers).
 * ``skip``: a provider passed over without sending (its breaker open, no usable key, request not portable).
 * ``breaker`` and ``key``: circuit-breaker transitions, key cooldowns and retirements.
 
@@ -49,6 +50,8 @@ class PriceLookup(Protocol):
     """What the ledger needs of a price table (``flowllm.experiment.pricing.PriceTable`` fits)."""
 
     def lookup(self, model: str | None) -> PricedModel | None: ...
+
+    def batch_factor(self, protocol: str) -> float | None: ...
 
 
 def hour_bucket(ts: float) -> str:
@@ -168,11 +171,15 @@ class UsageLedger:
                 self._file.flush()
         return line
 
-    def cost(self, model: str, usage: Usage) -> float | None:
+    def cost(self, model: str, usage: Usage, *, batch_protocol: str | None = None) -> float | None:
+        """USD of ``usage`` on ``model``; a batch call (``batch_protocol``) at the table's batch factor."""
         if self.prices is None:
             return None
         price = self.prices.lookup(model)
-        return None if price is None else round(price.cost(usage), 8)
+        if price is None:
+            return None
+        factor = 1.0 if batch_protocol is None else self.prices.batch_factor(batch_protocol)
+        return None if factor is None else round(price.cost(usage) * factor, 8)
 
     def attempt(
         self,
@@ -192,8 +199,11 @@ class UsageLedger:
         error: Any = None,
         fallback: bool = False,
         limiter_wait_s: float = 0.0,
+        batch: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         usage = usage or Usage()
+        if batch is not None and batch.get("billed_before"):
+            usage = Usage()  # an earlier session read (and billed) this batch result: nothing new is spent
         line: dict[str, Any] = {
             "type": "attempt",
             "ts": round(started, 6),
@@ -216,8 +226,10 @@ class UsageLedger:
             "latency_s": round(latency_s, 6),
             "limiter_wait_s": round(limiter_wait_s, 6),  # waiting for provider.rate_limit before sending
             "usage": usage.to_dict(),
-            "cost_usd": self.cost(model, usage) if error is None else 0.0,
+            "cost_usd": self.cost(model, usage, batch_protocol=protocol if batch else None) if error is None else 0.0,
         }
+        if batch is not None:  # answered through a batch API (flowllm/providers/batch.py)
+            line["batch"] = {k: batch.get(k) for k in ("id", "reused", "billed_before")}
         return self.write(line)
 
     def close(self) -> None:

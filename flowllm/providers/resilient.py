@@ -39,6 +39,7 @@ from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
 from flowllm.providers.base import BaseProvider
+from flowllm.providers.batch import BATCH_KEY
 from flowllm.providers.breaker import CircuitBreaker, Transition
 from flowllm.providers.errors import ProviderCallError
 from flowllm.providers.keys import RETIRE_KINDS, KeyPool, KeySlot, NoUsableKeyError
@@ -116,6 +117,8 @@ class _Call:
     failures: list[tuple[str, ProviderCallError]] = field(default_factory=list)
     skipped: set[tuple[str, str]] = field(default_factory=set)  # (provider, reason) already in the ledger
     breaker_wait_s: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    sending_s: float = 0.0  # the attempts' own latencies; the rest of the call's time was spent waiting
 
     def fail(self, provider: str, error: ProviderCallError) -> None:
         """Remember ``provider``'s latest failure (one entry per provider, in the order they first failed)."""
@@ -296,6 +299,8 @@ class ResilientProvider(ProviderFacade):
         state.number = call.used.get(route.id, 0)
 
         def record(key: str, started_wall: float, started: float, **outcome: Any) -> None:
+            if outcome.get("batch") is None:  # a batch call's time is spent queued behind its batch: waiting
+                call.sending_s += time.perf_counter() - started
             self.ledger.attempt(
                 call=call.id,
                 provider=route.id,
@@ -333,6 +338,7 @@ class ResilientProvider(ProviderFacade):
                     try:
                         raw = await provider.send(wire, context=context)
                         usage = provider.normalize(raw).usage if policy.check_reply else None
+                        batch = raw.get(BATCH_KEY)
                     except ProviderCallError as error:
                         state.last_error = error
                         if error.kind == "rate_limit":  # everyone waits it out, not only this task
@@ -347,7 +353,7 @@ class ResilientProvider(ProviderFacade):
                     reported = True
                     if usage is not None:
                         used_tokens = usage.input_tokens + usage.output_tokens
-                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s)
+                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s, batch=batch)
                     return raw
                 finally:
                     route.limiter.leave(limit, used_tokens)
@@ -425,6 +431,8 @@ class ResilientProvider(ProviderFacade):
                 "failed_providers": [pid for pid, _ in call.failures],
                 "attempts": sum(call.used.values()),
                 "breaker_wait_s": round(call.breaker_wait_s, 6),
+                # Time of the call not spent in a request: rate limits, a resting key, retries' back-off, breakers.
+                "wait_s": round(max(0.0, time.perf_counter() - call.started - call.sending_s), 6),
             }
         )
 

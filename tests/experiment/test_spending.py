@@ -1,0 +1,361 @@
+"""Per-task limits (agent.limits) and the run's budget (experiment.budget), measured on a real usage ledger file.
+
+The units drive ``TaskGate`` and ``Projector`` with ledger lines written by ``UsageLedger`` (two writers on one
+file stand for two worker processes) and a fake clock; the end-to-end tests run the app against the emulator.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from flowllm.cli.exit_codes import ExitCode, run_exit_code
+from flowllm.core.types import Usage
+from flowllm.engine.recorder import read_json
+from flowllm.errors import ConfigError
+from flowllm.experiment.pricing import PriceTable
+from flowllm.experiment.projection import Projector
+from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimits, refuse_unpriced
+from flowllm.providers.ledger import UsageLedger
+from tests.experiment.helpers import CSV_TASK, GAIA, LIST_TASK, MATH_TASK, WRONG_TASK, gaia_overrides, run_flowllm
+
+MODEL = "priced-model"
+PRICES = PriceTable.from_mapping({MODEL: {"input": 1.0, "output": 10.0}})  # USD per million tokens
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def bill(ledger: UsageLedger, task_id: str, input_tokens: int, output_tokens: int, *, ok: bool = True) -> None:
+    ledger.write(
+        {
+            "type": "attempt",
+            "task_id": task_id,
+            "agent": "main",
+            "outcome": "ok" if ok else "server",
+            "usage": Usage(input_tokens=input_tokens, output_tokens=output_tokens).to_dict(),
+            "cost_usd": ledger.cost(MODEL, Usage(input_tokens=input_tokens, output_tokens=output_tokens)) if ok else 0,
+        }
+    )
+
+
+def waited(ledger: UsageLedger, task_id: str, seconds: float) -> None:
+    ledger.write({"type": "call", "task_id": task_id, "outcome": "ok", "wait_s": seconds})
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "usage.jsonl"
+
+
+# ----- settings -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"tokens": 0}, "agent.limits.tokens must be a whole number above 0"),
+        ({"turns": -2}, "agent.limits.turns must be a whole number above 0"),
+        ({"output_tokens": 10.5}, "agent.limits.output_tokens must be a whole number"),
+        ({"cost_usd": float("nan")}, "agent.limits.cost_usd must be a number above 0"),
+        ({"wall_s": True}, "agent.limits.wall_s must be a number above 0"),
+        ({"steps": 3}, "agent.limits has no setting steps"),
+        ({"score_partial": "yes"}, "agent.limits.score_partial must be true or false"),
+    ],
+)
+def test_a_bad_limit_is_one_config_error_naming_it(given: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TaskLimits.from_config(given)
+
+
+def test_a_bad_budget_is_refused() -> None:
+    with pytest.raises(ConfigError, match=re.escape("experiment.budget.cost_usd must be a number above 0")):
+        RunBudget.from_config({"cost_usd": -1})
+    with pytest.raises(ConfigError, match=re.escape("experiment.budget has no setting dollars")):
+        RunBudget.from_config({"dollars": 1})
+    assert RunBudget.from_config({"tokens": 5}).tokens == 5 and not RunBudget.from_config({}).active
+
+
+def test_a_cost_cap_refuses_an_unpriced_model_by_name() -> None:
+    limits, budget = TaskLimits(cost_usd=1.0), RunBudget()
+    refused = re.escape("agent.limits.cost_usd cannot be kept: no price for model 'mystery-1'")
+    with pytest.raises(ConfigError, match=refused):
+        refuse_unpriced([MODEL, "mystery-1"], PRICES, limits, budget)
+    refuse_unpriced(["mystery-1"], PRICES, TaskLimits(tokens=10), RunBudget(tokens=10))  # no cost cap: fine
+    refuse_unpriced([MODEL], PRICES, limits, RunBudget(cost_usd=1.0))
+
+
+# ----- the gate -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("limits", "named"),
+    [
+        (TaskLimits(tokens=1500), "tokens"),
+        (TaskLimits(output_tokens=150), "output_tokens"),
+        (TaskLimits(cost_usd=0.003), "cost_usd"),  # 1000 x $1/M + 100 x $10/M = $0.002 per call
+    ],
+)
+def test_the_gate_halts_a_task_on_its_own_spend_since_the_attempt_began(
+    ledger_path: Path, limits: TaskLimits, named: str
+) -> None:
+    with UsageLedger(ledger_path, prices=PRICES) as ledger:
+        bill(ledger, "t", 50_000, 5_000)  # an earlier attempt (or session) of the task: not this attempt's
+        bill(ledger, "other", 50_000, 5_000)  # another task's spend
+        gate = TaskGate("t", SpendBook(ledger_path), limits, RunBudget())
+        bill(ledger, "t", 1000, 100)
+        bill(ledger, "t", 9_999, 9_999, ok=False)  # a failed attempt bills nothing
+        assert gate.after_turn("main", 1) is None
+        bill(ledger, "t", 1000, 100)
+        halt = gate.after_turn("main", 2)
+    assert halt is not None and halt.status == "limit" and halt.limit == named
+    assert f"agent.limits.{named}" in halt.detail
+
+
+def test_turns_count_the_main_agent_and_time_is_wall_minus_waiting(ledger_path: Path) -> None:
+    clock = Clock()
+    with UsageLedger(ledger_path, prices=PRICES) as ledger:
+        book = SpendBook(ledger_path)
+        turns = TaskGate("t", book, TaskLimits(turns=3), RunBudget(), clock=clock)
+        assert turns.after_turn("researcher", 5) is None, "a sub-agent's turns are its own"
+        assert turns.after_turn("main", 2) is None
+        halt = turns.after_turn("main", 3)
+        assert halt is not None and halt.limit == "turns"
+
+        working = TaskGate("w", book, TaskLimits(working_s=10.0, wall_s=30.0), RunBudget(), clock=clock)
+        clock.now += 12.0
+        waited(ledger, "w", 4.0)  # 4 s behind a rate limit or a back-off: not working time
+        assert working.after_turn("main", 1) is None  # worked 8 s
+        clock.now += 3.0
+        halt = working.after_turn("main", 2)  # worked 11 s of 15 s
+        assert halt is not None and halt.limit == "working_s" and "11.0s" in halt.detail
+        clock.now += 20.0
+        waited(ledger, "w", 100.0)  # more waiting than wall time (concurrent calls): working time stays >= 0
+        halt = working.after_turn("main", 3)
+        assert halt is not None and halt.limit == "wall_s"
+
+
+def test_the_budget_counts_every_writer_of_the_run_ledger(ledger_path: Path) -> None:
+    budget = RunBudget(tokens=3000)
+    with UsageLedger(ledger_path, prices=PRICES) as mine, UsageLedger(ledger_path, prices=PRICES) as other_worker:
+        gate = TaskGate("a", SpendBook(ledger_path), TaskLimits(), budget)
+        bill(mine, "a", 1000, 0)
+        assert gate.after_turn("main", 1) is None
+        bill(other_worker, "b", 2000, 0)  # another worker's task
+        halt = gate.after_turn("main", 2)
+    assert halt is not None and halt.status == "budget" and halt.limit is None
+    assert "3,000 tokens of its 3,000" in halt.detail
+
+
+# ----- projection -------------------------------------------------------------------------------------------------
+def test_projection_scales_this_sessions_rate_and_warns_once(
+    ledger_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    with UsageLedger(ledger_path, prices=PRICES) as ledger:
+        bill(ledger, "old", 1000, 0)  # an earlier session: $0.001
+        projector = Projector(SpendBook(ledger_path), RunBudget(cost_usd=0.01), clock=clock)
+        projector.start(todo=4)
+        assert projector.projection() is None, "nothing is projected before a task ends"
+        bill(ledger, "a", 1000, 100)  # $0.002
+        clock.now += 30.0
+        with caplog.at_level(logging.WARNING):
+            projector.task_ended()
+            projection = projector.projection()
+            assert projection is not None
+            assert projection.cost_usd == pytest.approx(0.001 + 4 * 0.002)  # within $0.01: no warning
+            assert projection.tokens == 1000 + 4 * 1100 and projection.seconds == pytest.approx(120.0)
+            assert projection.text() == "proj $0.0090 5,400 tok 2m00s"
+            assert not caplog.records
+            bill(ledger, "b", 2000, 200)  # $0.004: the rate rises
+            projector.task_ended()
+            bill(ledger, "c", 2000, 200)
+            projector.task_ended()
+        warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "above experiment.budget.cost_usd=$0.01" in warnings[0]
+
+
+# ----- exit codes -------------------------------------------------------------------------------------------------
+def test_exit_codes_of_limited_and_budget_stopped_runs() -> None:
+    assert run_exit_code({"completed": 0, "limited": 2, "failed": 0}) is ExitCode.OK
+    assert run_exit_code({"completed": 0, "limited": 1, "failed": 1}) is ExitCode.SOME_FAILED
+    assert run_exit_code({"completed": 1, "failed": 0, "budget": {"ended_run": True}}) == 3
+
+
+# ----- end to end ---------------------------------------------------------------------------------------------------
+GUESSING_SCRIPT = f"""
+default:
+  - text: "\\\\boxed{{none}}"
+tasks:
+  {CSV_TASK}:
+    - text: |
+        My first guess is \\boxed{{3}}; let me check.
+        <use_mcp_tool>
+        <server_name>tool-python</server_name>
+        <tool_name>run_python</tool_name>
+        <arguments>{{"code": "print(3)"}}</arguments>
+        </use_mcp_tool>
+    - text: "\\\\boxed{{3}}"
+  {MATH_TASK}:
+    - text: |
+        <use_mcp_tool>
+        <server_name>tool-python</server_name>
+        <tool_name>run_python</tool_name>
+        <arguments>{{"code": "print(150.0)"}}</arguments>
+        </use_mcp_tool>
+    - text: "\\\\boxed{{150}}"
+"""
+
+
+def _ids(*ids: str) -> str:
+    return f"dataset.task_ids=[{','.join(ids)}]"
+
+
+def test_a_turn_limit_ends_tasks_with_the_limit_named_and_scores_the_answer_given(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(GUESSING_SCRIPT)
+    run_dir = tmp_path / "run"
+    proc = run_flowllm(
+        *gaia_overrides(
+            f"hydra.run.dir={run_dir}",
+            f"provider.emulator_script={script}",
+            _ids(CSV_TASK, MATH_TASK, LIST_TASK),
+            "agent.limits.turns=1",
+        )
+    )
+    assert proc.returncode == ExitCode.OK, proc.stderr[-2000:]
+    guessed = read_json(run_dir / "tasks" / CSV_TASK / "result.json")
+    assert (guessed["status"], guessed["limit"], guessed["answer"], guessed["correct"]) == ("limit", "turns", "3", True)
+    assert guessed["turns"] == 1 and "agent.limits.turns" in guessed["halt_detail"]
+    silent = read_json(run_dir / "tasks" / MATH_TASK / "result.json")
+    assert (silent["status"], silent["answer"], silent["correct"]) == ("limit", None, False), "no answer given"
+    summary = read_json(run_dir / "summary.json")
+    assert summary["limited"] == 2 and summary["limits"] == {"turns": 2} and summary["completed"] == 1
+    assert summary["correct"] == 1 and summary["unfinished"] == 0  # the guess; the third task answers "none"
+    assert "ended by a limit" in proc.stdout and "limit (turns)" in proc.stdout
+
+    shown = run_flowllm_inspect(run_dir)
+    assert "limit (turns)" in shown
+
+    # A rerun keeps the limited tasks (a limit is a setting like any other): nothing runs again.
+    again = run_flowllm(
+        *gaia_overrides(
+            f"hydra.run.dir={run_dir}",
+            f"provider.emulator_script={script}",
+            _ids(CSV_TASK, MATH_TASK, LIST_TASK),
+            "agent.limits.turns=1",
+        )
+    )
+    assert again.returncode == ExitCode.OK
+    assert read_json(run_dir / "summary.json")["resumed"] == 3
+
+
+def test_score_partial_false_leaves_a_limited_answer_unscored(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(GUESSING_SCRIPT)
+    run_dir = tmp_path / "run"
+    proc = run_flowllm(
+        *gaia_overrides(
+            f"hydra.run.dir={run_dir}",
+            f"provider.emulator_script={script}",
+            _ids(CSV_TASK),
+            "agent.limits.output_tokens=1",
+            "agent.limits.score_partial=false",
+        )
+    )
+    assert proc.returncode == ExitCode.OK, proc.stderr[-2000:]
+    result = read_json(run_dir / "tasks" / CSV_TASK / "result.json")
+    assert (result["status"], result["limit"], result["answer"]) == ("limit", "output_tokens", "3")
+    assert result["correct"] is False and result["scored"] is False
+
+
+def run_flowllm_inspect(run_dir: Path) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "flowllm.inspect", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.stdout
+
+
+def test_a_budget_stops_the_run_exits_3_and_a_higher_budget_resumes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ids = _ids(CSV_TASK, MATH_TASK, LIST_TASK, WRONG_TASK)
+    # One task at a time: the first (two calls, ~$0.0085) spends the $0.008 budget, so nothing else starts.
+    capped = ("experiment.max_concurrent=1", f"hydra.run.dir={run_dir}", ids)
+    proc = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.008"))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    budget = summary["budget"]
+    assert budget["ended_run"] is True and "experiment.budget.cost_usd" in budget["reason"]
+    assert budget["spent"]["cost_usd"] >= 0.008
+    assert summary["status"] == "finished" and summary["interrupted"] is False
+    assert summary["finished"] + summary["unfinished"] == 4 and summary["unfinished"] >= 3
+    stopped = budget["stopped_tasks"]
+    assert budget["not_started"] + len(stopped) == summary["unfinished"]
+    for task_id, used in stopped.items():
+        assert read_json(run_dir / "tasks" / task_id / "result.json")["status"] == "budget"
+        assert used["tokens"] > 0 and used["cost_usd"] > 0
+    assert "the budget ended the run" in proc.stdout
+
+    resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["unfinished"] == 0 and summary["completed"] == 4 and summary["budget"]["ended_run"] is False
+    assert summary["resumed"] >= 1
+    assert summary["budget"]["spent"]["cost_usd"] > budget["spent"]["cost_usd"], "the ledger spans both sessions"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("agent.limits.tokens=0", "agent.limits.tokens must be a whole number above 0"),
+        ("+agent.limits.steps=3", "steps"),
+        ("experiment.budget.tokens=-5", "experiment.budget.tokens must be a whole number above 0"),
+    ],
+)
+def test_bad_caps_exit_2_with_one_line(tmp_path: Path, override: str, message: str) -> None:
+    proc = run_flowllm(*gaia_overrides(f"hydra.run.dir={tmp_path / 'run'}", "tools=none", override))
+    assert proc.returncode == ExitCode.CONFIG, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "run" / "tasks").exists()
+
+
+def test_a_cost_budget_with_an_unpriced_model_is_refused_naming_it(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  some-other-model: {input: 1, output: 1}\n")
+    proc = run_flowllm(
+        *gaia_overrides(
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "tools=none",
+            f"experiment.pricing={prices}",
+            "experiment.budget.cost_usd=5",
+        )
+    )
+    assert proc.returncode == ExitCode.CONFIG
+    assert "no price for model 'flowllm-emulator'" in proc.stderr and "experiment.budget.cost_usd" in proc.stderr
+    assert GAIA.is_dir()
+
+
+def test_the_budget_counts_every_worker_process(tmp_path: Path) -> None:
+    """Two worker processes append to one ledger: each stops on the run's total, not on its own spend."""
+    run_dir = tmp_path / "run"
+    ids = _ids(CSV_TASK, MATH_TASK, LIST_TASK, WRONG_TASK)
+    capped = (f"hydra.run.dir={run_dir}", ids, "tools=none", "experiment.workers=2", "experiment.max_concurrent=2")
+    proc = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.002"))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    assert summary["budget"]["ended_run"] is True and summary["interrupted"] is False
+    assert summary["unfinished"] >= 2, "neither worker went on once the run's ledger reached the budget"
+    assert "the budget ended the run" in proc.stdout
+    resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
+    assert read_json(run_dir / "summary.json")["unfinished"] == 0
