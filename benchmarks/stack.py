@@ -195,7 +195,7 @@ async def run_experiment(
     return RunFigures(
         wall_s=wall,
         completed=sum(o.status == "completed" for o in outcomes),
-        correct=sum(o.correct for o in outcomes),
+        correct=sum(o.correct is True for o in outcomes),
         turns=sum(o.turns for o in outcomes),
         errors=sorted({o.error for o in outcomes if o.error})[:3],
         cpu_s=cpu,

@@ -30,7 +30,7 @@ from flowllm.cli.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline
-from flowllm.engine.recorder import Redactor, atomic_write
+from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError, RunStopped
 from flowllm.experiment import fingerprint, provenance, workers
@@ -559,7 +559,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         )
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     summary["tools"]["sandbox_gaps"] = session.gaps
-    atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
+    try:
+        atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
+    except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
+        summary.update(status="failed", error=str(exc))
+        raise RunStopped(str(exc), summary) from exc
     print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
     return summary
 

@@ -45,7 +45,7 @@ from flowllm.agent.vision import VisionSpec
 from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.core.interfaces import Provider
 from flowllm.engine import Recorder
-from flowllm.engine.recorder import Redactor, atomic_write
+from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.budget_report import budget_spent, spending_settings
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
@@ -479,7 +479,11 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     if pool.failure is not None:
         summary["status"] = "failed"
         summary["error"] = pool.failure
-    atomic_write(layout.summary, Redactor(secrets).dumps(summary))
+    try:
+        atomic_write(layout.summary, Redactor(secrets).dumps(summary))
+    except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
+        summary.update(status="failed", error=str(exc))
+        raise RunStopped(str(exc), summary) from exc
     print_summary(summary, finished, run_dir)
     if pool.failure is not None:
         raise RunStopped(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume", summary)

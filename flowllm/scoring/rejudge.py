@@ -49,7 +49,9 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
-    if any(o.key_or_group.split("/")[-1].split(".")[0] == "experiment" for o in parsed):
+    # An experiment named on the command line (+experiment=...) is replayed as named; a setting of the
+    # experiment section (experiment.resume=force) is not a choice of experiment.
+    if any(o.key_or_group.lstrip("+~").split("/")[-1] == "experiment" for o in parsed):
         return cfg
     saved_path = RunLayout(resolve_run_dir(str(cfg.provider.run_dir))).config
     if not saved_path.is_file():

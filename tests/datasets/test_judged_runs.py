@@ -140,7 +140,8 @@ def test_a_judged_run_scores_through_the_judge_and_counts_it_apart(runs: dict[st
     assert judge["verdicts"] == {"correct": 2, "incorrect": 1}
     assert judge["parse_failures"] == 0 and judge["calls"] == 3
     assert judge["usage"]["input_tokens"] > 0
-    assert summary["breakdown"]["topic"]["Games"] == {"tasks": 1, "correct": 0, "accuracy": 0.0}
+    games = {"tasks": 1, "scored": 1, "unscored": 0, "correct": 0, "accuracy": 0.0}
+    assert summary["breakdown"]["topic"]["Games"] == games
     # The agent's ledger holds the agent's calls only; the judge's are in its own.
     assert {line["agent"] for line in attempts(run / "usage.jsonl")} == {"main"}
     assert {line["agent"] for line in attempts(run / "judge_usage.jsonl")} == {"judge"}
@@ -224,7 +225,8 @@ def test_the_other_judged_samples_run_end_to_end(runs: dict[str, Path]) -> None:
     assert [j["benchmark"] for j in jobs] == ["hle_sample", "xbench_deepsearch_sample", "webwalkerqa_sample"]
     assert [(j["status"], j["correct"], j["tasks"], j["scoring_errors"]) for j in jobs] == [("ok", 2, 3, 0)] * 3
     hle = read_json(runs["others"] / "0" / "summary.json")
-    assert hle["breakdown"]["category"]["Math"] == {"tasks": 2, "correct": 1, "accuracy": 0.5}
+    math = {"tasks": 2, "scored": 2, "unscored": 0, "correct": 1, "accuracy": 0.5}
+    assert hle["breakdown"]["category"]["Math"] == math
     assert hle["judge"]["template"] == "hle"
 
 
