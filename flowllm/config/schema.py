@@ -452,6 +452,13 @@ class PreflightConfig:
 
 
 @dataclass
+class TelemetryConfig:
+    """OpenTelemetry spans sent while the run runs (flowllm/telemetry/live.py); null: none."""
+
+    otlp_endpoint: str | None = None  # an OTLP/HTTP receiver, e.g. http://127.0.0.1:6006 (/v1/traces is added)
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -468,6 +475,7 @@ class FlowConfig:
     replay: ReplayToolsConfig = field(default_factory=ReplayToolsConfig)
     progress: bool = True
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 SCHEMAS: dict[str, type] = {
