@@ -289,6 +289,8 @@ def read_conversation(base: Path, agent: str, scope: str, call_id: str | None) -
     for record in turns:
         builder = TurnBuilder(record.number, keep_prompt=record.number == turns[0].number)
         for node in record.nodes:
+            if node.index is None and not (node.path / META_FILE).exists():
+                continue  # a folder of nested conversations (subagents/, a compaction call), not a node
             output = read_artifact(node.path / OUTPUT_FILE) if (node.path / META_FILE).exists() else None
             value = output.value if output is not None and output.ok and isinstance(output.value, dict) else None
             builder.add(node_event(node), value)
