@@ -53,7 +53,7 @@ from flowllm.scoring.judge import judge_template
 from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
-from flowllm.telemetry.live import attach_telemetry
+from flowllm.telemetry.live import attach_telemetry, check_telemetry
 from flowllm.tools import load_settings, open_tool_pool
 from flowllm.tools.python import limits_from_args, probe_gaps
 from flowllm.tools.sandbox import describe_gaps, protect_process
@@ -110,6 +110,7 @@ def _check_settings(cfg: DictConfig) -> None:
     if cfg.agent.max_turns < 1:
         raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
     check_timeouts(cfg)
+    check_telemetry(cfg)
 
 
 def _pipeline(cfg: DictConfig) -> tuple[Any, Any]:

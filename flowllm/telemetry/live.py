@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from flowllm.errors import BuildError
+from flowllm.errors import BuildError, ConfigError
 from flowllm.export.trace import Conversation, NodeEvent, TaskTrace, TurnBuilder, parse_time
 from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE
 from flowllm.rundir.taskdirs import task_folder_name
@@ -161,6 +161,17 @@ def open_live_telemetry(endpoint: str | None, run_dir: Path, dumps: Callable[[An
         log.warning("telemetry: %s; the run goes on without it", exc)
         return None
     return LiveTelemetry(pipeline, run_dir, dumps)
+
+
+def check_telemetry(cfg: Any) -> None:
+    """Refuses a ``telemetry.otlp_endpoint`` that is not an http(s) URL, before anything runs (exit 2)."""
+    telemetry = cfg.get("telemetry")
+    endpoint = telemetry.get("otlp_endpoint") if telemetry is not None else None
+    if endpoint:
+        try:
+            traces_url(str(endpoint))
+        except EndpointError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def attach_telemetry(cfg: Any, recorder: Recorder) -> LiveTelemetry | None:
