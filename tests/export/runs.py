@@ -11,11 +11,13 @@ split but was never run (a GAIA submission must still list it):
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
-from tests.replay.runs import Finished, run_flowllm
+from tests.replay.runs import PROJECT_ROOT, Finished, run_flowllm
 
 DELEGATE = """I'll hand the computation to the analyst.
 <use_mcp_tool>
@@ -73,4 +75,15 @@ def export_run(base: Path, *overrides: str) -> Finished:
         f"dataset.task_ids=[{','.join(RUN_TASKS)}]",
         "~tools.servers.tool-files",
         *overrides,
+    )
+
+
+def flowllm_export(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m flowllm.inspect export RUN ...`` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "flowllm.inspect", "export", str(run), *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
