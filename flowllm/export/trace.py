@@ -178,6 +178,15 @@ class TurnBuilder:
         wanted = TRACE_KEYS | PROMPT_KEYS if self.keep_prompt else TRACE_KEYS
         return any(k in wanted for k in keys)
 
+    def pick(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of a node's outputs a span needs (not the histories a request or a dispatch carries along)."""
+        wanted = TRACE_KEYS | PROMPT_KEYS if self.keep_prompt else TRACE_KEYS
+        picked = {k: v for k, v in outputs.items() if k in wanted}
+        request = picked.get("raw_request")
+        if isinstance(request, Mapping):
+            picked["raw_request"] = {"model": request.get("model")}
+        return picked
+
     def add(self, event: NodeEvent, outputs: Mapping[str, Any] | None) -> None:
         self.turn.nodes.append(event)
         out = outputs or {}

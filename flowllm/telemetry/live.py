@@ -83,7 +83,7 @@ class LiveTelemetry:
                 str(meta.get("status") or "ok"),
                 meta.get("error"),
             )
-            values = orjson.loads(self.dumps(dict(outputs))) if outputs and builder.wants(outputs) else None
+            values = orjson.loads(self.dumps(builder.pick(outputs))) if outputs and builder.wants(outputs) else None
             builder.add(event, values)
         except Exception as exc:  # never the run's problem
             self._fail(exc)
