@@ -5,14 +5,10 @@ split's count of tasks per level."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.export.runs import ROWS, RUN_TASKS, SPLIT
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.export.runs import ROWS, RUN_TASKS, SPLIT, flowllm_export
 
 
 def leaderboard_problems(path: Path, split: list[dict]) -> list[str]:
@@ -44,19 +40,9 @@ def leaderboard_problems(path: Path, split: list[dict]) -> list[str]:
     return problems
 
 
-def export(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", "export", str(run), *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 def test_every_task_of_the_split_is_in_the_file_and_unanswered_ones_are_named(saved_run: Path, tmp_path: Path) -> None:
     target = tmp_path / "submission.jsonl"
-    done = export(saved_run, "--format", "gaia-submission", "-o", str(target))
+    done = flowllm_export(saved_run, "--format", "gaia-submission", "-o", str(target))
     assert done.returncode == 0, done.stderr
     assert leaderboard_problems(target, ROWS) == []
     lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]

@@ -3,36 +3,23 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flowllm.engine.recorder import read_json
+from tests.export.runs import flowllm_export
 
 inspect_log = pytest.importorskip(
     "inspect_ai.log", reason='inspect_ai is not installed (pip install "flowllm[inspect]")'
 )
 inspect_analysis = pytest.importorskip("inspect_ai.analysis")
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-def export(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", "export", str(run), *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
 
 @pytest.fixture(scope="module")
 def eval_file(saved_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("inspect") / "run.eval"
-    done = export(saved_run, "--format", "inspect", "-o", str(target))
+    done = flowllm_export(saved_run, "--format", "inspect", "-o", str(target))
     assert done.returncode == 0, done.stderr
     assert "2 sample(s)" in done.stdout
     return target
