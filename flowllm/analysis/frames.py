@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import yaml
 
 from flowllm.export.ledger import read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, open_source
@@ -81,15 +80,6 @@ def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _overrides(run_dir: Path) -> list[str]:
-    path = run_dir / ".hydra" / "overrides.yaml"
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return []
-    return [str(o) for o in loaded or []]
-
-
 def _run_row(source: RunSource) -> dict[str, Any]:
     summary = source.summary or {}
     row: dict[str, Any] = {
@@ -99,7 +89,7 @@ def _run_row(source: RunSource) -> dict[str, Any]:
         "model": source.model,
         "runner": summary.get("runner", source.setting("runner.name")),
         "repair": summary.get("repair", source.setting("repair.name")),
-        "overrides": " ".join(_overrides(source.path)),
+        "overrides": " ".join(source.overrides),
         "status": summary.get("status", "running or interrupted" if not summary else None),
     }
     for key in ("tasks", "finished", "completed", "failed", "correct", "accuracy", "cost_usd", "wall_seconds"):

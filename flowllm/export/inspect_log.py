@@ -44,6 +44,18 @@ STOP_REASONS = {
     "content_filter": "content_filter",
 }
 CORRECT, INCORRECT = "C", "I"
+# The run's settings shown as the eval's task arguments (the whole config stays in the run's .hydra/config.yaml).
+SETTINGS = (
+    "provider.name",
+    "provider.protocol",
+    "provider.tool_protocol",
+    "agent.max_turns",
+    "runner.name",
+    "repair.name",
+    "dataset.path",
+    "dataset.scorer",
+    "experiment.attempts",
+)
 
 
 def require_inspect() -> None:
@@ -285,6 +297,7 @@ class SampleBuilder:
 def build_eval_log(source: RunSource) -> EvalLog:
     require_inspect()
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec, EvalStats
+    from inspect_ai.model import GenerateConfig
 
     model = f"{source.provider}/{source.model}"
     builder = SampleBuilder(source, model, task_costs(read_ledger(source.ledger)))
@@ -323,10 +336,16 @@ def build_eval_log(source: RunSource) -> EvalLog:
             sample_ids=[t.task_id for t in source.traces],
         ),
         model=model,
+        model_generate_config=GenerateConfig(
+            max_tokens=source.setting("provider.max_tokens"), temperature=source.setting("provider.temperature")
+        ),
+        model_base_url=source.setting("provider.base_url"),
+        task_args={key: source.setting(key) for key in SETTINGS if source.setting(key) is not None},
         config=EvalConfig(epochs=max((t.epoch for t in traces), default=1)),
         packages={"flowllm": __version__},
         metadata={
             "flowllm_run": str(source.path),
+            "overrides": source.overrides,
             "runner": summary.get("runner"),
             "repair": summary.get("repair"),
             "provider": source.provider,

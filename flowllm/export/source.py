@@ -20,6 +20,8 @@ from flowllm.export.trace import TaskTrace, read_run_traces
 from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.records import read_artifact
 
+OVERRIDES_FILE = ".hydra/overrides.yaml"
+
 
 class ExportError(Exception):
     """Nothing can be exported (not a run, a missing optional package, an unwritable file): one line."""
@@ -61,6 +63,15 @@ class RunSource:
     @property
     def ledger(self) -> Path:
         return self.path / LEDGER_FILE
+
+    @property
+    def overrides(self) -> list[str]:
+        """The run's command-line overrides (Hydra's .hydra/overrides.yaml); [] when not known."""
+        try:
+            loaded = yaml.safe_load((self.path / OVERRIDES_FILE).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            return []
+        return [str(o) for o in loaded] if isinstance(loaded, list) else []
 
 
 def open_source(path: Path | str) -> RunSource:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from flowllm.engine.recorder import read_json
 from tests.export.runs import flowllm_export
@@ -30,6 +31,10 @@ def test_inspect_reads_the_same_samples_scores_and_tokens(saved_run: Path, eval_
     summary = read_json(saved_run / "summary.json")
     assert log.status == "success"
     assert log.eval.model == f"{summary['provider']}/{summary['model']}"
+    config = yaml.safe_load((saved_run / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
+    assert log.eval.task_args["agent.max_turns"] == config["agent"]["max_turns"]
+    assert log.eval.model_generate_config.max_tokens == config["provider"]["max_tokens"]
+    assert "+subagents=analyst" in log.eval.metadata["overrides"]
     assert log.results is not None and log.results.completed_samples == summary["tasks"] == 2
     assert log.results.scores[0].metrics["accuracy"].value == summary["accuracy"] == 0.5
     usage = log.stats.model_usage[log.eval.model]
