@@ -5,9 +5,10 @@
     frames.tasks.groupby("model")["correct"].mean()
 
 pandas is an optional dependency (``pip install "flowllm[analysis]"``); without it ``load`` raises
-``AnalysisUnavailable`` with that command.
+``AnalysisUnavailable`` with that command. A path holding no run raises ``ExportError``.
 """
 
 from flowllm.analysis.frames import AnalysisUnavailable, Frames, find_runs, load
+from flowllm.export.source import ExportError
 
-__all__ = ["AnalysisUnavailable", "Frames", "find_runs", "load"]
+__all__ = ["AnalysisUnavailable", "ExportError", "Frames", "find_runs", "load"]

@@ -22,7 +22,14 @@ from flowllm.errors import BuildError, ConfigError
 from flowllm.export.trace import Conversation, NodeEvent, TaskTrace, TurnBuilder, parse_time
 from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE
 from flowllm.rundir.taskdirs import task_folder_name
-from flowllm.telemetry.exporter import EndpointError, SpanPipeline, TelemetryUnavailable, open_pipeline, traces_url
+from flowllm.telemetry.exporter import (
+    EndpointError,
+    SpanPipeline,
+    TelemetryUnavailable,
+    open_pipeline,
+    require_sdk,
+    traces_url,
+)
 from flowllm.telemetry.spans import SpanBuilder
 
 if TYPE_CHECKING:
@@ -164,14 +171,18 @@ def open_live_telemetry(endpoint: str | None, run_dir: Path, dumps: Callable[[An
 
 
 def check_telemetry(cfg: Any) -> None:
-    """Refuses a ``telemetry.otlp_endpoint`` that is not an http(s) URL, before anything runs (exit 2)."""
+    """Refuses a ``telemetry.otlp_endpoint`` that is not an http(s) URL, or set without the SDK installed, before
+    anything runs (exit 2)."""
     telemetry = cfg.get("telemetry")
     endpoint = telemetry.get("otlp_endpoint") if telemetry is not None else None
     if endpoint:
         try:
             traces_url(str(endpoint))
-        except EndpointError as exc:
-            raise ConfigError(str(exc)) from None
+            require_sdk()
+        except (EndpointError, TelemetryUnavailable) as exc:
+            raise ConfigError(
+                f"telemetry.otlp_endpoint is set, but {exc}" if isinstance(exc, TelemetryUnavailable) else str(exc)
+            ) from None
 
 
 def attach_telemetry(cfg: Any, recorder: Recorder) -> LiveTelemetry | None:

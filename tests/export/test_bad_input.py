@@ -144,3 +144,16 @@ def test_a_malformed_endpoint_stops_the_run_before_it_starts(tmp_path: Path) -> 
     done = export_run(tmp_path, "telemetry.otlp_endpoint=ftp://example").check(2)
     assert "telemetry.otlp_endpoint must be an http(s) URL" in done.stderr
     assert not (done.run_dir / "tasks").exists()
+
+
+def test_telemetry_without_the_sdk_is_refused_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flowllm.errors import ConfigError
+    from flowllm.telemetry.live import check_telemetry
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "opentelemetry.sdk" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r'telemetry.otlp_endpoint is set, but .*pip install "flowllm\[telemetry\]"'):
+        check_telemetry({"telemetry": {"otlp_endpoint": "http://127.0.0.1:6006"}})
+    check_telemetry({"telemetry": {"otlp_endpoint": None}})  # not set: nothing is needed
