@@ -9,7 +9,7 @@
     python -m flowllm.inspect diff RUN_A RUN_B [--all]
     python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
     python -m flowllm.inspect usage RUN [RUN...] [--by user,model]   usage ledgers summed across runs
-    python -m flowllm.inspect export RUN --format inspect|otlp|gaia-submission [-o FILE] [--endpoint URL]
+    python -m flowllm.inspect export RUN --format inspect|otlp|gaia-submission [-o FILE] [--endpoint URL]  (no --json)
 
 Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
 for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
