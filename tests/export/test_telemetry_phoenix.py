@@ -177,3 +177,13 @@ def test_live_spans_are_the_spans_of_the_saved_run(phoenix: Phoenix, tmp_path: P
             by_task[trace[0]["attributes"]["flowllm.task_id"]].append(trace)
     for task_id, (live_trace, saved_trace) in by_task.items():
         assert signature(live_trace) == signature(saved_trace), task_id
+
+
+def test_live_spans_from_worker_processes(phoenix: Phoenix, tmp_path: Path) -> None:
+    """Under experiment.workers=2 each worker sends the spans of its own tasks."""
+    run = export_run(tmp_path, f"telemetry.otlp_endpoint={phoenix.url}", "experiment.workers=2").check().run_dir
+    total = sum(expected_spans(run).values())
+    spans = phoenix.wait_for(run, total)
+    assert len(spans) == total
+    check_structure(run, spans)
+    check_attributes(run, spans)
