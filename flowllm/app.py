@@ -60,6 +60,7 @@ from flowllm.scoring.judge import judge_template
 from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
+from flowllm.telemetry.live import attach_telemetry, check_telemetry
 from flowllm.tools import load_settings, open_tool_pool
 from flowllm.tools.python import limits_from_args, probe_gaps
 from flowllm.tools.sandbox import describe_gaps, protect_process
@@ -121,6 +122,7 @@ def _check_settings(cfg: DictConfig) -> None:
         interval = cfg.experiment.progress_interval_s
         raise ConfigError(f"experiment.progress_interval_s must be a positive number of seconds, not {interval}")
     check_timeouts(cfg)
+    check_telemetry(cfg)
 
 
 def _pipeline(cfg: DictConfig) -> tuple[Any, Any]:
@@ -512,6 +514,8 @@ class _RunSession:
                 if other is not None:
                     secrets += [s for s in provider_secrets(other) if s not in secrets]
             self.recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
+            if (telemetry := attach_telemetry(cfg, self.recorder)) is not None:  # telemetry.otlp_endpoint
+                stack.callback(telemetry.close)
             # One line per attempt, appended across resumed sessions: what was really spent, failures included.
             self.ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
             return await _run_async(cfg, parts, self.recorder, self.ledger, fixtures_url)

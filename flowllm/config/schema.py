@@ -546,6 +546,13 @@ class SweepStatsConfig:
 
 
 @dataclass
+class TelemetryConfig:
+    """OpenTelemetry spans sent while the run runs (flowllm/telemetry/live.py); null: none."""
+
+    otlp_endpoint: str | None = None  # an OTLP/HTTP receiver, e.g. http://127.0.0.1:6006 (/v1/traces is added)
+
+
+@dataclass
 class FlowConfig:
     provider: ProviderConfig = MISSING
     pipeline: PipelineConfig = MISSING
@@ -564,6 +571,7 @@ class FlowConfig:
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     sweep: SweepStatsConfig = field(default_factory=SweepStatsConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 SCHEMAS: dict[str, type] = {

@@ -31,7 +31,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -246,6 +246,24 @@ class _Writer:
             self._thread.join()
 
 
+class RunListener(Protocol):
+    """Told what the recorder is told, whatever it keeps on disk (live telemetry): each node as it ends, each
+    task's result, and the attempts that will be retried. It must not raise nor block."""
+
+    def on_node(
+        self,
+        ctx: TurnContext,
+        node: BoundNode,
+        inputs: Mapping[str, Any],
+        outputs: Mapping[str, Any] | None,
+        meta: dict[str, Any],
+    ) -> None: ...
+
+    def finish_task(self, task_id: str, result: Mapping[str, Any]) -> None: ...
+
+    def discard_task(self, task_id: str) -> None: ...
+
+
 class Recorder:
     """Writes a run's artifacts. One instance per run; thread-safe; ``close()`` waits for pending writes."""
 
@@ -264,11 +282,13 @@ class Recorder:
         self._lock = threading.Lock()
         # snapshot=errors keeps a task's node records in memory until we know whether the task failed.
         self._held: dict[str, list[_Write]] = {}
+        self.listeners: list[RunListener] = []
 
     @property
     def records_nodes(self) -> bool:
-        """False under snapshot=none: the runners then skip timing and meta for nodes nobody records."""
-        return self.snapshot != "none"
+        """False under snapshot=none (and no listener): the runners then skip timing and meta for nodes nobody
+        records."""
+        return self.snapshot != "none" or bool(self.listeners)
 
     @property
     def write_errors(self) -> int:
@@ -323,6 +343,8 @@ class Recorder:
         outputs: Mapping[str, Any] | None,
         meta: dict[str, Any],
     ) -> None:
+        for listener in self.listeners:
+            listener.on_node(ctx, node, inputs, outputs, meta)
         if self.snapshot == "none":
             return
         folder = self._node_folder(ctx.task_id, ctx.turn, node, ctx.scope)
@@ -345,11 +367,15 @@ class Recorder:
         if held and result.get("status") != "completed":
             self._submit(held)
         self.write_json(self.layout.result(task_id), dict(result))
+        for listener in self.listeners:
+            listener.finish_task(task_id, result)
 
     def discard_task(self, task_id: str) -> None:
         """Forget node records of an attempt that will be retried (pass@k keeps the last attempt only)."""
         with self._lock:
             self._held.pop(task_id, None)
+        for listener in self.listeners:
+            listener.discard_task(task_id)
 
     def flush(self) -> None:
         """Block until every submitted write is on disk."""

@@ -70,6 +70,7 @@ from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import Resolver, default_resolver
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
+from flowllm.telemetry.live import attach_telemetry
 from flowllm.tools.webconf import cache_env, web_tools
 
 if TYPE_CHECKING:
@@ -257,6 +258,7 @@ def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
     # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
     cfg.experiment.max_concurrent = share(int(cfg.experiment.max_concurrent), shard.index, shard.of)
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts.provider_cfg))
+    telemetry = attach_telemetry(cfg, recorder)  # telemetry.otlp_endpoint: each worker sends its own tasks' spans
     ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:
@@ -264,6 +266,8 @@ def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
     except KeyboardInterrupt:  # a second Ctrl-C: what finished is on disk
         pass
     finally:
+        if telemetry is not None:
+            telemetry.close()
         recorder.close()
         ledger.close()
     return {"interrupted": interrupted, "worker": shard.index}

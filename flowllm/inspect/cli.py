@@ -10,6 +10,7 @@
     python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
     python -m flowllm.inspect usage RUN [RUN...] [--by user,model]   usage ledgers summed across runs
     python -m flowllm.inspect power --baseline 0.6 --delta 0.05 [--epochs 3] [--within-var V] [--run RUN]
+    python -m flowllm.inspect export RUN --format inspect|otlp|gaia-submission [-o FILE] [--endpoint URL]  (no --json)
 
 Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
 for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
@@ -1001,6 +1002,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from flowllm.inspect.power import main as power_main
 
             return power_main(args[1:], console)
+        if args[0] == "export":  # Inspect AI logs, OpenTelemetry spans, GAIA submissions (flowllm/export/cli.py)
+            from flowllm.export.cli import run_export
+            from flowllm.export.source import ExportError
+
+            try:
+                return run_export(args[1:], console)
+            except ExportError as exc:
+                raise UsageError(str(exc)) from None
         run_path, rest = args[0], args[1:]
         ns = _run_parser().parse_args(rest)
         run = _open(run_path)

@@ -1,0 +1,190 @@
+"""Run directories as four dataframes: runs, tasks (one row per task and epoch), calls (the ledger), turns.
+
+Every row carries ``run`` (the run folder) so frames of many runs join on it; the tasks, turns and calls rows
+also carry ``task_id`` (and ``epoch``). A figure a run did not record is NA, never 0: ``correct`` is a nullable
+boolean (NA: not scored), ``cost_usd`` is NA for a task whose calls have no price.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from flowllm.export.ledger import read_ledger, task_costs
+from flowllm.export.source import ExportError, RunSource, open_source
+from flowllm.export.trace import TaskTrace
+from flowllm.rundir.layout import SUMMARY_FILE, TASKS_DIR
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+INSTALL = 'pip install "flowllm[analysis]"'
+USAGE_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+MAX_DEPTH = 4  # how deep a sweep folder's runs are looked for (multirun/<date>/<time>/<job>)
+
+
+class AnalysisUnavailable(ImportError):
+    """pandas is not installed; the message is the install command."""
+
+
+@dataclass
+class Frames:
+    runs: pd.DataFrame
+    tasks: pd.DataFrame
+    calls: pd.DataFrame
+    turns: pd.DataFrame
+
+
+def _pandas() -> Any:
+    if importlib.util.find_spec("pandas") is None:
+        raise AnalysisUnavailable(f"flowllm.analysis needs pandas: {INSTALL}")
+    import pandas
+
+    return pandas
+
+
+def _is_run(path: Path) -> bool:
+    return path.is_dir() and ((path / SUMMARY_FILE).is_file() or (path / TASKS_DIR).is_dir())
+
+
+def find_runs(path: Path | str, depth: int = MAX_DEPTH) -> list[Path]:
+    """``path`` when it is a run, else the runs below it (a sweep's job folders), in name order (jobs numerically)."""
+    root = Path(path).expanduser()
+    if _is_run(root):
+        return [root]
+    if depth <= 0 or not root.is_dir():
+        return []
+    children = sorted(
+        (p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name),
+    )
+    return [run for child in children for run in find_runs(child, depth - 1)]
+
+
+def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flat(inner, f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(value, list):
+        out[prefix] = (
+            orjson.dumps(value).decode()
+            if value and not all(isinstance(v, str) for v in value)
+            else (",".join(value) if value else "")
+        )
+    else:
+        out[prefix] = value
+
+
+def _run_row(source: RunSource) -> dict[str, Any]:
+    summary = source.summary or {}
+    row: dict[str, Any] = {
+        "run": str(source.path),
+        "experiment": summary.get("experiment", source.setting("experiment.name")),
+        "provider": source.provider,
+        "model": source.model,
+        "runner": summary.get("runner", source.setting("runner.name")),
+        "repair": summary.get("repair", source.setting("repair.name")),
+        "overrides": " ".join(source.overrides),
+        "status": summary.get("status", "running or interrupted" if not summary else None),
+    }
+    for key in ("tasks", "finished", "completed", "failed", "correct", "accuracy", "cost_usd", "wall_seconds"):
+        row[key] = summary.get(key)
+    tokens = summary.get("tokens")
+    if isinstance(tokens, dict):
+        row["tokens_total"] = tokens.get("total")
+    for block in ("provenance", "fingerprint", "statistics"):
+        if isinstance(summary.get(block), dict):
+            _flat(summary[block], block, row)
+    settings: dict[str, Any] = {}
+    for group in ("provider", "agent", "experiment", "dataset", "runner", "repair", "recorder"):
+        if isinstance(source.setting(group), dict):
+            _flat(source.setting(group), f"settings.{group}", settings)
+    row.update({k: v for k, v in settings.items() if not isinstance(v, str) or len(v) <= 200})
+    return row
+
+
+def _task_row(run: str, trace: TaskTrace, costs: dict[str, float | None]) -> dict[str, Any]:
+    usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
+    error = trace.field("error")
+    correct = trace.field("correct")
+    row: dict[str, Any] = {
+        "run": run,
+        "task_id": trace.task_id,
+        "epoch": trace.epoch,
+        "status": trace.field("status", "unfinished"),
+        "answer": trace.field("answer"),
+        "truth": trace.field("ground_truth"),
+        "correct": correct if isinstance(correct, bool) else None,
+        "turns": trace.field("turns"),
+        "tool_calls": trace.field("tool_calls"),
+        "bad_tool_calls": trace.field("bad_tool_calls"),
+        "failed_tool_calls": trace.field("failed_tool_calls"),
+        **{kind: usage.get(kind) for kind in USAGE_KINDS},
+        "tokens_estimated": usage.get("estimated"),
+        "cost_usd": costs.get(trace.task_id),
+        "wall_seconds": (trace.timing or {}).get("wall_seconds"),
+        "stop": trace.field("stop"),
+        "failure": str(error).splitlines()[0] if error else None,
+        "level": trace.field("level"),
+    }
+    categories = trace.field("categories")
+    if isinstance(categories, dict):
+        row.update({f"category.{k}": v for k, v in categories.items()})
+    return row
+
+
+def _turn_rows(run: str, trace: TaskTrace) -> Iterable[dict[str, Any]]:
+    for conv in trace.all_conversations():
+        for turn in conv.turns:
+            for node in turn.nodes:
+                yield {
+                    "run": run,
+                    "task_id": trace.task_id,
+                    "epoch": trace.epoch,
+                    "agent": conv.agent,
+                    "scope": conv.scope,
+                    "turn": turn.number,
+                    "node": node.name,
+                    "index": node.index,
+                    "started_at": node.started_at,
+                    "duration_s": node.duration_s,
+                    "status": node.status,
+                    "error": node.error,
+                }
+
+
+def load(*paths: Path | str) -> Frames:
+    """Read run folders (or sweep folders holding runs) into ``Frames``; ``ExportError`` when none is a run."""
+    pd = _pandas()
+    runs = [run for path in paths for run in find_runs(path)]
+    if not runs:
+        raise ExportError(f"no flowllm run in {', '.join(str(p) for p in paths) or 'nothing given'}")
+    run_rows: list[dict[str, Any]] = []
+    task_rows: list[dict[str, Any]] = []
+    call_rows: list[dict[str, Any]] = []
+    turn_rows: list[dict[str, Any]] = []
+    for run_dir in runs:
+        source = open_source(run_dir)
+        run = str(source.path)
+        ledger = read_ledger(source.ledger)
+        costs = task_costs(ledger)
+        run_rows.append(_run_row(source))
+        for trace in source.traces:
+            task_rows.append(_task_row(run, trace, costs))
+            turn_rows.extend(_turn_rows(run, trace))
+        for entry in ledger:
+            flat: dict[str, Any] = {"run": run}
+            _flat(entry, "", flat)
+            call_rows.append(flat)
+    tasks = pd.DataFrame(task_rows)
+    if not tasks.empty:
+        tasks["correct"] = tasks["correct"].astype("boolean")
+    turns = pd.DataFrame(turn_rows)
+    if not turns.empty:
+        turns["started_at"] = pd.to_datetime(turns["started_at"], unit="s", utc=True)
+    return Frames(pd.DataFrame(run_rows), tasks, pd.DataFrame(call_rows), turns)

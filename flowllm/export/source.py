@@ -1,0 +1,127 @@
+"""A saved run opened for export: its summary, its config, its tasks as traces, and what is not finished yet.
+
+A folder that is not a run raises ``ExportError`` (one line). A run without ``summary.json`` is still running
+or was interrupted: it is exported with its finished tasks, and ``notes`` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flowllm.export.trace import TaskTrace, read_run_traces
+from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, SUMMARY_FILE, TASKS_DIR
+from flowllm.rundir.records import read_artifact
+
+OVERRIDES_FILE = ".hydra/overrides.yaml"
+
+
+class ExportError(Exception):
+    """Nothing can be exported (not a run, a missing optional package, an unwritable file): one line."""
+
+
+@dataclass
+class RunSource:
+    path: Path
+    summary: dict[str, Any] | None
+    config: dict[str, Any] | None
+    traces: list[TaskTrace]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> list[TaskTrace]:
+        return [t for t in self.traces if t.finished]
+
+    @property
+    def unfinished(self) -> list[TaskTrace]:
+        return [t for t in self.traces if not t.finished]
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        node: Any = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    @property
+    def model(self) -> str:
+        summary_model = (self.summary or {}).get("model")
+        return str(summary_model or self.setting("provider.model") or "unknown")
+
+    @property
+    def provider(self) -> str:
+        return str((self.summary or {}).get("provider") or self.setting("provider.name") or "unknown")
+
+    @property
+    def ledger(self) -> Path:
+        return self.path / LEDGER_FILE
+
+    @property
+    def overrides(self) -> list[str]:
+        """The run's command-line overrides (Hydra's .hydra/overrides.yaml); [] when not known."""
+        try:
+            loaded = yaml.safe_load((self.path / OVERRIDES_FILE).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            return []
+        return [str(o) for o in loaded] if isinstance(loaded, list) else []
+
+
+def open_source(path: Path | str) -> RunSource:
+    run_dir = Path(path).expanduser()
+    if not run_dir.is_dir():
+        raise ExportError(f"{run_dir} is not a run directory (it does not exist or is a file)")
+    summary = read_artifact(run_dir / SUMMARY_FILE)
+    if not (run_dir / TASKS_DIR).is_dir():
+        raise ExportError(
+            f"{run_dir} is not a flowllm run: expected summary.json and a tasks/ folder (a run directory is what "
+            "hydra.run.dir names; for a sweep, export one of its job folders)"
+        )
+    config: dict[str, Any] | None = None
+    config_path = run_dir / CONFIG_FILE
+    notes: list[str] = []
+    if config_path.is_file():
+        try:
+            loaded = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+            config = loaded if isinstance(loaded, dict) else None
+        except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+            notes.append(f".hydra/config.yaml cannot be read ({str(exc).splitlines()[0]}): settings not known")
+    else:
+        notes.append("no .hydra/config.yaml: the run's settings are not known")
+    traces = read_run_traces(run_dir)
+    source = RunSource(run_dir, summary.value if summary.ok else None, config, traces, notes)
+    unfinished = source.unfinished
+    if summary.missing:
+        source.notes.insert(
+            0,
+            f"{run_dir} has no summary.json: the run is still running (or was interrupted); exporting the "
+            f"{len(source.finished)} finished task(s), leaving out {len(unfinished)} unfinished",
+        )
+    elif unfinished:
+        source.notes.insert(0, f"{len(unfinished)} task(s) have no readable result.json and are left out")
+    return source
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Have ``write`` fill a temp file beside ``path`` (same suffix), then rename it: never a half-written file."""
+    path = path.expanduser()
+    if path.is_dir():
+        raise ExportError(f"{path} is a folder: give a file name")
+    if not path.parent.is_dir():
+        raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ExportError(f"could not write {path}: {exc.strerror or exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
