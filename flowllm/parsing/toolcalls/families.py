@@ -5,8 +5,8 @@
 * ``harmony`` (gpt-oss): ``<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>``,
   also with the recipient after the channel (``<|channel|>commentary to=functions.NAME <|constrain|>json
   <|message|>{...}``) and without ``<|start|>assistant`` (the generation prompt wrote it).
-* ``functionary`` (v3.2): ``>>>NAME\\n{...}`` at the start of a line, once per call; ``>>>all\\n`` starts plain
-  text. A REPL prompt (``>>> x``, with a space) is not a call.
+* ``functionary`` (v3.2): ``>>>NAME\\n{...}``, once per call; ``>>>all\\n`` starts plain text. A REPL prompt
+  (``>>> x``, with a space) is not a call.
 * ``gemma4``: ``<|tool_call>call:NAME{key:<|"|>text<|"|>,n:5,flag:true,obj:{...},list:[...]}<tool_call|>``:
   bare keys, strings between ``<|"|>`` marks, other values as written.
 """
@@ -97,7 +97,8 @@ def scan_harmony(text: str, ctx: Context, final: bool) -> list[Hit]:
 
 # ----- functionary v3.2 -----------------------------------------------------------------------------------
 FUNCTIONARY = ">>>"
-_FUNCTIONARY_CALL = re.compile(r"^>>>([A-Za-z_][\w.\-]*)[ \t]*\n", re.M)
+# No line start required: the template writes ">>>all\n" + text and then ">>>name" right after the text.
+_FUNCTIONARY_CALL = re.compile(r"(?<!>)>>>([A-Za-z_][\w.\-]*)[ \t]*\n")
 
 
 def scan_functionary(text: str, ctx: Context, final: bool) -> list[Hit]:
