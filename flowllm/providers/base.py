@@ -399,8 +399,9 @@ def _has_prompt_count(value: Any) -> bool:
 def concurrency_hint(others: int) -> str:
     """What to say when a stream or connection broke while other requests to the same server ran."""
     return (
-        f"; {others} other request(s) to this server were in flight: a server with one slot (llama.cpp's "
-        "default) ends a running stream when the next request arrives. Set provider.rate_limit.max_in_flight=1, "
+        f"; {others} other request(s) to this server were in flight: some servers (llama-cpp-python's, with "
+        "interrupt_requests) end a running stream when the next request arrives. "
+        "Set provider.rate_limit.max_in_flight=1, "
         "or give the server more slots (llama-server --parallel N, vLLM and SGLang batch) and raise it to match"
     )
 
