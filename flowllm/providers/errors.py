@@ -13,6 +13,7 @@ fail after HTTP 200 (``event: error`` with ``overloaded_error``), which the SDK 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flowllm.errors import BuildError, ErrorKind, RunError
@@ -156,18 +157,17 @@ _REQUEST_REJECTED_HINTS = (
     "jinja exception",
     "failed to parse tool call arguments",
     "roles must alternate",
-    "while executing",
-    "error executing",
-    "failed to apply the chat template",
-    "failed to render",
 )
+# The template engine's own trace: "While executing CallExpression at line 12, column 5 in source: ...",
+# "Error executing FilterExpression at position 40: ...".
+_TEMPLATE_TRACE = re.compile(r"while executing \w+ at line \d+|error executing \w+ at position \d+")
 
 
 def is_request_rejected(message: str | None) -> bool:
     """Whether a server error's message says the request could not be rendered or read (not a transient
     failure): a chat-template exception or a parse failure of what the request carried."""
     lowered = (message or "").lower()
-    return any(hint in lowered for hint in _REQUEST_REJECTED_HINTS)
+    return any(hint in lowered for hint in _REQUEST_REJECTED_HINTS) or bool(_TEMPLATE_TRACE.search(lowered))
 
 
 def is_context_length(*texts: str | None) -> bool:
