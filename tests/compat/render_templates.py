@@ -43,9 +43,10 @@ async def summary_request(history_on: bool) -> dict[str, Any]:
     call = {
         "id": SERVER_ID,
         "type": "function",
-        "function": {"name": "tool-math-calculate", "arguments": '{"expression": "17.5'},
+        "function": {"name": "tool-math-calculate", "arguments": '{"expression": "17.5'},  # cut by max_tokens
     }
-    body = {"id": "r", "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "tool_calls": [call]}, "finish_reason": "length"}]}  # fmt: skip
+    message = {"role": "assistant", "content": "", "tool_calls": [call]}
+    body = {"id": "r", "model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "length"}]}
     response = provider.normalize(body)
     ctx = TurnContext(task_id="t", turn=1)
     parsed = await ParseToolCalls().run(ctx, response, TOOLS)
