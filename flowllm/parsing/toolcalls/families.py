@@ -27,20 +27,45 @@ _PARAM = re.compile(r"<parameter\s+name\s*=\s*[\"']([^\"']*)[\"']\s*>")
 _PARAM_CLOSE = "</parameter>"
 
 
+class _Next:
+    """The first match of ``pattern`` at or after a position, for positions that only grow: one search serves
+    every position up to the match it found (and a search that found nothing, every later one), so a text of
+    many openers and no closer is scanned once, not once per opener."""
+
+    __slots__ = ("_found", "_from", "_pattern", "_text")
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._pattern, self._text = pattern, text
+        self._from = -1
+        self._found: re.Match[str] | None = None
+
+    def at(self, pos: int) -> int:
+        """Where the next match starts (-1: none)."""
+        found = self.after(pos)
+        return found.start() if found else -1
+
+    def after(self, pos: int) -> re.Match[str] | None:
+        if self._from >= 0 and pos >= self._from and (self._found is None or self._found.start() >= pos):
+            return self._found
+        self._from = pos
+        self._found = self._pattern.search(self._text, pos)
+        return self._found
+
+
 def scan_minimax(text: str, ctx: Context, final: bool) -> list[Hit]:
     hits: list[Hit] = []
+    closes = _Next(re.compile(re.escape(_MINIMAX_CLOSE)), text)
     pos = text.find(MINIMAX)
     while pos >= 0:
         body_start = pos + len(MINIMAX)
-        close = text.find(_MINIMAX_CLOSE, body_start)
+        close = closes.at(body_start)
         if close < 0 and not final:
             hits.append(Hit(pos, len(text), complete=False))
             break
         nxt = text.find(MINIMAX, body_start)
         body_end = close if close >= 0 and (nxt < 0 or close < nxt) else (nxt if nxt >= 0 else len(text))
         end = body_end + len(_MINIMAX_CLOSE) if body_end == close else body_end
-        body = text[body_start:body_end]
-        found = [_minimax_invoke(body, m, pos, end, ctx) for m in _INVOKE.finditer(body)]
+        found = _minimax_invokes(text[body_start:body_end], pos, end, ctx)
         hits.extend(
             found or [Hit(pos, end, bad_reason="<minimax:tool_call> holds no <invoke name=...>", keep_text=True)]
         )
@@ -48,24 +73,38 @@ def scan_minimax(text: str, ctx: Context, final: bool) -> list[Hit]:
     return hits
 
 
-def _minimax_invoke(body: str, m: re.Match[str], start: int, end: int, ctx: Context) -> Hit:
-    name = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()
-    if not name:
-        return Hit(start, end, bad_reason="<invoke> without a name", keep_text=True)
-    close = body.find(_INVOKE_CLOSE, m.end())
-    nxt = _INVOKE.search(body, m.end())
-    limit = close if close >= 0 and (nxt is None or close < nxt.start()) else (nxt.start() if nxt else len(body))
-    inner = body[m.end() : limit]
-    props = schema_for(ctx, name)
-    args: dict[str, Any] = {}
-    for pm in _PARAM.finditer(inner):
-        key = pm.group(1).strip()
-        vend = inner.find(_PARAM_CLOSE, pm.end())
-        following = _PARAM.search(inner, pm.end())
-        if vend < 0 or (following is not None and following.start() < vend):
-            vend = following.start() if following is not None else len(inner)
-        args[key] = coerce_parameter(inner[pm.end() : vend].strip(), props.get(key))
-    return Hit(start, end, RawCall(name, dumps(args)))
+_INVOKE_CLOSE_RE = re.compile(re.escape(_INVOKE_CLOSE))
+_PARAM_CLOSE_RE = re.compile(re.escape(_PARAM_CLOSE))
+
+
+def _minimax_invokes(body: str, start: int, end: int, ctx: Context) -> list[Hit]:
+    hits: list[Hit] = []
+    invokes = list(_INVOKE.finditer(body))
+    closes = _Next(_INVOKE_CLOSE_RE, body)
+    params = _Next(_PARAM, body)
+    param_closes = _Next(_PARAM_CLOSE_RE, body)
+    for i, m in enumerate(invokes):
+        name = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()
+        if not name:
+            hits.append(Hit(start, end, bad_reason="<invoke> without a name", keep_text=True))
+            continue
+        limit = invokes[i + 1].start() if i + 1 < len(invokes) else len(body)
+        close = closes.at(m.end())
+        if 0 <= close < limit:
+            limit = close
+        props = schema_for(ctx, name)
+        args: dict[str, Any] = {}
+        pm = params.after(m.end())
+        while pm is not None and pm.start() < limit:
+            following = params.after(pm.end())
+            vend = param_closes.at(pm.end())
+            stop = min(following.start() if following is not None else limit, limit)
+            if vend < 0 or vend > stop:
+                vend = stop
+            args[pm.group(1).strip()] = coerce_parameter(body[pm.end() : vend].strip(), props.get(pm.group(1).strip()))
+            pm = following
+        hits.append(Hit(start, end, RawCall(name, dumps(args))))
+    return hits
 
 
 # ----- gpt-oss harmony ------------------------------------------------------------------------------------
@@ -80,11 +119,12 @@ _HARMONY_END = re.compile(r"<\|call\|>|<\|end\|>|<\|return\|>|(?=<\|start\|>)")
 def scan_harmony(text: str, ctx: Context, final: bool) -> list[Hit]:
     hits: list[Hit] = []
     pos = 0
+    ends = _Next(_HARMONY_END, text)
     while True:
         m = _HARMONY_CALL.search(text, pos)
         if m is None:
             break
-        end_m = _HARMONY_END.search(text, m.end())
+        end_m = ends.after(m.end())
         if end_m is None and not final:
             hits.append(Hit(m.start(), len(text), complete=False))
             break
