@@ -199,8 +199,11 @@ _SHAPES = [
     ("[TOOL_CALLS][ run", parse_tool_calls, lambda: _fill("[TOOL_CALLS][", 1_000_000)),
     ("<tool_call>{ run", parse_tool_calls, lambda: _fill("<tool_call>{", 1_000_000)),
     ("<invoke> without close", parse_tool_calls, lambda: _fill('<invoke name="f">', 1_000_000, "<minimax:tool_call>")),
-    ("minimax <parameter> without close", parse_tool_calls,
-     lambda: _fill('<parameter name="a">', 1_000_000, '<minimax:tool_call><invoke name="f">')),
+    (
+        "minimax <parameter> without close",
+        parse_tool_calls,
+        lambda: _fill('<parameter name="a">', 1_000_000, '<minimax:tool_call><invoke name="f">'),
+    ),
     ("harmony calls without end", parse_tool_calls, lambda: _fill("to=functions.f<|message|>{", 1_000_000)),
     ("gemma calls without close", parse_tool_calls, lambda: _fill("<|tool_call>call:f{a:", 1_000_000)),
     ("functionary heads", parse_tool_calls, lambda: _fill(">>>f\n{", 1_000_000)),
