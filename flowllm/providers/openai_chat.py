@@ -9,6 +9,10 @@ since tool messages carry text only), then a user message with the rest. Assista
 ``tool_calls``. Cache breakpoints are dropped (OpenAI caches automatically). Thinking blocks become
 ``reasoning_content`` on assistant messages that carry tool calls (DeepSeek needs it back inside a tool loop,
 and ignores it elsewhere).
+
+For servers that render the model's own chat template, ``provider.history`` (or the model family's needs,
+``models.py``) keeps user and assistant turns alternating and gives tool calls 9-character ids
+(``chat_history.py``); ``models.py`` also drops or renames the fields a model refuses (``build_request``).
 """
 
 from __future__ import annotations
