@@ -100,7 +100,7 @@ def _cases(junit: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def write_results(suite: str, junit: Path, status: int) -> Path:
+def write_results(suite: str, junit: Path, status: int, selection: list[str] | None = None) -> Path:
     rows = _cases(junit)
     passed = sum(1 for _, outcome, _ in rows if outcome == "pass")
     lines = [
@@ -109,6 +109,7 @@ def write_results(suite: str, junit: Path, status: int) -> Path:
         f"`python -m tests.compat {suite}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC:"
         f" {passed} of {len(rows)} cases passed (pytest exit {status}).",
         SETUP_NOTES[suite],
+        *([f"Cases selected with `{' '.join(selection)}`: the others did not run."] if selection else []),
         "",
         "| component | version |",
         "|---|---|",
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             [*cmd, str(HERE / SUITES[args.suite]), *args.pytest_args, *passed_on], cwd=ROOT
         ).returncode
         if not args.no_results and junit.exists():
-            print(f"results: {write_results(args.suite, junit, status)}")
+            selection = [*args.pytest_args, *passed_on]
+            print(f"results: {write_results(args.suite, junit, status, selection)}")
     return status
 
 
