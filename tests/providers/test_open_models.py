@@ -20,7 +20,7 @@ from flowllm.nodes.toolcalls import ParseToolCalls, RepairArguments
 from flowllm.parsing import BadToolCall
 from flowllm.providers import build_provider, open_provider
 from flowllm.providers.base import BaseProvider
-from flowllm.providers.chat_history import BRIDGE_TEXT, is_portable
+from flowllm.providers.chat_history import BRIDGE_TEXT, alternate, is_portable, portable_id
 from flowllm.providers.errors import ProviderCallError
 from flowllm.providers.models import traits_for
 
@@ -273,3 +273,22 @@ async def test_each_change_is_said_once_in_the_log(tmp_path, caplog: pytest.LogC
                 await opened.send(request, context=CallContext("t", turn))
     said = [r.getMessage() for r in caplog.records if r.name == "flowllm.providers.factory"]
     assert len(said) == 2 and any("temperature" in s for s in said) and any("max_tokens" in s for s in said)
+
+
+def test_alternation_keeps_the_content_format_and_ids_stay_apart() -> None:
+    parts = [{"type": "text", "text": "Q"}]
+    wire = [
+        {"role": "user", "content": parts},
+        {"role": "assistant", "content": [], "tool_calls": [{"id": "a"}]},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "user", "content": [{"type": "text", "text": "Answer."}]},
+        {"role": "user", "content": "Now."},
+    ]
+    out = alternate(wire)
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "assistant", "user"]
+    assert out[3]["content"] == [{"type": "text", "text": BRIDGE_TEXT}]
+    assert out[4]["content"] == [{"type": "text", "text": "Answer."}, {"type": "text", "text": "Now."}]
+    assert alternate(wire[:1]) == wire[:1]  # nothing to do: unchanged
+    # Two calls with the same server id (servers that number calls per reply) get different portable ids.
+    ids = {portable_id("call_0", response_id="r", index=i) for i in range(2)}
+    assert len(ids) == 2 and all(is_portable(i) for i in ids)
