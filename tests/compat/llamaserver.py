@@ -105,7 +105,12 @@ class TemplateServer:
         before = self.apply_template({"messages": messages, "tools": tools, "add_generation_prompt": True})
         after = self.apply_template(
             {
-                "messages": [*messages, {"role": "assistant", "content": "", "tool_calls": calls}],
+                # Followed by its results: llama.cpp refuses to end on (continue) a message with tool calls.
+                "messages": [
+                    *messages,
+                    {"role": "assistant", "content": "", "tool_calls": calls},
+                    *({"role": "tool", "tool_call_id": c["id"], "content": "0"} for c in calls),
+                ],
                 "tools": tools,
                 "add_generation_prompt": False,
             }
