@@ -255,7 +255,9 @@ class Agent:
             if on_turn is not None:
                 on_turn(number)
             ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent, scope=scope)
-            inputs: dict[str, Any] = {"messages": history, "system": system, "tools": specs}
+            # The summary turn (no backend) offers no tools: a forced tool_choice would make the model call one.
+            offered = specs if backend is not None else []
+            inputs: dict[str, Any] = {"messages": history, "system": system, "tools": offered}
             if self.wants_last_usage and response is not None:
                 inputs[LAST_USAGE] = response.usage
             state = await self.runner.run(self.pipeline, inputs, ctx, self.observer)

@@ -122,6 +122,18 @@ class WireConfig:
 
 
 @dataclass
+class HistoryConfig:
+    """How the conversation is shaped for chat templates that are strict about it (OpenAI Chat). null: what
+    the model family needs (flowllm/providers/models.py: Mistral and Gemma alternate, Mistral's ids)."""
+
+    # Keep user and assistant turns alternating: an assistant message between tool results and a new user
+    # message, consecutive user messages joined.
+    alternate_roles: bool | None = None
+    # Tool-call ids of 9 letters and digits (Mistral's template refuses others), mapped from the server's.
+    portable_ids: bool | None = None
+
+
+@dataclass
 class RateLimitConfig:
     """Client-side limits of one provider (flowllm/providers/limiter.py), shared by every task of the process;
     null = no limit. A 429's retry-after pauses every task sending to the provider, not just the one that got
@@ -189,6 +201,7 @@ class ProviderConfig:
     # Message shapes and optional request fields for this server (ContentFormat, WireConfig above).
     content_format: ContentFormat = ContentFormat.auto
     wire: WireConfig = field(default_factory=WireConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
     # The media the model takes natively; degrade_media turns any other medium into a text description.
     accepts: list[str] = field(default_factory=lambda: ["text", "image"])
     batch: BatchConfig = field(default_factory=BatchConfig)

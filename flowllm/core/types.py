@@ -51,6 +51,8 @@ class Block(TypedDict, total=False):
     # OpenAI protocols: a tool_use's arguments exactly as the model wrote them, when they differ from
     # json.dumps(input) (unparsable, or other spacing), so the next request sends back what the model said.
     arguments_text: str
+    # A tool_use whose id flowllm chose (provider.history.portable_ids): the id the server gave the call.
+    server_id: str
 
 
 class Message(TypedDict):

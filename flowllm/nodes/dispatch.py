@@ -7,6 +7,7 @@ from typing import Any
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolResult
 from flowllm.engine import Node, TurnContext
+from flowllm.nodes.executed import executed_message
 from flowllm.nodes.toolcalls import PreparedCall
 from flowllm.parsing import BadToolCall
 from flowllm.parsing.isolation import frame_native_result, neutralize_call_markup
@@ -17,12 +18,27 @@ def _error(call_id: str, server: str | None, name: str, message: str) -> ToolRes
     return ToolResult(call_id=call_id, server=server, name=name, content=message, is_error=True)
 
 
-def results_message(results: list[ToolResult], native: bool) -> Message:
-    """The user message that carries tool results back, in the form the tool protocol expects."""
+def _text_results(results: list[ToolResult]) -> list[Block]:
+    blocks: list[Block] = [
+        {"type": "text", "text": format_tool_result(replace(r, content=neutralize_call_markup(r.content)))}
+        for r in results
+    ]
+    blocks.extend(image for r in results for image in r.images)
+    return blocks
+
+
+def results_message(results: list[ToolResult], native: bool, answered: list[str] | None = None) -> Message:
+    """The user message that carries tool results back, in the form the tool protocol expects.
+
+    ``answered``: (native) the ids of the calls the assistant message holds; a result for any other call (an
+    unreadable one) goes as text after the tool results, since no ``tool_use`` carries its id."""
     blocks: list[Block]
     if native:
         blocks = []
+        loose = [r for r in results if answered is not None and r.call_id not in answered]
         for r in results:
+            if answered is not None and r.call_id not in answered:
+                continue
             # The server's order when it mixed text and images (each text part framed as data); else the text,
             # then the images.
             content: list[Block] = [
@@ -30,12 +46,9 @@ def results_message(results: list[ToolResult], native: bool) -> Message:
                 for part in r.parts
             ] or [{"type": "text", "text": frame_native_result(r.content)}, *r.images]
             blocks.append({"type": "tool_result", "tool_use_id": r.call_id, "content": content, "is_error": r.is_error})
+        blocks.extend(_text_results(loose))
     else:
-        blocks = [
-            {"type": "text", "text": format_tool_result(replace(r, content=neutralize_call_markup(r.content)))}
-            for r in results
-        ]
-        blocks.extend(image for r in results for image in r.images)
+        blocks = _text_results(results)
     return {
         "role": "user",
         "content": blocks,
@@ -105,7 +118,11 @@ class DispatchTools(Node):
                     f"Your tool call could not be read ({bad.reason}). Use the documented format.",
                 )
             )
-        history = [*messages, response.to_message()]
+        # The history holds what was executed (repaired arguments), so the next request is one every server's
+        # chat template accepts (flowllm/nodes/executed.py).
+        reply, answered = executed_message(response, prepared_calls)
+        history = [*messages, reply]
         if results:
-            history.append(results_message(results, native=bool(response.tool_calls)))
+            native = bool(response.tool_calls)
+            history.append(results_message(results, native=native, answered=answered if native else None))
         return {"tool_results": results, "next_messages": history}

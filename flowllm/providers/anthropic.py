@@ -104,7 +104,9 @@ class AnthropicProvider(BaseProvider):
         content = [b for b in (self._block(x) for x in message["content"]) if b is not None]
         return {"role": message["role"], "content": _as_content(content, self.content_format)}
 
-    def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+    def unshaped_request(
+        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
+    ) -> dict[str, Any]:
         cfg = self.cfg
         request: dict[str, Any] = {"model": self.model, "max_tokens": cfg.max_tokens}
         sys_blocks = [b for b in (self._block(s) for s in system) if b is not None]

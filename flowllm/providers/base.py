@@ -35,6 +35,7 @@ from flowllm.providers.errors import (
     ProviderResponseError,
     classify_exception,
 )
+from flowllm.providers.models import Adjustment, shape_request
 
 if TYPE_CHECKING:
     from flowllm.providers.batch import Batcher
@@ -208,7 +209,24 @@ class BaseProvider:
         return self.clients[zlib.crc32(context.task_id.encode()) % len(self.clients)]
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+        """The wire request: the protocol's (``unshaped_request``), then shaped for the model that receives it
+        (fields it refuses dropped or renamed: flowllm/providers/models.py)."""
+        request = self.unshaped_request(system=system, messages=messages, tools=tools)
+        return self._shape(request)[0]
+
+    def unshaped_request(
+        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
+    ) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _shape(self, request: dict[str, Any]) -> tuple[dict[str, Any], list[Adjustment]]:
+        return shape_request(self.protocol, self.model, request, budget_tokens=int(self.cfg.thinking.budget_tokens))
+
+    def shaping_notes(self) -> list[str]:
+        """What ``build_request`` changes for this model whatever the conversation (a dropped temperature, a
+        renamed max_tokens), one line each, for the log once per run."""
+        unshaped = self.unshaped_request(system=[], messages=[], tools=[])
+        return [note.describe(self.name, self.model) for note in self._shape(unshaped)[1]]
 
     def sendable(self, messages: list[Message]) -> list[Message]:
         """``messages`` with every medium this model does not take replaced by its text description (the
@@ -388,8 +406,9 @@ def _has_prompt_count(value: Any) -> bool:
 def concurrency_hint(others: int) -> str:
     """What to say when a stream or connection broke while other requests to the same server ran."""
     return (
-        f"; {others} other request(s) to this server were in flight: a server with one slot (llama.cpp's "
-        "default) ends a running stream when the next request arrives. Set provider.rate_limit.max_in_flight=1, "
+        f"; {others} other request(s) to this server were in flight: some servers (llama-cpp-python's, with "
+        "interrupt_requests) end a running stream when the next request arrives. "
+        "Set provider.rate_limit.max_in_flight=1, "
         "or give the server more slots (llama-server --parallel N, vLLM and SGLang batch) and raise it to match"
     )
 

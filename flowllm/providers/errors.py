@@ -13,6 +13,7 @@ fail after HTTP 200 (``event: error`` with ``overloaded_error``), which the SDK 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flowllm.errors import BuildError, ErrorKind, RunError
@@ -147,6 +148,26 @@ def _body_error(body: Any) -> tuple[str | None, str | None, str | None]:
             (str(message) if message else None),
         )
     return None, None, None
+
+
+# How servers that render a model's own chat template (llama.cpp's llama-server) say, with HTTP 500, that the
+# request itself cannot be rendered or read: the template raised, or the history's tool-call arguments did not
+# parse. The same request fails the same way again, so it is not retried.
+_REQUEST_REJECTED_HINTS = (
+    "jinja exception",
+    "failed to parse tool call arguments",
+    "roles must alternate",
+)
+# The template engine's own trace: "While executing CallExpression at line 12, column 5 in source: ...",
+# "Error executing FilterExpression at position 40: ...".
+_TEMPLATE_TRACE = re.compile(r"while executing \w+ at line \d+|error executing \w+ at position \d+")
+
+
+def is_request_rejected(message: str | None) -> bool:
+    """Whether a server error's message says the request could not be rendered or read (not a transient
+    failure): a chat-template exception or a parse failure of what the request carried."""
+    lowered = (message or "").lower()
+    return any(hint in lowered for hint in _REQUEST_REJECTED_HINTS) or bool(_TEMPLATE_TRACE.search(lowered))
 
 
 def is_context_length(*texts: str | None) -> bool:
@@ -297,6 +318,12 @@ def classify_exception(exc: BaseException, *, provider: str, url: str | None = N
         if kind == "bad_request" and is_context_length(etype, code, message):
             # Recorded as its own kind: never retried, and a sign to trim the history, not a flowllm bug.
             kind = "context_length"
+        if kind == "server" and is_request_rejected(message):
+            kind = "bad_request"
+            message = (
+                f"the server could not render or read this request (its chat template or parser refused it; "
+                f"retrying the same request cannot help): {message.strip()}"
+            )
         if status == 404:
             message = not_found_message(message, exc, url=url)
         elif kind == "bad_request":

@@ -13,6 +13,7 @@ A new wire protocol is one ``register_protocol`` call (the replay provider plugs
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -43,6 +44,8 @@ from flowllm.providers.registry import Resolver, RoutePlan, plan_routes
 from flowllm.providers.resilient import ResilientProvider, Route, breaker_listener
 from flowllm.providers.retry import RetryPolicy
 from flowllm.resources import bundled
+
+log = logging.getLogger(__name__)
 
 # Sent instead of a key to servers that need none (the emulator, a local vLLM/SGLang/Ollama): the SDKs insist
 # on having one.
@@ -358,6 +361,8 @@ async def _open_route(
             providers[slot.label] = build_provider(cfg, base_url=base_url, api_key=slot.value)
             if journal is not None:
                 providers[slot.label].batcher = open_batcher(providers[slot.label], cfg, journal, sleep)
+        for note in next(iter(providers.values())).shaping_notes():  # once per run and provider, not per call
+            log.warning(note)
         policy = RetryPolicy.from_config(cfg.retry, provider=member_id)
         yield Route(
             id=member_id,

@@ -9,6 +9,10 @@ since tool messages carry text only), then a user message with the rest. Assista
 ``tool_calls``. Cache breakpoints are dropped (OpenAI caches automatically). Thinking blocks become
 ``reasoning_content`` on assistant messages that carry tool calls (DeepSeek needs it back inside a tool loop,
 and ignores it elsewhere).
+
+For servers that render the model's own chat template, ``provider.history`` (or the model family's needs,
+``models.py``) keeps user and assistant turns alternating and gives tool calls 9-character ids
+(``chat_history.py``); ``models.py`` also drops or renames the fields a model refuses (``build_request``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from flowllm.providers.base import (
     tool_result_text,
     wire_tool_name,
 )
+from flowllm.providers.chat_history import alternate, portable_id
+from flowllm.providers.models import traits_for
 from flowllm.providers.streaming import assemble_chat
 
 
@@ -89,6 +95,16 @@ def tool_use_block(call_id: str, name: str, arguments: str) -> Block:
 class OpenAIChatProvider(BaseProvider):
     protocol: WireProtocol = "openai_chat"
 
+    def __init__(self, cfg: Any, client: Any, *more_clients: Any) -> None:
+        super().__init__(cfg, client, *more_clients)
+        traits = traits_for(self.model)
+        history = cfg.history
+        # provider.history, else what the model family's chat template needs (flowllm/providers/models.py).
+        self.alternate_roles: bool = (
+            traits.alternate_roles if history.alternate_roles is None else history.alternate_roles
+        )
+        self.portable_ids: bool = traits.portable_ids if history.portable_ids is None else history.portable_ids
+
     def _method(self, client: Any = None) -> Callable[..., Any]:
         return (client or self.client).chat.completions.create
 
@@ -133,9 +149,11 @@ class OpenAIChatProvider(BaseProvider):
                     msg["reasoning_content"] = reasoning
             if text or calls:
                 out.append(msg)
-        return out
+        return alternate(out) if self.alternate_roles else out
 
-    def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+    def unshaped_request(
+        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
+    ) -> dict[str, Any]:
         cfg = self.cfg
         wire = cfg.wire
         request: dict[str, Any] = {
@@ -170,6 +188,8 @@ class OpenAIChatProvider(BaseProvider):
             if wire.stream_usage:
                 request["stream_options"] = {"include_usage": True}  # usage arrives in the final chunk
         if wire.metadata:
+            if wire.store:  # Chat takes metadata only with store: true (models.py drops it otherwise)
+                request["store"] = True
             request["metadata"] = dict(wire.metadata)
         request.update(copy.deepcopy(dict(cfg.extra_body or {})))
         return request
@@ -197,11 +217,19 @@ class OpenAIChatProvider(BaseProvider):
         if text:
             blocks.append({"type": "text", "text": text})
         calls: list[NativeToolCall] = []
-        for call in msg.get("tool_calls") or []:
+        for index, call in enumerate(msg.get("tool_calls") or []):
             fn = call.get("function") or {}
             arguments = fn.get("arguments") or ""
-            calls.append(NativeToolCall(id=call.get("id", ""), name=fn.get("name", ""), arguments=arguments))
-            blocks.append(tool_use_block(call.get("id", ""), fn.get("name", ""), arguments))
+            server_id = str(call.get("id") or "")
+            call_id = server_id
+            if self.portable_ids or not server_id:
+                # 9 letters and digits, derived from the server's id (kept on the block): every template takes it.
+                call_id = portable_id(server_id, response_id=str(body.get("id") or ""), index=index)
+            calls.append(NativeToolCall(id=call_id, name=fn.get("name", ""), arguments=arguments))
+            block = tool_use_block(call_id, fn.get("name", ""), arguments)
+            if call_id != server_id:
+                block["server_id"] = server_id
+            blocks.append(block)
         finish = choice.get("finish_reason")
         response = ModelResponse(
             text=text,

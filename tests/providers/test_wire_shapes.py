@@ -239,10 +239,15 @@ def test_optional_fields_are_sent_only_when_configured() -> None:
     request = plain.build_request(system=SYSTEM, messages=native_loop(), tools=TOOLS)
     assert request["max_tokens"] == 4096 and "parallel_tool_calls" not in request and "metadata" not in request
     wire = WireConfig(
-        stream_usage=False, parallel_tool_calls=False, max_tokens_field="max_completion_tokens", metadata={"a": "b"}
+        stream_usage=False,
+        parallel_tool_calls=False,
+        max_tokens_field="max_completion_tokens",
+        metadata={"a": "b"},
+        store=True,  # Chat takes metadata only with store: true
     )
     asked = provider("openai_chat", stream=True, tool_protocol="native", wire=wire)
     request = asked.build_request(system=SYSTEM, messages=native_loop(), tools=TOOLS)
     assert "stream_options" not in request and "max_tokens" not in request
     assert request["max_completion_tokens"] == 4096
     assert request["parallel_tool_calls"] is False and request["metadata"] == {"a": "b"}
+    assert request["store"] is True

@@ -29,7 +29,7 @@ from flowllm.parsing.safety import (
     too_long_reason,
     too_many_blocks_reason,
 )
-from flowllm.parsing.toolcalls import markerless, mcp_xml, special, tagged
+from flowllm.parsing.toolcalls import families, markerless, mcp_xml, special, tagged
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, split_server
 from flowllm.parsing.toolcalls.native import native_item, native_items
 from flowllm.parsing.types import BadToolCall, Parsed, ToolCall
@@ -42,6 +42,10 @@ _TEXT_FORMATS: dict[str, tuple[Scanner, tuple[str, ...]]] = {
     "kimi_k2": (lambda t, c, f, fm: special.scan_kimi(t, c, f), special.KIMI_MARKERS),
     "deepseek_v3": (lambda t, c, f, fm: special.scan_deepseek(t, c, f), special.DEEPSEEK_MARKERS),
     "mistral": (lambda t, c, f, fm: special.scan_mistral(t, c, f), (special.MISTRAL,)),
+    "minimax_m2": (lambda t, c, f, fm: families.scan_minimax(t, c, f), (families.MINIMAX,)),
+    "harmony": (lambda t, c, f, fm: families.scan_harmony(t, c, f), (families.HARMONY,)),
+    "gemma4": (lambda t, c, f, fm: families.scan_gemma(t, c, f), (families.GEMMA,)),
+    "functionary": (lambda t, c, f, fm: families.scan_functionary(t, c, f), (families.FUNCTIONARY,)),
     # One scanner reads every <tool_call> block and tells the three apart by content.
     "hermes": (tagged.scan, tagged.MARKERS),
     "qwen3_coder": (tagged.scan, tagged.MARKERS),

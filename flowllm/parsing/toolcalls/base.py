@@ -130,7 +130,20 @@ def call_from_object(obj: Any, *, require_arguments: bool) -> RawCall | None:
         return None
     server = _first_text(obj, _SERVER_KEYS)
     args = obj[arg_key] if arg_key else None
+    if is_echoed_schema(obj, args):
+        return None
     return RawCall(name, arguments_to_text(args), server)
+
+
+def is_echoed_schema(obj: dict[str, Any], args: Any) -> bool:
+    """A tool definition the model repeated (``{"name", "description", "parameters": {JSON schema}}``), not a
+    call: its "arguments" would be the schema itself."""
+    return (
+        "description" in obj
+        and isinstance(args, dict)
+        and "properties" in args
+        and args.get("type") in ("object", "OBJECT")
+    )
 
 
 def _first_text(obj: dict[str, Any], keys: tuple[str, ...]) -> str | None:

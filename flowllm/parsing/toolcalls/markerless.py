@@ -8,7 +8,11 @@ this way.
   positional calls) is prose and ignored.
 * ``json``: ``{"name"|"tool": ..., "arguments"|"parameters": {...}}`` objects anywhere in the text (bare, in a
   ```json fence, after ``<|python_tag|>``, separated by ``;`` or newlines), and JSON lists of them. An object
-  is a call only with both a name and an arguments key: text that merely contains JSON is not a call.
+  is a call only with both a name and an arguments key: text that merely contains JSON is not a call, and
+  neither is a tool definition the model repeated (``{"name", "description", "parameters": {schema}}``).
+
+Neither reads inside a code fence of a programming language (```python, ```js ...): code that builds such an
+object or list is content. A ```json fence (or one with no language) is how many models wrap a call.
 """
 
 from __future__ import annotations
@@ -95,14 +99,51 @@ def _read_call(source: str | ast.expr) -> RawCall:
     return RawCall(name, dumps(args))
 
 
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^\n]*\n", re.M)
+_FENCE_CLOSE = re.compile(r"^[ \t]*```", re.M)
+# Fence languages that hold data, not code: a call may sit in them.
+_DATA_FENCES = frozenset({"", "json", "jsonc", "json5", "tool_call", "tool_code", "javascript-object"})
+
+
+def code_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each code fence in a programming language; an unclosed one runs to the end."""
+    if "```" not in text:
+        return []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while True:
+        m = _FENCE.search(text, pos)
+        if m is None:
+            break
+        close = _FENCE_CLOSE.search(text, m.end())
+        end = close.end() if close else len(text)
+        if m.group(1).lower() not in _DATA_FENCES:
+            spans.append((m.start(), end))
+        pos = max(end, m.end())
+    return spans
+
+
+def _in_code(spans: list[tuple[int, int]], at: int) -> int:
+    """The end of the code span holding ``at``, or -1."""
+    i = bisect.bisect_right(spans, (at, 1 << 62)) - 1  # the last span starting at or before ``at``
+    if i >= 0 and spans[i][0] <= at < spans[i][1]:
+        return spans[i][1]
+    return -1
+
+
 def scan_pythonic(text: str, ctx: Context, final: bool) -> list[Hit]:
     hits: list[Hit] = []
     pos = 0
+    code = code_spans(text)
     while True:
         m = _PY_LIST.search(text, pos)
         if m is None:
             break
         start = m.start()
+        skip = _in_code(code, start) if code else -1
+        if skip >= 0:
+            pos = skip
+            continue
         end, elements, error = _split_list(text, start)
         if error == "unclosed list" and not final:
             hits.append(Hit(start, len(text), complete=False))
@@ -153,6 +194,7 @@ def scan_json(text: str, ctx: Context, final: bool) -> list[Hit]:
         return [Hit(x.start(), x.end()) for x in _PYTHON_TAG.finditer(text)]
     hits: list[Hit] = []
     pos = 0
+    code = code_spans(text)
     brackets = BracketMatcher(text)
     hints = [h.start() for h in _NAME_HINT.finditer(text)]
     # Blocks that are JSON but not calls are looked into (a call may sit inside one); reading each nested
@@ -163,6 +205,10 @@ def scan_json(text: str, ctx: Context, final: bool) -> list[Hit]:
         if m is None:
             break
         start = m.start()
+        skip = _in_code(code, start) if code else -1
+        if skip >= 0:
+            pos = skip
+            continue
         end = brackets.end(start)
         if end < 0:
             # An unclosed list may still hold complete calls: look inside it. An unclosed object waits.
