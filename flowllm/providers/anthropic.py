@@ -18,6 +18,7 @@ from flowllm.config.schema import ContentFormat
 from flowllm.core.interfaces import WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, NativeToolCall, ToolSpec, Usage
 from flowllm.providers.base import CACHE_KEY, BaseProvider, dump_arguments, estimate_tokens, wire_tool_name
+from flowllm.providers.clients import ClientShards
 from flowllm.providers.streaming import assemble_anthropic
 
 
@@ -41,8 +42,8 @@ def _as_content(parts: list[dict[str, Any]], fmt: ContentFormat) -> str | list[d
 class AnthropicProvider(BaseProvider):
     protocol: WireProtocol = "anthropic"
 
-    def __init__(self, cfg: Any, client: Any, *more_clients: Any) -> None:
-        super().__init__(cfg, client, *more_clients)
+    def __init__(self, cfg: Any, clients: ClientShards) -> None:
+        super().__init__(cfg, clients)
         self.supports_cache_control = bool(cfg.cache.enabled)
 
     def _method(self, client: Any = None) -> Callable[..., Any]:

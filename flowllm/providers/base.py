@@ -29,6 +29,7 @@ from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
 from flowllm.core.media import MEDIA_TYPES, degrade_messages
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
 from flowllm.errors import ErrorKind
+from flowllm.providers.clients import ClientShards
 from flowllm.providers.errors import (
     ProviderCallError,
     ProviderConfigError,
@@ -169,13 +170,13 @@ class BaseProvider:
 
     protocol: WireProtocol  # set by each subclass; an attribute, as the Provider protocol expects
 
-    def __init__(self, cfg: ProviderConfig, client: Any, *more_clients: Any) -> None:
+    def __init__(self, cfg: ProviderConfig, clients: ClientShards) -> None:
         self.cfg = cfg
-        self.client = client
         # Several SDK clients, each with its own connection pool, a task always on the same one: the HTTP
         # pool scans every connection it holds on each request, which at hundreds of concurrent tasks costs
-        # more CPU than everything else in a turn (benchmarks/concurrency.py). Shards keep each pool small.
-        self.clients: tuple[Any, ...] = (client, *more_clients)
+        # more CPU than everything else in a turn (benchmarks/concurrency.py). Shards keep each pool small;
+        # each is made on its first call (flowllm/providers/clients.py).
+        self.clients = clients
         self.name: str = cfg.name
         self.model: str = cfg.model
         self.tool_protocol: ToolProtocol = "native" if cfg.tool_protocol == "native" else "xml"
@@ -193,8 +194,15 @@ class BaseProvider:
         self.batcher: Batcher | None = None
 
     @property
+    def client(self) -> Any:
+        """The first SDK client (made now if no call has needed it yet)."""
+        return self.clients.get(0)
+
+    @property
     def base_url(self) -> str:
         """The endpoint the SDK client calls (named in connection and not-found errors)."""
+        if self.clients.base_url:
+            return self.clients.base_url
         return str(getattr(self.client, "base_url", None) or self.cfg.base_url or "")
 
     # ----- hooks -----------------------------------------------------------------------------------------
@@ -205,8 +213,8 @@ class BaseProvider:
     def client_for(self, context: CallContext) -> Any:
         """The client that carries this task's calls (stable per task, so its connections get reused)."""
         if len(self.clients) == 1:
-            return self.client
-        return self.clients[zlib.crc32(context.task_id.encode()) % len(self.clients)]
+            return self.clients.get(0)
+        return self.clients.get(zlib.crc32(context.task_id.encode()) % len(self.clients))
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         """The wire request: the protocol's (``unshaped_request``), then shaped for the model that receives it
@@ -368,7 +376,7 @@ class BaseProvider:
     async def aclose(self) -> None:
         if self.batcher is not None:
             await self.batcher.aclose()
-        for client in self.clients:
+        for client in self.clients.made():
             close = getattr(client, "close", None)
             if close is not None:
                 await close()

@@ -29,6 +29,7 @@ from flowllm.core.registry import Registry
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.batch import batch_journal, check_batch_config, open_batcher
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
+from flowllm.providers.clients import ClientShards, once
 from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.keys import (
     KeyPool,
@@ -88,26 +89,22 @@ CustomCheck = Callable[[ProviderConfig, Resolver | None], None]
 
 
 def _build_anthropic(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
-    import anthropic
-
     from flowllm.providers.anthropic import AnthropicProvider
 
-    kwargs: dict[str, Any] = {"base_url": endpoint.base_url, "max_retries": 0, "timeout": cfg.timeout_s}
-    if cfg.auth == "x-api-key":
-        # anthropic 2.x sends Authorization: Bearer; endpoints that want x-api-key get it as a header instead,
-        # with the bearer header omitted (never both).
+    tls = once(_tls_context)
+
+    def make() -> Any:
+        import anthropic
+
+        kwargs: dict[str, Any] = {"base_url": endpoint.base_url, "max_retries": 0, "timeout": cfg.timeout_s}
         kwargs["api_key"] = endpoint.api_key
-        kwargs["default_headers"] = {"x-api-key": endpoint.api_key, "Authorization": anthropic.Omit()}
-    else:
-        kwargs["api_key"] = endpoint.api_key
-    tls = _tls_context()
-    return AnthropicProvider(
-        cfg,
-        *(
-            anthropic.AsyncAnthropic(**kwargs, http_client=anthropic.DefaultAsyncHttpxClient(verify=tls))
-            for _ in range(CLIENT_SHARDS)
-        ),
-    )
+        if cfg.auth == "x-api-key":
+            # anthropic 2.x sends Authorization: Bearer; endpoints that want x-api-key get it as a header
+            # instead, with the bearer header omitted (never both).
+            kwargs["default_headers"] = {"x-api-key": endpoint.api_key, "Authorization": anthropic.Omit()}
+        return anthropic.AsyncAnthropic(**kwargs, http_client=anthropic.DefaultAsyncHttpxClient(verify=tls()))
+
+    return AnthropicProvider(cfg, ClientShards(make, CLIENT_SHARDS, base_url=endpoint.base_url or ""))
 
 
 def _tls_context() -> Any:
@@ -117,30 +114,33 @@ def _tls_context() -> Any:
     return httpx2.create_ssl_context()
 
 
-def _openai_client(cfg: ProviderConfig, endpoint: Endpoint, tls: Any) -> Any:
-    import openai
+def _openai_shards(cfg: ProviderConfig, endpoint: Endpoint) -> ClientShards:
+    tls = once(_tls_context)
 
-    return openai.AsyncOpenAI(
-        api_key=endpoint.api_key,
-        base_url=endpoint.base_url,
-        max_retries=0,
-        timeout=cfg.timeout_s,
-        http_client=openai.DefaultAsyncHttpxClient(verify=tls),
-    )
+    def make() -> Any:
+        import openai
+
+        return openai.AsyncOpenAI(
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
+            max_retries=0,
+            timeout=cfg.timeout_s,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls()),
+        )
+
+    return ClientShards(make, CLIENT_SHARDS, base_url=endpoint.base_url or "")
 
 
 def _build_openai_chat(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
     from flowllm.providers.openai_chat import OpenAIChatProvider
 
-    tls = _tls_context()
-    return OpenAIChatProvider(cfg, *(_openai_client(cfg, endpoint, tls) for _ in range(CLIENT_SHARDS)))
+    return OpenAIChatProvider(cfg, _openai_shards(cfg, endpoint))
 
 
 def _build_openai_responses(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
     from flowllm.providers.openai_responses import OpenAIResponsesProvider
 
-    tls = _tls_context()
-    return OpenAIResponsesProvider(cfg, *(_openai_client(cfg, endpoint, tls) for _ in range(CLIENT_SHARDS)))
+    return OpenAIResponsesProvider(cfg, _openai_shards(cfg, endpoint))
 
 
 @dataclass(frozen=True)

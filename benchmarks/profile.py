@@ -1,0 +1,349 @@
+"""Where flowllm's CPU goes per turn: a sampling profile of the concurrency and replay workloads, by component.
+
+The concurrency benchmark's child (N tasks x T turns against the emulator, the real stack) and the replay
+benchmark's child (a saved run re-processed with ``provider=replay``) each run under py-spy, which samples the
+process's stacks without instrumenting it (``--nonblocking``: the process is never paused). The bare-SDK floor
+(``benchmarks/floor.py``) is sampled the same way, so the SDK's own share is measured, not assumed.
+
+Each sample is given to one component by its stack, read from the innermost frame outwards: the first frame that
+belongs to a component names it. Frames of general-purpose libraries (pydantic, json, copy, typing, logging,
+tenacity...) belong to no component, so their time goes to the code that called them: pydantic validation run by
+the Anthropic SDK counts as the SDK's, the same validation run by flowllm's normaliser as the normaliser's. Only
+samples taken inside the run's event loop count (imports and config composition before it are left out).
+
+    pip install py-spy && python -m benchmarks.profile [--tasks 500] [--turns 5] [--replay-tasks 200]
+
+The table goes to stdout; ``python -m benchmarks --only profile`` puts it into results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python benchmarks/profile.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import Section, Sizes, md_table, python, subprocess_env
+
+RATE_HZ = 250
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^():]*)(?::(?P<line>\d+))?\)$")
+
+# Libraries whose time is charged to their caller: they do work on behalf of whichever component called them.
+NEUTRAL = (
+    "/pydantic/",
+    "/pydantic_core/",
+    "/json/",
+    "/orjson",
+    "/copy.py",
+    "/typing.py",
+    "/typing_extensions.py",
+    "/dataclasses.py",
+    "/enum.py",
+    "/functools.py",
+    "/abc.py",
+    "/re/",
+    "/re.py",
+    "/collections/",
+    "/logging/",
+    "/tenacity/",
+    "/aiolimiter/",
+    "/contextlib.py",
+    "/uuid.py",
+    "/datetime.py",
+    "/base64.py",
+    "/hashlib.py",
+    "/string.py",
+    "/textwrap.py",
+    "/weakref.py",
+    "/_weakrefset.py",
+    "/random.py",
+    "/inspect.py",
+    "/threading.py",
+    "/queue.py",
+    "/pathlib.py",
+    "/posixpath.py",
+    "/os.py",
+    "/shutil.py",
+    "/tempfile.py",
+    "/genericpath.py",
+    "/codecs.py",
+    "/encodings/",
+    "/email/",
+    "/urllib/",
+    "/json5/",
+    "/networkx/",
+    "/typing_inspection/",
+    "/attr/",
+    "/attrs/",
+    "/annotated_types/",
+)
+
+SDK = "SDK and HTTP stack (anthropic, httpx, httpcore, h11, anyio)"
+ASYNCIO = "asyncio scheduling and sockets"
+REQUEST = "request building (canonical -> wire)"
+NORMALIZE = "response normalisation (wire -> ModelResponse)"
+PROVIDER = "provider plumbing (retry, keys, limiter, breaker, send)"
+PARSING = "tool-call parsing and JSON repair"
+ENGINE = "engine loop (runner, contract checks, context)"
+RECORDER = "recorder"
+LEDGER = "ledger and progress"
+DISPATCH = "tool dispatch (incl. the in-process calculator)"
+AGENT = "agent loop (turn setup, answer extraction)"
+NODES = "other turn nodes (history, cache marks, tokens, media)"
+EXPERIMENT = "experiment runner and scoring"
+REPLAY = "replay provider (finding and reading saved replies)"
+CONFIG = "OmegaConf / Hydra access"
+IMPORTS = "imports inside the run"
+OTHER = "other"
+
+_SDK_PARTS = ("/anthropic/", "/openai/", "/httpx/", "/httpx2/", "/httpcore/", "/h11/", "/anyio/", "/sniffio/")
+_SDK_PARTS += ("/idna/", "/certifi/", "/h2/", "/distro/", "/jiter/", "/ssl.py", "/socket.py", "/http/")
+_ASYNCIO_PARTS = ("/asyncio/", "/selectors.py", "/uvloop/")
+_BUILD_WORDS = ("build", "wire_", "_wire", "to_wire", "request", "encode", "content_block", "message_param")
+_NORMALIZE_WORDS = ("normalize", "normalise", "from_wire", "usage", "response")
+
+# flowllm modules by path fragment, most specific first.
+_FLOWLLM: tuple[tuple[str, str], ...] = (
+    ("flowllm/providers/replay", REPLAY),
+    ("flowllm/providers/ledger", LEDGER),
+    ("flowllm/experiment/progress", LEDGER),
+    ("flowllm/experiment/task_usage", LEDGER),
+    ("flowllm/nodes/toolcalls", PARSING),
+    ("flowllm/parsing/", PARSING),
+    ("flowllm/nodes/dispatch", DISPATCH),
+    ("flowllm/tools/", DISPATCH),
+    ("flowllm/nodes/model", PROVIDER),
+    ("flowllm/nodes/", NODES),
+    ("flowllm/engine/recorder", RECORDER),
+    ("flowllm/engine/blobs", RECORDER),
+    ("flowllm/engine/", ENGINE),
+    ("flowllm/agent/", AGENT),
+    ("flowllm/experiment/", EXPERIMENT),
+    ("flowllm/scoring/", EXPERIMENT),
+    ("flowllm/datasets/", EXPERIMENT),
+    ("flowllm/core/", ENGINE),
+    ("benchmarks/", DISPATCH),
+)
+
+ORDER = (
+    SDK,
+    ASYNCIO,
+    REQUEST,
+    NORMALIZE,
+    PROVIDER,
+    REPLAY,
+    PARSING,
+    ENGINE,
+    RECORDER,
+    LEDGER,
+    DISPATCH,
+    AGENT,
+    NODES,
+    EXPERIMENT,
+    CONFIG,
+    IMPORTS,
+    OTHER,
+)
+
+
+def component(frames: list[tuple[str, str]]) -> str:
+    """The component a sample belongs to; ``frames`` are (function, path) from the outermost to the innermost."""
+    for func, path in reversed(frames):
+        path = path.replace("\\", "/")
+        if "<frozen importlib" in path:
+            return IMPORTS
+        if path.startswith("<frozen"):
+            continue
+        if not path.startswith("/"):  # py-spy names files relative to their sys.path entry
+            path = "/" + path
+        if any(part in path for part in NEUTRAL):
+            continue
+        if "flowllm/providers/" in path:
+            fixed = next((name for frag, name in _FLOWLLM if frag in path), None)
+            if fixed is not None:
+                return fixed
+            lowered = func.lower()
+            if any(word in lowered for word in _NORMALIZE_WORDS) and "request" not in lowered:
+                return NORMALIZE
+            if any(word in lowered for word in _BUILD_WORDS):
+                return REQUEST
+            return PROVIDER
+        for frag, name in _FLOWLLM:
+            if frag in path:
+                return name
+        if any(part in path for part in _SDK_PARTS):
+            return SDK
+        if any(part in path for part in _ASYNCIO_PARTS):
+            return ASYNCIO
+        if "/omegaconf/" in path or "/hydra/" in path:
+            return CONFIG
+        return OTHER
+    return OTHER
+
+
+def parse_raw(text: str) -> Iterable[tuple[list[tuple[str, str]], int]]:
+    """py-spy's ``--format raw`` lines: ``frame;frame;... count``, outermost first."""
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = []
+        for raw in stack.split(";"):
+            found = _FRAME.match(raw.strip())
+            frames.append((found["func"], found["path"]) if found else (raw, ""))
+        yield frames, int(count)
+
+
+def in_event_loop(frames: list[tuple[str, str]]) -> bool:
+    return any(func == "run" and "asyncio/runners.py" in path for func, path in frames)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Samples per component of one profiled process, and the CPU it spent per unit of work."""
+
+    counts: dict[str, int]
+    cpu_ms_per_unit: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def ms(self, name: str) -> float:
+        return self.cpu_ms_per_unit * self.counts.get(name, 0) / self.total if self.total else 0.0
+
+
+def profile_command(cmd: list[str], out: Path) -> tuple[Counter[str], str]:
+    """Run ``cmd`` under py-spy; returns the samples per component and the command's stdout."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("py-spy is not installed (pip install py-spy)")
+    raw = out.with_suffix(".raw")
+    full = [spy, "record", "--nonblocking", "--format", "raw", "-r", str(RATE_HZ), "-o", str(raw), "--", *cmd]
+    done = subprocess.run(full, capture_output=True, text=True, env=subprocess_env(), timeout=3600, check=False)
+    if done.returncode != 0 or not raw.exists():
+        raise RuntimeError(f"profiling {cmd[2:4]} failed:\n{done.stderr[-3000:]}")
+    counts: Counter[str] = Counter()
+    for frames, count in parse_raw(raw.read_text(encoding="utf-8")):
+        if in_event_loop(frames):
+            counts[component(frames)] += count
+    return counts, done.stdout
+
+
+def _last_json(stdout: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]  # py-spy writes to stdout too
+    return dict(json.loads(lines[-1]))
+
+
+def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int) -> dict[str, Profile]:
+    from benchmarks import replay
+    from benchmarks.concurrency import EmulatorProcess, emulator_script
+    from benchmarks.stack import multi_turn_answer
+
+    sizes = Sizes.quick()
+    sizes = Sizes(**{**sizes.__dict__, "concurrency_turns": turns, "latency_s": 0.1})
+    profiles: dict[str, Profile] = {}
+    with tempfile.TemporaryDirectory(prefix="flowllm-bench-profile-") as tmp:
+        folder = Path(tmp)
+        script = folder / "script.json"
+        script.write_text(json.dumps(emulator_script(sizes)), encoding="utf-8")
+        with EmulatorProcess(script) as emulator:
+            live = [python(), "-m", "benchmarks.concurrency", "--child", "--tasks", str(tasks)]
+            live += ["--turns", str(turns), "--latency", "0.1", "--base-url", emulator.base_url]
+            live += ["--folder", str(folder / "live"), "--snapshot", "none"]
+            (folder / "live").mkdir()
+            counts, stdout = profile_command(live, folder / "live")
+            figures = _last_json(stdout)
+            profiles["flowllm"] = Profile(dict(counts), 1000 * figures["cpu_s"] / max(figures["turns"], 1))
+            floor_cmd = [python(), "-m", "benchmarks.floor", "--tasks", str(tasks), "--turns", str(turns)]
+            floor_cmd += ["--base-url", emulator.base_url, "--answer", multi_turn_answer(turns)]
+            counts, stdout = profile_command(floor_cmd, folder / "floor")
+            figures = _last_json(stdout)
+            calls = figures.get("turns") or tasks * turns
+            profiles["floor"] = Profile(dict(counts), 1000 * figures["cpu_s"] / max(calls, 1))
+        rsizes = Sizes(**{**sizes.__dict__, "replay_tasks": replay_tasks, "replay_turns": replay_turns})
+        source, dataset, _ = replay.make_source(folder / "replay-source", rsizes)
+        replay_cmd = [python(), "-m", "benchmarks.replay", "--child", "--source", str(source)]
+        replay_cmd += ["--dataset", str(dataset), "--snapshot", "none", "--folder", str(folder / "replay-out")]
+        replay_cmd += ["--turns", str(replay_turns)]
+        counts, stdout = profile_command(replay_cmd, folder / "replay")
+        figures = _last_json(stdout)
+        profiles["replay"] = Profile(dict(counts), 1000 * figures["wall_s"] / max(figures["turns"], 1))
+    return profiles
+
+
+def table(profiles: dict[str, Profile]) -> str:
+    live, floor, rep = profiles["flowllm"], profiles["floor"], profiles["replay"]
+    rows = []
+    for name in ORDER:
+        if not any(p.counts.get(name) for p in profiles.values()):
+            continue
+        rows.append(
+            [
+                name,
+                f"{live.ms(name):.3f}",
+                f"{100 * live.counts.get(name, 0) / max(live.total, 1):.1f}%",
+                f"{floor.ms(name):.3f}",
+                f"{1000 * rep.ms(name):.0f}",
+            ]
+        )
+    rows.append(
+        [
+            "**total**",
+            f"**{live.cpu_ms_per_unit:.3f}**",
+            "100%",
+            f"**{floor.cpu_ms_per_unit:.3f}**",
+            f"**{1000 * rep.cpu_ms_per_unit:.0f}**",
+        ]
+    )
+    headers = ["component", "live: CPU ms per turn", "live share", "floor: CPU ms per call", "replay: us per turn"]
+    return md_table(headers, rows)
+
+
+def section_from(profiles: dict[str, Profile], tasks: int, turns: int, replay_tasks: int) -> Section:
+    intro = (
+        f"`python -m benchmarks.profile`: py-spy samples ({RATE_HZ} Hz, non-blocking) of the concurrency child at "
+        f"{tasks} tasks x {turns} turns (100 ms model latency, recorder off), of the bare-SDK floor on the same "
+        f"emulator, and of a one-core replay of {replay_tasks} saved tasks (recorder off). Each sample goes to the "
+        "component of its innermost frame that belongs to one; general-purpose libraries (pydantic, json, copy, "
+        "logging, tenacity...) are charged to their caller. CPU per turn is the process's own CPU time over the "
+        "run, split by the sample shares; replay is wall time on one core."
+    )
+    return Section("Where the CPU goes per turn", intro, [table(profiles)], [], [])
+
+
+def run(sizes: Sizes) -> Section:
+    tasks = 20 if sizes.in_process else 500
+    replay_tasks = 20 if sizes.in_process else 200
+    profiles = measure(tasks, sizes.concurrency_turns, replay_tasks, sizes.replay_turns)
+    return section_from(profiles, tasks, sizes.concurrency_turns, replay_tasks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=500)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--replay-tasks", type=int, default=200)
+    parser.add_argument("--replay-turns", type=int, default=5)
+    parser.add_argument("--json", action="store_true", help="print the sample counts as JSON too")
+    args = parser.parse_args(argv)
+    profiles = measure(args.tasks, args.turns, args.replay_tasks, args.replay_turns)
+    print(table(profiles))
+    if args.json:
+        print(json.dumps({k: {"counts": p.counts, "cpu_ms": p.cpu_ms_per_unit} for k, p in profiles.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
