@@ -132,6 +132,10 @@ class TimedObserver:
         self.inner = inner
         self.calls: list[float] = []
 
+    @property
+    def records_nodes(self) -> bool:
+        return self.inner.records_nodes
+
     def on_node(
         self,
         ctx: TurnContext,

@@ -40,7 +40,18 @@ from benchmarks.common import (
 
 os.environ.update(quiet_peers_env())  # before any peer library is imported
 
-SECTIONS = ("overhead", "parallel", "concurrency", "replay", "fork", "parsing", "adversarial", "ratelimit", "startup")
+SECTIONS = (
+    "overhead",
+    "parallel",
+    "concurrency",
+    "profile",
+    "replay",
+    "fork",
+    "parsing",
+    "adversarial",
+    "ratelimit",
+    "startup",
+)
 
 
 def parsing_section(sizes: Sizes) -> Section:
@@ -98,12 +109,13 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import concurrency, fork, overhead, parallel, ratelimit, replay, startup
+    from benchmarks import concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
 
     return {
         "overhead": overhead.run,
         "parallel": parallel.run,
         "concurrency": concurrency.run,
+        "profile": profile.run,
         "replay": replay.run,
         "fork": fork.run,
         "parsing": parsing_section,

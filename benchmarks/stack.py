@@ -24,6 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.common import ROOT
+from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.tools.calculator import CalculationError, calculate
 
@@ -31,7 +32,7 @@ MATH = ("tool-math", "calculate")
 SLEEP = ("tool-sleep", "sleep")
 
 
-class InProcessTools:
+class InProcessTools(ToolBackendDefaults):
     """A ToolBackend served in process: ``tool-math/calculate`` (flowllm's calculator) and ``tool-sleep/sleep``
     (waits ``seconds``, a stand-in for a tool that takes a fixed time)."""
 

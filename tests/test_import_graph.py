@@ -22,9 +22,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine", "parsing"),  # the turn graph and its runners; reading model output
     ("providers", "tools", "emulator"),  # services: model endpoints, tool servers, the loopback emulator
     ("nodes", "agent", "memory"),  # what runs in a turn, and the loop around turns
-    ("datasets", "scoring"),  # tasks in, scores out
+    ("datasets", "scoring", "export", "telemetry"),  # tasks in, scores out; a saved run read as other tools' formats
     ("experiment",),  # a run: tasks, workers, preflight, reports
-    ("app", "cli", "inspect", "__main__", "data"),  # entry points (data: the samples' own generator scripts)
+    ("app", "cli", "inspect", "analysis", "__main__", "data"),  # entry points and notebooks (data: sample scripts)
 )
 # Imports that break the order, each with where it should go. They are in modules other work changes heavily
 # (the exit codes and the command-line checks, which the error tree's work is moving); the test fails when one
