@@ -141,12 +141,13 @@ async def check_providers(
 
 
 async def check_tools(
-    tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None
+    tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None, *, warn: bool = True
 ) -> tuple[list[str], Any]:
     """Start every configured server once; returns the problems and the catalog (None if none could be made).
 
     ``stack``: keep the run-scoped servers connected until it closes (the run's own catalog); without one they
-    are stopped once checked."""
+    are stopped once checked. ``warn``: say which servers the run goes on without (false: the caller is a check
+    made before the runs, whose own preflight says it)."""
     from flowllm.tools import discover_tools, load_settings, open_tool_catalog
 
     try:
@@ -173,7 +174,7 @@ async def check_tools(
         for name, reason in catalog.unavailable.items()
         if DISABLED_MARK not in reason and name not in catalog.withdrawn
     ]
-    if not problems:  # the run goes on without them: said once, before the first task (console and app.log)
+    if warn and not problems:  # the run goes on without them: said once, before the first task (console and app.log)
         for name, reason in catalog.unavailable.items():
             logging.getLogger("flowllm").warning("flowllm: tool %s is unavailable: %s", name, reason)
     return problems, catalog
