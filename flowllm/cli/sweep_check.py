@@ -29,7 +29,13 @@ from flowllm.app import preflight_targets, prepare_parts
 from flowllm.cli.config_check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import FlowError
 from flowllm.experiment.fingerprint import resume_mode
-from flowllm.experiment.preflight import ProviderTarget, check_providers, check_tools, live_providers
+from flowllm.experiment.preflight import (
+    ProviderTarget,
+    check_providers,
+    check_tools,
+    live_providers,
+    tool_start_timeout,
+)
 from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.tools.webconf import web_tools
 
@@ -85,10 +91,10 @@ def _target_key(target: ProviderTarget) -> tuple[Any, ...]:
     return (target.id, cfg.protocol, cfg.base_url, cfg.api_key_env, cfg.auth)
 
 
-def tools_key(cfg: DictConfig, timeout_s: float) -> str:
+def tools_key(cfg: DictConfig, start_timeout_s: float) -> str:
     """What decides whether a job's tool servers start: its resolved tools settings, the start timeout, and what
     the run's web tool environment (flowllm.tools.webconf) reads from the rest of the config."""
-    what: dict[str, Any] = {"tools": OmegaConf.to_container(cfg.tools, resolve=True), "timeout_s": timeout_s}
+    what: dict[str, Any] = {"tools": OmegaConf.to_container(cfg.tools, resolve=True), "timeout_s": start_timeout_s}
     if OmegaConf.select(cfg, "tools.audio.emulator", default=False):
         what["emulator_script"] = OmegaConf.select(cfg, "provider.emulator_script")
     if OmegaConf.select(cfg, "provider.protocol") == "replay":
@@ -96,13 +102,13 @@ def tools_key(cfg: DictConfig, timeout_s: float) -> str:
     return json.dumps(what, sort_keys=True, default=str)
 
 
-async def start_tools(cfg: DictConfig, timeout_s: float) -> list[str]:
+async def start_tools(cfg: DictConfig, start_timeout_s: float) -> list[str]:
     """One job's tool servers started and stopped, as its preflight would (same catalog, same start timeout), in
     the web tool environment a run gives them, with a scratch folder for the run's."""
     try:
         with tempfile.TemporaryDirectory(prefix="flowllm-sweep-check-") as scratch:
             async with web_tools(cfg, Path(scratch)):
-                problems, _ = await check_tools(cfg.tools, max(timeout_s, 30.0), warn=False)
+                problems, _ = await check_tools(cfg.tools, start_timeout_s, warn=False)
     except FlowError as exc:
         return str(exc).splitlines()
     return problems
@@ -156,8 +162,9 @@ def sweep_problems(argv: Sequence[str]) -> list[str]:
                 targets.setdefault(_target_key(target), (target, checked.timeout_s))
                 users.setdefault(_target_key(target), []).append(number)
             if checked.tools is not None:
-                tools_config = tools_key(checked.tools, checked.timeout_s)
-                tools.setdefault(tools_config, (checked.tools, checked.timeout_s))
+                start_timeout_s = tool_start_timeout(checked.timeout_s)
+                tools_config = tools_key(checked.tools, start_timeout_s)
+                tools.setdefault(tools_config, (checked.tools, start_timeout_s))
                 tool_users.setdefault(tools_config, []).append(number)
     if not found and (targets or tools):
         # Every job's settings are sound: is every real provider there, does every tool server start?

@@ -140,6 +140,12 @@ async def check_providers(
     return [p for p in found if p]
 
 
+def tool_start_timeout(timeout_s: float) -> float:
+    """How long a tool server may take to start under ``preflight.timeout_s`` (a server's start-up, an
+    interpreter and its imports, takes longer than a models listing)."""
+    return max(timeout_s, 30.0)
+
+
 async def check_tools(
     tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None, *, warn: bool = True
 ) -> tuple[list[str], Any]:
@@ -193,7 +199,7 @@ async def preflight(
 
     ``stack``: the run's exit stack; the catalog's run-scoped servers then stay up for the run (``check_tools``)."""
     reach = check_providers(targets, timeout_s) if providers else _nothing()
-    start = check_tools(tools_cfg, max(timeout_s, 30.0), stack) if tools else _no_tools()
+    start = check_tools(tools_cfg, tool_start_timeout(timeout_s), stack) if tools else _no_tools()
     provider_problems, (tool_problems, catalog) = await asyncio.gather(reach, start)
     problems = [*provider_problems, *tool_problems]
     if problems:
