@@ -3,29 +3,41 @@
 Every job's config is composed as Hydra will compose it (the basic sweeper's cartesian product of the swept
 values) and put through the checks that need no server: its settings, the pipeline, the provider and every
 fallback with their keys, the dataset, the judge, the price table, the run's resume mode. When all of that is
-sound, every distinct real provider of the sweep (fallbacks included) is asked once for its models, as a job's
-preflight would. Every problem is listed once, one line each, naming the jobs it stops when not all of them;
-then the sweep exits 2 and no job has started. Tool servers are started by each job's own preflight.
+sound, every distinct real provider of the sweep (fallbacks included) is asked once for its models, and the tool
+servers of every distinct tool configuration are started once (in the web tool environment a run gives them) and
+stopped, as a job's preflight would. Every problem is listed once, one line each, naming the jobs it stops when
+not all of them; then the sweep exits 2 and no job has started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
 
 from flowllm.app import preflight_targets, prepare_parts
 from flowllm.cli.config_check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import FlowError
 from flowllm.experiment.fingerprint import resume_mode
-from flowllm.experiment.preflight import ProviderTarget, check_providers, live_providers
+from flowllm.experiment.preflight import (
+    ProviderTarget,
+    check_providers,
+    check_tools,
+    live_providers,
+    tool_start_timeout,
+)
 from flowllm.scoring.rejudge import inherit_replayed_run
+from flowllm.tools.webconf import web_tools
 
 # Hydra escapes the sweep's values (http\://...): shown as the user wrote them.
 _UNESCAPE = re.compile(r"\\(.)")
@@ -53,6 +65,7 @@ class JobCheck:
     problems: list[str]
     targets: list[ProviderTarget] = field(default_factory=list)
     timeout_s: float = 30.0
+    tools: DictConfig | None = None  # the job's config when its preflight starts tool servers
 
 
 def check_job(overrides: Sequence[str]) -> JobCheck:
@@ -66,9 +79,11 @@ def check_job(overrides: Sequence[str]) -> JobCheck:
     except Exception as exc:  # a composition error: the command-line check said it already, one line
         return JobCheck([str(exc).splitlines()[0] if str(exc) else type(exc).__name__])
     parts, _, problems = prepare_parts(cfg)
-    if problems or parts is None or not cfg.preflight.providers:
+    if problems or parts is None:
         return JobCheck(problems)
-    return JobCheck([], live_providers(preflight_targets(parts.provider_cfg)), float(cfg.preflight.timeout_s))
+    targets = live_providers(preflight_targets(parts.provider_cfg)) if cfg.preflight.providers else []
+    starts_tools = bool(cfg.preflight.tools and cfg.tools.get("servers"))
+    return JobCheck([], targets, float(cfg.preflight.timeout_s), cfg if starts_tools else None)
 
 
 def _target_key(target: ProviderTarget) -> tuple[Any, ...]:
@@ -76,11 +91,43 @@ def _target_key(target: ProviderTarget) -> tuple[Any, ...]:
     return (target.id, cfg.protocol, cfg.base_url, cfg.api_key_env, cfg.auth)
 
 
-async def _reach(targets: dict[tuple[Any, ...], tuple[ProviderTarget, float]]) -> dict[tuple[Any, ...], list[str]]:
-    """Each distinct provider of the sweep asked once for its models (as a job's preflight does)."""
+def tools_key(cfg: DictConfig, start_timeout_s: float) -> str:
+    """What decides whether a job's tool servers start: its resolved tools settings, the start timeout, and what
+    the run's web tool environment (flowllm.tools.webconf) reads from the rest of the config."""
+    what: dict[str, Any] = {"tools": OmegaConf.to_container(cfg.tools, resolve=True), "timeout_s": start_timeout_s}
+    if OmegaConf.select(cfg, "tools.audio.emulator", default=False):
+        what["emulator_script"] = OmegaConf.select(cfg, "provider.emulator_script")
+    if OmegaConf.select(cfg, "provider.protocol") == "replay":
+        what["replay"] = [OmegaConf.select(cfg, key) for key in ("provider.run_dir", "provider.fork", "replay.tools")]
+    return json.dumps(what, sort_keys=True, default=str)
+
+
+async def start_tools(cfg: DictConfig, start_timeout_s: float) -> list[str]:
+    """One job's tool servers started and stopped, as its preflight would (same catalog, same start timeout), in
+    the web tool environment a run gives them, with a scratch folder for the run's."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="flowllm-sweep-check-") as scratch:
+            async with web_tools(cfg, Path(scratch)):
+                problems, _ = await check_tools(cfg.tools, start_timeout_s, warn=False)
+    except FlowError as exc:
+        return str(exc).splitlines()
+    return problems
+
+
+async def _reach(
+    targets: dict[tuple[Any, ...], tuple[ProviderTarget, float]], tools: dict[str, tuple[DictConfig, float]]
+) -> tuple[dict[tuple[Any, ...], list[str]], dict[str, list[str]]]:
+    """Each distinct provider of the sweep asked once for its models, and each distinct tool configuration's
+    servers started once (one configuration after the other: each starts its servers together)."""
+
+    async def start_each() -> dict[str, list[str]]:
+        return {key: await start_tools(cfg, timeout_s) for key, (cfg, timeout_s) in tools.items()}
+
     keys = list(targets)
-    found = await asyncio.gather(*(check_providers([targets[k][0]], targets[k][1]) for k in keys))
-    return dict(zip(keys, found, strict=True))
+    found, started = await asyncio.gather(
+        asyncio.gather(*(check_providers([targets[k][0]], targets[k][1]) for k in keys)), start_each()
+    )
+    return dict(zip(keys, found, strict=True)), started
 
 
 def _jobs_text(jobs: list[int], total: int, labels: list[str]) -> str:
@@ -101,6 +148,8 @@ def sweep_problems(argv: Sequence[str]) -> list[str]:
     labels = []
     targets: dict[tuple[Any, ...], tuple[ProviderTarget, float]] = {}
     users: dict[tuple[Any, ...], list[int]] = {}
+    tools: dict[str, tuple[DictConfig, float]] = {}
+    tool_users: dict[str, list[int]] = {}
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         for number, job in enumerate(jobs):
             # What tells the job apart: its values of the swept overrides.
@@ -112,11 +161,21 @@ def sweep_problems(argv: Sequence[str]) -> list[str]:
             for target in checked.targets:
                 targets.setdefault(_target_key(target), (target, checked.timeout_s))
                 users.setdefault(_target_key(target), []).append(number)
-    if not found and targets:  # every job's settings are sound: is every real provider of the sweep there?
-        for key, problems in asyncio.run(_reach(targets)).items():
+            if checked.tools is not None:
+                start_timeout_s = tool_start_timeout(checked.timeout_s)
+                tools_config = tools_key(checked.tools, start_timeout_s)
+                tools.setdefault(tools_config, (checked.tools, start_timeout_s))
+                tool_users.setdefault(tools_config, []).append(number)
+    if not found and (targets or tools):
+        # Every job's settings are sound: is every real provider there, does every tool server start?
+        reached, started = asyncio.run(_reach(targets, tools))
+        for key, problems in reached.items():
             for problem in problems:
                 found.setdefault(problem, []).extend(users[key])
+        for tools_config, problems in started.items():
+            for problem in problems:
+                found.setdefault(problem, []).extend(tool_users[tools_config])
     return [
-        problem if len(numbers) == len(jobs) else f"{problem} ({_jobs_text(numbers, len(jobs), labels)})"
+        problem if len(numbers) == len(jobs) else f"{problem} ({_jobs_text(sorted(numbers), len(jobs), labels)})"
         for problem, numbers in found.items()
     ]

@@ -140,13 +140,20 @@ async def check_providers(
     return [p for p in found if p]
 
 
+def tool_start_timeout(timeout_s: float) -> float:
+    """How long a tool server may take to start under ``preflight.timeout_s`` (a server's start-up, an
+    interpreter and its imports, takes longer than a models listing)."""
+    return max(timeout_s, 30.0)
+
+
 async def check_tools(
-    tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None
+    tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None, *, warn: bool = True
 ) -> tuple[list[str], Any]:
     """Start every configured server once; returns the problems and the catalog (None if none could be made).
 
     ``stack``: keep the run-scoped servers connected until it closes (the run's own catalog); without one they
-    are stopped once checked."""
+    are stopped once checked. ``warn``: say which servers the run goes on without (false: the caller is a check
+    made before the runs, whose own preflight says it)."""
     from flowllm.tools import discover_tools, load_settings, open_tool_catalog
 
     try:
@@ -173,7 +180,7 @@ async def check_tools(
         for name, reason in catalog.unavailable.items()
         if DISABLED_MARK not in reason and name not in catalog.withdrawn
     ]
-    if not problems:  # the run goes on without them: said once, before the first task (console and app.log)
+    if warn and not problems:  # the run goes on without them: said once, before the first task (console and app.log)
         for name, reason in catalog.unavailable.items():
             logging.getLogger("flowllm").warning("flowllm: tool %s is unavailable: %s", name, reason)
     return problems, catalog
@@ -192,7 +199,7 @@ async def preflight(
 
     ``stack``: the run's exit stack; the catalog's run-scoped servers then stay up for the run (``check_tools``)."""
     reach = check_providers(targets, timeout_s) if providers else _nothing()
-    start = check_tools(tools_cfg, max(timeout_s, 30.0), stack) if tools else _no_tools()
+    start = check_tools(tools_cfg, tool_start_timeout(timeout_s), stack) if tools else _no_tools()
     provider_problems, (tool_problems, catalog) = await asyncio.gather(reach, start)
     problems = [*provider_problems, *tool_problems]
     if problems:

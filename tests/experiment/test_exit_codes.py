@@ -10,6 +10,8 @@ from flowllm.cli.exit_codes import ExitCode, run_exit_code, sweep_exit_code
 from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import LIST_TASK, MISSING_FILE_TASK, WRONG_TASK, gaia_overrides, run_flowllm
 
+COUNTED_SERVER = Path(__file__).parents[1] / "tools" / "servers" / "counted_server.py"
+
 
 def _run(run_dir: Path, *ids: str) -> tuple[int, str]:
     proc = run_flowllm(*gaia_overrides("tools=none", f"hydra.run.dir={run_dir}", f"dataset.task_ids=[{','.join(ids)}]"))
@@ -78,6 +80,32 @@ def test_a_sweep_is_checked_as_a_whole_before_its_first_job(tmp_path: Path) -> N
         "(jobs 2 (provider=claude experiment.attempts=1), 3 (provider=claude experiment.attempts=0))"
     )
     assert "cannot connect" not in proc.stderr
+    assert not sweep_dir.exists()  # no job started
+
+
+def test_a_sweep_starts_each_distinct_tool_configuration_once_before_its_first_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    starts = tmp_path / "starts.log"
+    counted = f"{{command: python, args: ['{COUNTED_SERVER}'], env: {{COUNTED_LOG: '{starts}'}}, scope: run}}"
+    proc = run_flowllm(
+        "-m",
+        "progress=false",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"+tools.servers.counted={counted}",  # in every job: it starts
+        "tools.servers.tool-math.command=python,no-such-binary",  # jobs 2 and 3 name a server that cannot start
+        "agent.max_turns=3,4",  # two jobs per tool configuration: each configuration is started once
+        timeout=240,
+    )
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines  # the server that cannot start, said once with the jobs it stops
+    assert lines[0].startswith("flowllm: error: tools.servers.tool-math: did not start: ")
+    assert "no-such-binary" in lines[0]
+    assert lines[0].endswith(
+        "(jobs 2 (tools.servers.tool-math.command=no-such-binary agent.max_turns=3), "
+        "3 (tools.servers.tool-math.command=no-such-binary agent.max_turns=4))"
+    )
+    assert len(starts.read_text().splitlines()) == 2  # two distinct tool configurations, four jobs
     assert not sweep_dir.exists()  # no job started
 
 
