@@ -1002,9 +1002,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from flowllm.inspect.power import main as power_main
 
             return power_main(args[1:], console)
-        if args[0] == "export":  # Inspect AI logs, OpenTelemetry spans, GAIA submissions (flowllm/inspect/export_command.py)
-            from flowllm.inspect.export_command import run_export
+        if (
+            args[0] == "export"
+        ):  # Inspect AI logs, OpenTelemetry spans, GAIA submissions (flowllm/inspect/export_command.py)
             from flowllm.export.source import ExportError
+            from flowllm.inspect.export_command import run_export
 
             try:
                 return run_export(args[1:], console)
