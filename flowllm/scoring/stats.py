@@ -87,9 +87,16 @@ def reduce_epochs(verdicts: Sequence[bool | None], answers: Sequence[str | None]
         return float(any(v for v, _ in scored))
     if reducer is Reducer.ALL:
         return float(all(v for v, _ in scored))
-    counts = Counter(a for _, a in scored)
-    winner = max(counts, key=lambda a: (counts[a], -[x for _, x in scored].index(a)))
+    winner = most_frequent([a for _, a in scored])
     return float(next(v for v, a in scored if a == winner))
+
+
+def most_frequent(answers: Sequence[str | None]) -> str | None:
+    """The answer given most often (``majority``'s vote); a tie goes to the answer seen first. None: no answers."""
+    if not answers:
+        return None
+    counts = Counter(answers)
+    return max(counts, key=lambda a: (counts[a], -answers.index(a)))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
