@@ -151,6 +151,7 @@ def test_an_unfinished_epochs_task_is_exported_with_its_finished_epochs(epochs_r
     (run / "tasks" / "wrong" / "result.json").unlink()  # as a crash during its epoch 2 leaves it
     (run / "tasks" / "wrong" / "epochs" / "2" / "result.json").unlink()
     source = open_source(run)
+    assert "exporting the 3 finished task epoch(s), leaving out 1 unfinished" in source.notes[0]
     assert [(t.task_id, t.epoch) for t in source.unfinished] == [("wrong", 2)]
     assert ("wrong", 1) in [(t.task_id, t.epoch) for t in source.finished]
     answers = {line.task_id: line.model_answer for line in build_submission(source).lines}
