@@ -15,9 +15,9 @@ from typing import Any
 
 from flowllm.config.schema import Reducer
 from flowllm.scoring.scorers import normalize_answer
-from flowllm.scoring.stats import most_frequent, reduce_epochs
+from flowllm.scoring.stats import reduce_epochs
 
-__all__ = ["epoch_score", "epoch_summary", "epoch_verdicts", "reduce_entries", "voted_epoch"]
+__all__ = ["epoch_score", "epoch_summary", "epoch_verdicts", "reduce_entries"]
 
 
 def epoch_verdicts(entries: Sequence[Mapping[str, Any]]) -> list[bool | None]:
@@ -56,12 +56,3 @@ def epoch_summary(result: Mapping[str, Any]) -> str | None:
         answer = entry.get("answer")
         parts.append(f"{entry.get('epoch')} {word}" + (f" ({answer})" if answer is not None else ""))
     return f"{result.get('epochs')}, {result.get('epoch_reducer') or 'mean'} {shown}: " + ", ".join(parts)
-
-
-def voted_epoch(answers: Sequence[str | None]) -> int | None:
-    """The position of the epoch whose answer stands for the task where one answer is wanted (a leaderboard
-    submission): the normalised answer the epochs gave most often (empty answers do not vote; a tie goes to the
-    earliest), and of the epochs that gave it, the first. None when no epoch gave an answer."""
-    normal = [normalize_answer(a) if a else None for a in answers]
-    winner = most_frequent([a for a in normal if a])
-    return None if winner is None else normal.index(winner)

@@ -21,10 +21,10 @@ import orjson
 
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.gaia import DatasetError
-from flowllm.experiment.epochs import voted_epoch
 from flowllm.export.source import RunSource, write_atomically
 from flowllm.export.trace import TaskTrace
 from flowllm.resources import bundled
+from flowllm.scoring.stats import voted_epoch
 
 TRACE_RESULT_CHARS = 500  # a tool result's text kept in the reasoning trace
 

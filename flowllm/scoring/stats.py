@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowllm.config.schema import IntervalMethod, Reducer
+from flowllm.scoring.scorers import normalize_answer
 
 CONFIDENCE = 0.95
 POWER = 0.80
@@ -485,3 +486,12 @@ def plan_power(
     z = float(sps.norm.ppf(1 - ALPHA / 2) + sps.norm.ppf(POWER))
     tasks = math.ceil(z**2 * (var_a + var_b) / delta**2)
     return PowerPlan(baseline, delta, epochs, within_var, var_a, tasks, cost_per_task_epoch)
+
+
+def voted_epoch(answers: Sequence[str | None]) -> int | None:
+    """The position of the epoch whose answer stands for the task where one answer is wanted (a leaderboard
+    submission): the normalised answer the epochs gave most often (empty answers do not vote; a tie goes to the
+    earliest), and of the epochs that gave it, the first. None when no epoch gave an answer."""
+    normal = [normalize_answer(a) if a else None for a in answers]
+    winner = most_frequent([a for a in normal if a])
+    return None if winner is None else normal.index(winner)

@@ -13,9 +13,9 @@ import pytest
 
 from flowllm.analysis import load
 from flowllm.engine.recorder import read_json
-from flowllm.experiment.epochs import voted_epoch
 from flowllm.export.gaia import build_submission, reasoning_trace
 from flowllm.export.source import open_source
+from flowllm.scoring.stats import voted_epoch
 from tests.export.runs import RUN_TASKS, SPLIT, export_run, flowllm_export
 
 EPOCHS = 2
