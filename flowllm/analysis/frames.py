@@ -1,8 +1,10 @@
 """Run directories as four dataframes: runs, tasks (one row per task and epoch), calls (the ledger), turns.
 
 Every row carries ``run`` (the run folder) so frames of many runs join on it; the tasks, turns and calls rows
-also carry ``task_id`` (and ``epoch``). A figure a run did not record is NA, never 0: ``correct`` is a nullable
-boolean (NA: not scored), ``cost_usd`` is NA for a task whose calls have no price.
+also carry ``task_id`` and ``epoch`` (1 without ``experiment.epochs``; an epochs run has a tasks row per epoch,
+from ``tasks/<id>/epochs/<n>/``, and its ledger lines name their epoch). A figure a run did not record is NA,
+never 0: ``correct`` is a nullable boolean (NA: not scored), ``cost_usd`` is NA for a task whose calls have no
+price (or an epoch of a run whose ledger did not name epochs).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from flowllm.export.ledger import read_ledger, task_costs
+from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, open_source
 from flowllm.export.trace import TaskTrace
 from flowllm.rundir.layout import SUMMARY_FILE, TASKS_DIR
@@ -108,7 +110,7 @@ def _run_row(source: RunSource) -> dict[str, Any]:
     return row
 
 
-def _task_row(run: str, trace: TaskTrace, costs: dict[str, float | None]) -> dict[str, Any]:
+def _task_row(run: str, trace: TaskTrace, costs: TaskCosts) -> dict[str, Any]:
     usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
     error = trace.field("error")
     correct = trace.field("correct")
@@ -126,7 +128,7 @@ def _task_row(run: str, trace: TaskTrace, costs: dict[str, float | None]) -> dic
         "failed_tool_calls": trace.field("failed_tool_calls"),
         **{kind: usage.get(kind) for kind in USAGE_KINDS},
         "tokens_estimated": usage.get("estimated"),
-        "cost_usd": costs.get(trace.task_id),
+        "cost_usd": costs.of(trace.task_id, trace.ledger_epoch),
         "wall_seconds": (trace.timing or {}).get("wall_seconds"),
         "stop": trace.field("stop"),
         "failure": str(error).splitlines()[0] if error else None,

@@ -5,8 +5,9 @@ values) and put through the checks that need no server: its settings, the pipeli
 fallback with their keys, the dataset, the judge, the price table, the run's resume mode. When all of that is
 sound, every distinct real provider of the sweep (fallbacks included) is asked once for its models, and the tool
 servers of every distinct tool configuration are started once (in the web tool environment a run gives them) and
-stopped, as a job's preflight would. Every problem is listed once, one line each, naming the jobs it stops when
-not all of them; then the sweep exits 2 and no job has started.
+stopped, as a job's preflight would. ``sweep.baseline`` must name one job, matched as the end-of-sweep
+comparison will match it. Every problem is listed once, one line each, naming the jobs it stops when not all of
+them; then the sweep exits 2 and no job has started.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.app import preflight_targets, prepare_parts
 from flowllm.cli.config_check import CONFIG_DIR, CONFIG_NAME, split_command_line
-from flowllm.errors import FlowError
+from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment.fingerprint import resume_mode
 from flowllm.experiment.preflight import (
     ProviderTarget,
@@ -36,6 +37,7 @@ from flowllm.experiment.preflight import (
     live_providers,
     tool_start_timeout,
 )
+from flowllm.experiment.sweep_stats import resolve_baseline
 from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.tools.webconf import web_tools
 
@@ -66,6 +68,7 @@ class JobCheck:
     targets: list[ProviderTarget] = field(default_factory=list)
     timeout_s: float = 30.0
     tools: DictConfig | None = None  # the job's config when its preflight starts tool servers
+    baseline: str | None = None  # the job's sweep.baseline (None: unset, or the config did not compose)
 
 
 def check_job(overrides: Sequence[str]) -> JobCheck:
@@ -78,12 +81,25 @@ def check_job(overrides: Sequence[str]) -> JobCheck:
         return JobCheck(str(exc).splitlines())
     except Exception as exc:  # a composition error: the command-line check said it already, one line
         return JobCheck([str(exc).splitlines()[0] if str(exc) else type(exc).__name__])
+    baseline = None if cfg.sweep.baseline is None else str(cfg.sweep.baseline)
     parts, _, problems = prepare_parts(cfg)
     if problems or parts is None:
-        return JobCheck(problems)
+        return JobCheck(problems, baseline=baseline)
     targets = live_providers(preflight_targets(parts.provider_cfg)) if cfg.preflight.providers else []
     starts_tools = bool(cfg.preflight.tools and cfg.tools.get("servers"))
-    return JobCheck([], targets, float(cfg.preflight.timeout_s), cfg if starts_tools else None)
+    return JobCheck([], targets, float(cfg.preflight.timeout_s), cfg if starts_tools else None, baseline)
+
+
+def baseline_problem(baseline: str | None, jobs: Sequence[Sequence[str]]) -> str | None:
+    """Why ``sweep.baseline`` names no job (or several) of the sweep, None when it names one. The jobs are
+    matched as the sweep summary matches them: by folder (``hydra.sweep.subdir`` is the job's number), position
+    or one of the job's own overrides (Hydra's settings are not among them)."""
+    named = [(str(n), [o for o in job if not o.lstrip("+~").startswith("hydra.")]) for n, job in enumerate(jobs)]
+    try:
+        resolve_baseline(baseline, named)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _target_key(target: ProviderTarget) -> tuple[Any, ...]:
@@ -150,12 +166,14 @@ def sweep_problems(argv: Sequence[str]) -> list[str]:
     users: dict[tuple[Any, ...], list[int]] = {}
     tools: dict[str, tuple[DictConfig, float]] = {}
     tool_users: dict[str, list[int]] = {}
+    baseline: str | None = None
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         for number, job in enumerate(jobs):
             # What tells the job apart: its values of the swept overrides.
             label = " ".join(o for o in job if o.split("=", 1)[0].lstrip("+~") in swept)
             labels.append(_UNESCAPE.sub(r"\1", label) or "-")
             checked = check_job(job)
+            baseline = baseline if baseline is not None else checked.baseline
             for problem in checked.problems:
                 found.setdefault(problem, []).append(number)
             for target in checked.targets:
@@ -166,6 +184,9 @@ def sweep_problems(argv: Sequence[str]) -> list[str]:
                 tools_config = tools_key(checked.tools, start_timeout_s)
                 tools.setdefault(tools_config, (checked.tools, start_timeout_s))
                 tool_users.setdefault(tools_config, []).append(number)
+    wrong_baseline = baseline_problem(baseline, jobs)
+    if wrong_baseline is not None:  # known before any job runs, not at the end of the whole sweep
+        found.setdefault(wrong_baseline, []).extend(range(len(jobs)))
     if not found and (targets or tools):
         # Every job's settings are sound: is every real provider there, does every tool server start?
         reached, started = asyncio.run(_reach(targets, tools))

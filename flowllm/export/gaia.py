@@ -4,6 +4,12 @@ The leaderboard documents it as ``{"task_id": ..., "model_answer": ..., "reasoni
 the first two mandatory, and it scores a file only when every task of the split is there. So every task of
 the run's dataset (the whole split: the run's ``limit``, ``levels`` and ``task_ids`` selection is not applied)
 gets a line; a task without an answer (not run, failed, unfinished) gets ``""`` and is listed in ``missing``.
+
+A task run over epochs (``experiment.epochs`` > 1) still gets one line, once all its epochs have run: the
+answer its epochs gave most often (compared normalised, as ``epoch_reducer=majority`` votes; empty answers do
+not vote; a tie goes to the earliest epoch), as the first epoch that gave it wrote it, with that epoch's
+reasoning trace. The reducers score the epochs; none of them picks an answer, so the vote is the same whatever
+``experiment.epoch_reducer`` says.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from flowllm.datasets.gaia import DatasetError
 from flowllm.export.source import RunSource, write_atomically
 from flowllm.export.trace import TaskTrace
 from flowllm.resources import bundled
+from flowllm.scoring.stats import voted_epoch
 
 TRACE_RESULT_CHARS = 500  # a tool result's text kept in the reasoning trace
 
@@ -74,13 +81,27 @@ def _split_ids(source: RunSource) -> tuple[list[str] | None, str]:
     return [t.task_id for t in tasks], str(path)
 
 
+def submitted_trace(runs: list[TaskTrace]) -> TaskTrace | None:
+    """The run of a task whose answer is submitted: the task's own, or its voted epoch (None: not finished)."""
+    if not runs[0].epoch_folder:
+        return runs[0] if runs[0].finished else None
+    if runs[0].task_result is None:
+        return None  # not every epoch has run: the task is unfinished
+    done = [t for t in runs if t.finished]
+    chosen = voted_epoch([str(t.field("answer") or "") for t in done])
+    return done[chosen] if chosen is not None else (done[-1] if done else None)
+
+
 def build_submission(source: RunSource) -> Submission:
-    by_id = {t.task_id: t for t in source.finished}
+    runs: dict[str, list[TaskTrace]] = {}
+    for run in source.traces:
+        runs.setdefault(run.task_id, []).append(run)
+    by_id = {task_id: chosen for task_id, traces in runs.items() if (chosen := submitted_trace(traces)) is not None}
     ids, split = _split_ids(source)
     notes: list[str] = []
     if ids is None:
         notes.append(f"{split}: the file lists the run's own tasks only, and GAIA wants every task of the split")
-        ids = [t.task_id for t in source.traces]
+        ids = list(runs)
         split = "the run's tasks"
     extra = [t for t in by_id if t not in set(ids)]
     if extra:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from flowllm import __version__
-from flowllm.export.ledger import read_ledger, task_costs
+from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, write_atomically
 from flowllm.export.trace import Conversation, TaskTrace, Turn
 
@@ -98,7 +99,7 @@ def _usage(values: dict[str, Any], cost: float | None = None) -> ModelUsage:
 class SampleBuilder:
     """One task's sample: messages and events, in the order the turns ran."""
 
-    def __init__(self, source: RunSource, model: str, costs: dict[str, float | None]) -> None:
+    def __init__(self, source: RunSource, model: str, costs: TaskCosts) -> None:
         self.source = source
         self.model = model
         self.costs = costs
@@ -268,7 +269,7 @@ class SampleBuilder:
                 "scored": isinstance(correct, bool),
             },
             events=events,
-            model_usage={self.model: _usage(usage, self.costs.get(trace.task_id))} if usage else {},
+            model_usage={self.model: _usage(usage, self.costs.of(trace.task_id, trace.ledger_epoch))} if usage else {},
             started_at=_iso(trace.conversation.started_at),
             completed_at=_iso(trace.conversation.ended_at),
             total_time=float(wall) if isinstance(wall, (int, float)) else None,
@@ -294,6 +295,39 @@ class SampleBuilder:
         return "\n".join(lines)
 
 
+def _share_correct(scored: list[TaskTrace]) -> float | None:
+    return sum(1 for t in scored if t.field("correct") is True) / len(scored) if scored else None
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The run's tasks and epochs as Inspect counts them: one sample per task and epoch, the eval's accuracy
+    over the tasks' reduced scores (``experiment.epoch_reducer``), as flowllm's own summary has it."""
+
+    task_ids: list[str]
+    epochs: int
+    epochs_run: bool
+    reducer: str
+
+    @classmethod
+    def of(cls, source: RunSource) -> EpochPlan:
+        ids = list(dict.fromkeys(t.task_id for t in source.traces))
+        epochs_run = any(t.epoch_folder for t in source.traces)
+        configured = source.setting("experiment.epochs")
+        seen = max((t.epoch for t in source.traces), default=1)
+        epochs = max(configured, seen) if isinstance(configured, int) and epochs_run else seen
+        # As the tasks' result.json name it (the saved config may spell the enum's name: MEAN).
+        named = next((t.task_result.get("epoch_reducer") for t in source.traces if t.task_result is not None), None)
+        reducer = str(named or source.setting("experiment.epoch_reducer") or "mean").lower()
+        return cls(ids, epochs, epochs_run, reducer)
+
+    def accuracy(self, source: RunSource) -> float | None:
+        """The mean of the finished tasks' reduced scores (None: no task has one yet)."""
+        results = {t.task_id: t.task_result for t in source.traces if t.task_result is not None}
+        scores = [float(r["score"]) for r in results.values() if isinstance(r.get("score"), (int, float))]
+        return sum(scores) / len(scores) if scores else None
+
+
 def build_eval_log(source: RunSource) -> EvalLog:
     require_inspect()
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec, EvalStats
@@ -304,9 +338,10 @@ def build_eval_log(source: RunSource) -> EvalLog:
     traces = source.finished
     samples = [builder.sample(t) for t in traces]
     scored = [t for t in traces if isinstance(t.field("correct"), bool)]
-    correct = sum(1 for t in scored if t.field("correct") is True)
     summary = source.summary or {}
-    metrics = {"accuracy": EvalMetric(name="accuracy", value=correct / len(scored))} if scored else {}
+    plan = EpochPlan.of(source)
+    accuracy = plan.accuracy(source) if plan.epochs_run else _share_correct(scored)
+    metrics = {"accuracy": EvalMetric(name="accuracy", value=accuracy)} if accuracy is not None else {}
     starts = [t.conversation.started_at for t in traces if t.conversation.started_at is not None]
     ends = [t.conversation.ended_at for t in traces if t.conversation.ended_at is not None]
     totals: dict[str, Any] = {}
@@ -332,8 +367,8 @@ def build_eval_log(source: RunSource) -> EvalLog:
         dataset=EvalDataset(
             name=str(source.setting("dataset.path") or summary.get("dataset") or ""),
             location=str(source.setting("dataset.path") or ""),
-            samples=len(source.traces),
-            sample_ids=[t.task_id for t in source.traces],
+            samples=len(plan.task_ids),
+            sample_ids=plan.task_ids,
         ),
         model=model,
         model_generate_config=GenerateConfig(
@@ -341,7 +376,7 @@ def build_eval_log(source: RunSource) -> EvalLog:
         ),
         model_base_url=source.setting("provider.base_url"),
         task_args={key: source.setting(key) for key in SETTINGS if source.setting(key) is not None},
-        config=EvalConfig(epochs=max((t.epoch for t in traces), default=1)),
+        config=EvalConfig(epochs=plan.epochs, epochs_reducer=[plan.reducer] if plan.epochs_run else None),
         packages={"flowllm": __version__},
         metadata={
             "flowllm_run": str(source.path),
@@ -349,16 +384,19 @@ def build_eval_log(source: RunSource) -> EvalLog:
             "runner": summary.get("runner"),
             "repair": summary.get("repair"),
             "provider": source.provider,
-            "unfinished_tasks": [t.task_id for t in source.unfinished],
+            "unfinished_tasks": [
+                f"{t.task_id} (epoch {t.epoch})" if t.epoch_folder else t.task_id for t in source.unfinished
+            ],
         },
     )
     results = EvalResults(
-        total_samples=len(source.traces),
+        total_samples=len(plan.task_ids) * plan.epochs if plan.epochs_run else len(source.traces),
         completed_samples=len(samples),
         scores=[
             EvalScore(
                 name=builder.scorer,
                 scorer=builder.scorer,
+                reducer=plan.reducer if plan.epochs_run else None,
                 scored_samples=len(scored),
                 unscored_samples=len(traces) - len(scored),
                 metrics=metrics,

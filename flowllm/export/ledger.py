@@ -1,7 +1,10 @@
-"""The run's usage ledger (``usage.jsonl``) read for export: its lines, and the billed cost of each task."""
+"""The run's usage ledger (``usage.jsonl``) read for export: its lines, and the billed cost of each task (and of
+each epoch of a task, from the lines' ``epoch``)."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +28,34 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def task_costs(entries: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Billed cost per task over every attempt of every call; None for a task with an unpriced call."""
-    costs: dict[str, float | None] = {}
+def _add(costs: dict[Any, float | None], key: Hashable, cost: Any) -> None:
+    if key in costs and costs[key] is None:
+        return
+    costs[key] = None if not isinstance(cost, (int, float)) else round((costs.get(key) or 0.0) + float(cost), 9)
+
+
+@dataclass
+class TaskCosts:
+    """Billed cost per task over every attempt of every call, and per (task, epoch) for the lines that name
+    their epoch; None for a task (epoch) with an unpriced call."""
+
+    tasks: dict[str, float | None] = field(default_factory=dict)
+    epochs: dict[tuple[str, int], float | None] = field(default_factory=dict)
+
+    def of(self, task_id: str, epoch: int | None = None) -> float | None:
+        """A task's cost, or one epoch's (``epoch`` given); None when not known (no such line, an unpriced
+        call, or a ledger written before lines named their epoch)."""
+        return self.tasks.get(task_id) if epoch is None else self.epochs.get((task_id, epoch))
+
+
+def task_costs(entries: list[dict[str, Any]]) -> TaskCosts:
+    costs = TaskCosts()
     for entry in entries:
         if entry.get("type") != "attempt" or not entry.get("task_id"):
             continue
         task, cost = str(entry["task_id"]), entry.get("cost_usd")
-        if task in costs and costs[task] is None:
-            continue
-        costs[task] = None if not isinstance(cost, (int, float)) else round((costs.get(task) or 0.0) + float(cost), 9)
+        _add(costs.tasks, task, cost)
+        epoch = entry.get("epoch")
+        if isinstance(epoch, int) and not isinstance(epoch, bool):
+            _add(costs.epochs, (task, epoch), cost)
     return costs

@@ -43,6 +43,11 @@ class RunSource:
     def unfinished(self) -> list[TaskTrace]:
         return [t for t in self.traces if not t.finished]
 
+    @property
+    def unit(self) -> str:
+        """What one trace is, for the console: a task, or a task's epoch in an ``experiment.epochs`` run."""
+        return "task epoch(s)" if any(t.epoch_folder for t in self.traces) else "task(s)"
+
     def setting(self, dotted: str, default: Any = None) -> Any:
         node: Any = self.config
         for part in dotted.split("."):
@@ -102,10 +107,10 @@ def open_source(path: Path | str) -> RunSource:
         source.notes.insert(
             0,
             f"{run_dir} has no summary.json: the run is still running (or was interrupted); exporting the "
-            f"{len(source.finished)} finished task(s), leaving out {len(unfinished)} unfinished",
+            f"{len(source.finished)} finished {source.unit}, leaving out {len(unfinished)} unfinished",
         )
     elif unfinished:
-        source.notes.insert(0, f"{len(unfinished)} task(s) have no readable result.json and are left out")
+        source.notes.insert(0, f"{len(unfinished)} {source.unit} have no readable result.json and are left out")
     return source
 
 

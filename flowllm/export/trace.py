@@ -7,7 +7,9 @@ hooks): ``raw_response`` is the model call, the last ``response`` the normalised
 tool calls with their parsed arguments, ``bad_tool_calls`` the calls that could not be read, ``tool_results``
 the dispatch, ``prompt_system`` / ``prompt_messages`` the request as sent.
 
-Tasks are listed by one function, ``task_folders``: a task folder is epoch 1 until runs keep epochs apart.
+Tasks are listed by one function, ``task_folders``: a task folder is epoch 1 of its task, and a task of an
+``experiment.epochs`` > 1 run is one trace per epoch folder (``tasks/<id>/epochs/<n>/``), each with its own
+result, turns and timing, and the task's own (reduced) result beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.rundir.layout import (
+    EPOCHS_DIR,
     META_FILE,
     OUTPUT_FILE,
     RESULT_FILE,
@@ -139,16 +142,27 @@ class Conversation:
 
 @dataclass
 class TaskTrace:
+    """One run of a task: the task itself, or one epoch of it (``epoch_folder``) in an epochs run."""
+
     task_id: str
     epoch: int
     folder: Path
-    result: dict[str, Any] | None  # None: the task has not finished (or its result.json is unreadable)
+    result: dict[str, Any] | None  # None: the task (epoch) has not finished (or its result.json is unreadable)
     timing: dict[str, Any] | None
     conversation: Conversation
+    # An epochs run: ``folder`` is ``tasks/<id>/epochs/<n>/`` and ``task_result`` the task's own result.json
+    # (its reduced score; None until every epoch has run). Otherwise ``task_result`` is ``result``.
+    epoch_folder: bool = False
+    task_result: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+    @property
+    def ledger_epoch(self) -> int | None:
+        """The ``epoch`` the ledger's lines of this trace carry (None: not an epochs run, the task's lines)."""
+        return self.epoch if self.epoch_folder else None
 
     def field(self, name: str, default: Any = None) -> Any:
         return self.result.get(name, default) if self.result is not None else default
@@ -314,33 +328,62 @@ def read_conversation(base: Path, agent: str, scope: str, call_id: str | None) -
     return conv
 
 
-def task_folders(run_dir: Path) -> list[tuple[str, int, Path]]:
-    """(task id, epoch, folder) of every task folder of a run, in folder order. A folder is epoch 1."""
+@dataclass(frozen=True)
+class TaskFolder:
+    """Where one run of a task is recorded: the task's folder, or one of its epochs' folders."""
+
+    task_id: str
+    epoch: int
+    folder: Path
+    task_folder: Path
+    epoch_folder: bool = False
+
+
+def _result(folder: Path) -> dict[str, Any] | None:
+    result = read_artifact(folder / RESULT_FILE)
+    return result.value if result.ok and isinstance(result.value, dict) else None
+
+
+def _epoch_numbers(task_folder: Path) -> list[int]:
+    epochs_dir = task_folder / EPOCHS_DIR
+    if not epochs_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in epochs_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+
+
+def task_folders(run_dir: Path) -> list[TaskFolder]:
+    """Every run of every task of a run, in folder order: a task folder is epoch 1, unless the task ran with
+    epochs (``tasks/<id>/epochs/<n>/``): then each epoch folder is one, in epoch order."""
     tasks_dir = run_dir / TASKS_DIR
     if not tasks_dir.is_dir():
         return []
-    found: list[tuple[str, int, Path]] = []
+    found: list[TaskFolder] = []
     for folder in sorted(p for p in tasks_dir.iterdir() if p.is_dir()):
-        result = read_artifact(folder / RESULT_FILE)
-        task_id = folder.name
-        if result.ok and isinstance(result.value, dict) and result.value.get("task_id"):
-            task_id = str(result.value["task_id"])
-        found.append((task_id, 1, folder))
+        numbers = _epoch_numbers(folder)
+        epoch_dirs = [folder / EPOCHS_DIR / str(n) for n in numbers]
+        # The id is in the task's result.json, or (the task still running its epochs) in an epoch's.
+        results = (_result(f) for f in (folder, *epoch_dirs))
+        task_id = next((str(r["task_id"]) for r in results if r is not None and r.get("task_id")), folder.name)
+        if not numbers:
+            found.append(TaskFolder(task_id, 1, folder, folder))
+        found.extend(TaskFolder(task_id, n, d, folder, True) for n, d in zip(numbers, epoch_dirs, strict=True))
     return found
 
 
-def read_task_trace(task_id: str, epoch: int, folder: Path) -> TaskTrace:
-    result = read_artifact(folder / RESULT_FILE)
-    timing = read_artifact(folder / TIMING_FILE)
+def read_task_trace(place: TaskFolder) -> TaskTrace:
+    result = _result(place.folder)
+    timing = read_artifact(place.folder / TIMING_FILE)
     return TaskTrace(
-        task_id=task_id,
-        epoch=epoch,
-        folder=folder,
-        result=result.value if result.ok and isinstance(result.value, dict) else None,
+        task_id=place.task_id,
+        epoch=place.epoch,
+        folder=place.folder,
+        result=result,
         timing=timing.value if timing.ok and isinstance(timing.value, dict) else None,
-        conversation=read_conversation(folder, "main", "", None),
+        conversation=read_conversation(place.folder, "main", "", None),
+        epoch_folder=place.epoch_folder,
+        task_result=_result(place.task_folder) if place.epoch_folder else result,
     )
 
 
 def read_run_traces(run_dir: Path) -> list[TaskTrace]:
-    return [read_task_trace(task_id, epoch, folder) for task_id, epoch, folder in task_folders(run_dir)]
+    return [read_task_trace(place) for place in task_folders(run_dir)]

@@ -88,7 +88,8 @@ def _export_otlp(source: RunSource, endpoint: str, console: Console) -> None:
     if pipeline.status.failure is not None:
         raise ExportError(f"{pipeline.status.failure}: {pipeline.status.sent} of {made} span(s) were received")
     console.print(
-        f"sent {pipeline.status.sent} span(s) of {len(source.finished)} task(s) to [bold]{escape(pipeline.url)}[/bold]"
+        f"sent {pipeline.status.sent} span(s) of {len(source.finished)} {source.unit} "
+        f"to [bold]{escape(pipeline.url)}[/bold]"
     )
 
 

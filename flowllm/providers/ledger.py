@@ -5,7 +5,8 @@ Line types (``type``):
 * ``attempt``: one request sent to one provider with one key: provider, protocol, model, agent, task, turn,
   the call it belongs to, attempt number, key label (never the key), outcome (``ok`` or the error kind), HTTP
   status, retry-after, latency, tokens by kind (``estimated`` when the server reported none), cost in USD
-  from the price table, whether a fallback provider served it.
+  from the price table, whether a fallback provider served it; ``epoch`` (an ``experiment.epochs`` > 1 run):
+  which epoch of the task made the call.
 * ``call``: how one ``send`` ended: which provider answered (or the error), how many attempts, fallback taken,
   and ``wait_s``: the call's time not spent in a request (rate limits, a resting key, back-off, breakers).
 * ``skip``: a provider passed over without sending (its breaker open, no usable key, request not portable).
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 import orjson
 
 from flowllm.core.types import Usage
+from flowllm.rundir.epochs import current_epoch
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +230,9 @@ class UsageLedger:
             "usage": usage.to_dict(),
             "cost_usd": self.cost(model, usage, batch_protocol=protocol if batch else None) if error is None else 0.0,
         }
+        epoch = current_epoch()
+        if epoch is not None:  # experiment.epochs > 1: which epoch of the task made the call
+            line["epoch"] = epoch
         if batch is not None:  # answered through a batch API (flowllm/providers/batch.py)
             line["batch"] = {k: batch.get(k) for k in ("id", "reused", "billed_before")}
         return self.write(line)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowllm.config.schema import IntervalMethod, Reducer
+from flowllm.scoring.scorers import normalize_answer
 
 CONFIDENCE = 0.95
 POWER = 0.80
@@ -87,9 +88,16 @@ def reduce_epochs(verdicts: Sequence[bool | None], answers: Sequence[str | None]
         return float(any(v for v, _ in scored))
     if reducer is Reducer.ALL:
         return float(all(v for v, _ in scored))
-    counts = Counter(a for _, a in scored)
-    winner = max(counts, key=lambda a: (counts[a], -[x for _, x in scored].index(a)))
+    winner = most_frequent([a for _, a in scored])
     return float(next(v for v, a in scored if a == winner))
+
+
+def most_frequent(answers: Sequence[str | None]) -> str | None:
+    """The answer given most often (``majority``'s vote); a tie goes to the answer seen first. None: no answers."""
+    if not answers:
+        return None
+    counts = Counter(answers)
+    return max(counts, key=lambda a: (counts[a], -answers.index(a)))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -478,3 +486,12 @@ def plan_power(
     z = float(sps.norm.ppf(1 - ALPHA / 2) + sps.norm.ppf(POWER))
     tasks = math.ceil(z**2 * (var_a + var_b) / delta**2)
     return PowerPlan(baseline, delta, epochs, within_var, var_a, tasks, cost_per_task_epoch)
+
+
+def voted_epoch(answers: Sequence[str | None]) -> int | None:
+    """The position of the epoch whose answer stands for the task where one answer is wanted (a leaderboard
+    submission): the normalised answer the epochs gave most often (empty answers do not vote; a tie goes to the
+    earliest), and of the epochs that gave it, the first. None when no epoch gave an answer."""
+    normal = [normalize_answer(a) if a else None for a in answers]
+    winner = most_frequent([a for a in normal if a])
+    return None if winner is None else normal.index(winner)

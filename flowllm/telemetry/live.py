@@ -3,7 +3,8 @@
 It sees every node as it ends (the recorder hands it the same exchange it records, whatever
 ``recorder.snapshot`` keeps), keeps per task only what a span needs (timings, the reply's model, usage and stop
 reason, the tool calls and results: ``TurnBuilder``), and when the task's result is written emits the task's
-spans, which the SDK's batch processor sends from its own thread. Nothing here may slow or fail the run: an
+spans (a task run over epochs: one trace per epoch, from the epoch's entry in the task's ``epoch_log``),
+which the SDK's batch processor sends from its own thread. Nothing here may slow or fail the run: an
 unreachable endpoint is one warning at the start (and no telemetry), a receiver that fails later one warning,
 and a bug in span building one warning per run.
 """
@@ -20,7 +21,8 @@ import orjson
 
 from flowllm.errors import BuildError, ConfigError
 from flowllm.export.trace import Conversation, NodeEvent, TaskTrace, TurnBuilder, parse_time
-from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE
+from flowllm.rundir.epochs import current_epoch
+from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE, RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.telemetry.exporter import (
     EndpointError,
@@ -62,7 +64,8 @@ class LiveTelemetry:
         self.run_dir = run_dir
         self.dumps = dumps  # the recorder's redacting serialiser: no secret reaches the receiver
         self.spans = SpanBuilder(pipeline.tracer, str(run_dir))
-        self._tasks: dict[str, dict[tuple[str, int], TurnBuilder]] = {}
+        # (task, epoch: None without experiment.epochs) -> its turns so far, by (scope, turn)
+        self._tasks: dict[tuple[str, int | None], dict[tuple[str, int], TurnBuilder]] = {}
         self._lock = threading.Lock()
         self._broken = False
 
@@ -78,7 +81,7 @@ class LiveTelemetry:
             return
         try:
             with self._lock:
-                turns = self._tasks.setdefault(ctx.task_id, {})
+                turns = self._tasks.setdefault((ctx.task_id, current_epoch()), {})
                 builder = turns.get((ctx.scope, ctx.turn))
                 if builder is None:
                     builder = turns[(ctx.scope, ctx.turn)] = TurnBuilder(ctx.turn, keep_prompt=False)
@@ -96,24 +99,38 @@ class LiveTelemetry:
             self._fail(exc)
 
     def discard_task(self, task_id: str) -> None:
+        """An attempt that will be retried: the running epoch's turns only (the other epochs' stay)."""
         with self._lock:
-            self._tasks.pop(task_id, None)
+            self._tasks.pop((task_id, current_epoch()), None)
 
     def finish_task(self, task_id: str, result: Mapping[str, Any]) -> None:
         with self._lock:
-            turns = self._tasks.pop(task_id, {})
+            runs = {key[1]: self._tasks.pop(key) for key in [k for k in self._tasks if k[0] == task_id]}
         if self._broken:
             return
         try:
-            trace = TaskTrace(
-                task_id=task_id,
-                epoch=int(result.get("epoch") or 1),
-                folder=self.run_dir / "tasks" / task_folder_name(task_id),
-                result=dict(result),
-                timing=None,
-                conversation=self._tree(turns),
-            )
-            self.spans.task(trace)
+            epoch_log = result.get("epoch_log")
+            entries: list[Any] = epoch_log if isinstance(epoch_log, list) else []
+            if None in runs or not (runs or entries):
+                folder = self.run_dir / "tasks" / task_folder_name(task_id)
+                trace = TaskTrace(task_id, 1, folder, dict(result), None, self._tree(runs.get(None, {})))
+                self.spans.task(trace)
+            by_epoch = {e.get("epoch"): e for e in entries if isinstance(e, Mapping)}
+            layout = RunLayout(self.run_dir)
+            # Epochs kept from an earlier session ran no node here: their spans were that session's.
+            for epoch in sorted(n for n in runs if n is not None):
+                self.spans.task(
+                    TaskTrace(
+                        task_id=task_id,
+                        epoch=epoch,
+                        folder=layout.epoch(task_id, epoch),
+                        result={"task_id": task_id, **by_epoch.get(epoch, {})},
+                        timing=None,
+                        conversation=self._tree(runs[epoch]),
+                        epoch_folder=True,
+                        task_result=dict(result),
+                    )
+                )
         except Exception as exc:
             self._fail(exc)
 

@@ -2,7 +2,7 @@
 
 One trace per task (and epoch)::
 
-    task <task_id>                              flowllm.task_id, flowllm.epoch, flowllm.run_dir, the outcome
+    task <task_id> [epoch <n>]                 flowllm.task_id, flowllm.epoch, flowllm.run_dir, the outcome
       turn <n>                                  flowllm.turn, flowllm.agent, flowllm.scope
         chat <model>                            gen_ai.operation.name=chat, provider, models, usage, finish reasons
         execute_tool <name>                     gen_ai.operation.name=execute_tool, gen_ai.tool.name / call.id
@@ -69,7 +69,7 @@ class SpanBuilder:
         correct = trace.field("correct")
         usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
         root = self._start(
-            f"task {trace.task_id}",
+            f"task {trace.task_id}" + (f" epoch {trace.epoch}" if trace.epoch_folder else ""),
             None,
             start,
             {

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from flowllm.cli.exit_codes import ExitCode, run_exit_code, sweep_exit_code
+from flowllm.cli.sweep_check import baseline_problem
 from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import LIST_TASK, MISSING_FILE_TASK, WRONG_TASK, gaia_overrides, run_flowllm
 
@@ -107,6 +108,18 @@ def test_a_sweep_starts_each_distinct_tool_configuration_once_before_its_first_j
     )
     assert len(starts.read_text().splitlines()) == 2  # two distinct tool configurations, four jobs
     assert not sweep_dir.exists()  # no job started
+
+
+def test_a_sweep_baseline_is_matched_as_the_sweep_summary_matches_it() -> None:
+    """The check before the first job (a real sweep refused by it: tests/stats/test_sweep_stats.py)."""
+    jobs = [["progress=false", "hydra.sweep.dir=out", f"agent.max_turns={n}"] for n in (5, 6)]
+    assert baseline_problem(None, jobs) is None  # unset: the first job
+    assert baseline_problem("agent.max_turns=6", jobs) is None
+    assert baseline_problem("1", jobs) is None
+    several = baseline_problem("progress=false", jobs)
+    assert several is not None and "names 2 jobs, not one" in several
+    assert baseline_problem("hydra.sweep.dir=out", jobs) is not None  # Hydra's settings are not a job's overrides
+    assert baseline_problem("2", jobs) is not None
 
 
 def test_sweep_code_is_the_worst_job() -> None:

@@ -46,9 +46,14 @@ def after_the_fact(run: Path) -> list[ReadableSpan]:
     return list(memory.get_finished_spans())
 
 
-def node_events(run: Path, task_id: str) -> list[tuple[float, str, int, str, int | None, Path]]:
-    """(start, scope, turn, node, index, folder) of every node of a task, sub-agents' included, in start order."""
+def node_events(
+    run: Path, task_id: str, epoch: int | None = None
+) -> list[tuple[float, str, int, str, int | None, Path]]:
+    """(start, scope, turn, node, index, folder) of every node of a task (or of one of its epochs), sub-agents'
+    included, in start order."""
     task = run / "tasks" / task_id
+    if epoch is not None:
+        task = task / "epochs" / str(epoch)
     events = []
     for meta_path in task.glob("**/turn_*/*/meta.json"):
         folder = meta_path.parent
