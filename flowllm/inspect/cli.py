@@ -305,8 +305,9 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
                 f"[yellow]{plural(len(no_truth), 'task')} unscored: no ground truth to score against[/yellow]"
             )
     if stale:
+        but = "" if bad_tasks else "but "
         console.print(
-            f"[magenta]{plural(len(stale), 'task')} did not replay exactly: the saved replies after the "
+            f"[magenta]{but}{plural(len(stale), 'task')} did not replay exactly: the saved replies after the "
             "divergence answered another conversation (unscored)[/magenta]"
         )
     return 0

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, Agent, AgentSettings
 from flowllm.config.schema import ProviderConfig, register_configs
+from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import Recorder, build_pipeline, make_runner
 from flowllm.engine.recorder import read_json
@@ -82,10 +83,8 @@ def test_max_turns_must_be_positive(pipeline_cfg) -> None:
         Agent(build_pipeline(pipeline_cfg.pipeline.nodes), make_runner("graph"), AgentSettings(max_turns=0))
 
 
-class OneTool:
+class OneTool(ToolBackendDefaults):
     """A tool backend with one tool that always answers "2" (the ToolBackend protocol, nothing more)."""
-
-    task_state = None
 
     async def list_tools(self) -> list[ToolSpec]:
         schema = {"type": "object", "properties": {"expression": {"type": "string"}}}

@@ -35,7 +35,7 @@ def test_gaia_experiment_on_the_fixture(composed: Compose, tmp_path: Path, monke
     assert summary["tasks"] == 5 and summary["completed"] == 4 and summary["failed"] == 1
     assert summary["correct"] == 3 and summary["accuracy"] == 0.6
     assert summary["by_level"]["1"]["accuracy"] == 1.0
-    assert summary["by_level"]["2"] == {"tasks": 2, "correct": 1, "scored": 2, "accuracy": 0.5}
+    assert summary["by_level"]["2"] == {"tasks": 2, "scored": 2, "unscored": 0, "correct": 1, "accuracy": 0.5}
     assert summary["by_level"]["3"]["correct"] == 0
     assert summary["tool_calls_made"] == summary["tool_calls_parsed"] == 2
     assert summary["cost_usd"] > 0 and summary["cost"]["model"] == "flowllm-emulator"

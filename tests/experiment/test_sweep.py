@@ -118,29 +118,26 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         "~tools.servers.tool-files",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
-        # Two offline wire protocols, and a provider whose key is missing: that job fails on its own, the
-        # sweep goes on and Hydra still calls on_multirun_end (a raising job would stop it).
-        "provider=offline,offline_chat,claude",
+        # Two offline wire protocols; a provider whose key is missing is refused before any job (below).
+        "provider=offline,offline_chat",
         env={"ANTHROPIC_API_KEY": ""},
     )
-    assert proc.returncode == 5, proc.stdout + proc.stderr  # a job errored: the sweep says so
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = read_json(sweep_dir / SWEEP_JSON)
     jobs = {j["label"]: j for j in summary["jobs"]}
-    assert set(jobs) == {"provider=offline", "provider=offline_chat", "provider=claude"}
+    assert set(jobs) == {"provider=offline", "provider=offline_chat"}
     for label in ("provider=offline", "provider=offline_chat"):
         job = jobs[label]
         assert job["status"] == "ok" and job["accuracy"] == 1.0 and job["tasks"] == 2, job
         assert job["parse_rate"] == 1.0 and job["cost_usd"] > 0 and job["input_tokens"] > 0
-    assert jobs["provider=claude"]["status"] == "error" and "ANTHROPIC_API_KEY" in jobs["provider=claude"]["error"]
-    assert summary["counts"] == {"ok": 2, "interrupted": 0, "error": 1, "unfinished": 0}
+    assert summary["counts"] == {"ok": 2, "interrupted": 0, "error": 0, "unfinished": 0}
     assert "provider=offline_chat" in proc.stdout  # the comparison table, printed at the end
     # A line per job as it starts and as it ends (from the job's own process, under joblib too).
     lines = [line for line in proc.stderr.splitlines() if line.startswith("sweep job ")]
-    for provider in ("offline", "offline_chat", "claude"):
+    for provider in ("offline", "offline_chat"):
         mine = [line for line in lines if re.search(rf"provider={provider}[ )]", line)]
         assert any(line.endswith(": running") for line in mine), (provider, lines)
     assert any("provider=offline_chat" in line and ": done, 2/2 correct (100.0%), $" in line for line in lines), lines
-    assert any("provider=claude" in line and ": error: " in line for line in lines), lines
     assert (sweep_dir / SWEEP_TABLE).is_file()
     if HAS_MATPLOTLIB:
         assert (sweep_dir / SWEEP_PLOT).read_bytes().startswith(b"\x89PNG")
@@ -155,6 +152,22 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
     )
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert read_json(sweep_dir / SWEEP_JSON)["jobs"] == summary["jobs"]
+
+
+def test_a_joblib_sweep_with_a_job_missing_its_key_starts_no_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    proc = _multirun(
+        sweep_dir,
+        "+experiment=smoke",
+        "dataset.task_ids=[sample-03-percentage]",
+        "hydra/launcher=joblib",
+        "provider=offline,claude",
+        env={"ANTHROPIC_API_KEY": ""},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: error:")]
+    assert len(errors) == 1 and "ANTHROPIC_API_KEY" in errors[0] and "provider=claude" in errors[0], proc.stderr
+    assert not sweep_dir.exists()
 
 
 @pytest.mark.skipif(

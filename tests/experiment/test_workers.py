@@ -44,7 +44,7 @@ from tests.experiment.test_interrupts import completed, wait_for_results
 SLOW_TASKS = [f"slow-{i:02d}" for i in range(1, 7)]
 HANG_GUARD_S = 600  # only against a hang: the suite runs on loaded machines
 # Files whose content holds timings (or the run's own config and log): compared apart, not byte for byte.
-TIMED = {"summary.json", "usage.jsonl", "meta.json", "app.log", "timing.json"}
+TIMED = {"summary.json", "usage.jsonl", "meta.json", "app.log", "timing.json", "history.jsonl"}
 
 
 def slow_args(run_dir: Path, *extra: str) -> list[str]:
