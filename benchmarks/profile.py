@@ -324,6 +324,9 @@ def section_from(profiles: dict[str, Profile], tasks: int, turns: int, replay_ta
 
 
 def run(sizes: Sizes) -> Section:
+    if shutil.which("py-spy") is None:
+        note = 'Not measured: py-spy is not installed (`pip install -e ".[bench]"`).'
+        return Section("Where the CPU goes per turn", note, [], [], [])
     tasks = 20 if sizes.in_process else 500
     replay_tasks = 20 if sizes.in_process else 200
     profiles = measure(tasks, sizes.concurrency_turns, replay_tasks, sizes.replay_turns)
