@@ -52,6 +52,7 @@ from flowllm.rundir.epochs import current_epoch, running_epoch
 from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
+from flowllm.scoring.scorers import RuleScore
 from flowllm.scoring.tally import ACCURACY_OF, score_tally
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
 
@@ -206,9 +207,6 @@ class TaskOutcome:
 def safe_task_dir_name(task_id: str) -> str:
     """The folder of a task under ``tasks/`` (``flowllm.rundir.taskdirs``: ids that cannot name one are mapped)."""
     return task_folder_name(task_id)
-
-
-RuleScore = Callable[[Task, str | None], bool | None]
 
 
 def unscored_or(task: Task, correct: bool | None) -> bool | None:

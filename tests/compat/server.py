@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PYTHON_ENV = "FLOWLLM_COMPAT_PYTHON"
 START_TIMEOUT_S = 600.0  # a hang guard: loading the model on a busy machine can take a while
@@ -86,7 +87,7 @@ class LlamaServer:
         stop_process(self.process)
 
 
-def stop_process(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[Any]) -> None:
     """SIGTERM, then SIGKILL if it has not exited within 30 s."""
     if process.poll() is None:
         process.terminate()

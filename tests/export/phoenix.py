@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx2 as httpx
 
+from tests.compat.server import stop_process
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CI_BINARY = PROJECT_ROOT / ".ci-phoenix" / "bin" / "phoenix"
 START_TIMEOUT_S = 600  # a hang guard: Phoenix migrates its database at start, minutes on a loaded machine
@@ -102,10 +104,5 @@ def run_phoenix(binary: str, workdir: Path) -> Iterator[Phoenix]:
             time.sleep(POLL_S)
         yield Phoenix(url)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()

@@ -17,25 +17,14 @@ from pathlib import Path
 
 import yaml
 
+from tests.agent.test_subagents import DELEGATE
+from tests.agent.test_subagents import PYTHON as SQUARES  # the analyst's Python call
 from tests.replay.runs import PROJECT_ROOT, Finished, run_flowllm
-
-DELEGATE = """I'll hand the computation to the analyst.
-<use_mcp_tool>
-<server_name>agent-analyst</server_name>
-<tool_name>execute_subtask</tool_name>
-<arguments>{"subtask": "Compute the sum of the squares of 1 to 10 with Python and reply with the number."}</arguments>
-</use_mcp_tool>"""
 
 PYTHON = """<use_mcp_tool>
 <server_name>tool-python</server_name>
 <tool_name>run_python</tool_name>
 <arguments>{"code": "print(6 * 7)"}</arguments>
-</use_mcp_tool>"""
-
-SQUARES = """<use_mcp_tool>
-<server_name>tool-python</server_name>
-<tool_name>run_python</tool_name>
-<arguments>{"code": "print(sum(i * i for i in range(1, 11)))"}</arguments>
 </use_mcp_tool>"""
 
 SCRIPT = {

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.compat.server import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = Path(__file__).parent / "servers"
 
@@ -62,12 +64,7 @@ def remote_url() -> Iterator[str]:
         assert line.startswith("listening on "), f"the remote server did not start: {line!r}"
         yield f"http://127.0.0.1:{int(line.split()[-1])}/mcp"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def test_every_kind_of_server_composes_in_one_run_over_two_workers(tmp_path: Path, remote_url: str) -> None:

@@ -17,6 +17,7 @@ import pytest_asyncio
 
 from flowllm.nodes.dispatch import results_message
 from flowllm.tools import ToolCatalog, ToolPool, format_tool_result, open_tool_catalog, open_tool_pool
+from tests.compat.server import stop_process
 from tests.tools.helpers import LOOPBACK_PRELOAD, alive, descendants, everything_or_skip, needs_proc
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -52,12 +53,7 @@ def http_everything() -> Iterator[str]:
             pytest.fail("server-everything's HTTP mode exited before listening")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")
