@@ -91,6 +91,9 @@ class ErrorKind(StrEnum):
     BAD_RESPONSE = "bad_response"
     EMPTY_REPLY = "empty_reply"
     STREAM_ERROR = "stream_error"
+    # A server that parses its model's reply in the family's own format (llama.cpp) could not: the same request
+    # samples the same reply at temperature 0, so it is retried only when retry_on names it.
+    UNPARSED_REPLY = "unparsed_reply"
     # The request's fault, or the account's: the same request fails the same way again.
     BAD_REQUEST = "bad_request"
     CONTEXT_LENGTH = "context_length"

@@ -84,7 +84,8 @@ class ProviderCallError(ProviderError):
     """One model call failed.
 
     ``kind``: connection | timeout | rate_limit | overloaded | server | conflict | truncated | quota |
-    bad_request | context_length | auth | permission | not_found | bad_response | empty_reply | stream_error.
+    bad_request | context_length | auth | permission | not_found | bad_response | empty_reply | stream_error |
+    unparsed_reply.
     """
 
     def __init__(
@@ -161,6 +162,18 @@ _REQUEST_REJECTED_HINTS = (
 # The template engine's own trace: "While executing CallExpression at line 12, column 5 in source: ...",
 # "Error executing FilterExpression at position 40: ...".
 _TEMPLATE_TRACE = re.compile(r"while executing \w+ at line \d+|error executing \w+ at position \d+")
+
+
+# How llama.cpp's server says, with HTTP 500, that the model's reply did not follow the family's output format it
+# parses (the reply, not the request: "The model produced output that does not match the expected peg-native
+# format").
+_REPLY_UNPARSED_HINT = "the model produced output that does not match the expected"
+
+
+def is_reply_unparsed(message: str | None) -> bool:
+    """Whether a server error's message says the server could not parse its model's reply in the model
+    family's own output format."""
+    return _REPLY_UNPARSED_HINT in (message or "").lower()
 
 
 def is_request_rejected(message: str | None) -> bool:
@@ -323,6 +336,13 @@ def classify_exception(exc: BaseException, *, provider: str, url: str | None = N
             message = (
                 f"the server could not render or read this request (its chat template or parser refused it; "
                 f"retrying the same request cannot help): {message.strip()}"
+            )
+        elif kind in ("server", "stream_error") and is_reply_unparsed(message):
+            kind = "unparsed_reply"
+            message = (
+                f"the server could not read its model's reply in the model family's own format (the model wrote "
+                f"outside its chat format; not retried unless provider.retry.retry_on lists unparsed_reply): "
+                f"{message.strip()}"
             )
         if status == 404:
             message = not_found_message(message, exc, url=url)

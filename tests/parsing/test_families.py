@@ -112,6 +112,27 @@ def test_functionary_all_is_text_and_a_repl_prompt_is_not_a_call() -> None:
     assert parse_tool_calls(">>>calc\nnot json").bad
 
 
+def test_functionary_first_call_without_its_marker() -> None:
+    # The generation prompt ends with ">>>", so the reply starts with the bare name: a call to an offered tool.
+    bare = 'calc\n{"n": 1}'
+    assert calls(bare, tools=TOOLS) == [("calc", {"n": 1})]
+    assert calls(bare + '\n>>>calc\n{"n": 2}', tools=TOOLS) == [("calc", {"n": 1}), ("calc", {"n": 2})]
+    # Not a tool the request offered, or no tools known: a word before a JSON object is text.
+    for text, tools in (('result\n{"n": 1}', TOOLS), (bare, None)):
+        parsed = parse_tool_calls(text, tools=tools)
+        assert parsed.calls == [] and parsed.bad == [] and parsed.content == text
+    # A cut first call is a call whose arguments the repair stage completes, like the marked form's.
+    cut = parse_tool_calls('calc\n{"expression": "17.5', tools=TOOLS).calls
+    assert [(c.name, c.arguments_text) for c in cut] == [("calc", '{"expression": "17.5')]
+
+
+@_SETTINGS
+@given(first=_args, second=_args)
+def test_functionary_lead_then_marked_calls_round_trip(first: dict[str, object], second: dict[str, object]) -> None:
+    text = functionary("calc", first)[3:] + "\n" + functionary("calc", second)
+    assert calls(text, tools=TOOLS) == [("calc", first), ("calc", second)]
+
+
 def test_gemma_nested_values_and_a_cut_call() -> None:
     text = '<|tool_call>call:calc{o:{k:<|"|>v, w<|"|>},l:[1,<|"|>a<|"|>],n:5,flag:false}<tool_call|>'
     assert calls(text, tools=TOOLS) == [("calc", {"o": {"k": "v, w"}, "l": [1, "a"], "n": 5, "flag": False})]
@@ -136,8 +157,8 @@ def test_an_echoed_tool_schema_is_content() -> None:
         {"name": "search", "description": "Search the web.", "parameters": schema},
         {"type": "function", "function": {"name": "search", "description": "Search.", "parameters": schema}},
     ):
-        text = "My tools:\n" + json.dumps(echoed)
-        parsed = parse_tool_calls(text)
-        assert parsed.calls == [] and parsed.content == text
+        for text in ("My tools:\n" + json.dumps(echoed), f"<tool_call>{json.dumps(echoed)}</tool_call>"):
+            parsed = parse_tool_calls(text)
+            assert parsed.calls == [] and parsed.bad == [] and parsed.content == text, text
     # A real call whose arguments merely contain a "properties" key is still a call.
     assert calls('{"name": "set", "arguments": {"properties": {"a": 1}}}') == [("set", {"properties": {"a": 1}})]

@@ -180,6 +180,8 @@ async def test_portable_ids_are_nine_alphanumerics_mapped_from_the_servers_id(st
         (500, "Jinja Exception: After the optional system message, conversation roles must alternate", "bad_request"),
         (500, "\n------------\nWhile executing CallExpression at line 55, column 32 in source:\n...", "bad_request"),
         (500, "failed to get logits", "server"),
+        # The reply, not the request: the server could not read what its model wrote in the family's format.
+        (500, "The model produced output that does not match the expected peg-native format", "unparsed_reply"),
     ],
 )
 async def test_llama_cpp_template_and_parse_failures_fail_fast(status: int, message: str, kind: str) -> None:

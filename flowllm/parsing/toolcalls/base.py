@@ -146,6 +146,24 @@ def is_echoed_schema(obj: dict[str, Any], args: Any) -> bool:
     )
 
 
+def echoes_schemas(text: str) -> bool:
+    """Whether JSON text is one tool definition, or a list of them, repeated by the model (no call in it)."""
+    try:
+        value = loads_strict(text)
+    except ValueError:
+        return False
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(_is_definition(item) for item in items)
+
+
+def _is_definition(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    fn = item.get("function")
+    obj = fn if isinstance(fn, dict) else item
+    return isinstance(obj, dict) and is_echoed_schema(obj, obj.get("parameters", obj.get("input_schema")))
+
+
 def _first_text(obj: dict[str, Any], keys: tuple[str, ...]) -> str | None:
     for k in keys:
         v = obj.get(k)

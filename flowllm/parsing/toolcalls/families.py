@@ -6,7 +6,8 @@
   also with the recipient after the channel (``<|channel|>commentary to=functions.NAME <|constrain|>json
   <|message|>{...}``) and without ``<|start|>assistant`` (the generation prompt wrote it).
 * ``functionary`` (v3.2): ``>>>NAME\\n{...}``, once per call; ``>>>all\\n`` starts plain text. A REPL prompt
-  (``>>> x``, with a space) is not a call.
+  (``>>> x``, with a space) is not a call. The reply's first call may lack its ``>>>`` (the generation prompt
+  wrote it): ``NAME\\n{...}`` at the very start, for a tool the request offered.
 * ``gemma4``: ``<|tool_call>call:NAME{key:<|"|>text<|"|>,n:5,flag:true,obj:{...},list:[...]}<tool_call|>``:
   bare keys, strings between ``<|"|>`` marks, other values as written.
 """
@@ -16,7 +17,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, coerce_parameter, dumps, schema_for
+from flowllm.parsing.toolcalls.base import (
+    Context,
+    Hit,
+    RawCall,
+    coerce_parameter,
+    dumps,
+    schema_for,
+    split_server,
+)
 
 # ----- MiniMax-M2 -----------------------------------------------------------------------------------------
 MINIMAX = "<minimax:tool_call>"
@@ -141,9 +150,33 @@ FUNCTIONARY = ">>>"
 _FUNCTIONARY_CALL = re.compile(r"(?<!>)>>>([A-Za-z_][\w.\-]*)[ \t]*\n")
 
 
+# The first call of a reply has no ">>>": the generation prompt ends with it, so the model starts with the name.
+_FUNCTIONARY_LEAD = re.compile(r"\s*([A-Za-z_][\w.\-]*)[ \t]*\n\s*(?=\{)")
+
+
+def functionary_lead(text: str, ctx: Context, final: bool, end: int | None = None) -> Hit | None:
+    """The reply's first functionary call when it starts with the bare ``NAME\\n{...}`` (its ``>>>`` was
+    the generation prompt's), up to ``end``. Only a tool the request offered counts: a word on a line of its
+    own before a JSON object is otherwise ordinary text."""
+    m = _FUNCTIONARY_LEAD.match(text, 0, len(text) if end is None else end)
+    if m is None or ctx.known_tools is None:
+        return None
+    name = m.group(1)
+    if name not in ctx.known_tools and split_server(name, ctx, native=False)[1] not in ctx.known_tools:
+        return None
+    stop = len(text) if end is None else end
+    body = text[m.end() : stop].strip()
+    if not final and stop == len(text) and not _balanced(body):
+        return Hit(0, stop, complete=False)
+    return Hit(0, stop, RawCall(name, body))  # a cut object is completed by repair, like the marked form
+
+
 def scan_functionary(text: str, ctx: Context, final: bool) -> list[Hit]:
     hits: list[Hit] = []
     heads = list(_FUNCTIONARY_CALL.finditer(text))
+    lead = functionary_lead(text, ctx, final, heads[0].start() if heads else None)
+    if lead is not None:
+        hits.append(lead)
     for i, m in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
         name = m.group(1)

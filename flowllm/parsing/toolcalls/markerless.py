@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from flowllm.parsing.pyliteral import NotJSON, to_json_value
 from flowllm.parsing.repair.stages import BracketMatcher, loads_strict
 from flowllm.parsing.safety import failure_reason
+from flowllm.parsing.toolcalls import families
 from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, call_from_object, dumps
 
 _PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
@@ -190,6 +191,10 @@ _NAME_HINT = re.compile(r'"(?:name|tool|tool_name|function)"\s*:')
 
 
 def scan_json(text: str, ctx: Context, final: bool) -> list[Hit]:
+    if families.FUNCTIONARY not in text:  # with ">>>" in the text, the functionary scanner read the lead call
+        lead = families.functionary_lead(text, ctx, final)
+        if lead is not None:
+            return [lead]
     if "{" not in text or not _NAME_HINT.search(text):
         return [Hit(x.start(), x.end()) for x in _PYTHON_TAG.finditer(text)]
     hits: list[Hit] = []

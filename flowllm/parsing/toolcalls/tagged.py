@@ -19,6 +19,7 @@ from flowllm.parsing.toolcalls.base import (
     RawCall,
     coerce_parameter,
     dumps,
+    echoes_schemas,
     parse_call_object,
     schema_for,
 )
@@ -115,6 +116,8 @@ def _read_block(body: str, start: int, end: int, ctx: Context, formats: frozense
             return []
         calls, error = parse_call_object(stripped, require_arguments=False)
         if error:
+            if echoes_schemas(stripped):  # the model repeated its tool list inside the tags: text, not a call
+                return [Hit(start, end, keep_text=True)]
             return [Hit(start, end, bad_reason=f"<tool_call> holds no readable call: {error}", keep_text=True)]
         return [Hit(start, end, c) for c in calls]
     if "<arg_key>" in body or ("glm4" in formats and re.match(r"\s*[\w.-]+\s*(?:\\n)?\s*\Z", body)):
