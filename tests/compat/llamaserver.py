@@ -73,6 +73,9 @@ def server_version(server: Path) -> str:
     return lines[0].strip() if lines else "unknown"
 
 
+_MARK = "MARK0x51f"
+
+
 @dataclass
 class TemplateServer:
     process: subprocess.Popen[bytes]
@@ -96,6 +99,20 @@ class TemplateServer:
         )
         with urllib.request.urlopen(request, timeout=60) as reply:
             return str(json.load(reply)["prompt"])
+
+    def reply_prefix(self) -> str:
+        """What this family's template writes between the generation prompt and an assistant's text: what a
+        real model of the family writes before its answer (gpt-oss's final channel, functionary's ``all``, a
+        closed think block), and the server's output parser expects."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Hi"}]
+        before = self.apply_template({"messages": messages, "add_generation_prompt": True})
+        # A final assistant message is continued, not closed, by llama.cpp: its text ends the rendering.
+        after = self.apply_template(
+            {"messages": [*messages, {"role": "assistant", "content": _MARK}], "add_generation_prompt": False}
+        )
+        if not after.startswith(before) or _MARK not in after[len(before) :]:
+            return ""
+        return after[len(before) : after.index(_MARK, len(before))]
 
     def call_text(
         self, messages: list[dict[str, Any]], calls: list[dict[str, Any]], tools: list[dict[str, Any]]

@@ -6,7 +6,9 @@ the real agent loop (the default turn graph, provider=local as shipped) runs to 
 two tool calls a turn, so two tool results in one request) and then the summary turn, in both tool protocols,
 streamed and not:
 
-* text protocol: a GBNF grammar makes the model write two ``<use_mcp_tool>`` calls per reply;
+* text protocol: a GBNF grammar makes the model write two ``<use_mcp_tool>`` calls per reply, after what the
+  family's real model writes before any reply (gpt-oss's final channel, functionary's ``all``, a closed think
+  block: the template's own rendering), which the server's output parser expects;
 * native protocol: llama.cpp takes no grammar beside tools (and ``tool_choice: required`` does not force a call),
   so the model is asked to copy two calls written in its family's own syntax (the template's own rendering of
   them, from the server's ``/apply-template``); the server's lazy tool grammar then holds it to the syntax.
@@ -29,6 +31,7 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import STOP_MAX_TURNS, Agent, AgentSettings
 from flowllm.config.schema import register_configs
+from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import build_pipeline, make_runner
@@ -51,10 +54,17 @@ SERVER = "tool-math"
 SCHEMA = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
 TASK = "What is 2+3 and 4+5? Use the calculator."
 CALL = "<use_mcp_tool>\\n<server_name>tool-math</server_name>\\n<tool_name>calculate</tool_name>\\n"
-GRAMMAR = (
-    f'root ::= call "\\n" call\ncall ::= "{CALL}<arguments>\\n{{\\"expression\\": \\"" [1-9] "+" [1-9] '
-    '"\\"}\\n</arguments>\\n</use_mcp_tool>"'
+CALL_RULE = (
+    f'call ::= "{CALL}<arguments>\\n{{\\"expression\\": \\"" [1-9] "+" [1-9] "\\"}}\\n</arguments>\\n</use_mcp_tool>"'
 )
+
+
+def grammar(prefix: str) -> str:
+    """Two calls in the text protocol, after what the family writes before any reply (see reply_prefix)."""
+    literal = prefix.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    literal = literal.replace("\t", "\\t")
+    start = f'"{literal}" ' if literal else ""
+    return f'root ::= {start}call "\\n" call\n{CALL_RULE}'
 
 
 def _templates() -> list[Path]:
@@ -71,10 +81,8 @@ CASES = [
 ]
 
 
-class Calculator:
+class Calculator(ToolBackendDefaults):
     """The one tool of the loop (a ToolBackend): adds what it is given, deterministically."""
-
-    task_state = None
 
     async def list_tools(self) -> list[ToolSpec]:
         return [{"server": SERVER, "name": "calculate", "description": "Add two numbers.", "input_schema": SCHEMA}]
@@ -154,7 +162,7 @@ async def test_loop_to_the_limit_and_the_summary_turn(
     else:
         overrides.append("+provider.extra_body.grammar=${oc.env:FLOWLLM_COMPAT_GRAMMAR}")
         prompt = TASK
-    os.environ["FLOWLLM_COMPAT_GRAMMAR"] = GRAMMAR
+    os.environ["FLOWLLM_COMPAT_GRAMMAR"] = grammar(served.reply_prefix())
     cfg = local_config(served.base_url, template.stem, *overrides)
     agent = Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=MAX_TURNS, system_prompt="You are helpful."))
     async with open_provider(cfg) as provider:
