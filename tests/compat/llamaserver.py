@@ -110,9 +110,11 @@ class TemplateServer:
         after = self.apply_template(
             {"messages": [*messages, {"role": "assistant", "content": _MARK}], "add_generation_prompt": False}
         )
-        if not after.startswith(before) or _MARK not in after[len(before) :]:
-            return ""
-        return after[len(before) : after.index(_MARK, len(before))]
+        # Where the generation prompt opens a block the template does not keep for past turns (a reasoning
+        # preamble), the real model writes what follows the shared part: the text that closes it.
+        start = len(before) if after.startswith(before) else _shared(before, after)
+        mark = after.find(_MARK, start)
+        return after[start:mark] if mark >= 0 else ""
 
     def call_text(
         self, messages: list[dict[str, Any]], calls: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -132,11 +134,15 @@ class TemplateServer:
                 "add_generation_prompt": False,
             }
         )
-        shared = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), len(before))
-        start = len(before) if after.startswith(before) else shared
+        start = len(before) if after.startswith(before) else _shared(before, after)
         text = after[start:]
         cut = min((i for i in (text.find(end) for end in _TURN_ENDS) if i > 0), default=len(text))
         return text[:cut].strip()
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters two renderings have in common."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def start_template_server(
