@@ -35,7 +35,8 @@ SUITES = {"llamacpp": "test_llamacpp.py", "litellm": "test_litellm.py", "llamase
 RESULT_FILES = {"llamacpp": "RESULTS.md", "litellm": "RESULTS-litellm.md", "llamaserver": "RESULTS-llamaserver.md"}
 SETUP_NOTES = {
     "llamaserver": "One llama-server per chat template (--jinja --chat-template-file, -c 16384, default slots), "
-    "127.0.0.1 only; provider=local as shipped; xfail: the tiny model copied no call (not a refused request).",
+    "127.0.0.1 only; provider=local as shipped; xfail (native protocol): the tiny model copied no call, or wrote "
+    "one the server could not read in its family's format (the model's reply, not a refused request).",
     "llamacpp": "The server ran at its defaults (one slot, n_ctx 2048, interrupt_requests on), 127.0.0.1 only.",
     "litellm": "LiteLLM's proxy (a master key, nothing else configured) in front of two flowllm emulators speaking "
     "OpenAI Chat, all on 127.0.0.1; flowllm spoke Anthropic Messages, OpenAI Responses and OpenAI Chat to the proxy.",

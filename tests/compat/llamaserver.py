@@ -101,20 +101,22 @@ class TemplateServer:
             return str(json.load(reply)["prompt"])
 
     def reply_prefix(self) -> str:
-        """What this family's template writes between the generation prompt and an assistant's text: what a
-        real model of the family writes before its answer (gpt-oss's final channel, functionary's ``all``, a
-        closed think block), and the server's output parser expects."""
+        """What a real model of this family writes between the generation prompt and its answer, which the
+        server's output parser expects (gpt-oss's final channel, functionary's ``all``, Command R's response
+        marker, a closed think block): the template's rendering of a past assistant turn, or where that shows
+        nothing (templates that drop past reasoning), of a final assistant message the server continues."""
         messages: list[dict[str, Any]] = [{"role": "user", "content": "Hi"}]
         before = self.apply_template({"messages": messages, "add_generation_prompt": True})
-        # A final assistant message is continued, not closed, by llama.cpp: its text ends the rendering.
-        after = self.apply_template(
-            {"messages": [*messages, {"role": "assistant", "content": _MARK}], "add_generation_prompt": False}
+        answer = {"role": "assistant", "content": _MARK}
+        past = self.apply_template(
+            {"messages": [*messages, answer, {"role": "user", "content": "Next"}], "add_generation_prompt": False}
         )
+        if past.startswith(before) and (prefix := _before_mark(past, len(before))):
+            return prefix
+        continued = self.apply_template({"messages": [*messages, answer], "add_generation_prompt": False})
         # Where the generation prompt opens a block the template does not keep for past turns (a reasoning
         # preamble), the real model writes what follows the shared part: the text that closes it.
-        start = len(before) if after.startswith(before) else _shared(before, after)
-        mark = after.find(_MARK, start)
-        return after[start:mark] if mark >= 0 else ""
+        return _before_mark(continued, len(before) if continued.startswith(before) else _shared(before, continued))
 
     def call_text(
         self, messages: list[dict[str, Any]], calls: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -138,6 +140,11 @@ class TemplateServer:
         text = after[start:]
         cut = min((i for i in (text.find(end) for end in _TURN_ENDS) if i > 0), default=len(text))
         return text[:cut].strip()
+
+
+def _before_mark(rendered: str, start: int) -> str:
+    mark = rendered.find(_MARK, start)
+    return rendered[start:mark] if mark >= 0 else ""
 
 
 def _shared(a: str, b: str) -> int:

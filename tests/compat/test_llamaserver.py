@@ -14,8 +14,9 @@ streamed and not:
   them, from the server's ``/apply-template``); the server's lazy tool grammar then holds it to the syntax.
 
 What is asserted is the protocol: no request flowllm built is refused, every turn completes, the loop reaches
-its limit and the summary turn. A native case where the tiny model copies no call is reported as xfail (the
-model, not flowllm), with what it wrote.
+its limit and the summary turn. A native case where the tiny model copies no call, or writes one the server
+cannot read in the family's format (``unparsed_reply``), is reported as xfail (the model, not flowllm), with what
+it wrote or the server said.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import build_pipeline, make_runner
+from flowllm.engine.errors import NodeExecutionError
 from flowllm.providers import build_provider, open_provider
 from flowllm.providers.errors import ProviderCallError
 
@@ -167,7 +169,16 @@ async def test_loop_to_the_limit_and_the_summary_turn(
     agent = Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=MAX_TURNS, system_prompt="You are helpful."))
     async with open_provider(cfg) as provider:
         # A refused request raises here, with the server's message: the case fails.
-        result = await agent.run(f"{template.stem}-{protocol}", prompt, provider, Calculator())
+        try:
+            result = await agent.run(f"{template.stem}-{protocol}", prompt, provider, Calculator())
+        except NodeExecutionError as exc:
+            cause = exc.cause
+            if protocol == "native" and isinstance(cause, ProviderCallError) and cause.kind == "unparsed_reply":
+                # The server could not read the tiny model's attempt at the family's syntax: the model's reply,
+                # not a request flowllm built (the text protocol's grammar writes the family's framing).
+                said = cause.message.split("): ")[-1]
+                pytest.xfail(f"the model's reply is not in its family's output format: {said}")
+            raise
     if protocol == "native" and result.tool_calls == 0:
         pytest.xfail(f"the model copied no call in its family's syntax; it wrote: {result.final_text[:120]!r}")
     if protocol == "text":
