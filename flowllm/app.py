@@ -25,14 +25,14 @@ from flowllm.agent.loop import Agent, AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
-from flowllm.cli.config_check import refuse_ignored_overrides
-from flowllm.cli.exit_codes import ExitCode, error_exit_code, run_exit_code
+from flowllm.config.check import refuse_ignored_overrides
 from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer, register_configs
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder, build_pipeline
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError, RunStopped
+from flowllm.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.experiment import fingerprint, provenance, workers
 from flowllm.experiment.budget_report import batch_cost, budget_summary, spending_settings
 from flowllm.experiment.checks import check_timeouts

@@ -27,7 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.app import preflight_targets, prepare_parts
-from flowllm.cli.config_check import CONFIG_DIR, CONFIG_NAME, split_command_line
+from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment.fingerprint import resume_mode
 from flowllm.experiment.preflight import (

@@ -32,9 +32,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from flowllm.cli.exit_codes import ExitCode, sweep_exit_code
 from flowllm.engine.recorder import atomic_write, read_json
 from flowllm.errors import ConfigError
+from flowllm.exit_codes import ExitCode, sweep_exit_code
 from flowllm.experiment.report import format_usd, make_console
 from flowllm.experiment.sweep_stats import (
     add_comparisons,
