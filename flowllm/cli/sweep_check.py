@@ -26,9 +26,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from flowllm.app import preflight_targets, prepare_parts
 from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import ConfigError, FlowError
+from flowllm.experiment.build import preflight_targets, prepare_parts
 from flowllm.experiment.fingerprint import resume_mode
 from flowllm.experiment.preflight import (
     ProviderTarget,
