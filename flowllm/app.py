@@ -29,12 +29,13 @@ from flowllm.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.experiment import fingerprint, workers
 from flowllm.experiment.budget_report import spending_settings
 from flowllm.experiment.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
+from flowllm.experiment.outcome import load_outcomes
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.projection import Projector
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import RunResult, load_outcomes
+from flowllm.experiment.runner import RunResult
 from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills

@@ -11,7 +11,7 @@
     │   │   ├── MissingInputError      a node reads what no node produces
     │   │   ├── DuplicateProducerError two nodes produce the same key
     │   │   └── CycleError             the graph has a cycle
-    │   ├── DatasetError               the dataset is missing or malformed (datasets/gaia.py)
+    │   ├── DatasetError               the dataset is missing or malformed (datasets/task.py)
     │   ├── ProviderConfigError        a provider cannot work as configured (providers/errors.py)
     │   ├── ScriptError                an emulator script is invalid (emulator/script.py)
     │   ├── PricingError               the price table is malformed (experiment/pricing.py)

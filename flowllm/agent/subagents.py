@@ -12,12 +12,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from flowllm.agent.results import AgentResult
 from flowllm.core.forwarding import ForwardingTools
 from flowllm.core.interfaces import ToolBackend
 from flowllm.core.types import ToolResult, ToolSpec, Usage
 
 if TYPE_CHECKING:
-    from flowllm.agent.loop import AgentResult
     from flowllm.tools.state import TaskState
 
 SUBAGENT_PREFIX = "agent-"
@@ -58,7 +58,7 @@ class SubAgentSpec:
 
 
 # Runs one sub-agent conversation: (spec, subtask, tools, record_dir) -> its result.
-SubAgentRunner = Callable[["SubAgentSpec", str, ToolBackend | None, str], Coroutine[Any, Any, "AgentResult"]]
+SubAgentRunner = Callable[["SubAgentSpec", str, ToolBackend | None, str], Coroutine[Any, Any, AgentResult]]
 
 
 class FilteredTools(ForwardingTools):

@@ -47,18 +47,13 @@ from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.budget_report import budget_spent, spending_settings
 from flowllm.experiment.build import build_experiment, prepare, run_summary
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
+from flowllm.experiment.outcome import FINISHED, TaskOutcome, read_outcome
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.projection import Projector
 from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import (
-    FINISHED,
-    RuleScore,
-    RunResult,
-    TaskOutcome,
-    read_outcome,
-)
+from flowllm.experiment.runner import RunResult
 from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.vision import open_vision
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
@@ -67,11 +62,12 @@ from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import Resolver, default_resolver
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
+from flowllm.scoring.scorers import RuleScore
 from flowllm.telemetry.live import attach_telemetry
 from flowllm.tools.webconf import cache_env, web_tools
 
 if TYPE_CHECKING:
-    from flowllm.datasets.gaia import Task
+    from flowllm.datasets.task import Task
 
 MAX_WORKERS = 64  # far above any one machine's useful count; a typo (workers=1000) fails instead
 POLL_S = 1.0  # how often the parent looks for new result.json files and exited children

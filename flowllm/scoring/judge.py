@@ -31,7 +31,7 @@ from typing import Any
 from flowllm.config.schema import JudgeConfig, ProviderConfig
 from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import user_message
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FlowError
 from flowllm.providers.ledger import PriceLookup, UsageLedger
