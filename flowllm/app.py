@@ -40,6 +40,7 @@ from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.sweep import build_sweep_summary
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision
+from flowllm.experiment.webconf import cache_env, web_tools
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
 from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.scoring import open_scorer
@@ -47,7 +48,6 @@ from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.telemetry.live import attach_telemetry
 from flowllm.tools.python import limits_from_args, probe_gaps
 from flowllm.tools.sandbox import describe_gaps, protect_process
-from flowllm.tools.webconf import cache_env, web_tools
 
 log = logging.getLogger("flowllm")
 

@@ -40,6 +40,7 @@ from flowllm.experiment.runner import Experiment, ExperimentSettings, RunResult,
 from flowllm.experiment.spending import refuse_unpriced
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import plan_vision, unavailable_tools
+from flowllm.experiment.webconf import check_web_tools
 from flowllm.providers import UsageLedger, check_provider_config
 from flowllm.providers.fork import ForkProvider, check_fork_pipeline
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
@@ -51,7 +52,6 @@ from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
 from flowllm.telemetry.live import check_telemetry
 from flowllm.tools import load_settings, open_tool_pool
-from flowllm.tools.webconf import check_web_tools
 
 
 def resolve_path(value: str, setting: str) -> Path:

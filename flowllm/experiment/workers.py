@@ -56,6 +56,7 @@ from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import RunResult
 from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.vision import open_vision
+from flowllm.experiment.webconf import cache_env, web_tools
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
@@ -64,7 +65,6 @@ from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
 from flowllm.scoring.scorers import RuleScore
 from flowllm.telemetry.live import attach_telemetry
-from flowllm.tools.webconf import cache_env, web_tools
 
 if TYPE_CHECKING:
     from flowllm.datasets.task import Task

@@ -8,7 +8,7 @@ read-only: what the old run fetched is served as it was, and a request that run 
 a live call (``replay.tools=live`` fetches live instead).
 
 The folder and the mode reach the tool servers in ``$FLOWLLM_WEB_CACHE`` and ``$FLOWLLM_WEB_CACHE_MODE``
-(flowllm/tools/webconf.py); hits and misses are counted in ``stats`` and appended to ``web_cache/stats.jsonl``.
+(flowllm/experiment/webconf.py); hits and misses are counted in ``stats`` and appended to ``web_cache/stats.jsonl``.
 """
 
 from __future__ import annotations
