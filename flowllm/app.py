@@ -43,6 +43,7 @@ from flowllm.experiment.vision import open_vision
 from flowllm.experiment.webconf import cache_env, web_tools
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
 from flowllm.providers.replay import REPLAY_PROTOCOL
+from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
 from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.telemetry.live import attach_telemetry
@@ -203,7 +204,7 @@ class _RunSession:
             if (telemetry := attach_telemetry(cfg, self.recorder)) is not None:  # telemetry.otlp_endpoint
                 stack.callback(telemetry.close)
             # One line per attempt, appended across resumed sessions: what was really spent, failures included.
-            self.ledger = UsageLedger(run_dir / "usage.jsonl", prices=parts.prices, user=cfg.experiment.get("user"))
+            self.ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
             return await _run_async(cfg, parts, self.recorder, self.ledger, fixtures_url)
 
     def close(self) -> None:
@@ -247,7 +248,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     summary["tools"]["sandbox_gaps"] = session.gaps
     try:
-        atomic_write(run_dir / "summary.json", recorder.redactor.dumps(summary))
+        atomic_write(RunLayout(run_dir).summary, recorder.redactor.dumps(summary))
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
         summary.update(status="failed", error=str(exc))
         raise RunStopped(str(exc), summary) from exc
@@ -259,7 +260,7 @@ def _job_error(cfg: DictConfig, run_dir: Path, message: str) -> dict[str, Any]:
     """A multirun job that could not run: its folder says why, and the sweep summary shows the row."""
     status = {"status": "error", "error": message}
     secrets = key_values(OmegaConf.select(cfg, "provider.api_key_env", default=None))
-    atomic_write(run_dir / "summary.json", Redactor(secrets).dumps(status))
+    atomic_write(RunLayout(run_dir).summary, Redactor(secrets).dumps(status))
     return status
 
 

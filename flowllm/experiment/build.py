@@ -317,7 +317,7 @@ def run_summary(
     summary["dataset"] = str(cfg.dataset.path)
     # Calls per provider, retries, fallbacks, breaker events and the billed tokens of every attempt (failed
     # tasks included, unlike `usage`, which counts the tasks' recorded results), from the whole ledger.
-    summary["providers"] = UsageLedger.read(run_dir / "usage.jsonl").summary()
+    summary["providers"] = UsageLedger.read(RunLayout(run_dir).ledger).summary()
     judge_provider = parts.judge_provider
     summary.update(
         scoring_summary(

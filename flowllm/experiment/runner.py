@@ -60,7 +60,15 @@ from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimi
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.epochs import current_epoch, running_epoch
-from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
+from flowllm.rundir.layout import (
+    ATTEMPTS_DIR,
+    LEGACY_AGENTS_DIR,
+    RESULT_FILE,
+    TIMING_FILE,
+    TURN_GLOB,
+    WORKSPACE_DIR,
+    RunLayout,
+)
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.scoring.tally import ACCURACY_OF, score_tally
@@ -68,7 +76,6 @@ from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
 
-TIMING_FILE = "timing.json"
 
 __all__ = [
     "Experiment",
@@ -156,7 +163,7 @@ class Experiment:
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
             return None
-        outcome = read_outcome(self.recorder.task_dir(task.task_id) / "result.json", task, self.scorer.rules)
+        outcome = read_outcome(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
         if outcome is not None and outcome.epochs != self.settings.epochs:
             return None  # another number of epochs: the task runs again (the epochs it has are kept)
         if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
@@ -171,11 +178,12 @@ class Experiment:
         """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
         self.recorder.forget_task_errors(task.task_id)
         task_dir = self.recorder.task_dir(task.task_id)
-        for stale in (*task_dir.glob("turn_*"), task_dir / "workspace", task_dir / ATTEMPTS_DIR, task_dir / "agents"):
+        stale_dirs = (task_dir / WORKSPACE_DIR, task_dir / ATTEMPTS_DIR, task_dir / LEGACY_AGENTS_DIR)
+        for stale in (*task_dir.glob(TURN_GLOB), *stale_dirs):
             shutil.rmtree(stale, ignore_errors=True)
         for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
             partial.unlink(missing_ok=True)
-        (task_dir / "result.json").unlink(missing_ok=True)
+        (task_dir / RESULT_FILE).unlink(missing_ok=True)
         (task_dir / TIMING_FILE).unlink(missing_ok=True)
         # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
         epochs_dir = self.recorder.layout.epochs(task.task_id)
@@ -196,7 +204,7 @@ class Experiment:
 
     def _keep_workspace(self, task: Task) -> None:
         """After an attempt: its workspace moves into ``tasks/<id>/workspace``, where it is kept for reading."""
-        self.workspaces.keep(task_folder_name(task.task_id), self._records_dir(task) / "workspace")
+        self.workspaces.keep(task_folder_name(task.task_id), self._records_dir(task) / WORKSPACE_DIR)
 
     def _shelve_attempt(self, task: Task, number: int) -> None:
         """Move a finished attempt's records aside so the next attempt starts from the task folder again."""
@@ -204,7 +212,7 @@ class Experiment:
         task_dir = self._records_dir(task)
         target = task_dir / ATTEMPTS_DIR / str(number)
         target.mkdir(parents=True, exist_ok=True)
-        for item in (*sorted(task_dir.glob("turn_*")), task_dir / "agents", task_dir / "workspace"):
+        for item in (*sorted(task_dir.glob(TURN_GLOB)), task_dir / LEGACY_AGENTS_DIR, task_dir / WORKSPACE_DIR):
             if item.exists():
                 shutil.move(str(item), str(target / item.name))
         self.recorder.discard_task(task.task_id)
@@ -332,7 +340,7 @@ class Experiment:
             self._fail_if_unrecorded(outcome)
         # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
         # result.json stays the last file of a finished task).
-        self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
+        self.recorder.write_json(self.recorder.layout.timing(task.task_id), outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         self._handed_over[task.task_id] = outcome
         await asyncio.to_thread(self.recorder.flush)
@@ -347,7 +355,7 @@ class Experiment:
                 folder = self._records_dir(task)
                 previous = None
                 if self.settings.resume:
-                    previous = read_outcome(folder / "result.json", task, getattr(self.scorer, "rules", None))
+                    previous = read_outcome(folder / RESULT_FILE, task, getattr(self.scorer, "rules", None))
                 if previous is not None and previous.status == COMPLETED and not previous.score_error:
                     done.append(previous)
                     continue
@@ -356,7 +364,7 @@ class Experiment:
                 await asyncio.to_thread(self.recorder.flush)
                 self._fail_if_unrecorded(outcome)
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
-                self.recorder.write_json(folder / "result.json", outcome.to_dict())
+                self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
                 done.append(outcome)
             if self.stop_reason is not None:
                 break
