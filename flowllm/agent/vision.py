@@ -26,12 +26,11 @@ from urllib.parse import urlsplit
 from flowllm.agent.results import AgentResult
 from flowllm.core.forwarding import ForwardingTools
 from flowllm.core.images import image_media_type
-from flowllm.core.interfaces import ToolBackend
+from flowllm.core.interfaces import TaskStore, ToolBackend
 from flowllm.core.types import Block, ToolResult, ToolSpec, Usage, text_block
 
 if TYPE_CHECKING:
     from flowllm.tools.browse import UrlPolicy
-    from flowllm.tools.state import TaskState
     from flowllm.tools.webcache import WebCache
 
 VISION_SERVER = "tool-vision"
@@ -172,7 +171,7 @@ class VisionTools(ForwardingTools):
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         if not self._mine(server, name):
             return await super().call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)
