@@ -26,9 +26,9 @@ RUNNERS = ("legacy", "graph_parallel")
 async def _turn_seconds(k: int, runner_name: str, sizes: Sizes, work_dir: Path) -> list[float]:
     from benchmarks.stack import InProcessTools, compose, fanout_script, write_workload
     from flowllm.agent.loop import build_system_prompt
-    from flowllm.app import prepare
     from flowllm.core.types import user_message
     from flowllm.engine import TurnContext
+    from flowllm.experiment.build import prepare
     from flowllm.providers import open_provider
 
     work = write_workload(work_dir / f"{runner_name}-{k}", 1, fanout_script((k,), sizes.tool_seconds), "done")

@@ -172,8 +172,8 @@ async def run_experiment(
 ) -> RunFigures:
     """One experiment as ``flowllm.app`` runs it, tools in process; the wall time covers the tasks only (not
     opening the provider and its emulator)."""
-    from flowllm.app import build_experiment, prepare
     from flowllm.engine import Recorder
+    from flowllm.experiment.build import build_experiment, prepare
     from flowllm.providers import open_provider
 
     parts = prepare(cfg)

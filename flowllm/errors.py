@@ -11,7 +11,7 @@
     │   │   ├── MissingInputError      a node reads what no node produces
     │   │   ├── DuplicateProducerError two nodes produce the same key
     │   │   └── CycleError             the graph has a cycle
-    │   ├── DatasetError               the dataset is missing or malformed (datasets/gaia.py)
+    │   ├── DatasetError               the dataset is missing or malformed (datasets/task.py)
     │   ├── ProviderConfigError        a provider cannot work as configured (providers/errors.py)
     │   ├── ScriptError                an emulator script is invalid (emulator/script.py)
     │   ├── PricingError               the price table is malformed (experiment/pricing.py)
@@ -27,7 +27,7 @@
         │   │   └── NoUsableKeyError   every key of the pool is resting or retired (providers/keys.py)
         │   └── ReplayMissError        a replay asked for a turn the saved run never made (providers/replay.py)
         └── RunStopped                 the run stopped after tasks ran (a worker process failed); what finished is
-                                       saved and the exit code follows the tasks (3 or 4, cli/exit_codes.py)
+                                       saved and the exit code follows the tasks (3 or 4, exit_codes.py)
 
 A build error exits 2 ("nothing ran"); a run error that reaches the app after tasks ran exits with the code of
 the run's tasks. A tool's failure is not in this tree: a tool server answers the model with an MCP error

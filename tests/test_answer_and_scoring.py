@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from flowllm.agent.answer import extract_answer, last_boxed
-from flowllm.datasets.gaia import DatasetError, load_tasks, question_scorer
+from flowllm.datasets.gaia import load_tasks, question_scorer
+from flowllm.datasets.task import DatasetError
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import re
 
 import flowllm
 from flowllm import errors
-from flowllm.cli.exit_codes import ExitCode, error_exit_code
 from flowllm.engine.errors import NodeContractError
 from flowllm.errors import BuildError, FlowError, RunError, RunStopped
+from flowllm.exit_codes import ExitCode, error_exit_code
 from flowllm.providers.errors import ProviderConfigError
 
 

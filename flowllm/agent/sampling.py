@@ -12,20 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from flowllm.agent.results import AgentResult
 from flowllm.core.interfaces import SamplingReply, SamplingRequest
 from flowllm.core.types import Message, Usage
-
-if TYPE_CHECKING:
-    from flowllm.agent.loop import AgentResult
 
 SAMPLING_AGENT = "sampling"
 # When the model's reply reads as a tool call (there are none): the one follow-up turn asks for plain text.
 SAMPLING_SUMMARY_PROMPT = "No tool is available. Answer the request above now, in plain text."
 
 # Runs one sampling conversation: (messages, system prompt, record scope) -> its result.
-SamplingRunner = Callable[[list[Message], str, str], Coroutine[Any, Any, "AgentResult"]]
+SamplingRunner = Callable[[list[Message], str, str], Coroutine[Any, Any, AgentResult]]
 
 
 @dataclass

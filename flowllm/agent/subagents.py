@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from flowllm.agent.results import AgentResult
 from flowllm.core.forwarding import ForwardingTools
-from flowllm.core.interfaces import ToolBackend
+from flowllm.core.interfaces import TaskStore, ToolBackend
 from flowllm.core.types import ToolResult, ToolSpec, Usage
-
-if TYPE_CHECKING:
-    from flowllm.agent.loop import AgentResult
-    from flowllm.tools.state import TaskState
 
 SUBAGENT_PREFIX = "agent-"
 SUBTASK_TOOL = "execute_subtask"
@@ -58,7 +55,7 @@ class SubAgentSpec:
 
 
 # Runs one sub-agent conversation: (spec, subtask, tools, record_dir) -> its result.
-SubAgentRunner = Callable[["SubAgentSpec", str, ToolBackend | None, str], Coroutine[Any, Any, "AgentResult"]]
+SubAgentRunner = Callable[["SubAgentSpec", str, ToolBackend | None, str], Coroutine[Any, Any, AgentResult]]
 
 
 class FilteredTools(ForwardingTools):
@@ -82,7 +79,7 @@ class FilteredTools(ForwardingTools):
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         if server is not None and not self._allowed(server):
             return ToolResult(call_id, server, name, f"Error: server '{server}' is not available to this agent", True)
@@ -118,7 +115,7 @@ class SubAgentTools(ForwardingTools):
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         spec = self._spec_for(server, name)
         if spec is None:

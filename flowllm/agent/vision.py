@@ -23,15 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from flowllm.agent.results import AgentResult
 from flowllm.core.forwarding import ForwardingTools
 from flowllm.core.images import image_media_type
-from flowllm.core.interfaces import ToolBackend
+from flowllm.core.interfaces import TaskStore, ToolBackend
 from flowllm.core.types import Block, ToolResult, ToolSpec, Usage, text_block
 
 if TYPE_CHECKING:
-    from flowllm.agent.loop import AgentResult
     from flowllm.tools.browse import UrlPolicy
-    from flowllm.tools.state import TaskState
     from flowllm.tools.webcache import WebCache
 
 VISION_SERVER = "tool-vision"
@@ -143,7 +142,7 @@ def image_prompt(question: str, media_type: str, data: bytes) -> list[Block]:
 
 
 # Runs one vision conversation: (prompt blocks, record scope) -> its result.
-VisionRunner = Callable[[list[Block], str], Coroutine[Any, Any, "AgentResult"]]
+VisionRunner = Callable[[list[Block], str], Coroutine[Any, Any, AgentResult]]
 
 
 @dataclass
@@ -172,7 +171,7 @@ class VisionTools(ForwardingTools):
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         if not self._mine(server, name):
             return await super().call(server, name, arguments, call_id=call_id, timeout_s=timeout_s, state=state)

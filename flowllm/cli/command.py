@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from flowllm.cli.exit_codes import ExitCode
 from flowllm.cli.listing import LISTS, describe, group_options, help_text
+from flowllm.exit_codes import ExitCode
 
 
 def cmd_list(args: Sequence[str]) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowllm.cli.config_check import CONFIG_DIR, SCHEMA_PREFIX
+from flowllm.config.check import CONFIG_DIR, SCHEMA_PREFIX
 
 __all__ = ["LISTS", "describe", "group_options", "help_text"]
 

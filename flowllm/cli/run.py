@@ -2,7 +2,7 @@
 
 The Hydra entry point lives here, apart from ``flowllm.app``: the app's module (the SDKs, the MCP client, the
 engine) is imported only once Hydra has composed the config, so a bad override is refused quickly. Hydra's own
-error printing is bypassed (``HYDRA_FULL_ERROR``) and its exceptions are explained by ``config_check``: one
+error printing is bypassed (``HYDRA_FULL_ERROR``) and its exceptions are explained by ``flowllm.config.check``: one
 line on stderr, exit 2.
 """
 
@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from flowllm.cli.config_check import (
+from flowllm.config.check import (
     CONFIG_DIR,
     CONFIG_NAME,
     _first_line,
@@ -29,9 +29,9 @@ from flowllm.cli.config_check import (
     refuse_ignored_overrides,
     split_command_line,
 )
-from flowllm.cli.exit_codes import ExitCode
 from flowllm.config.schema import register_configs
 from flowllm.errors import ConfigError
+from flowllm.exit_codes import ExitCode
 
 PROG = "flowllm"
 
@@ -65,7 +65,7 @@ def explain(exc: BaseException, argv: Sequence[str]) -> str:
 
 
 def run_main(argv: Sequence[str] | None = None) -> int:
-    """Run the app on ``argv`` (default: the command line); returns the exit code (see flowllm.cli.exit_codes)."""
+    """Run the app on ``argv`` (default: the command line); returns the exit code (see flowllm.exit_codes)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):  # Hydra's page lists the base_* schemas as choices: ours does not
         from flowllm.cli.listing import help_text

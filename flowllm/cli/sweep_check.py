@@ -26,9 +26,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from flowllm.app import preflight_targets, prepare_parts
-from flowllm.cli.config_check import CONFIG_DIR, CONFIG_NAME, split_command_line
+from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import ConfigError, FlowError
+from flowllm.experiment.build import preflight_targets, prepare_parts
 from flowllm.experiment.fingerprint import resume_mode
 from flowllm.experiment.preflight import (
     ProviderTarget,
@@ -38,8 +38,8 @@ from flowllm.experiment.preflight import (
     tool_start_timeout,
 )
 from flowllm.experiment.sweep_stats import resolve_baseline
+from flowllm.experiment.webconf import web_tools
 from flowllm.scoring.rejudge import inherit_replayed_run
-from flowllm.tools.webconf import web_tools
 
 # Hydra escapes the sweep's values (http\://...): shown as the user wrote them.
 _UNESCAPE = re.compile(r"\\(.)")
@@ -109,7 +109,7 @@ def _target_key(target: ProviderTarget) -> tuple[Any, ...]:
 
 def tools_key(cfg: DictConfig, start_timeout_s: float) -> str:
     """What decides whether a job's tool servers start: its resolved tools settings, the start timeout, and what
-    the run's web tool environment (flowllm.tools.webconf) reads from the rest of the config."""
+    the run's web tool environment (flowllm.experiment.webconf) reads from the rest of the config."""
     what: dict[str, Any] = {"tools": OmegaConf.to_container(cfg.tools, resolve=True), "timeout_s": start_timeout_s}
     if OmegaConf.select(cfg, "tools.audio.emulator", default=False):
         what["emulator_script"] = OmegaConf.select(cfg, "provider.emulator_script")

@@ -8,13 +8,10 @@ wrapper overrides only what it changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from flowllm.core.interfaces import Provider, SamplingSlot, ToolBackend, ToolProtocol, WireProtocol
+from flowllm.core.interfaces import Provider, SamplingSlot, TaskStore, ToolBackend, ToolProtocol, WireProtocol
 from flowllm.core.types import ToolResult, ToolSpec
-
-if TYPE_CHECKING:
-    from flowllm.tools.state import TaskState
 
 
 class ProviderFacade:
@@ -42,7 +39,7 @@ class ToolBackendDefaults:
     """What a ``ToolBackend`` that keeps no task state, answers no sampling and starts no server declares."""
 
     @property
-    def task_state(self) -> TaskState | None:
+    def task_state(self) -> TaskStore | None:
         return None
 
     @property
@@ -66,7 +63,7 @@ class ForwardingTools(ToolBackendDefaults):
         self.inner = inner
 
     @property
-    def task_state(self) -> TaskState | None:
+    def task_state(self) -> TaskStore | None:
         return self.inner.task_state if self.inner is not None else None
 
     @property
@@ -88,7 +85,7 @@ class ForwardingTools(ToolBackendDefaults):
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         if self.inner is None:
             return ToolResult(call_id, server, name, "Error: no tools are available", True)

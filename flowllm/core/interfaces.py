@@ -7,14 +7,11 @@ node may rely on; ``flowllm.providers`` and ``flowllm.tools`` implement them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolResult, ToolSpec
-
-if TYPE_CHECKING:
-    from flowllm.tools.state import TaskState
 
 WireProtocol = Literal["anthropic", "openai_chat", "openai_responses"]
 ToolProtocol = Literal["xml", "native"]
@@ -79,6 +76,15 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
+class TaskStore(Protocol):
+    """A task's key-value store, one namespace per tool server (``tools.task_state``; flowllm/tools/state.py):
+    what a tool backend reads for a tool that asks for it, and the update the tool sends back."""
+
+    def values(self, namespace: str) -> dict[str, Any]: ...
+
+    def apply(self, namespace: str, update: Mapping[str, Any]) -> None: ...
+
+
 @runtime_checkable
 class ToolBackend(Protocol):
     """The tools one task may use (a pool of MCP servers, or anything else with the same shape)."""
@@ -93,14 +99,14 @@ class ToolBackend(Protocol):
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         """``state``: the task's key-value store, passed by dispatch when ``tools.task_state`` is on; a backend
         hands it to the tools that ask for it (or ignores it)."""
         ...
 
     @property
-    def task_state(self) -> TaskState | None:
+    def task_state(self) -> TaskStore | None:
         """The task's store for dispatch to pass back into ``call`` (None: this backend keeps none)."""
         ...
 

@@ -35,8 +35,9 @@ from typing import Any
 from flowllm.core.images import EXTENSIONS, image_media_type
 from flowllm.core.registry import Registry
 from flowllm.datasets.crypto import Cipher, CipherError, decrypt
-from flowllm.datasets.gaia import DatasetError, Task, find_dataset_file, read_dataset, select_tasks
+from flowllm.datasets.gaia import find_dataset_file, read_dataset, select_tasks
 from flowllm.datasets.rows import Row, columns_of, read_rows, table_files
+from flowllm.datasets.task import DatasetError, Task
 
 # The task fields a mapping may name; question and answer are required by the table adapter.
 # image: a column holding the question's picture inline (a data: URI or base64, as HLE's image column).

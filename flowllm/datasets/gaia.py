@@ -20,11 +20,10 @@ import os
 import re
 import string
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowllm.errors import BuildError
+from flowllm.datasets.task import DatasetError, Task
 
 METADATA = "metadata.jsonl"
 STANDARDIZED = "standardized_data.jsonl"
@@ -36,28 +35,6 @@ GAIA_HINT = (
     f"GAIA is gated on the Hugging Face hub: accept the terms of gaia-benchmark/GAIA and download its "
     f"2023/validation folder into {DEFAULT_GAIA_DIR}"
 )
-
-
-class DatasetError(BuildError):
-    """The dataset cannot be read; the message says where and how to fix it."""
-
-
-@dataclass(frozen=True)
-class Task:
-    task_id: str
-    question: str
-    level: int | None
-    ground_truth: str | None
-    file_name: str | None  # attachment: relative to the dataset folder, or absolute (standardized format)
-    dataset_dir: Path
-    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-
-    @property
-    def attachment(self) -> Path | None:
-        if not self.file_name:
-            return None
-        path = Path(self.file_name)
-        return path if path.is_absolute() else self.dataset_dir / path
 
 
 # -- attachments in the prompt ------------------------------------------------------------------------------

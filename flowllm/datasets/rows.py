@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowllm.datasets.gaia import DatasetError
+from flowllm.datasets.task import DatasetError
 
 SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from flowllm.experiment.outcome import BUDGET, TaskOutcome
 from flowllm.experiment.pricing import PriceTable
-from flowllm.experiment.runner import BUDGET, TaskOutcome
 from flowllm.experiment.spending import RunBudget, SpendBook, TaskLimits
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.providers.ledger import UsageLedger

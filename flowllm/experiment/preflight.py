@@ -10,8 +10,8 @@ fails, and a missing dataset shows up only after the missing key is fixed. Check
   run's exit stack, the check runs in the run's own event loop and its catalog is the run's: the run-scoped
   servers it started stay connected and serve the tasks, so no server is started twice.
 
-Configuration problems (settings, keys, dataset, prices) are collected by ``flowllm.app.prepare`` the same way.
-All of them end as one ``PreflightError``: one line per problem, exit 2.
+Configuration problems (settings, keys, dataset, prices) are collected by ``flowllm.experiment.build.prepare`` the
+same way. All of them end as one ``PreflightError``: one line per problem, exit 2.
 """
 
 from __future__ import annotations

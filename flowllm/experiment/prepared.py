@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowllm.agent.loop import AgentSettings
+from flowllm.agent.results import AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
 from flowllm.config.schema import JudgeConfig, ProviderConfig
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
 from flowllm.engine.pipeline import Pipeline
 from flowllm.engine.runners import Runner
 from flowllm.experiment.pricing import PriceTable

@@ -34,8 +34,8 @@ from rich.progress import (
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from flowllm.experiment.outcome import TaskOutcome
     from flowllm.experiment.projection import Projector
-    from flowllm.experiment.runner import TaskOutcome
 
 
 class LedgerTally:

@@ -33,7 +33,7 @@ from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.layout import OUTPUT_FILE, RunLayout
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
@@ -110,7 +110,7 @@ class ReplayAudit:
         if outputs is None or ctx.task_id in self._first:
             return  # a failed node is judged by the task's error; after the first divergence the rest follows
         saved_path = (
-            self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope, current_epoch()) / "output.json"
+            self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope, current_epoch()) / OUTPUT_FILE
         )
         try:
             saved = saved_path.read_bytes()

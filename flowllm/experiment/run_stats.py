@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from flowllm.config.schema import IntervalMethod, Reducer
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
 from flowllm.scoring.stats import CONFIDENCE, StatsSettings, TaskScore, estimate, format_estimate, pass_curves
 
@@ -22,7 +22,7 @@ LEVEL = "level"
 
 
 class ScoredOutcome(Protocol):
-    """What the statistics read of a task's outcome (flowllm.experiment.runner.TaskOutcome)."""
+    """What the statistics read of a task's outcome (flowllm.experiment.outcome.TaskOutcome)."""
 
     task_id: str
     level: int | None

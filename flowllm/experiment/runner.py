@@ -32,308 +32,57 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.agent.answer import last_boxed
-from flowllm.agent.loop import Agent, AgentResult
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentResult
 from flowllm.config.schema import Reducer
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
-from flowllm.datasets.gaia import Task, task_prompt
+from flowllm.datasets.gaia import task_prompt
+from flowllm.datasets.task import Task
 from flowllm.engine import Recorder
-from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.experiment.epochs import epoch_score, reduce_entries
 from flowllm.experiment.infra import infra_tool_failures
+from flowllm.experiment.outcome import (
+    BUDGET,
+    COMPLETED,
+    FAILED,
+    FINISHED,
+    LIMIT,
+    TaskOutcome,
+    read_outcome,
+    unscored_or,
+)
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summary
-from flowllm.experiment.spending import STATUS_BUDGET, STATUS_LIMIT, RunBudget, SpendBook, TaskGate, TaskLimits
+from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
 from flowllm.rundir.epochs import current_epoch, running_epoch
-from flowllm.rundir.layout import ATTEMPTS_DIR, RunLayout
+from flowllm.rundir.layout import (
+    ATTEMPTS_DIR,
+    LEGACY_AGENTS_DIR,
+    RESULT_FILE,
+    TIMING_FILE,
+    TURN_GLOB,
+    WORKSPACE_DIR,
+    RunLayout,
+)
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
-from flowllm.scoring.scorers import RuleScore
 from flowllm.scoring.tally import ACCURACY_OF, score_tally
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
 
-COMPLETED = "completed"
-FAILED = "failed"
-LIMIT = STATUS_LIMIT  # a per-task limit ended it (agent.limits): finished, scored on the answer it gave
-BUDGET = STATUS_BUDGET  # the run's budget ended it (experiment.budget): unfinished, a rerun runs it again
-STATUSES = (COMPLETED, FAILED, LIMIT, BUDGET)
-FINISHED = (COMPLETED, LIMIT)  # a rerun into the same folder keeps these
-TIMING_FILE = "timing.json"
 
 __all__ = [
-    "COMPLETED",
-    "FAILED",
     "Experiment",
     "ExperimentSettings",
-    "TaskOutcome",
-    "load_outcomes",
-    "safe_task_dir_name",
     "summarize",
     "task_prompt",
 ]
-
-
-@dataclass
-class TaskOutcome:
-    task_id: str
-    status: str
-    answer: str | None
-    ground_truth: str | None
-    # True or False when scored; None when the task cannot be scored (no ground truth; a replayed task that
-    # diverged). Accuracy counts scored tasks only.
-    correct: bool | None
-    turns: int
-    usage: Usage
-    error: str | None = None
-    level: int | None = None
-    stop: str | None = None
-    tool_calls: int = 0
-    bad_tool_calls: int = 0
-    failed_tool_calls: int = 0
-    infra_tool_failure_causes: dict[str, int] = field(default_factory=dict)  # cause -> calls (not the model's)
-    repairs: dict[str, int] = field(default_factory=dict)
-    wall_seconds: float = 0.0
-    # pass@k: how many attempts ran, and what each one gave (usage above is the sum over all of them).
-    attempts: int = 1
-    attempt_log: list[dict[str, Any]] = field(default_factory=list)
-    # Under provider=replay: whether the task replayed exactly (replay_audit.py); absent otherwise.
-    replay: dict[str, Any] | None = None
-    # experiment.epochs > 1: how many ran, each one's entry, and the task's score reduced over them
-    # (flowllm/experiment/epochs.py); one epoch: the score is the verdict.
-    epochs: int = 1
-    epoch_log: list[dict[str, Any]] = field(default_factory=list)
-    epoch_reducer: str | None = None
-    score: float | None = None
-    # Scoring (flowllm/scoring): an answer that could not be judged, the judge's verdict and who gave it, and
-    # the task's values of the dataset's breakdown fields (topic, category...).
-    score_error: str | None = None
-    verdict: str | None = None
-    judge: dict[str, Any] | None = None
-    categories: dict[str, Any] = field(default_factory=dict)
-    limit: str | None = None  # status limit: which one (agent.limits.<name>); status budget: null
-    halt_detail: str | None = None  # what reached the limit or the budget, one line
-    scored: bool = True  # false: a limited task's answer was not scored (agent.limits.score_partial=false)
-    _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    # Seconds this attempt's own tool servers spent starting (inside its wall time, apart from the calls).
-    _tools_start_s: float = field(default=0.0, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {"replay": self.replay} if self.replay is not None else {}
-        if self.epochs > 1:
-            extra.update(epochs=self.epochs, epoch_reducer=self.epoch_reducer, epoch_log=self.epoch_log)
-            extra["score"] = self.score
-        if self.status in (LIMIT, BUDGET):
-            extra.update(limit=self.limit, halt_detail=self.halt_detail, scored=self.scored)
-        return {
-            "task_id": self.task_id,
-            "status": self.status,
-            "answer": self.answer,
-            "ground_truth": self.ground_truth,
-            "correct": self.correct,
-            "turns": self.turns,
-            "usage": self.usage.to_dict(),
-            "error": self.error,
-            "level": self.level,
-            "stop": self.stop,
-            "tool_calls": self.tool_calls,
-            "bad_tool_calls": self.bad_tool_calls,
-            "failed_tool_calls": self.failed_tool_calls,
-            "infra_tool_failures": sum(self.infra_tool_failure_causes.values()),
-            "infra_tool_failure_causes": dict(sorted(self.infra_tool_failure_causes.items())),
-            "repairs": dict(sorted(self.repairs.items())),
-            "attempts": self.attempts,
-            "attempt_log": self.attempt_log,
-            **extra,
-            "score_error": self.score_error,
-            "verdict": self.verdict,
-            "judge": self.judge,
-            "categories": self.categories,
-        }
-
-    def apply_score(self, score: Score) -> None:
-        self.correct = score.correct
-        self.score_error = score.error
-        self.verdict = score.verdict
-        self.judge = dict(score.details) if score.details else None
-
-    def timing_dict(self) -> dict[str, Any]:
-        """``timing.json``: what changes from one identical run to the next, kept out of ``result.json``."""
-        return {
-            "wall_seconds": round(self.wall_seconds, 3),
-            "attempts": [round(float(e.get("wall_seconds", 0.0)), 3) for e in self._attempt_timings],
-            # Tool-server start-up, its own step: how much of each attempt's wall time went to starting servers.
-            "tools_start_s": [round(float(e.get("tools_start_s", 0.0)), 3) for e in self._attempt_timings],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TaskOutcome:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        known["usage"] = Usage.from_dict(data.get("usage"))
-        return cls(**known)
-
-    @property
-    def task_score(self) -> float | None:
-        """The task's score in [0, 1]: reduced over its epochs, or its verdict; None when not scored."""
-        if self.epochs > 1:
-            return self.score
-        verdict: bool | None = self.correct
-        if verdict is None or self.score_error:
-            return None
-        return float(verdict)
-
-    def epoch_entry(self, number: int) -> dict[str, Any]:
-        return {**self.attempt_entry(self.attempts), "epoch": number, "attempts": self.attempts}
-
-    def attempt_entry(self, number: int) -> dict[str, Any]:
-        return {
-            "attempt": number,
-            "status": self.status,
-            "answer": self.answer,
-            "correct": self.correct,
-            "score_error": self.score_error,
-            "turns": self.turns,
-            "stop": self.stop,
-            "error": self.error,
-            "usage": self.usage.to_dict(),
-        }
-
-
-def safe_task_dir_name(task_id: str) -> str:
-    """The folder of a task under ``tasks/`` (``flowllm.rundir.taskdirs``: ids that cannot name one are mapped)."""
-    return task_folder_name(task_id)
-
-
-def unscored_or(task: Task, correct: bool | None) -> bool | None:
-    """``correct`` for a task that has ground truth; None (unscored) for one that has none."""
-    return None if task.ground_truth is None else correct
-
-
-def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None = None) -> TaskOutcome | None:
-    """A task's saved outcome, or None when there is none or it is not a valid result (then the task reruns).
-
-    With ``task``, the file must be that task's, and the score is not taken from it: ``correct`` and
-    ``ground_truth`` are recomputed from the recorded answer and the dataset, so a ``result.json`` edited by
-    hand or forged by tool code cannot change the accuracy.
-    """
-    if not path.is_file():
-        return None
-    try:
-        data = read_json(path)
-    except Exception as exc:
-        log.warning("%s cannot be read (%s); the task runs again", path, exc)
-        return None
-    problems = outcome_problems(data)
-    if task is not None and not problems and data["task_id"] != task.task_id:
-        problems = [f"task_id is {data['task_id']!r}, not {task.task_id!r}"]
-    if problems:
-        log.warning("%s is not a valid result (%s); the task runs again", path, "; ".join(problems[:3]))
-        return None
-    outcome = TaskOutcome.from_dict(data)
-    if task is not None and rescore is not None and outcome.epochs > 1:
-        _rescore_epochs(outcome, task, rescore)
-    elif task is not None and rescore is not None:
-        # Scored by rules: recomputed here. A judged score comes from the judge's own saved verdict instead.
-        # A failed task is wrong when there is a ground truth to be wrong against, unscored otherwise; so is a
-        # task a limit ended when it is not scored on its partial answer (agent.limits.score_partial=false).
-        finished = outcome.status in FINISHED and outcome.scored
-        rescored = rescore(task, outcome.answer) if finished else unscored_or(task, False)
-        if rescored != outcome.correct or outcome.ground_truth != task.ground_truth:
-            log.warning(
-                "%s says correct=%s; scored against the dataset it is %s (the dataset's score is used)",
-                path,
-                outcome.correct,
-                rescored,
-            )
-        outcome.correct = (None if rescored is None else bool(rescored)) if is_scored(outcome.replay) else None
-        outcome.ground_truth = task.ground_truth
-    return outcome
-
-
-def _rescore_epochs(outcome: TaskOutcome, task: Task, rescore: RuleScore) -> None:
-    """An epochs result: each epoch's verdict is recomputed from its answer, and the task's score from them."""
-    for entry in outcome.epoch_log:
-        verdict = rescore(task, entry.get("answer")) if entry.get("status") == COMPLETED else unscored_or(task, False)
-        entry["correct"] = None if verdict is None else bool(verdict)
-    reducer = Reducer(outcome.epoch_reducer or Reducer.MEAN)
-    outcome.score = reduce_entries(outcome.epoch_log, reducer)
-    outcome.correct = epoch_score(outcome.score)
-    outcome.ground_truth = task.ground_truth
-
-
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "task_id": (str,),
-    "status": (str,),
-    "correct": (bool,),  # or null: unscored (_NULLABLE)
-    "turns": (int,),
-    "tool_calls": (int,),
-    "bad_tool_calls": (int,),
-    "failed_tool_calls": (int,),
-    "attempts": (int,),
-    "wall_seconds": (int, float),
-    "usage": (dict,),
-    "repairs": (dict,),
-    "attempt_log": (list,),
-}
-_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
-    "answer": (str,),
-    "ground_truth": (str,),
-    "error": (str,),
-    "level": (int,),
-    "stop": (str,),
-    "limit": (str,),
-    "halt_detail": (str,),
-}
-
-
-# Present in every result.json, but null when not known: a task without ground truth is unscored.
-_NULLABLE = frozenset({"correct"})
-
-
-def outcome_problems(data: Any) -> list[str]:
-    """What makes ``data`` not a ``result.json`` this version wrote (empty: it is one)."""
-    if not isinstance(data, dict):
-        return [f"expected a JSON object, got {type(data).__name__}"]
-    problems = []
-    for name, types in (*_FIELD_TYPES.items(), *_OPTIONAL_TYPES.items()):
-        if name not in data:
-            if name in _FIELD_TYPES and name not in ("attempts", "attempt_log", "repairs", "wall_seconds"):
-                problems.append(f"{name} is missing")
-            continue
-        value = data[name]
-        if value is None and (name in _OPTIONAL_TYPES or name in _NULLABLE):
-            continue
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
-    if not problems:
-        if data["status"] not in STATUSES:
-            problems.append(f"status is {data['status']!r}, not one of {', '.join(STATUSES)}")
-        if data["turns"] < 0 or data["tool_calls"] < 0:
-            problems.append("a count is negative")
-        usage = data["usage"]
-        counts = [v for k, v in usage.items() if k.endswith("_tokens")]
-        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in counts):
-            problems.append("usage holds a token count that is not a whole number")
-        if any(not isinstance(v, int) or isinstance(v, bool) for v in data.get("repairs", {}).values()):
-            problems.append("repairs holds a count that is not a whole number")
-    return problems
-
-
-def load_outcomes(run_dir: Path, tasks: Iterable[Task], rescore: RuleScore | None = None) -> list[TaskOutcome]:
-    """The outcomes on disk for ``tasks`` (dataset order): how a summary is rebuilt after an interruption.
-    ``rescore``: the scorer's rules, so ``correct`` is recomputed from the answer, never read from the file."""
-    layout = RunLayout(Path(run_dir))
-    found = []
-    for task in tasks:
-        outcome = read_outcome(layout.result(task.task_id), task, rescore)
-        if outcome is not None:
-            found.append(outcome)
-    return found
 
 
 @dataclass
@@ -414,7 +163,7 @@ class Experiment:
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
             return None
-        outcome = read_outcome(self.recorder.task_dir(task.task_id) / "result.json", task, self.scorer.rules)
+        outcome = read_outcome(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
         if outcome is not None and outcome.epochs != self.settings.epochs:
             return None  # another number of epochs: the task runs again (the epochs it has are kept)
         if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
@@ -429,11 +178,12 @@ class Experiment:
         """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
         self.recorder.forget_task_errors(task.task_id)
         task_dir = self.recorder.task_dir(task.task_id)
-        for stale in (*task_dir.glob("turn_*"), task_dir / "workspace", task_dir / ATTEMPTS_DIR, task_dir / "agents"):
+        stale_dirs = (task_dir / WORKSPACE_DIR, task_dir / ATTEMPTS_DIR, task_dir / LEGACY_AGENTS_DIR)
+        for stale in (*task_dir.glob(TURN_GLOB), *stale_dirs):
             shutil.rmtree(stale, ignore_errors=True)
         for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
             partial.unlink(missing_ok=True)
-        (task_dir / "result.json").unlink(missing_ok=True)
+        (task_dir / RESULT_FILE).unlink(missing_ok=True)
         (task_dir / TIMING_FILE).unlink(missing_ok=True)
         # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
         epochs_dir = self.recorder.layout.epochs(task.task_id)
@@ -454,7 +204,7 @@ class Experiment:
 
     def _keep_workspace(self, task: Task) -> None:
         """After an attempt: its workspace moves into ``tasks/<id>/workspace``, where it is kept for reading."""
-        self.workspaces.keep(task_folder_name(task.task_id), self._records_dir(task) / "workspace")
+        self.workspaces.keep(task_folder_name(task.task_id), self._records_dir(task) / WORKSPACE_DIR)
 
     def _shelve_attempt(self, task: Task, number: int) -> None:
         """Move a finished attempt's records aside so the next attempt starts from the task folder again."""
@@ -462,7 +212,7 @@ class Experiment:
         task_dir = self._records_dir(task)
         target = task_dir / ATTEMPTS_DIR / str(number)
         target.mkdir(parents=True, exist_ok=True)
-        for item in (*sorted(task_dir.glob("turn_*")), task_dir / "agents", task_dir / "workspace"):
+        for item in (*sorted(task_dir.glob(TURN_GLOB)), task_dir / LEGACY_AGENTS_DIR, task_dir / WORKSPACE_DIR):
             if item.exists():
                 shutil.move(str(item), str(target / item.name))
         self.recorder.discard_task(task.task_id)
@@ -590,7 +340,7 @@ class Experiment:
             self._fail_if_unrecorded(outcome)
         # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
         # result.json stays the last file of a finished task).
-        self.recorder.write_json(self.recorder.task_dir(task.task_id) / TIMING_FILE, outcome.timing_dict())
+        self.recorder.write_json(self.recorder.layout.timing(task.task_id), outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         self._handed_over[task.task_id] = outcome
         await asyncio.to_thread(self.recorder.flush)
@@ -605,7 +355,7 @@ class Experiment:
                 folder = self._records_dir(task)
                 previous = None
                 if self.settings.resume:
-                    previous = read_outcome(folder / "result.json", task, getattr(self.scorer, "rules", None))
+                    previous = read_outcome(folder / RESULT_FILE, task, getattr(self.scorer, "rules", None))
                 if previous is not None and previous.status == COMPLETED and not previous.score_error:
                     done.append(previous)
                     continue
@@ -614,7 +364,7 @@ class Experiment:
                 await asyncio.to_thread(self.recorder.flush)
                 self._fail_if_unrecorded(outcome)
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
-                self.recorder.write_json(folder / "result.json", outcome.to_dict())
+                self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
                 done.append(outcome)
             if self.stop_reason is not None:
                 break

@@ -32,9 +32,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from flowllm.cli.exit_codes import ExitCode, sweep_exit_code
 from flowllm.engine.recorder import atomic_write, read_json
 from flowllm.errors import ConfigError
+from flowllm.exit_codes import ExitCode, sweep_exit_code
 from flowllm.experiment.report import format_usd, make_console
 from flowllm.experiment.sweep_stats import (
     add_comparisons,
@@ -44,17 +44,17 @@ from flowllm.experiment.sweep_stats import (
     draw_uncertainty,
     job_accuracy,
 )
-from flowllm.rundir.layout import LOG_FILE
+from flowllm.rundir.layout import (
+    LOG_FILE,
+    SWEEP_PLOT_FILE,
+    SWEEP_SUMMARY_FILE,
+    SWEEP_TABLE_FILE,
+    RunLayout,
+    SweepLayout,
+)
 from flowllm.scoring.stats import format_estimate
 
 log = logging.getLogger(__name__)
-
-SWEEP_JSON = "sweep_summary.json"
-SWEEP_TABLE = "sweep_summary.md"
-SWEEP_PLOT = "sweep_accuracy_vs_cost.png"
-LOCK_FILE = ".sweep_summary.lock"
-# A job folder is any folder with Hydra's record of the job's overrides in it.
-_OVERRIDES = Path(".hydra") / "overrides.yaml"
 
 
 @dataclass
@@ -134,7 +134,8 @@ def find_job_dirs(sweep_dir: Path, max_depth: int = 3) -> list[Path]:
     found: list[Path] = []
 
     def walk(folder: Path, depth: int) -> None:
-        if (folder / _OVERRIDES).is_file() and folder != sweep_dir:
+        # A job folder is any folder with Hydra's record of the job's overrides in it.
+        if RunLayout(folder).overrides.is_file() and folder != sweep_dir:
             found.append(folder)
             return
         if depth >= max_depth:
@@ -150,10 +151,10 @@ def find_job_dirs(sweep_dir: Path, max_depth: int = 3) -> list[Path]:
 def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
     name = str(job_dir.relative_to(sweep_dir))
     try:
-        overrides = [str(o) for o in (yaml.safe_load((job_dir / _OVERRIDES).read_text(encoding="utf-8")) or [])]
+        overrides = [str(o) for o in (yaml.safe_load(RunLayout(job_dir).overrides.read_text(encoding="utf-8")) or [])]
     except (OSError, yaml.YAMLError):
         overrides = []
-    summary_path = job_dir / "summary.json"
+    summary_path = RunLayout(job_dir).summary
     if not summary_path.is_file():
         return JobRow(name, overrides, "unfinished", error="no summary.json: the job has not finished")
     try:
@@ -352,7 +353,7 @@ def _locked(sweep_dir: Path) -> Iterator[None]:
     except ImportError:  # not on POSIX: rebuilds are rare enough to race harmlessly
         yield
         return
-    with open(sweep_dir / LOCK_FILE, "a+b") as fh:
+    with open(SweepLayout(sweep_dir).lock, "a+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -367,11 +368,12 @@ def build_sweep_summary(
     sweep_dir = Path(sweep_dir)
     with _locked(sweep_dir):
         summary = collect(sweep_dir, baseline=baseline, strict=strict)
-        summary.files = {"json": SWEEP_JSON, "table": SWEEP_TABLE}
-        if plot and plot_accuracy_vs_cost(summary, sweep_dir / SWEEP_PLOT) is not None:
-            summary.files["plot"] = SWEEP_PLOT
-        atomic_write(sweep_dir / SWEEP_TABLE, markdown_table(summary).encode())
-        atomic_write(sweep_dir / SWEEP_JSON, _dumps(summary.to_dict()))
+        layout = SweepLayout(sweep_dir)
+        summary.files = {"json": SWEEP_SUMMARY_FILE, "table": SWEEP_TABLE_FILE}
+        if plot and plot_accuracy_vs_cost(summary, layout.plot) is not None:
+            summary.files["plot"] = SWEEP_PLOT_FILE
+        atomic_write(layout.table, markdown_table(summary).encode())
+        atomic_write(layout.summary, _dumps(summary.to_dict()))
     return summary
 
 
@@ -412,7 +414,7 @@ def _job_outcome(config: DictConfig) -> str:
     """What the job's summary.json says: accuracy, failures, cost and time; or that it wrote none."""
     folder = OmegaConf.select(config, "hydra.runtime.output_dir", default=None)
     try:
-        summary = json.loads((Path(str(folder)) / "summary.json").read_text(encoding="utf-8"))
+        summary = json.loads(RunLayout(Path(str(folder))).summary.read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError):
         return f"ended without a summary (see its folder's {LOG_FILE})"
     if summary.get("status") == "error":

@@ -18,7 +18,7 @@ import yaml
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.experiment.run_stats import score_map
-from flowllm.rundir.layout import RESULT_FILE, TASKS_DIR
+from flowllm.rundir.layout import RESULT_FILE, TASKS_DIR, RunLayout
 from flowllm.scoring.stats import compare_paired, holm
 
 if TYPE_CHECKING:  # the sweep's rows; sweep.py imports this module
@@ -171,7 +171,7 @@ def configured_baseline(job_dirs: Sequence[Path]) -> str | None:
     """``sweep.baseline`` as the jobs were composed with it (the same in every job: the first readable one)."""
     for job in job_dirs:
         try:
-            config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
+            config = yaml.safe_load(RunLayout(job).config.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue
         sweep = config.get("sweep") if isinstance(config, dict) else None

@@ -32,49 +32,42 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from omegaconf import DictConfig, OmegaConf
 
-from flowllm.agent.vision import VisionSpec
 from flowllm.config.schema import ProviderConfig, RateLimitConfig
-from flowllm.core.interfaces import Provider
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.budget_report import budget_spent, spending_settings
+from flowllm.experiment.build import build_experiment, prepare, run_summary
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
+from flowllm.experiment.outcome import FINISHED, TaskOutcome, read_outcome
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.projection import Projector
 from flowllm.experiment.ray_executor import RayPool
 from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import (
-    FINISHED,
-    Experiment,
-    RuleScore,
-    RunResult,
-    TaskOutcome,
-    read_outcome,
-)
+from flowllm.experiment.runner import RunResult
 from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.vision import open_vision
+from flowllm.experiment.webconf import cache_env, web_tools
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import Resolver, default_resolver
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
+from flowllm.scoring.scorers import RuleScore
 from flowllm.telemetry.live import attach_telemetry
-from flowllm.tools.webconf import cache_env, web_tools
 
 if TYPE_CHECKING:
-    from flowllm.datasets.gaia import Task
+    from flowllm.datasets.task import Task
 
 MAX_WORKERS = 64  # far above any one machine's useful count; a typo (workers=1000) fails instead
 POLL_S = 1.0  # how often the parent looks for new result.json files and exited children
@@ -181,39 +174,6 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="flowllm-parent-watch", daemon=True).start()
 
 
-class BuildExperiment(Protocol):
-    """``flowllm.app.build_experiment``: the run's wiring, shared with the single-process path."""
-
-    def __call__(
-        self,
-        cfg: DictConfig,
-        parts: PreparedRun,
-        provider: Provider,
-        recorder: Recorder,
-        *,
-        progress: ProgressReporter | None = None,
-        vision: VisionSpec | None = None,
-    ) -> Experiment: ...
-
-
-class RunSummary(Protocol):
-    """``flowllm.app.run_summary``: the run's summary.json."""
-
-    def __call__(
-        self, cfg: DictConfig, parts: PreparedRun, result: RunResult, run_dir: Path, *, wall_seconds: float
-    ) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class AppSteps:
-    """The app's own steps a worker and the parent reuse, handed in by the app (which imports this module)."""
-
-    prepare: Callable[[DictConfig], PreparedRun]
-    build_experiment: BuildExperiment
-    priced_model: Callable[[ProviderConfig], str]
-    run_summary: RunSummary
-
-
 def refuse_unsupported(cfg: DictConfig) -> None:
     """What several workers cannot do yet, refused before the first task rather than done wrong."""
     if OmegaConf.select(cfg, "dataset.scorer", default="gaia") == "judge":
@@ -227,7 +187,6 @@ async def _run_shard_async(
     shard: Shard,
     recorder: Recorder,
     ledger: UsageLedger,
-    app: AppSteps,
 ) -> RunResult:
     pcfg, resolve = shared_provider(parts.provider_cfg, shard.index, shard.of)
     # Each worker sets up the web tool environment for the servers it starts, as a one-process run does: the
@@ -240,16 +199,16 @@ async def _run_shard_async(
             parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=fixtures_url
         ) as vision,
     ):
-        experiment = app.build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
+        experiment = build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
         return await experiment.run(tasks)
 
 
-def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
+def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Worker mode: run this worker's tasks into ``run_dir``; no progress display, no summary."""
     shard = Shard.load(cfg.experiment.worker_shard)
     if not sys.platform.startswith("linux"):
         _watch_parent(shard.parent_pid)
-    parts = app.prepare(cfg)
+    parts = prepare(cfg)
     by_id = {t.task_id: t for t in parts.tasks}
     missing = [t for t in shard.task_ids if t not in by_id]
     if missing:
@@ -262,7 +221,7 @@ def run_shard(cfg: DictConfig, run_dir: Path, app: AppSteps) -> dict[str, Any]:
     ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:
-        interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger, app)).interrupted
+        interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger)).interrupted
     except KeyboardInterrupt:  # a second Ctrl-C: what finished is on disk
         pass
     finally:
@@ -389,7 +348,7 @@ def scorer_rules(cfg: DictConfig, run_dir: Path) -> RuleScore | None:
     return asyncio.run(rules())
 
 
-def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) -> dict[str, Any]:
+def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]:
     """The parent of a run with ``experiment.workers`` > 1; returns the summary (as ``app.run`` does)."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -398,7 +357,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
         hydra_cfg = HydraConfig.get()
     except ValueError:
         raise ConfigError("experiment.workers above 1 needs the app (python -m flowllm)") from None
-    parts = app.prepare(cfg)
+    parts = prepare(cfg)
     tasks: list[Task] = parts.tasks
     started = time.perf_counter()
     layout = RunLayout(run_dir)
@@ -478,7 +437,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int, app: AppSteps) ->
     finished = [o for o in outcomes if o is not None]
     # The same summary as a one-process run's, built by the same function.
     result = RunResult(finished, interrupted, len(already), tools_unavailable=None, tools_start_s=None)
-    summary = app.run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
+    summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     summary["tools"]["sandbox_gaps"] = None  # run_python's sandbox was probed by the workers, not here: not known
     if pool.failure is not None:
         summary["status"] = "failed"

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
-from flowllm.datasets.gaia import DatasetError
+from flowllm.datasets.task import DatasetError
 from flowllm.export.source import RunSource, write_atomically
 from flowllm.export.trace import TaskTrace
 from flowllm.resources import bundled

@@ -17,10 +17,8 @@ from typing import Any
 import yaml
 
 from flowllm.export.trace import TaskTrace, read_run_traces
-from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, SUMMARY_FILE, TASKS_DIR
+from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, OVERRIDES_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.records import read_artifact
-
-OVERRIDES_FILE = ".hydra/overrides.yaml"
 
 
 class ExportError(Exception):

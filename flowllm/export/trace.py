@@ -27,10 +27,10 @@ from flowllm.rundir.layout import (
     RESULT_FILE,
     SUBAGENTS_DIR,
     TASKS_DIR,
+    TIMING_FILE,
 )
 from flowllm.rundir.records import NodeRecord, read_artifact, read_turns
 
-TIMING_FILE = "timing.json"
 # The node outputs a trace reads; every other output is skipped (they hold whole histories).
 MODEL_KEYS = frozenset({"raw_response", "raw_request"})
 TRACE_KEYS = frozenset(

@@ -30,6 +30,7 @@ from flowllm.rundir.layout import (
     SUMMARY_FILE,
     TASKS_DIR,
     TURN_RE,
+    RunLayout,
 )
 from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
 from flowllm.scoring.tally import score_tally
@@ -189,8 +190,8 @@ class RunRecord:
 
 def _load_config(run_dir: Path) -> tuple[dict[str, Any] | None, list[str], str | None]:
     """The saved composed config (plain, unresolved), the Hydra overrides, and a problem if any."""
-    hydra_dir = run_dir / ".hydra"
-    config_path = hydra_dir / "config.yaml"
+    layout = RunLayout(run_dir)
+    config_path = layout.config
     if not config_path.is_file():
         return None, [], "no .hydra/config.yaml: the run's configuration is unknown"
     import yaml  # PyYAML comes with Hydra; imported here so the layout code stays light
@@ -200,7 +201,7 @@ def _load_config(run_dir: Path) -> tuple[dict[str, Any] | None, list[str], str |
     except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
         return None, [], f".hydra/config.yaml cannot be read: {str(exc).splitlines()[0]}"
     overrides: list[str] = []
-    overrides_path = hydra_dir / "overrides.yaml"
+    overrides_path = layout.overrides
     if overrides_path.is_file():
         try:
             loaded = yaml.safe_load(overrides_path.read_text(encoding="utf-8"))

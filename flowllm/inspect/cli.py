@@ -70,6 +70,7 @@ from flowllm.inspect.views import (
     task_turn_views,
     unavailable_tools,
 )
+from flowllm.rundir.layout import LEDGER_FILE
 
 PROG = "python -m flowllm.inspect"
 FAILURE_KINDS = (
@@ -185,7 +186,7 @@ def _spend_rows(figures: dict[str, Any], spend: dict[str, Any]) -> list[tuple[st
         rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){mark}{note}"))
     elif cost:
         rows.append(("cost", f"- ({cost.get('note') or 'unpriced'})"))
-    if spend["source"] == "usage.jsonl":
+    if spend["source"] == LEDGER_FILE:
         spent = format_usd(spend["cost_usd"]) if spend["cost_usd"] is not None else "unpriced"
         mark = " (estimated)" if spend["estimated"] else ""
         rows.append(("billed (every call)", f"{spend['tokens']:,} tokens{mark}, {spent}"))
@@ -763,7 +764,7 @@ def spend_table(a: dict[str, Any], b: dict[str, Any]) -> Table:
     table.add_row(
         "cost", format_usd(a["cost_usd"]), format_usd(b["cost_usd"]), _change(a["cost_usd"], b["cost_usd"], True)
     )
-    if a["source"] != "usage.jsonl" or b["source"] != "usage.jsonl":
+    if a["source"] != LEDGER_FILE or b["source"] != LEDGER_FILE:
         table.add_row("counted from", SPEND_SOURCES[a["source"]], SPEND_SOURCES[b["source"]], "")
     return table
 

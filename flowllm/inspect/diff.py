@@ -19,6 +19,7 @@ from typing import Any
 from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, task_summary
 from flowllm.inspect.views import CallView, replay_counts, replay_label, replay_verdict, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
+from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE
 
 # result.json fields compared, in the order changes are reported.
 RESULT_FIELDS = (
@@ -202,12 +203,12 @@ def first_divergence(a: TaskRecord, b: TaskRecord) -> Divergence | None:
             na, nb = nodes_a.get(folder), nodes_b.get(folder)
             if na is None or nb is None:
                 return Divergence(number, agent, folder, None, f"this node exists only in {'A' if nb is None else 'B'}")
-            for name, reader in (("input.json", NodeRecord.input), ("output.json", NodeRecord.output)):
+            for name, reader in ((INPUT_FILE, NodeRecord.input), (OUTPUT_FILE, NodeRecord.output)):
                 diff = first_difference(_value(reader(na)), _value(reader(nb)), VOLATILE_KEYS)
                 if diff is not None:
                     return Divergence(number, agent, folder, name, diff.describe(160))
             if na.status != nb.status:
-                return Divergence(number, agent, folder, "meta.json", f"status {na.status} vs {nb.status}")
+                return Divergence(number, agent, folder, META_FILE, f"status {na.status} vs {nb.status}")
     return None
 
 

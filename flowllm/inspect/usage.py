@@ -30,9 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from flowllm.providers.ledger import TOKEN_KINDS, Tally, UsageLedger
+from flowllm.rundir.layout import LEDGER_FILE
 
 DIMENSIONS = ("hour", "user", "model", "agent")
-LEDGER_NAME = "usage.jsonl"
 
 
 class UsageInputError(Exception):
@@ -68,27 +68,27 @@ def find_ledgers(paths: Sequence[str | Path], skipped: list[Path] | None = None)
     found: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser()
-        if path.is_file() and path.name != LEDGER_NAME:
+        if path.is_file() and path.name != LEDGER_FILE:
             if skipped is None:
-                raise UsageInputError(f"{raw}: not a usage ledger (give a run folder or its {LEDGER_NAME})")
+                raise UsageInputError(f"{raw}: not a usage ledger (give a run folder or its {LEDGER_FILE})")
             skipped.append(path)
             continue
         if path.is_file():
             candidates = [path]
-        elif (path / LEDGER_NAME).is_file():
-            candidates = [path / LEDGER_NAME]
+        elif (path / LEDGER_FILE).is_file():
+            candidates = [path / LEDGER_FILE]
         elif path.is_dir():
-            candidates = sorted(path.rglob(LEDGER_NAME))
+            candidates = sorted(path.rglob(LEDGER_FILE))
         else:
             raise UsageInputError(f"{raw}: no such file or folder")
         if not candidates:
-            raise UsageInputError(f"{raw}: no {LEDGER_NAME} in it or below it (is it a flowllm run folder?)")
+            raise UsageInputError(f"{raw}: no {LEDGER_FILE} in it or below it (is it a flowllm run folder?)")
         for candidate in candidates:
             resolved = candidate.resolve()
             if resolved not in found:
                 found.append(resolved)
     if not found:
-        raise UsageInputError(f"no {LEDGER_NAME} in {', '.join(map(str, paths))} (are they flowllm run folders?)")
+        raise UsageInputError(f"no {LEDGER_FILE} in {', '.join(map(str, paths))} (are they flowllm run folders?)")
     return found
 
 

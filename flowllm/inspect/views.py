@@ -29,7 +29,7 @@ from flowllm.inspect.artifacts import (
     task_summary,
 )
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.layout import LEDGER_FILE, OUTPUT_FILE, RESULT_FILE, TIMING_FILE, RunLayout
 
 # Node folders whose outputs never hold what the views look for, and can be large (whole raw exchanges or
 # histories): skipped when digging for replies and calls.
@@ -182,7 +182,7 @@ def task_turn_views(task: TaskRecord) -> list[TurnView]:
 def _timing(task: TaskRecord) -> dict[str, Any]:
     """``timing.json`` beside ``result.json`` (timings are kept out of results so runs compare with diff -r)."""
     try:
-        value = json.loads((task.path / "timing.json").read_text(encoding="utf-8"))
+        value = json.loads((task.path / TIMING_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -253,7 +253,7 @@ def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list
             Failure("wrong_answer", tid, f"answered {task.field('answer')!r}, expected {task.field('ground_truth')!r}")
         )
     for problem in task.problems:
-        if "result.json" not in problem:  # already reported as the task's failure
+        if RESULT_FILE not in problem:  # already reported as the task's failure
             out.append(Failure("unreadable", tid, problem))
     for view in turns if turns is not None else task_turn_views(task):
         for node in view.errors:
@@ -365,10 +365,10 @@ def grep_run(run: RunRecord, pattern: str, *, regex: bool = False, limit: int = 
     hits: list[GrepHit] = []
 
     for task in run.tasks:
-        for json_path, _, snippet in _file_matches(rx, task.path / "result.json"):
+        for json_path, _, snippet in _file_matches(rx, task.path / RESULT_FILE):
             if len(hits) >= limit:
                 return hits
-            hits.append(GrepHit(task.task_id, MAIN_AGENT, None, None, "result.json", json_path, snippet))
+            hits.append(GrepHit(task.task_id, MAIN_AGENT, None, None, RESULT_FILE, json_path, snippet))
         for agent, turn in task.all_turns():
             if len(hits) >= limit:
                 return hits
@@ -441,9 +441,9 @@ def readable_media(value: Any) -> Any:
 
 # ----- spend ---------------------------------------------------------------------------------------------------
 SPEND_SOURCES = {
-    "usage.jsonl": "usage.jsonl",
-    "replay": "nothing billed (a replay without usage.jsonl)",
-    "recorded": "the tasks' results (no usage.jsonl)",
+    LEDGER_FILE: LEDGER_FILE,
+    "replay": f"nothing billed (a replay without {LEDGER_FILE})",
+    "recorded": f"the tasks' results (no {LEDGER_FILE})",
 }
 
 
@@ -466,7 +466,7 @@ def run_spend(run: RunRecord) -> dict[str, Any]:
             "estimated": any(b.estimated for b in bills.values()),
             "retries": retries,
             "fallbacks": fallbacks,
-            "source": "usage.jsonl",
+            "source": LEDGER_FILE,
         }
     summary = task_summary(run)
     found = summary.get("cost")
@@ -672,7 +672,7 @@ def replay_detail(run: RunRecord, task: TaskRecord) -> ReplayDetail | None:
     if not source:
         detail.note = "the run's config does not name the replayed run (provider.run_dir)"
         return detail
-    saved = read_artifact(Path(str(source)).expanduser() / node.path.relative_to(run.path) / "output.json")
+    saved = read_artifact(Path(str(source)).expanduser() / node.path.relative_to(run.path) / OUTPUT_FILE)
     new = node.output()
     if not saved.ok or not new.ok:
         detail.note = f"the saved run's output.json cannot be read: {saved.error}" if not saved.ok else new.error

@@ -2,10 +2,17 @@
 
     <run>/summary.json                                    the run's figures
     <run>/usage.jsonl                                     every model call attempt (the usage ledger)
+    <run>/judge_usage.jsonl                               the judge's calls (dataset.scorer=judge)
+    <run>/app.log                                         the run's log (workers append to it)
+    <run>/web_cache/                                      the web tools' cache (tools=web), shared by workers
     <run>/.hydra/config.yaml                              the composed config (Hydra writes it)
+    <run>/.hydra/overrides.yaml                           the command line's overrides (Hydra writes it)
     <run>/fingerprint.json                                the settings that can change a task's result
     <run>/history.jsonl                                   one line per session that ran in the folder
     <run>/tasks/<task_id>/result.json                     one task's outcome
+    <run>/tasks/<task_id>/timing.json                     its wall times (apart: they change from run to run)
+    <run>/tasks/<task_id>/verdict.json                    the judge's verdict (dataset.scorer=judge)
+    <run>/tasks/<task_id>/workspace/                      the task's working directory, kept when it ends
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
     <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   a sub-agent's conversation
     <run>/tasks/<task_id>/attempts/<n>/                   earlier attempts under pass@k (retry until correct)
@@ -15,6 +22,12 @@
 The recorder writes through it, the experiment resumes through it, replay and inspect read through it. A
 conversation is addressed by its *scope*: "" for the task's own, or the path of a sub-agent's (or a
 compaction call's) folder under the task, as ``CallContext.scope`` carries it.
+
+A multirun's folder holds one run folder per job and the comparison of them (``SweepLayout``):
+
+    <sweep>/<job>/...                                     a run folder as above
+    <sweep>/sweep_summary.json, sweep_summary.md          the jobs compared (experiment/sweep.py)
+    <sweep>/sweep_accuracy_vs_cost.png                    the plot of them, when matplotlib is installed
 """
 
 from __future__ import annotations
@@ -27,13 +40,19 @@ from flowllm.rundir.taskdirs import task_folder_name
 
 SUMMARY_FILE = "summary.json"
 LEDGER_FILE = "usage.jsonl"
+JUDGE_LEDGER_FILE = "judge_usage.jsonl"
 # The run's log: Hydra's job log (``hydra.job.name`` is ``app``); worker processes append to the same file.
 LOG_FILE = "app.log"
 CONFIG_FILE = ".hydra/config.yaml"
+OVERRIDES_FILE = ".hydra/overrides.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
 HISTORY_FILE = "history.jsonl"
+WEB_CACHE_DIR = "web_cache"
 TASKS_DIR = "tasks"
 RESULT_FILE = "result.json"
+TIMING_FILE = "timing.json"
+VERDICT_FILE = "verdict.json"
+WORKSPACE_DIR = "workspace"
 ATTEMPTS_DIR = "attempts"
 EPOCHS_DIR = "epochs"
 SUBAGENTS_DIR = "subagents"
@@ -43,8 +62,13 @@ OUTPUT_FILE = "output.json"
 META_FILE = "meta.json"
 ARTIFACT_FILES = (INPUT_FILE, OUTPUT_FILE, META_FILE)
 MAIN_AGENT = "main"
+SWEEP_SUMMARY_FILE = "sweep_summary.json"
+SWEEP_TABLE_FILE = "sweep_summary.md"
+SWEEP_PLOT_FILE = "sweep_accuracy_vs_cost.png"
+SWEEP_LOCK_FILE = ".sweep_summary.lock"  # held while the comparison is rebuilt (jobs end concurrently)
 
 TURN_RE = re.compile(r"^turn_(\d+)$")
+TURN_GLOB = "turn_*"  # every turn folder of a conversation
 NODE_RE = re.compile(r"^(\d+)_(.+)$")
 
 
@@ -87,6 +111,10 @@ class RunLayout:
         return self.root / LOG_FILE
 
     @property
+    def judge_ledger(self) -> Path:
+        return self.root / JUDGE_LEDGER_FILE
+
+    @property
     def fingerprint(self) -> Path:
         return self.root / FINGERPRINT_FILE
 
@@ -95,8 +123,16 @@ class RunLayout:
         return self.root / HISTORY_FILE
 
     @property
+    def web_cache(self) -> Path:
+        return self.root / WEB_CACHE_DIR
+
+    @property
     def config(self) -> Path:
         return self.root / CONFIG_FILE
+
+    @property
+    def overrides(self) -> Path:
+        return self.root / OVERRIDES_FILE
 
     @property
     def tasks(self) -> Path:
@@ -108,6 +144,12 @@ class RunLayout:
 
     def result(self, task_id: str) -> Path:
         return self.task(task_id) / RESULT_FILE
+
+    def timing(self, task_id: str) -> Path:
+        return self.task(task_id) / TIMING_FILE
+
+    def workspace(self, task_id: str) -> Path:
+        return self.task(task_id) / WORKSPACE_DIR
 
     def attempts(self, task_id: str) -> Path:
         return self.task(task_id) / ATTEMPTS_DIR
@@ -133,3 +175,26 @@ class RunLayout:
 
     def node(self, task_id: str, turn: int, index: int, name: str, scope: str = "", epoch: int | None = None) -> Path:
         return self.turn(task_id, turn, scope, epoch) / node_folder(index, name)
+
+
+@dataclass(frozen=True)
+class SweepLayout:
+    """The paths of one multirun folder (Hydra's ``hydra.sweep.dir``): its job folders and their comparison."""
+
+    root: Path
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SWEEP_SUMMARY_FILE
+
+    @property
+    def table(self) -> Path:
+        return self.root / SWEEP_TABLE_FILE
+
+    @property
+    def plot(self) -> Path:
+        return self.root / SWEEP_PLOT_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.root / SWEEP_LOCK_FILE

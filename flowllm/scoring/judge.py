@@ -31,19 +31,17 @@ from typing import Any
 from flowllm.config.schema import JudgeConfig, ProviderConfig
 from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import user_message
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FlowError
 from flowllm.providers.ledger import PriceLookup, UsageLedger
 from flowllm.rundir.epochs import current_epoch
-from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout
+from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, VERDICT_FILE, RunLayout
 from flowllm.scoring.scorers import Score
 from flowllm.scoring.templates import TEMPLATES, JudgeTemplate, Verdict
 
 JUDGE_AGENT = "judge"  # CallContext.agent: the emulator script key "<task_id>/judge", the ledger's agent column
 JUDGE_SCOPE = "judge"  # the folder under the task
-JUDGE_LEDGER = "judge_usage.jsonl"
-VERDICT_FILE = "verdict.json"
 CALL_FOLDER = "01_call_model"
 # Why an answer could not be judged (Score.details["error_kind"]).
 NO_VERDICT = "no_verdict"  # the judge replied without a verdict: the judge's own parse failure
@@ -201,7 +199,7 @@ async def open_judge(
     from flowllm.providers.factory import open_provider
 
     template = judge_template(judge.template)
-    ledger = UsageLedger(Path(run_dir) / JUDGE_LEDGER, prices=prices)
+    ledger = UsageLedger(RunLayout(Path(run_dir)).judge_ledger, prices=prices)
     try:
         async with open_provider(provider_cfg, ledger=ledger) as provider:
             yield JudgeScorer(provider, template, run_dir=run_dir, redactor=redactor, provider_name=provider_cfg.name)
@@ -211,7 +209,7 @@ async def open_judge(
 
 def judge_summary(run_dir: Path) -> dict[str, Any] | None:
     """The judge's calls, tokens and cost from its ledger (None when it was never called in this folder)."""
-    path = Path(run_dir) / JUDGE_LEDGER
+    path = RunLayout(Path(run_dir)).judge_ledger
     if not path.is_file():
         return None
     return UsageLedger.read(path).summary()

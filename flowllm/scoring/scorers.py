@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from flowllm.datasets.gaia import Task, question_scorer
+from flowllm.datasets.gaia import question_scorer
+from flowllm.datasets.task import Task
 
 
 @dataclass(frozen=True)

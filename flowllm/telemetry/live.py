@@ -23,7 +23,6 @@ from flowllm.errors import BuildError, ConfigError
 from flowllm.export.trace import Conversation, NodeEvent, TaskTrace, TurnBuilder, parse_time
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE, RunLayout
-from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.telemetry.exporter import (
     EndpointError,
     SpanPipeline,
@@ -112,7 +111,7 @@ class LiveTelemetry:
             epoch_log = result.get("epoch_log")
             entries: list[Any] = epoch_log if isinstance(epoch_log, list) else []
             if None in runs or not (runs or entries):
-                folder = self.run_dir / "tasks" / task_folder_name(task_id)
+                folder = RunLayout(self.run_dir).task(task_id)
                 trace = TaskTrace(task_id, 1, folder, dict(result), None, self._tree(runs.get(None, {})))
                 self.spans.task(trace)
             by_epoch = {e.get("epoch"): e for e in entries if isinstance(e, Mapping)}

@@ -44,6 +44,7 @@ from typing import Any
 import mcp_types as types
 
 from flowllm.config.schema import SamplingMode, ToolsConfig
+from flowllm.core.interfaces import TaskStore
 from flowllm.core.types import Block, InfraCause, ToolResult, ToolSpec
 from flowllm.tools.common import scrub_workspace, workspace_spellings
 from flowllm.tools.connection import (
@@ -349,7 +350,7 @@ class ToolPool:
         *,
         call_id: str,
         timeout_s: float,
-        state: TaskState | None = None,
+        state: TaskStore | None = None,
     ) -> ToolResult:
         """Run one tool call; every tool-side problem comes back as an error result (see the module doc).
 

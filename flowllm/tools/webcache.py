@@ -8,7 +8,7 @@ read-only: what the old run fetched is served as it was, and a request that run 
 a live call (``replay.tools=live`` fetches live instead).
 
 The folder and the mode reach the tool servers in ``$FLOWLLM_WEB_CACHE`` and ``$FLOWLLM_WEB_CACHE_MODE``
-(flowllm/tools/webconf.py); hits and misses are counted in ``stats`` and appended to ``web_cache/stats.jsonl``.
+(flowllm/experiment/webconf.py); hits and misses are counted in ``stats`` and appended to ``web_cache/stats.jsonl``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 CACHE_ENV = "FLOWLLM_WEB_CACHE"
 CACHE_MODE_ENV = "FLOWLLM_WEB_CACHE_MODE"
-CACHE_DIR = "web_cache"
+STATS_FILE = "stats.jsonl"  # hits and misses, one line per process, inside the cache folder
 
 
 class CacheMode(Enum):
@@ -126,7 +126,7 @@ class WebCache:
         if self.folder is None or self.mode is CacheMode.REPLAY:
             return  # a replay leaves the replayed run's folder as it was
         self.folder.mkdir(parents=True, exist_ok=True)
-        with (self.folder / "stats.jsonl").open("a", encoding="utf-8") as fh:
+        with (self.folder / STATS_FILE).open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"event": event, "tool": tool, "key": key, "mode": self.mode.value}) + "\n")
 
 
@@ -141,7 +141,7 @@ def _cacheable(exc: Exception) -> bool:
 def read_stats(folder: Path) -> CacheStats:
     """Hits and misses recorded in a cache folder (all servers, all sessions)."""
     stats = CacheStats()
-    path = folder / "stats.jsonl"
+    path = folder / STATS_FILE
     if not path.exists():
         return stats
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -8,7 +8,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from flowllm.agent.loop import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, AgentSettings
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec

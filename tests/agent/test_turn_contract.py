@@ -8,7 +8,8 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.agent.turn import AGENT_TURN, TurnOutcome
 from flowllm.config.schema import register_configs
 from flowllm.core.types import ModelResponse

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.cli.config_check import check_command_line
+from flowllm.config.check import check_command_line
 from tests.cli.bad_overrides import BAD_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]

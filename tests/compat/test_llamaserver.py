@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-from flowllm.agent.loop import STOP_MAX_TURNS, Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import STOP_MAX_TURNS, AgentSettings
 from flowllm.config.schema import register_configs
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.interfaces import CallContext

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.core.types import Usage
 from flowllm.engine import TurnContext, build_pipeline, make_runner
 from flowllm.nodes.history import PLACEHOLDER, BudgetTrimHistory, TrimHistory, fit_budget

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Message, Usage
 from flowllm.engine import TurnContext, build_pipeline, make_runner

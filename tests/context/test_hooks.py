@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.core.types import ModelResponse
 from flowllm.engine import NodeExecutionError, PipelineError, Recorder, TurnContext, build_pipeline, make_runner
 from flowllm.nodes.hooks import FilterUserTurns, IsolateSystemPrompt, PromptIsolationError

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import build_pipeline, make_runner

@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.engine import TurnContext, build_pipeline, make_runner
 from flowllm.memory import HashingEmbedder, MemoryStore, OpenAIEmbedder, make_embedder
 from flowllm.memory.nodes import MEMORY_TAG, RecallMemory

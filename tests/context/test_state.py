@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from flowllm.agent.loop import Agent, AgentSettings
+from flowllm.agent.loop import Agent
+from flowllm.agent.results import AgentSettings
 from flowllm.config.schema import ProviderConfig
 from flowllm.emulator import Emulator
 from flowllm.engine import build_pipeline, make_runner

@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowllm.app  # noqa: F401  registers the structured configs
-from flowllm.app import resolve_path
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.crypto import Cipher, CipherError, decrypt, encrypt
-from flowllm.datasets.gaia import DatasetError, Task, load_tasks
+from flowllm.datasets.gaia import load_tasks
+from flowllm.datasets.task import DatasetError, Task
+from flowllm.experiment.build import resolve_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
 from flowllm.scoring import ExactScorer, GaiaScorer, check_scorer, normalize_answer
 from flowllm.scoring.templates import TEMPLATES, Verdict, parse_letter, parse_yes_no

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from flowllm.datasets.gaia import (
-    DatasetError,
     attachment_kind,
     load_tasks,
     read_dataset,
     task_prompt,
 )
+from flowllm.datasets.task import DatasetError
 from tests.experiment.helpers import CSV_TASK, GAIA, LIST_TASK, MISSING_FILE_TASK, STANDARDIZED, WRONG_TASK
 
 

@@ -6,9 +6,9 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from flowllm.cli.exit_codes import ExitCode, run_exit_code, sweep_exit_code
 from flowllm.cli.sweep_check import baseline_problem
 from flowllm.engine.recorder import read_json
+from flowllm.exit_codes import ExitCode, run_exit_code, sweep_exit_code
 from tests.experiment.helpers import LIST_TASK, MISSING_FILE_TASK, WRONG_TASK, gaia_overrides, run_flowllm
 
 COUNTED_SERVER = Path(__file__).parents[1] / "tools" / "servers" / "counted_server.py"

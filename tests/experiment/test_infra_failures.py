@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from flowllm.core.types import Usage
 from flowllm.experiment.infra import infra_row
+from flowllm.experiment.outcome import COMPLETED, TaskOutcome, outcome_problems
 from flowllm.experiment.report import summary_rows
-from flowllm.experiment.runner import COMPLETED, TaskOutcome, outcome_problems, summarize
+from flowllm.experiment.runner import summarize
 
 
 def outcome(task_id: str, causes: dict[str, int], failed: int) -> TaskOutcome:

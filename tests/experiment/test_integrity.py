@@ -16,9 +16,9 @@ import pytest
 import yaml
 from omegaconf import DictConfig
 
-from flowllm.app import prepare
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.errors import BuildError
+from flowllm.experiment.build import prepare
 from tests.experiment.helpers import run_flowllm
 
 CANARIES = {

@@ -15,9 +15,9 @@ import pytest
 from rich.console import Console
 
 from flowllm.core.types import Usage
+from flowllm.experiment.outcome import COMPLETED, FAILED, TaskOutcome
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.progress import ProgressReporter
-from flowllm.experiment.runner import COMPLETED, FAILED, TaskOutcome
 from flowllm.providers.ledger import LedgerTail, UsageLedger
 
 MODEL = "priced-model"

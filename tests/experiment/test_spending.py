@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.cli.exit_codes import ExitCode, run_exit_code
 from flowllm.core.types import Usage
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
+from flowllm.exit_codes import ExitCode, run_exit_code
 from flowllm.experiment.pricing import PriceTable
 from flowllm.experiment.projection import Projector
 from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimits, refuse_unpriced

@@ -17,7 +17,8 @@ import pytest
 from omegaconf import DictConfig
 
 from flowllm.engine.recorder import read_json
-from flowllm.experiment.sweep import SWEEP_JSON, SWEEP_PLOT, SWEEP_TABLE, build_sweep_summary, collect, main
+from flowllm.experiment.sweep import build_sweep_summary, collect, main
+from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
 from tests.experiment.helpers import GAIA, LIST_TASK, ROOT, WRONG_TASK, run_flowllm
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -77,14 +78,14 @@ def test_cli_rebuilds_the_summary_from_job_folders(sweep: Path, capsys: pytest.C
     assert main([str(sweep)]) == 0
     printed = capsys.readouterr().out
     assert "provider=claude repair=full" in printed and "60.0% (6/10)" in printed and "$0.42" in printed
-    saved = read_json(sweep / SWEEP_JSON)
-    assert len(saved["jobs"]) == 4 and saved["files"]["table"] == SWEEP_TABLE
-    table = (sweep / SWEEP_TABLE).read_text()
+    saved = read_json(sweep / SWEEP_SUMMARY_FILE)
+    assert len(saved["jobs"]) == 4 and saved["files"]["table"] == SWEEP_TABLE_FILE
+    table = (sweep / SWEEP_TABLE_FILE).read_text()
     row = "| 0 | - | provider=claude repair=full | ok | 60.0% (6/10) | - | 90.0% | 1,000 | 100 | $0.4200 | 3.5s |"
     assert row in table
     assert "error: OPENAI_API_KEY is not set" in table
     if HAS_MATPLOTLIB:
-        assert (sweep / SWEEP_PLOT).read_bytes().startswith(b"\x89PNG")
+        assert (sweep / SWEEP_PLOT_FILE).read_bytes().startswith(b"\x89PNG")
     assert main([str(sweep), "--no-plot"]) == 0
 
 
@@ -101,7 +102,7 @@ def test_plot_falls_back_to_tokens_when_a_model_is_unpriced(tmp_path: Path) -> N
     _job(root, "0", ["provider=a"], _summary(0.5, None))
     _job(root, "1", ["provider=b"], _summary(0.7, 0.1))
     summary = build_sweep_summary(root)
-    assert summary.files["plot"] == SWEEP_PLOT and (root / SWEEP_PLOT).stat().st_size > 1000
+    assert summary.files["plot"] == SWEEP_PLOT_FILE and (root / SWEEP_PLOT_FILE).stat().st_size > 1000
 
 
 def _multirun(sweep_dir: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -123,7 +124,7 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         env={"ANTHROPIC_API_KEY": ""},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = read_json(sweep_dir / SWEEP_JSON)
+    summary = read_json(sweep_dir / SWEEP_SUMMARY_FILE)
     jobs = {j["label"]: j for j in summary["jobs"]}
     assert set(jobs) == {"provider=offline", "provider=offline_chat"}
     for label in ("provider=offline", "provider=offline_chat"):
@@ -138,11 +139,11 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         mine = [line for line in lines if re.search(rf"provider={provider}[ )]", line)]
         assert any(line.endswith(": running") for line in mine), (provider, lines)
     assert any("provider=offline_chat" in line and ": done, 2/2 correct (100.0%), $" in line for line in lines), lines
-    assert (sweep_dir / SWEEP_TABLE).is_file()
+    assert (sweep_dir / SWEEP_TABLE_FILE).is_file()
     if HAS_MATPLOTLIB:
-        assert (sweep_dir / SWEEP_PLOT).read_bytes().startswith(b"\x89PNG")
+        assert (sweep_dir / SWEEP_PLOT_FILE).read_bytes().startswith(b"\x89PNG")
     # The jobs' own folders are enough to rebuild it.
-    (sweep_dir / SWEEP_JSON).unlink()
+    (sweep_dir / SWEEP_SUMMARY_FILE).unlink()
     rebuilt = subprocess.run(
         [sys.executable, "-m", "flowllm.experiment.sweep", str(sweep_dir), "--no-plot"],
         cwd=ROOT,
@@ -151,7 +152,7 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         timeout=600,
     )
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert read_json(sweep_dir / SWEEP_JSON)["jobs"] == summary["jobs"]
+    assert read_json(sweep_dir / SWEEP_SUMMARY_FILE)["jobs"] == summary["jobs"]
 
 
 def test_a_joblib_sweep_with_a_job_missing_its_key_starts_no_job(tmp_path: Path) -> None:
@@ -190,7 +191,7 @@ def test_ray_local_launcher_sweep() -> None:
             "provider=offline,offline_responses",
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        jobs = read_json(sweep_dir / SWEEP_JSON)["jobs"]
+        jobs = read_json(sweep_dir / SWEEP_SUMMARY_FILE)["jobs"]
         assert [(j["label"], j["status"], j["accuracy"]) for j in jobs] == [
             ("provider=offline", "ok", 0.5),
             ("provider=offline_responses", "ok", 0.5),

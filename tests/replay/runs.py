@@ -43,7 +43,7 @@ class Finished:
     stderr: str
 
     def check(self, expected: int = 0) -> Finished:
-        """The run ended with ``expected`` (0: every task completed; 3: some failed, see flowllm/cli/exit_codes)."""
+        """The run ended with ``expected`` (0: every task completed; 3: some failed, see flowllm/exit_codes.py)."""
         assert self.returncode == expected, f"flowllm exited {self.returncode}:\n{self.stderr[-3000:]}"
         return self
 

@@ -10,9 +10,10 @@ import pytest
 from flowllm.config.schema import ForkMode, ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Usage
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
+from flowllm.experiment.outcome import COMPLETED, TaskOutcome, read_outcome
 from flowllm.experiment.replay_audit import is_scored, replay_summary
-from flowllm.experiment.runner import COMPLETED, TaskOutcome, read_outcome, summarize
+from flowllm.experiment.runner import summarize
 from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.fork import ForkLog, ForkPoint, check_replay, main_turn
 

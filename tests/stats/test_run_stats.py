@@ -13,10 +13,10 @@ import pytest
 
 from flowllm.config.schema import IntervalMethod, Reducer
 from flowllm.core.types import Usage
-from flowllm.datasets.gaia import Task
+from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
+from flowllm.experiment.outcome import COMPLETED, TaskOutcome
 from flowllm.experiment.run_stats import check_stats, run_stats, score_map
-from flowllm.experiment.runner import COMPLETED, TaskOutcome
 from flowllm.scoring.stats import StatsSettings
 
 

@@ -12,8 +12,9 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
-from flowllm.experiment.sweep import SWEEP_JSON, SWEEP_PLOT, SWEEP_TABLE, collect, main
+from flowllm.experiment.sweep import collect, main
 from flowllm.experiment.sweep_stats import pareto_front, resolve_baseline
+from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
 from flowllm.scoring.stats import TaskScore, estimate
 from tests.experiment.helpers import run_flowllm
 
@@ -85,18 +86,18 @@ def test_files_show_intervals_comparisons_and_the_frontier(sweep: Path, capsys: 
     assert main([str(sweep)]) == 0
     printed = capsys.readouterr().out
     assert "baseline: job 0" in printed
-    table = (sweep / SWEEP_TABLE).read_text()
+    table = (sweep / SWEEP_TABLE_FILE).read_text()
     assert "50.0% ± 8.0 [35.2, 64.8] n=40" in table  # Wilson, 20 of 40; SE sqrt(.25 * 40/39 / 40)
     assert "| baseline |" in table
     assert "+20.0 [7.4, 32.6] p=0.00781 (Holm 0.0156)" in table  # SE sqrt(6.4/39/40)
-    saved = read_json(sweep / SWEEP_JSON)
+    saved = read_json(sweep / SWEEP_SUMMARY_FILE)
     half = 1.959964 * math.sqrt((8 * 0.8**2 + 32 * 0.2**2) / 39 / 40)
     assert saved["baseline"] == "0" and saved["pareto_front"] == ["0", "1"]
     assert saved["jobs"][1]["vs_baseline"]["ci95"] == [
         pytest.approx(0.2 - half, abs=1e-6),
         pytest.approx(0.2 + half, abs=1e-6),
     ]
-    assert (sweep / SWEEP_PLOT).read_bytes().startswith(b"\x89PNG")
+    assert (sweep / SWEEP_PLOT_FILE).read_bytes().startswith(b"\x89PNG")
 
 
 def test_baseline_by_number_or_override(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:

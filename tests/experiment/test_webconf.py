@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from flowllm.config.schema import register_configs
 from flowllm.errors import ConfigError
+from flowllm.experiment.webconf import cache_env, check_web_tools, web_tools
 from flowllm.tools.webcache import CACHE_ENV, CACHE_MODE_ENV
-from flowllm.tools.webconf import cache_env, check_web_tools, web_tools
 
 CONF = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 register_configs()

@@ -26,9 +26,10 @@ from flowllm.emulator.web import FIXTURES_ENV, WebFixtures
 from flowllm.errors import ConfigError
 from flowllm.providers.factory import resolve_script
 from flowllm.providers.replay import resolve_run_dir
+from flowllm.rundir.layout import RunLayout
 from flowllm.tools.audio import AUDIO_BASE_URL_ENV
 from flowllm.tools.search import SearchError, parse_backend
-from flowllm.tools.webcache import CACHE_DIR, CACHE_ENV, CACHE_MODE_ENV, CacheMode
+from flowllm.tools.webcache import CACHE_ENV, CACHE_MODE_ENV, STATS_FILE, CacheMode
 
 
 def check_web_tools(cfg: DictConfig) -> None:
@@ -52,21 +53,21 @@ def seed_fork_cache(cfg: DictConfig, run_dir: Path) -> None:
     as they were, and what the live part asks anew is fetched and kept in this run's cache (never the saved run's)."""
     if not _forking(cfg) or cfg.replay.tools != "saved":
         return
-    saved = resolve_run_dir(str(cfg.provider.run_dir)) / CACHE_DIR
+    saved = RunLayout(resolve_run_dir(str(cfg.provider.run_dir))).web_cache
     if saved.is_dir():
         shutil.copytree(
-            saved, Path(run_dir) / CACHE_DIR, ignore=shutil.ignore_patterns("stats.jsonl"), dirs_exist_ok=True
+            saved, RunLayout(Path(run_dir)).web_cache, ignore=shutil.ignore_patterns(STATS_FILE), dirs_exist_ok=True
         )
 
 
 def cache_env(cfg: DictConfig, run_dir: Path) -> dict[str, str]:
     """Where the tool servers keep (or, in a replay, find) the run's web results."""
     if _forking(cfg):  # its own cache, seeded with the saved run's (seed_fork_cache)
-        return {CACHE_ENV: str(Path(run_dir) / CACHE_DIR), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
+        return {CACHE_ENV: str(RunLayout(Path(run_dir)).web_cache), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
     if OmegaConf.select(cfg, "provider.protocol") == "replay" and cfg.replay.tools == "saved":
         old = resolve_run_dir(str(cfg.provider.run_dir))
-        return {CACHE_ENV: str(old / CACHE_DIR), CACHE_MODE_ENV: CacheMode.REPLAY.value}
-    return {CACHE_ENV: str(Path(run_dir) / CACHE_DIR), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
+        return {CACHE_ENV: str(RunLayout(old).web_cache), CACHE_MODE_ENV: CacheMode.REPLAY.value}
+    return {CACHE_ENV: str(RunLayout(Path(run_dir)).web_cache), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
 
 
 @asynccontextmanager

@@ -1,0 +1,31 @@
+"""One task of a dataset, as every adapter yields it, and the error a dataset that cannot be read raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowllm.errors import BuildError
+
+
+class DatasetError(BuildError):
+    """The dataset cannot be read; the message says where and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    question: str
+    level: int | None
+    ground_truth: str | None
+    file_name: str | None  # attachment: relative to the dataset folder, or absolute (standardized format)
+    dataset_dir: Path
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def attachment(self) -> Path | None:
+        if not self.file_name:
+            return None
+        path = Path(self.file_name)
+        return path if path.is_absolute() else self.dataset_dir / path
