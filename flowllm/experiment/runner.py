@@ -38,6 +38,7 @@ from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
 from flowllm.datasets.gaia import Task, task_prompt
 from flowllm.engine import Recorder
+from flowllm.engine.heap import run_collector
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.experiment.epochs import epoch_score, reduce_entries
@@ -777,9 +778,10 @@ class Experiment:
 
         interrupted = False
         try:
-            async with asyncio.TaskGroup() as group:
-                for task in todo:
-                    group.create_task(bounded(task))
+            with run_collector():  # the collector skips the start-up heap (engine/heap.py)
+                async with asyncio.TaskGroup() as group:
+                    for task in todo:
+                        group.create_task(bounded(task))
         except asyncio.CancelledError:
             # Ctrl-C (asyncio.run cancels the main task): the running tasks were cancelled by the group and
             # wrote no result, so a rerun runs them again; what finished is kept.
