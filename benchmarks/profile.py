@@ -9,7 +9,10 @@ Each sample is given to one component by its stack, read from the innermost fram
 belongs to a component names it. Frames of general-purpose libraries (pydantic, json, copy, typing, logging,
 tenacity...) belong to no component, so their time goes to the code that called them: pydantic validation run by
 the Anthropic SDK counts as the SDK's, the same validation run by flowllm's normaliser as the normaliser's. Only
-samples taken inside the run's event loop count (imports and config composition before it are left out).
+samples taken inside the timed part of the run count, the part whose CPU time the figures divide: flowllm's
+``Experiment.run`` and the floor's tasks (``one_task``). Imports, config composition, opening the provider and
+the floor's untimed warm-up call are left out. The cyclic garbage collector leaves no frame of its own: its time
+is charged to whichever frame allocated when it ran.
 
     pip install py-spy && python -m benchmarks.profile [--tasks 500] [--turns 5] [--replay-tasks 200]
 
@@ -107,7 +110,8 @@ CONFIG = "OmegaConf / Hydra access"
 IMPORTS = "imports inside the run"
 OTHER = "other"
 
-_SDK_PARTS = ("/anthropic/", "/openai/", "/httpx/", "/httpx2/", "/httpcore/", "/h11/", "/anyio/", "/sniffio/")
+_SDK_PARTS = ("/anthropic/", "/openai/", "/httpx/", "/httpx2/", "/httpcore/", "/httpcore2/", "/h11/", "/anyio/")
+_SDK_PARTS += ("/sniffio/",)
 _SDK_PARTS += ("/idna/", "/certifi/", "/h2/", "/distro/", "/jiter/", "/ssl.py", "/socket.py", "/http/")
 _ASYNCIO_PARTS = ("/asyncio/", "/selectors.py", "/uvloop/")
 _BUILD_WORDS = ("build", "wire_", "_wire", "to_wire", "request", "encode", "content_block", "message_param")
@@ -205,8 +209,13 @@ def parse_raw(text: str) -> Iterable[tuple[list[tuple[str, str]], int]]:
         yield frames, int(count)
 
 
-def in_event_loop(frames: list[tuple[str, str]]) -> bool:
-    return any(func == "run" and "asyncio/runners.py" in path for func, path in frames)
+# The functions whose CPU time the benchmarks measure: a sample counts when one of them (or a function defined
+# in it, such as the task coroutines ``Experiment.run`` starts) is on its stack.
+TIMED = ("Experiment.run", "one_task")
+
+
+def in_timed_part(frames: list[tuple[str, str]]) -> bool:
+    return any(func == name or func.startswith(name + ".") for func, _ in frames for name in TIMED)
 
 
 @dataclass(frozen=True)
@@ -236,7 +245,7 @@ def profile_command(cmd: list[str], out: Path) -> tuple[Counter[str], str]:
         raise RuntimeError(f"profiling {cmd[2:4]} failed:\n{done.stderr[-3000:]}")
     counts: Counter[str] = Counter()
     for frames, count in parse_raw(raw.read_text(encoding="utf-8")):
-        if in_event_loop(frames):
+        if in_timed_part(frames):
             counts[component(frames)] += count
     return counts, done.stdout
 

@@ -44,7 +44,8 @@ class FanOut:
             if limit <= 0:
                 return ItemTimeout(f"not started: the turn's time limit of {self.total_timeout_s:g}s ran out")
             try:
-                return await asyncio.wait_for(fn(item), timeout=limit)
+                async with asyncio.timeout(limit):  # in this task: no task per item just to time it
+                    return await fn(item)
             except TimeoutError:
                 which = "its" if limit == per_item else "the turn's remaining"
                 return ItemTimeout(f"timed out after {limit:g}s ({which} limit)")
@@ -53,7 +54,7 @@ class FanOut:
             except Exception as exc:  # a failed item is a result, not the end of the turn
                 return exc
 
-        if not self.concurrent:
+        if not self.concurrent or len(items) < 2:  # a single item has nothing to overlap with: no task for it
             return [await one(item) for item in items]
         return list(await asyncio.gather(*(one(item) for item in items)))
 

@@ -40,6 +40,7 @@ from flowllm.core.types import Usage
 from flowllm.datasets.gaia import task_prompt
 from flowllm.datasets.task import Task
 from flowllm.engine import Recorder
+from flowllm.engine.heap import run_collector
 from flowllm.errors import ConfigError
 from flowllm.experiment.epochs import epoch_score, reduce_entries
 from flowllm.experiment.infra import infra_tool_failures
@@ -527,9 +528,10 @@ class Experiment:
 
         interrupted = False
         try:
-            async with asyncio.TaskGroup() as group:
-                for task in todo:
-                    group.create_task(bounded(task))
+            with run_collector():  # the collector skips the start-up heap (engine/heap.py)
+                async with asyncio.TaskGroup() as group:
+                    for task in todo:
+                        group.create_task(bounded(task))
         except asyncio.CancelledError:
             # Ctrl-C (asyncio.run cancels the main task): the running tasks were cancelled by the group and
             # wrote no result, so a rerun runs them again; what finished is kept.

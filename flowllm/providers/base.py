@@ -205,6 +205,11 @@ class BaseProvider:
             return self.clients.base_url
         return str(getattr(self.client, "base_url", None) or self.cfg.base_url or "")
 
+    def prepare(self) -> None:
+        """Make the first SDK client and read its method's signature: the SDK's import (about a second of CPU)
+        and its client set-up, paid when the provider opens rather than inside the first task's turn."""
+        self._params()
+
     # ----- hooks -----------------------------------------------------------------------------------------
     def _method(self, client: Any = None) -> Callable[..., Any]:
         """The SDK coroutine function to call, on ``client`` (default: the first one)."""
@@ -276,16 +281,21 @@ class BaseProvider:
         The SDKs type their parameters; keys they do not know (``temperature`` is not a named parameter of
         anthropic 2.x, vendor flags like ``enable_thinking``) would be rejected as keyword arguments.
         """
-        if self._signature is None:
-            params = inspect.signature(self._method()).parameters
-            self._signature = _Signature(frozenset(p for p in params if not p.startswith("extra_")))
+        params = self._params()
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, value in request.items():
-            (kwargs if key in self._signature.params else extra)[key] = value
+            (kwargs if key in params else extra)[key] = value
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
+
+    def _params(self) -> frozenset[str]:
+        """The SDK method's named parameters (read once, from the first client)."""
+        if self._signature is None:
+            params = inspect.signature(self._method()).parameters
+            self._signature = _Signature(frozenset(p for p in params if not p.startswith("extra_")))
+        return self._signature.params
 
     @staticmethod
     def context_headers(context: CallContext) -> dict[str, str]:

@@ -359,6 +359,7 @@ async def _open_route(
         journal = batch_journal(cfg, ledger.path)
         for slot in slots:
             providers[slot.label] = build_provider(cfg, base_url=base_url, api_key=slot.value)
+            providers[slot.label].prepare()
             if journal is not None:
                 providers[slot.label].batcher = open_batcher(providers[slot.label], cfg, journal, sleep)
         for note in next(iter(providers.values())).shaping_notes():  # once per run and provider, not per call

@@ -22,6 +22,7 @@ login name: who spent what when a team shares a ledger; ``python -m flowllm.insp
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
@@ -57,7 +58,13 @@ class PriceLookup(Protocol):
 
 
 def hour_bucket(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:00Z")
+    return _hour_text(int(ts // 3600))
+
+
+@functools.lru_cache(maxsize=64)
+def _hour_text(hour: int) -> str:
+    """The UTC hour ``hour`` hours after the epoch, as the ledger writes it (every line of an hour shares it)."""
+    return datetime.fromtimestamp(hour * 3600, UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
 USER_ENV = "FLOWLLM_USER"
