@@ -53,6 +53,7 @@ from .llamaserver import (
 )
 
 MAX_TURNS = 3
+GRAMMAR_BUG = "Unexpected empty grammar stack"
 SERVER = "tool-math"
 SCHEMA = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
 TASK = "What is 2+3 and 4+5? Use the calculator."
@@ -180,6 +181,10 @@ async def test_loop_to_the_limit_and_the_summary_turn(
             result = await agent.run(f"{template.stem}-{protocol}", prompt, provider, Calculator())
         except NodeExecutionError as exc:
             cause = exc.cause
+            if protocol == "native" and isinstance(cause, ProviderCallError) and GRAMMAR_BUG in cause.message:
+                # llama.cpp's lazy tool grammar failing on a token the tiny model sampled after it completed: a
+                # server error on the model's reply (retried, the same each time), not a refused request.
+                pytest.xfail(f"llama.cpp's grammar sampler failed on the model's reply: {cause.message[-80:]}")
             if protocol == "native" and isinstance(cause, ProviderCallError) and cause.kind == "unparsed_reply":
                 # The server could not read the tiny model's attempt at the family's syntax: the model's reply,
                 # not a request flowllm built (the text protocol's grammar writes the family's framing).
