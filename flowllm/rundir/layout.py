@@ -32,7 +32,9 @@ A multirun's folder holds one run folder per job and the comparison of them (``S
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +177,47 @@ class RunLayout:
 
     def node(self, task_id: str, turn: int, index: int, name: str, scope: str = "", epoch: int | None = None) -> Path:
         return self.turn(task_id, turn, scope, epoch) / node_folder(index, name)
+
+
+# How many turn folders a ``TurnDirs`` remembers: far more than the conversations in flight at once.
+TURN_DIRS_KEPT = 4096
+
+
+class TurnDirs:
+    """``RunLayout.turn`` folders as strings, each built once per (task, turn, scope, epoch).
+
+    A replay reads a saved record for every node of every turn: joining the same ``Path`` for each of them costs
+    more than reading the file. The folder of a turn is built once with ``RunLayout.turn`` and the node files are
+    spelled under it (``node_file``), which names exactly the path ``RunLayout.node(...) / file`` does. Keeps at
+    most ``TURN_DIRS_KEPT`` folders (it starts over when full), so a long run does not grow it without end.
+    """
+
+    def __init__(self, layout: RunLayout, kept: int = TURN_DIRS_KEPT) -> None:
+        self.layout = layout
+        self.kept = kept
+        self._dirs: dict[tuple[str, int, str, int | None], str] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._dirs)
+
+    def turn(self, task_id: str, turn: int, scope: str = "", epoch: int | None = None) -> str:
+        key = (task_id, turn, scope, epoch)
+        found = self._dirs.get(key)
+        if found is not None:
+            return found
+        folder = str(self.layout.turn(task_id, turn, scope, epoch))
+        with self._lock:
+            if len(self._dirs) >= self.kept:
+                self._dirs.clear()
+            self._dirs[key] = folder
+        return folder
+
+    def node_file(
+        self, task_id: str, turn: int, index: int, name: str, file: str, scope: str = "", epoch: int | None = None
+    ) -> str:
+        """``str(RunLayout.node(task_id, turn, index, name, scope, epoch) / file)``, without the joins."""
+        return f"{self.turn(task_id, turn, scope, epoch)}{os.sep}{node_folder(index, name)}{os.sep}{file}"
 
 
 @dataclass(frozen=True)
