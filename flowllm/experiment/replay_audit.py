@@ -33,7 +33,7 @@ from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import OUTPUT_FILE, RunLayout
+from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
@@ -93,6 +93,7 @@ class ReplayAudit:
         self._first: dict[str, Divergence] = {}
         self._unverified: set[str] = set()
         self._lock = threading.Lock()
+        self._turn_dirs = TurnDirs(source)  # each turn's saved folder is spelled once, not once per node
         # Records hold media as blob references (engine/blobs.py): compare the new outputs in the same form.
         self._references = BlobStore(source.root, None)
 
@@ -109,11 +110,12 @@ class ReplayAudit:
             self.recorder.on_node(ctx, node, inputs, outputs, meta)
         if outputs is None or ctx.task_id in self._first:
             return  # a failed node is judged by the task's error; after the first divergence the rest follows
-        saved_path = (
-            self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope, current_epoch()) / OUTPUT_FILE
+        saved_path = self._turn_dirs.node_file(
+            ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
         )
         try:
-            saved = saved_path.read_bytes()
+            with open(saved_path, "rb", buffering=0) as file:
+                saved = file.readall()
         except OSError:
             with self._lock:
                 self._unverified.add(ctx.task_id)
