@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
@@ -38,7 +40,7 @@ from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import build_provider
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout
+from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs
 from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,7 @@ class ReplayProvider(ProviderFacade):
         self.cfg = cfg
         self.run_dir = run_dir
         self.layout = RunLayout(run_dir)
+        self._turn_dirs = TurnDirs(self.layout)  # each turn's folder spelled once (the audit reads it per node)
         self.inner = inner
         self.adopt(inner, name=cfg.name)
         self.served = 0
@@ -173,37 +176,39 @@ class ReplayProvider(ProviderFacade):
                 return node
         return None
 
-    def _direct_call_node(self, context: CallContext) -> NodeRecord | None:
-        """The fast path: ``turn_NNN/<NN>_call_model`` of this conversation, found with one directory scan.
+    def _direct_call(self, context: CallContext) -> SavedCall | None:
+        """The fast path: ``turn_NNN/<NN>_call_model/output.json`` of this conversation, found with one directory
+        scan and read once.
 
-        None when the layout is anything else (an older run, a renamed node, a missing turn): ``saved_call``
-        then indexes the conversation's folders and explains what it finds.
+        None when the layout is anything else (an older run, a renamed node, a missing turn) or the record does
+        not hold a reply: ``saved_call`` then indexes the conversation's folders and explains what it finds.
         """
-        turn_dir = self.layout.turn(context.task_id, context.turn, context.scope, current_epoch())
+        turn_dir = self._turn_dirs.turn(context.task_id, context.turn, context.scope, current_epoch())
         suffix = f"_{CALL_NODE}"
         try:
             with os.scandir(turn_dir) as entries:
                 names = [e.name for e in entries if e.name.endswith(suffix) and e.is_dir()]
         except OSError:
             return None
-        if len(names) != 1:
+        if len(names) != 1 or NODE_RE.match(names[0]) is None:
             return None
-        match = NODE_RE.match(names[0])
-        if match is None:
+        try:
+            with open(os.path.join(turn_dir, names[0], OUTPUT_FILE), "rb", buffering=0) as file:
+                value = orjson.loads(file.readall())
+        except (OSError, orjson.JSONDecodeError):
             return None
-        return NodeRecord(turn_dir / names[0], int(match.group(1)), match.group(2))
+        raw = value.get("raw_response") if isinstance(value, dict) else None
+        if not isinstance(raw, dict):
+            return None
+        request = value.get("raw_request")
+        return SavedCall(request if isinstance(request, dict) else None, raw, Path(turn_dir, names[0]))
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
         task, turn_no, agent = context.task_id, context.turn, context.agent
-        direct = self._direct_call_node(context)
+        direct = self._direct_call(context)
         if direct is not None:
-            output = direct.output()
-            value = output.value if output.ok else None
-            raw = value.get("raw_response") if isinstance(value, dict) else None
-            if isinstance(raw, dict):
-                request = value.get("raw_request")  # type: ignore[union-attr]
-                return SavedCall(request if isinstance(request, dict) else None, raw, direct.path)
+            return direct
         who = f"task '{task}'" + (f" (sub-agent '{agent}')" if agent != MAIN_AGENT else "")
         epoch = current_epoch()
         task_dir = self.layout.records(task, epoch)
