@@ -22,6 +22,7 @@ from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs, nested_scope
 def test_node_files_are_the_layouts_paths(tmp_path: Path, task_id: str, scope: str, epoch: int | None) -> None:
     layout = RunLayout(tmp_path / "run")
     dirs = TurnDirs(layout)
+    assert dirs.conversation(task_id, scope, epoch) == str(layout.conversation(task_id, scope, epoch))
     for turn in (1, 12):
         assert dirs.turn(task_id, turn, scope, epoch) == str(layout.turn(task_id, turn, scope, epoch))
         for index, name in ((3, "call_model"), (11, "dispatch_tools")):
@@ -29,11 +30,12 @@ def test_node_files_are_the_layouts_paths(tmp_path: Path, task_id: str, scope: s
             assert dirs.node_file(task_id, turn, index, name, OUTPUT_FILE, scope, epoch) == expected
 
 
-def test_it_keeps_a_bounded_number_of_turns(tmp_path: Path) -> None:
+def test_it_keeps_a_bounded_number_of_conversations(tmp_path: Path) -> None:
     layout = RunLayout(tmp_path)
     dirs = TurnDirs(layout, kept=4)
-    for turn in range(1, 11):
-        assert dirs.turn("t", turn) == str(layout.turn("t", turn))
+    for task in range(10):
+        for turn in (1, 2):
+            assert dirs.turn(f"t{task}", turn) == str(layout.turn(f"t{task}", turn))
     assert len(dirs) <= 4
-    # A turn asked again after the cache started over is spelled the same.
-    assert dirs.turn("t", 1) == str(layout.turn("t", 1))
+    # A conversation asked again after the cache started over is spelled the same.
+    assert dirs.turn("t0", 1) == str(layout.turn("t0", 1))
