@@ -120,7 +120,7 @@ class ReplayAudit:
             with self._lock:
                 self._unverified.add(ctx.task_id)
             return
-        new = self._references.serialize(dict(outputs), self.dumps)
+        new = self._references.serialize(outputs if type(outputs) is dict else dict(outputs), self.dumps)
         if saved == new:
             return
         what = "the output differs"
