@@ -31,6 +31,7 @@ from flowllm.engine import BoundNode, TurnContext
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
+from flowllm.providers.replay import read_saved
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
@@ -114,8 +115,7 @@ class ReplayAudit:
             ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
         )
         try:
-            with open(saved_path, "rb", buffering=0) as file:
-                saved = file.readall()
+            saved = read_saved(saved_path)
         except OSError:
             with self._lock:
                 self._unverified.add(ctx.task_id)

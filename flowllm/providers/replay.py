@@ -52,6 +52,8 @@ MAX_CHAIN = 16
 # The SDK client of the inner provider is never used; if it ever were, it would hit a closed local port
 # rather than a real API.
 UNUSED_BASE_URL = "http://127.0.0.1:9"
+# Saved records are read in pieces of this size: one read for nearly all of them.
+READ_CHUNK = 1 << 16
 
 
 class ReplayMissError(ProviderError):
@@ -66,11 +68,28 @@ class ReplayMissError(ProviderError):
 
 @dataclass(frozen=True)
 class SavedCall:
-    """What the old run's call_model node recorded for one turn."""
+    """What the old run's call_model node recorded for one turn; ``folder`` is its node folder."""
 
     raw_request: dict[str, Any] | None
     raw_response: dict[str, Any]
-    path: Path
+    folder: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.folder)
+
+
+def read_saved(path: str) -> bytes:
+    """A saved record's bytes (``Path(path).read_bytes()``, with fewer calls: replay reads one per node); raises
+    ``OSError`` as it does."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        chunks = []
+        while chunk := os.read(fd, READ_CHUNK):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for an empty file
 
 
 def resolve_run_dir(value: str | Path) -> Path:
@@ -192,16 +211,16 @@ class ReplayProvider(ProviderFacade):
             return None
         if len(names) != 1 or NODE_RE.match(names[0]) is None:
             return None
+        folder = f"{turn_dir}{os.sep}{names[0]}"
         try:
-            with open(os.path.join(turn_dir, names[0], OUTPUT_FILE), "rb", buffering=0) as file:
-                value = orjson.loads(file.readall())
+            value = orjson.loads(read_saved(f"{folder}{os.sep}{OUTPUT_FILE}"))
         except (OSError, orjson.JSONDecodeError):
             return None
         raw = value.get("raw_response") if isinstance(value, dict) else None
         if not isinstance(raw, dict):
             return None
         request = value.get("raw_request")
-        return SavedCall(request if isinstance(request, dict) else None, raw, Path(turn_dir, names[0]))
+        return SavedCall(request if isinstance(request, dict) else None, raw, folder)
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
@@ -264,7 +283,7 @@ class ReplayProvider(ProviderFacade):
                 agent=agent,
             )
         request = value.get("raw_request")
-        return SavedCall(request if isinstance(request, dict) else None, raw, node.path)
+        return SavedCall(request if isinstance(request, dict) else None, raw, str(node.path))
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         # File reads are small and local (one output.json); no thread hop needed.

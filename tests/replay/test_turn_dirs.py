@@ -1,4 +1,5 @@
-"""``TurnDirs``: the turn folders a replay reads, spelled once per turn, naming exactly what ``RunLayout`` names."""
+"""What a replay reads per node, fast and the same: ``TurnDirs`` names exactly what ``RunLayout`` names, and
+``read_saved`` reads exactly what ``Path.read_bytes`` reads."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flowllm.providers.replay import READ_CHUNK, read_saved
 from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs, nested_scope, subagent_scope
 
 
@@ -39,3 +41,17 @@ def test_it_keeps_a_bounded_number_of_conversations(tmp_path: Path) -> None:
     assert len(dirs) <= 4
     # A conversation asked again after the cache started over is spelled the same.
     assert dirs.turn("t0", 1) == str(layout.turn("t0", 1))
+
+
+@pytest.mark.parametrize("size", [0, 1, READ_CHUNK - 1, READ_CHUNK, 3 * READ_CHUNK + 5])
+def test_read_saved_reads_whole_files(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "output.json"
+    path.write_bytes(bytes(i % 251 for i in range(size)))
+    assert read_saved(str(path)) == path.read_bytes()
+
+
+def test_read_saved_raises_os_errors_as_read_bytes_does(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        read_saved(str(tmp_path / "absent.json"))
+    with pytest.raises(OSError):
+        read_saved(str(tmp_path))  # a folder where a file was expected
