@@ -85,8 +85,11 @@ class ReplayAudit:
         recorder: NodeObserver | None = None,
         *,
         forks: ForkLog | None = None,
+        saved_outputs: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.source = source
+        # The saved outputs the provider already read, by path (ReplayProvider.saved_output): read once per turn.
+        self._saved_outputs = saved_outputs
         self.forks = forks  # a fork's record of where each task went live (None: a plain replay)
         self.dumps = dumps
         self.recorder = recorder
@@ -114,12 +117,14 @@ class ReplayAudit:
         saved_path = self._turn_dirs.node_file(
             ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
         )
-        try:
-            saved = read_saved(saved_path)
-        except OSError:
-            with self._lock:
-                self._unverified.add(ctx.task_id)
-            return
+        saved = self._saved_outputs(saved_path) if self._saved_outputs is not None else None
+        if saved is None:
+            try:
+                saved = read_saved(saved_path)
+            except OSError:
+                with self._lock:
+                    self._unverified.add(ctx.task_id)
+                return
         new = self._references.serialize(outputs if type(outputs) is dict else dict(outputs), self.dumps)
         if saved == new:
             return

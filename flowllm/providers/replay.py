@@ -54,6 +54,9 @@ MAX_CHAIN = 16
 UNUSED_BASE_URL = "http://127.0.0.1:9"
 # Saved records are read in pieces of this size: one read for nearly all of them.
 READ_CHUNK = 1 << 16
+# How many saved call outputs ``send`` keeps for the replay audit at most: one per conversation in flight is used
+# (and taken); the rest are left by calls whose node then failed, and are dropped when the limit is reached.
+KEPT_OUTPUTS = 256
 
 
 class ReplayMissError(ProviderError):
@@ -160,6 +163,8 @@ class ReplayProvider(ProviderFacade):
         self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
         self._index: dict[tuple[str, str, int | None], _TaskIndex] = {}
         self._lock = threading.Lock()
+        # The output.json bytes each send read, by path, until the replay audit takes them (``saved_output``).
+        self._outputs: dict[str, bytes] = {}
 
     # ----- pure halves: the source protocol's ------------------------------------------------------------
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
@@ -212,15 +217,26 @@ class ReplayProvider(ProviderFacade):
         if len(names) != 1 or NODE_RE.match(names[0]) is None:
             return None
         folder = f"{turn_dir}{os.sep}{names[0]}"
+        path = f"{folder}{os.sep}{OUTPUT_FILE}"
         try:
-            value = orjson.loads(read_saved(f"{folder}{os.sep}{OUTPUT_FILE}"))
+            data = read_saved(path)
+            value = orjson.loads(data)
         except (OSError, orjson.JSONDecodeError):
             return None
         raw = value.get("raw_response") if isinstance(value, dict) else None
         if not isinstance(raw, dict):
             return None
         request = value.get("raw_request")
+        if len(self._outputs) >= KEPT_OUTPUTS:
+            self._outputs.clear()
+        self._outputs[path] = data
         return SavedCall(request if isinstance(request, dict) else None, raw, folder)
+
+    def saved_output(self, path: str) -> bytes | None:
+        """The bytes of the saved ``output.json`` at ``path`` (a string as ``TurnDirs.node_file`` spells it) that a
+        ``send`` already read, given once, so the replay audit need not read the call node's record again; None
+        when no send read it (or it was given already)."""
+        return self._outputs.pop(path, None)
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
