@@ -113,10 +113,11 @@ class ReplayAudit:
             assert self.recorder is not None
             self.recorder.on_node(ctx, node, inputs, outputs, meta)
         if outputs is None or ctx.task_id in self._first:
-            return  # a failed node is judged by the task's error; after the first divergence the rest follows
-        saved_path = self._turn_dirs.node_file(
-            ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
-        )
+            # A failed node is judged by the task's error; after the first divergence the rest follows.
+            if self._saved_outputs is not None:  # what the provider kept for this node is not needed
+                self._saved_outputs(self._saved_path(ctx, node))
+            return
+        saved_path = self._saved_path(ctx, node)
         saved = self._saved_outputs(saved_path) if self._saved_outputs is not None else None
         if saved is None:
             try:
@@ -137,6 +138,11 @@ class ReplayAudit:
             what = "the saved output.json is unreadable"
         with self._lock:
             self._first.setdefault(ctx.task_id, Divergence(ctx.turn, node.name, ctx.scope, what))
+
+    def _saved_path(self, ctx: TurnContext, node: BoundNode) -> str:
+        return self._turn_dirs.node_file(
+            ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
+        )
 
     def forget(self, task_id: str) -> None:
         """A new attempt at the task starts from a clean slate."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,10 @@ class ReplayProvider(ProviderFacade):
         self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
         self._index: dict[tuple[str, str, int | None], _TaskIndex] = {}
         self._lock = threading.Lock()
-        # The output.json bytes each send read, by path, until the replay audit takes them (``saved_output``).
+        # The output.json bytes each send read, by path, until the replay audit takes them (``output_taker``);
+        # kept only once an audit asked for them.
         self._outputs: dict[str, bytes] = {}
+        self._keep_outputs = False
 
     # ----- pure halves: the source protocol's ------------------------------------------------------------
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
@@ -227,15 +230,22 @@ class ReplayProvider(ProviderFacade):
         if not isinstance(raw, dict):
             return None
         request = value.get("raw_request")
-        if len(self._outputs) >= KEPT_OUTPUTS:
-            self._outputs.clear()
-        self._outputs[path] = data
+        if self._keep_outputs:
+            if len(self._outputs) >= KEPT_OUTPUTS:
+                self._outputs.clear()
+            self._outputs[path] = data
         return SavedCall(request if isinstance(request, dict) else None, raw, folder)
+
+    def output_taker(self) -> Callable[[str], bytes | None]:
+        """From now on keep the saved call outputs ``send`` reads, for the replay audit (``ReplayAudit``'s
+        ``saved_outputs``), so that it need not read the call node's record again; returns ``saved_output``."""
+        self._keep_outputs = True
+        return self.saved_output
 
     def saved_output(self, path: str) -> bytes | None:
         """The bytes of the saved ``output.json`` at ``path`` (a string as ``TurnDirs.node_file`` spells it) that a
-        ``send`` already read, given once, so the replay audit need not read the call node's record again; None
-        when no send read it (or it was given already)."""
+        ``send`` read since ``output_taker`` was called, given once; None when no send read it (or it was given
+        already)."""
         return self._outputs.pop(path, None)
 
     def saved_call(self, context: CallContext) -> SavedCall:

@@ -69,11 +69,14 @@ async def test_the_saved_call_output_a_send_read_is_given_once(runs: FixtureRuns
         {"name": "replay", "protocol": "replay", "model": "replay", "run_dir": str(run_dir)}
     )
     path = TurnDirs(RunLayout(run_dir)).node_file(CLEAN_TASK, 1, 3, "call_model", OUTPUT_FILE)
-    assert provider.saved_output(path) is None  # no send read it yet
     saved = read_json(Path(path))
     assert await provider.send(saved["raw_request"], context=CallContext(CLEAN_TASK, 1)) == saved["raw_response"]
-    assert provider.saved_output(path) == Path(path).read_bytes()
-    assert provider.saved_output(path) is None  # given once: the audit reads it, nobody keeps it
+    assert provider.saved_output(path) is None  # kept only for an audit that asked
+    take = provider.output_taker()
+    assert take(path) is None  # no send read it since
+    assert await provider.send(saved["raw_request"], context=CallContext(CLEAN_TASK, 1)) == saved["raw_response"]
+    assert take(path) == Path(path).read_bytes()
+    assert take(path) is None  # given once: the audit reads it, nobody keeps it
     await provider.aclose()
 
 
@@ -94,3 +97,7 @@ def test_the_audit_compares_with_the_output_the_provider_gave(tmp_path: Path) ->
     given[TurnDirs(layout).node_file("v", 1, 3, "call_model", OUTPUT_FILE)] = dumps({"text": "saved"})
     audit.on_node(TurnContext("v", 1), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
     assert audit.verdict("v", missed=False)["status"] == "diverged"
+    # After the first divergence nothing is compared, and what the provider kept for the task is dropped.
+    given[TurnDirs(layout).node_file("v", 2, 3, "call_model", OUTPUT_FILE)] = b"kept"
+    audit.on_node(TurnContext("v", 2), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
+    assert not given
