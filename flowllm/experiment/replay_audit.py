@@ -31,9 +31,10 @@ from flowllm.engine import BoundNode, TurnContext
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
+from flowllm.providers.replay import read_saved
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import OUTPUT_FILE, RunLayout
+from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
@@ -84,8 +85,11 @@ class ReplayAudit:
         recorder: NodeObserver | None = None,
         *,
         forks: ForkLog | None = None,
+        saved_outputs: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.source = source
+        # The saved outputs the provider already read, by path (ReplayProvider.saved_output): read once per turn.
+        self._saved_outputs = saved_outputs
         self.forks = forks  # a fork's record of where each task went live (None: a plain replay)
         self.dumps = dumps
         self.recorder = recorder
@@ -93,6 +97,7 @@ class ReplayAudit:
         self._first: dict[str, Divergence] = {}
         self._unverified: set[str] = set()
         self._lock = threading.Lock()
+        self._turn_dirs = TurnDirs(source)  # each turn's saved folder is spelled once, not once per node
         # Records hold media as blob references (engine/blobs.py): compare the new outputs in the same form.
         self._references = BlobStore(source.root, None)
 
@@ -108,17 +113,20 @@ class ReplayAudit:
             assert self.recorder is not None
             self.recorder.on_node(ctx, node, inputs, outputs, meta)
         if outputs is None or ctx.task_id in self._first:
-            return  # a failed node is judged by the task's error; after the first divergence the rest follows
-        saved_path = (
-            self.source.node(ctx.task_id, ctx.turn, node.index, node.name, ctx.scope, current_epoch()) / OUTPUT_FILE
-        )
-        try:
-            saved = saved_path.read_bytes()
-        except OSError:
-            with self._lock:
-                self._unverified.add(ctx.task_id)
+            # A failed node is judged by the task's error; after the first divergence the rest follows.
+            if self._saved_outputs is not None:  # what the provider kept for this node is not needed
+                self._saved_outputs(self._saved_path(ctx, node))
             return
-        new = self._references.serialize(dict(outputs), self.dumps)
+        saved_path = self._saved_path(ctx, node)
+        saved = self._saved_outputs(saved_path) if self._saved_outputs is not None else None
+        if saved is None:
+            try:
+                saved = read_saved(saved_path)
+            except OSError:
+                with self._lock:
+                    self._unverified.add(ctx.task_id)
+                return
+        new = self._references.serialize(outputs if type(outputs) is dict else dict(outputs), self.dumps)
         if saved == new:
             return
         what = "the output differs"
@@ -130,6 +138,11 @@ class ReplayAudit:
             what = "the saved output.json is unreadable"
         with self._lock:
             self._first.setdefault(ctx.task_id, Divergence(ctx.turn, node.name, ctx.scope, what))
+
+    def _saved_path(self, ctx: TurnContext, node: BoundNode) -> str:
+        return self._turn_dirs.node_file(
+            ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
+        )
 
     def forget(self, task_id: str) -> None:
         """A new attempt at the task starts from a clean slate."""

@@ -25,9 +25,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
@@ -38,7 +41,7 @@ from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import build_provider
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout
+from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs
 from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,11 @@ MAX_CHAIN = 16
 # The SDK client of the inner provider is never used; if it ever were, it would hit a closed local port
 # rather than a real API.
 UNUSED_BASE_URL = "http://127.0.0.1:9"
+# Saved records are read in pieces of this size: one read for nearly all of them.
+READ_CHUNK = 1 << 16
+# How many saved call outputs ``send`` keeps for the replay audit at most: one per conversation in flight is used
+# (and taken); the rest are left by calls whose node then failed, and are dropped when the limit is reached.
+KEPT_OUTPUTS = 256
 
 
 class ReplayMissError(ProviderError):
@@ -64,11 +72,28 @@ class ReplayMissError(ProviderError):
 
 @dataclass(frozen=True)
 class SavedCall:
-    """What the old run's call_model node recorded for one turn."""
+    """What the old run's call_model node recorded for one turn; ``folder`` is its node folder."""
 
     raw_request: dict[str, Any] | None
     raw_response: dict[str, Any]
-    path: Path
+    folder: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.folder)
+
+
+def read_saved(path: str) -> bytes:
+    """A saved record's bytes (``Path(path).read_bytes()``, with fewer calls: replay reads one per node); raises
+    ``OSError`` as it does."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        chunks = []
+        while chunk := os.read(fd, READ_CHUNK):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for an empty file
 
 
 def resolve_run_dir(value: str | Path) -> Path:
@@ -132,12 +157,17 @@ class ReplayProvider(ProviderFacade):
         self.cfg = cfg
         self.run_dir = run_dir
         self.layout = RunLayout(run_dir)
+        self._turn_dirs = TurnDirs(self.layout)  # each turn's folder spelled once (the audit reads it per node)
         self.inner = inner
         self.adopt(inner, name=cfg.name)
         self.served = 0
         self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
         self._index: dict[tuple[str, str, int | None], _TaskIndex] = {}
         self._lock = threading.Lock()
+        # The output.json bytes each send read, by path, until the replay audit takes them (``output_taker``);
+        # kept only once an audit asked for them.
+        self._outputs: dict[str, bytes] = {}
+        self._keep_outputs = False
 
     # ----- pure halves: the source protocol's ------------------------------------------------------------
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
@@ -173,37 +203,57 @@ class ReplayProvider(ProviderFacade):
                 return node
         return None
 
-    def _direct_call_node(self, context: CallContext) -> NodeRecord | None:
-        """The fast path: ``turn_NNN/<NN>_call_model`` of this conversation, found with one directory scan.
+    def _direct_call(self, context: CallContext) -> SavedCall | None:
+        """The fast path: ``turn_NNN/<NN>_call_model/output.json`` of this conversation, found with one directory
+        scan and read once.
 
-        None when the layout is anything else (an older run, a renamed node, a missing turn): ``saved_call``
-        then indexes the conversation's folders and explains what it finds.
+        None when the layout is anything else (an older run, a renamed node, a missing turn) or the record does
+        not hold a reply: ``saved_call`` then indexes the conversation's folders and explains what it finds.
         """
-        turn_dir = self.layout.turn(context.task_id, context.turn, context.scope, current_epoch())
+        turn_dir = self._turn_dirs.turn(context.task_id, context.turn, context.scope, current_epoch())
         suffix = f"_{CALL_NODE}"
         try:
             with os.scandir(turn_dir) as entries:
                 names = [e.name for e in entries if e.name.endswith(suffix) and e.is_dir()]
         except OSError:
             return None
-        if len(names) != 1:
+        if len(names) != 1 or NODE_RE.match(names[0]) is None:
             return None
-        match = NODE_RE.match(names[0])
-        if match is None:
+        folder = f"{turn_dir}{os.sep}{names[0]}"
+        path = f"{folder}{os.sep}{OUTPUT_FILE}"
+        try:
+            data = read_saved(path)
+            value = orjson.loads(data)
+        except (OSError, orjson.JSONDecodeError):
             return None
-        return NodeRecord(turn_dir / names[0], int(match.group(1)), match.group(2))
+        raw = value.get("raw_response") if isinstance(value, dict) else None
+        if not isinstance(raw, dict):
+            return None
+        request = value.get("raw_request")
+        if self._keep_outputs:
+            if len(self._outputs) >= KEPT_OUTPUTS:
+                self._outputs.clear()
+            self._outputs[path] = data
+        return SavedCall(request if isinstance(request, dict) else None, raw, folder)
+
+    def output_taker(self) -> Callable[[str], bytes | None]:
+        """From now on keep the saved call outputs ``send`` reads, for the replay audit (``ReplayAudit``'s
+        ``saved_outputs``), so that it need not read the call node's record again; returns ``saved_output``."""
+        self._keep_outputs = True
+        return self.saved_output
+
+    def saved_output(self, path: str) -> bytes | None:
+        """The bytes of the saved ``output.json`` at ``path`` (a string as ``TurnDirs.node_file`` spells it) that a
+        ``send`` read since ``output_taker`` was called, given once; None when no send read it (or it was given
+        already)."""
+        return self._outputs.pop(path, None)
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
         task, turn_no, agent = context.task_id, context.turn, context.agent
-        direct = self._direct_call_node(context)
+        direct = self._direct_call(context)
         if direct is not None:
-            output = direct.output()
-            value = output.value if output.ok else None
-            raw = value.get("raw_response") if isinstance(value, dict) else None
-            if isinstance(raw, dict):
-                request = value.get("raw_request")  # type: ignore[union-attr]
-                return SavedCall(request if isinstance(request, dict) else None, raw, direct.path)
+            return direct
         who = f"task '{task}'" + (f" (sub-agent '{agent}')" if agent != MAIN_AGENT else "")
         epoch = current_epoch()
         task_dir = self.layout.records(task, epoch)
@@ -259,7 +309,7 @@ class ReplayProvider(ProviderFacade):
                 agent=agent,
             )
         request = value.get("raw_request")
-        return SavedCall(request if isinstance(request, dict) else None, raw, node.path)
+        return SavedCall(request if isinstance(request, dict) else None, raw, str(node.path))
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         # File reads are small and local (one output.json); no thread hop needed.

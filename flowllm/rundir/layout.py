@@ -32,7 +32,9 @@ A multirun's folder holds one run folder per job and the comparison of them (``S
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +177,53 @@ class RunLayout:
 
     def node(self, task_id: str, turn: int, index: int, name: str, scope: str = "", epoch: int | None = None) -> Path:
         return self.turn(task_id, turn, scope, epoch) / node_folder(index, name)
+
+
+# How many conversation folders a ``TurnDirs`` remembers: far more than the conversations in flight at once.
+TURN_DIRS_KEPT = 4096
+
+
+class TurnDirs:
+    """``RunLayout.turn`` folders as strings, without a ``Path`` join per node.
+
+    A replay reads a saved record for every node of every turn: joining the same ``Path`` for each of them costs
+    more than reading the file. A conversation's folder is built once per (task, scope, epoch) with
+    ``RunLayout.conversation``; its turns and node files are spelled under it (``turn``, ``node_file``), naming
+    exactly the paths ``RunLayout.turn`` and ``RunLayout.node(...) / file`` do. Keeps at most ``TURN_DIRS_KEPT``
+    folders (it starts over when full), so a long run does not grow it without end.
+    """
+
+    def __init__(self, layout: RunLayout, kept: int = TURN_DIRS_KEPT) -> None:
+        self.layout = layout
+        self.kept = kept
+        self._conversations: dict[tuple[str, str, int | None], str] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._conversations)
+
+    def conversation(self, task_id: str, scope: str = "", epoch: int | None = None) -> str:
+        key = (task_id, scope, epoch)
+        found = self._conversations.get(key)
+        if found is not None:
+            return found
+        folder = str(self.layout.conversation(task_id, scope, epoch))
+        with self._lock:
+            if len(self._conversations) >= self.kept:
+                self._conversations.clear()
+            self._conversations[key] = folder
+        return folder
+
+    def turn(self, task_id: str, turn: int, scope: str = "", epoch: int | None = None) -> str:
+        """``str(RunLayout.turn(task_id, turn, scope, epoch))``."""
+        return f"{self.conversation(task_id, scope, epoch)}{os.sep}{turn_folder(turn)}"
+
+    def node_file(
+        self, task_id: str, turn: int, index: int, name: str, file: str, scope: str = "", epoch: int | None = None
+    ) -> str:
+        """``str(RunLayout.node(task_id, turn, index, name, scope, epoch) / file)``."""
+        folder = self.conversation(task_id, scope, epoch)
+        return f"{folder}{os.sep}{turn_folder(turn)}{os.sep}{node_folder(index, name)}{os.sep}{file}"
 
 
 @dataclass(frozen=True)

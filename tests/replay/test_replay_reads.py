@@ -1,0 +1,103 @@
+"""What a replay reads per node, fast and the same: ``TurnDirs`` names exactly what ``RunLayout`` names,
+``read_saved`` reads exactly what ``Path.read_bytes`` reads, and the call node's record is read once per turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from flowllm.core.interfaces import CallContext
+from flowllm.engine import TurnContext
+from flowllm.engine.recorder import Redactor, read_json
+from flowllm.experiment.replay_audit import ReplayAudit
+from flowllm.providers.replay import READ_CHUNK, build_replay_provider, read_saved
+from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs, nested_scope, subagent_scope
+from tests.replay.runs import CLEAN_TASK, FixtureRuns
+
+
+@pytest.mark.parametrize(
+    ("task_id", "scope", "epoch"),
+    [
+        ("plain-task", "", None),
+        ("plain-task", "", 3),
+        ("a/b: an id that cannot name a folder", "", None),
+        ("plain-task", subagent_scope(2, "browser", "call_7"), None),
+        ("plain-task", nested_scope(subagent_scope(1, "coder", "c1"), 4, "compaction"), 2),
+    ],
+)
+def test_node_files_are_the_layouts_paths(tmp_path: Path, task_id: str, scope: str, epoch: int | None) -> None:
+    layout = RunLayout(tmp_path / "run")
+    dirs = TurnDirs(layout)
+    assert dirs.conversation(task_id, scope, epoch) == str(layout.conversation(task_id, scope, epoch))
+    for turn in (1, 12):
+        assert dirs.turn(task_id, turn, scope, epoch) == str(layout.turn(task_id, turn, scope, epoch))
+        for index, name in ((3, "call_model"), (11, "dispatch_tools")):
+            expected = str(layout.node(task_id, turn, index, name, scope, epoch) / OUTPUT_FILE)
+            assert dirs.node_file(task_id, turn, index, name, OUTPUT_FILE, scope, epoch) == expected
+
+
+def test_it_keeps_a_bounded_number_of_conversations(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path)
+    dirs = TurnDirs(layout, kept=4)
+    for task in range(10):
+        for turn in (1, 2):
+            assert dirs.turn(f"t{task}", turn) == str(layout.turn(f"t{task}", turn))
+    assert len(dirs) <= 4
+    # A conversation asked again after the cache started over is spelled the same.
+    assert dirs.turn("t0", 1) == str(layout.turn("t0", 1))
+
+
+@pytest.mark.parametrize("size", [0, 1, READ_CHUNK - 1, READ_CHUNK, 3 * READ_CHUNK + 5])
+def test_read_saved_reads_whole_files(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "output.json"
+    path.write_bytes(bytes(i % 251 for i in range(size)))
+    assert read_saved(str(path)) == path.read_bytes()
+
+
+def test_read_saved_raises_os_errors_as_read_bytes_does(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        read_saved(str(tmp_path / "absent.json"))
+    with pytest.raises(OSError):
+        read_saved(str(tmp_path))  # a folder where a file was expected
+
+
+async def test_the_saved_call_output_a_send_read_is_given_once(runs: FixtureRuns) -> None:
+    run_dir = runs.original.run_dir
+    provider = build_replay_provider(
+        {"name": "replay", "protocol": "replay", "model": "replay", "run_dir": str(run_dir)}
+    )
+    path = TurnDirs(RunLayout(run_dir)).node_file(CLEAN_TASK, 1, 3, "call_model", OUTPUT_FILE)
+    saved = read_json(Path(path))
+    assert await provider.send(saved["raw_request"], context=CallContext(CLEAN_TASK, 1)) == saved["raw_response"]
+    assert provider.saved_output(path) is None  # kept only for an audit that asked
+    take = provider.output_taker()
+    assert take(path) is None  # no send read it since
+    assert await provider.send(saved["raw_request"], context=CallContext(CLEAN_TASK, 1)) == saved["raw_response"]
+    assert take(path) == Path(path).read_bytes()
+    assert take(path) is None  # given once: the audit reads it, nobody keeps it
+    await provider.aclose()
+
+
+def test_the_audit_compares_with_the_output_the_provider_gave(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path)
+    dumps = Redactor(environ={}).dumps
+    node = SimpleNamespace(index=3, name="call_model")
+    path = TurnDirs(layout).node_file("t", 1, 3, "call_model", OUTPUT_FILE)
+    given = {path: dumps({"text": "saved"})}
+    # No file on disk: the given bytes are the saved output, taken once.
+    audit = ReplayAudit(layout, dumps, saved_outputs=lambda p: given.pop(p, None))
+    audit.on_node(TurnContext("t", 1), node, {}, {"text": "saved"}, {})  # type: ignore[arg-type]
+    assert audit.verdict("t", missed=False) == {"status": "exact"}
+    assert not given
+    # Nothing given and no file: unverified, as before.
+    audit.on_node(TurnContext("u", 1), node, {}, {"text": "saved"}, {})  # type: ignore[arg-type]
+    assert audit.verdict("u", missed=False) == {"status": "unverified"}
+    given[TurnDirs(layout).node_file("v", 1, 3, "call_model", OUTPUT_FILE)] = dumps({"text": "saved"})
+    audit.on_node(TurnContext("v", 1), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
+    assert audit.verdict("v", missed=False)["status"] == "diverged"
+    # After the first divergence nothing is compared, and what the provider kept for the task is dropped.
+    given[TurnDirs(layout).node_file("v", 2, 3, "call_model", OUTPUT_FILE)] = b"kept"
+    audit.on_node(TurnContext("v", 2), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
+    assert not given
