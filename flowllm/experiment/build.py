@@ -246,6 +246,7 @@ def build_experiment(
             recorder.redactor.dumps,
             recorder,
             forks=provider.forks if isinstance(provider, ForkProvider) else None,
+            saved_outputs=provider.output_taker(),  # the call node's saved output, as send read it
         )
         if isinstance(provider, ReplayProvider)
         else None
