@@ -46,6 +46,7 @@ from benchmarks.common import (
 
 FLOOR_TARGET = 1.25  # flowllm's wall / ideal over the floor's, at FLOOR_LEVEL tasks
 FLOOR_LEVEL = 500
+CPU_TARGET = 1.5  # flowllm's CPU per turn over the floor's CPU per call, at FLOOR_LEVEL tasks
 WORKERS = 2  # the second column: tasks over this many processes
 SPEEDUP_TARGET = 1.7  # workers=2 against workers=1 at the top level, on two cores
 MEMORY_TARGET_MB = 1024.0  # at the top level
@@ -87,6 +88,7 @@ def child(
         "rss_before_mb": before,
         "rss_peak_mb": peak_rss_mb(),
         "cpu_s": figures.cpu_s,
+        "gc_s": figures.gc_s,
     }
 
 
@@ -399,7 +401,19 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
     measured_ahead = [v for v in ahead.values() if v is not None]
     peak_top = max(peaks["flowllm"][top], peaks["workers"].get(top, 0.0))
     inspect_error = results.get("inspect_error")
+    cpu_level = {
+        k: Stat.of([r["cpu_s"] / max(r["turns"], 1) for r in results[k][floor_level]]).median
+        for k in ("levels", "floor")
+        if results[k].get(floor_level)
+    }
+    cpu_over = cpu_level["levels"] / cpu_level["floor"] if len(cpu_level) == 2 else None
     targets = [
+        Target(
+            f"flowllm's CPU per turn over the floor's per call at {floor_level} tasks (1 worker)",
+            f"<= {CPU_TARGET}x",
+            fmt(cpu_over),
+            None if cpu_over is None else cpu_over <= CPU_TARGET,
+        ),
         Target(
             f"flowllm's wall / ideal over the floor's at {floor_level} tasks",
             f"<= {FLOOR_TARGET}x",

@@ -10,11 +10,12 @@ belongs to a component names it. Frames of general-purpose libraries (pydantic, 
 tenacity...) belong to no component, so their time goes to the code that called them: pydantic validation run by
 the Anthropic SDK counts as the SDK's, the same validation run by flowllm's normaliser as the normaliser's. Only
 samples taken inside the timed part of the run count, the part whose CPU time the figures divide: flowllm's
-``Experiment.run`` and the floor's tasks (``one_task``). Imports, config composition, opening the provider and
-the floor's untimed warm-up call are left out. The cyclic garbage collector leaves no frame of its own: its time
+``Experiment.run`` and the floor's tasks (``one_task``), with the event loop and the worker threads while they
+run. Imports, config composition, opening the provider, the floor's untimed warm-up call and closing are left
+out (``in_timed_part``). The cyclic garbage collector leaves no frame of its own: its time
 is charged to whichever frame allocated when it ran.
 
-    pip install py-spy && python -m benchmarks.profile [--tasks 500] [--turns 5] [--replay-tasks 200]
+    pip install py-spy && python -m benchmarks.profile [--tasks 500] [--turns 5] [--replay-tasks 400]
 
 The table goes to stdout; ``python -m benchmarks --only profile`` puts it into results.md.
 """
@@ -40,6 +41,7 @@ if __package__ in (None, ""):  # `python benchmarks/profile.py`
 from benchmarks.common import Section, Sizes, md_table, python, subprocess_env
 
 RATE_HZ = 250
+REPEATS = 2  # profiled runs of each command, their samples added up
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^():]*)(?::(?P<line>\d+))?\)$")
 
 # Libraries whose time is charged to their caller: they do work on behalf of whichever component called them.
@@ -93,7 +95,7 @@ NEUTRAL = (
 )
 
 SDK = "SDK and HTTP stack (anthropic, httpx, httpcore, h11, anyio)"
-ASYNCIO = "asyncio scheduling and sockets"
+ASYNCIO = "asyncio scheduling, sockets and thread hand-off"
 REQUEST = "request building (canonical -> wire)"
 NORMALIZE = "response normalisation (wire -> ModelResponse)"
 PROVIDER = "provider plumbing (retry, keys, limiter, breaker, send)"
@@ -105,15 +107,17 @@ DISPATCH = "tool dispatch (incl. the in-process calculator)"
 AGENT = "agent loop (turn setup, answer extraction)"
 NODES = "other turn nodes (history, cache marks, tokens, media)"
 EXPERIMENT = "experiment runner and scoring"
+WORKSPACE = "task workspaces (folders made and moved, in threads)"
 REPLAY = "replay provider (finding and reading saved replies)"
 CONFIG = "OmegaConf / Hydra access"
 IMPORTS = "imports inside the run"
 OTHER = "other"
+GC = "cyclic garbage collector (timed apart)"
 
 _SDK_PARTS = ("/anthropic/", "/openai/", "/httpx/", "/httpx2/", "/httpcore/", "/httpcore2/", "/h11/", "/anyio/")
 _SDK_PARTS += ("/sniffio/",)
 _SDK_PARTS += ("/idna/", "/certifi/", "/h2/", "/distro/", "/jiter/", "/ssl.py", "/socket.py", "/http/")
-_ASYNCIO_PARTS = ("/asyncio/", "/selectors.py", "/uvloop/")
+_ASYNCIO_PARTS = ("/asyncio/", "/selectors.py", "/uvloop/", "/concurrent/futures/")
 _BUILD_WORDS = ("build", "wire_", "_wire", "to_wire", "request", "encode", "content_block", "message_param")
 _NORMALIZE_WORDS = ("normalize", "normalise", "from_wire", "usage", "response")
 
@@ -122,6 +126,7 @@ _FLOWLLM: tuple[tuple[str, str], ...] = (
     ("flowllm/providers/replay", REPLAY),
     ("flowllm/providers/ledger", LEDGER),
     ("flowllm/experiment/progress", LEDGER),
+    ("flowllm/experiment/workspaces", WORKSPACE),
     ("flowllm/experiment/task_usage", LEDGER),
     ("flowllm/nodes/toolcalls", PARSING),
     ("flowllm/parsing/", PARSING),
@@ -155,9 +160,11 @@ ORDER = (
     AGENT,
     NODES,
     EXPERIMENT,
+    WORKSPACE,
     CONFIG,
     IMPORTS,
     OTHER,
+    GC,
 )
 
 
@@ -209,28 +216,70 @@ def parse_raw(text: str) -> Iterable[tuple[list[tuple[str, str]], int]]:
         yield frames, int(count)
 
 
-# The functions whose CPU time the benchmarks measure: a sample counts when one of them (or a function defined
-# in it, such as the task coroutines ``Experiment.run`` starts) is on its stack.
+# The functions whose CPU time the benchmarks measure: flowllm's ``Experiment.run`` and the floor's tasks.
 TIMED = ("Experiment.run", "one_task")
+# The coroutines that hold a run's set-up and tear-down around the timed part (config, opening the provider,
+# building the experiment, the floor's warm-up call, closing): a sample under one of them and under no timed
+# function is not counted.
+SETUP = ("run_experiment", "run_floor")
+# Tear-down handed to threads after the timed part.
+TEARDOWN = ("Recorder.close", "WorkspaceRoot.close")
+_EVENT_LOOP = "BaseEventLoop.run_until_complete"
+
+
+def _is(func: str, names: tuple[str, ...]) -> bool:
+    return any(func == name or func.startswith(name + ".") for name in names)
 
 
 def in_timed_part(frames: list[tuple[str, str]]) -> bool:
-    return any(func == name or func.startswith(name + ".") for func, _ in frames for name in TIMED)
+    """Whether a sample was taken while the timed part ran.
+
+    py-spy shows a task's stack from the task's own coroutine (the frames of the event loop that resumed it are
+    not linked to it), so most samples of a run begin inside a task and name none of the functions above: those
+    count, as do the event loop's own frames and the worker threads', which run only while tasks do. Samples of
+    the main thread outside the event loop (imports, composing the config) and of the set-up and tear-down
+    coroutines do not."""
+    funcs = [func for func, _ in frames]
+    if any(_is(func, TIMED) for func in funcs):
+        return True
+    if any(_is(func, SETUP) or _is(func, TEARDOWN) for func in funcs):
+        return False
+    if funcs and funcs[0] == "_run_module_as_main":  # the main thread: only its event loop runs the tasks
+        return _EVENT_LOOP in funcs
+    return True
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Samples per component of one profiled process, and the CPU it spent per unit of work."""
+    """Samples per component of one profiled process, the CPU it spent per unit of work, and the garbage
+    collector's share of that CPU (timed apart: the collector has no frame of its own)."""
 
     counts: dict[str, int]
     cpu_ms_per_unit: float
+    gc_ms_per_unit: float = 0.0
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
     def ms(self, name: str) -> float:
-        return self.cpu_ms_per_unit * self.counts.get(name, 0) / self.total if self.total else 0.0
+        """A component's CPU per unit: the CPU outside the collector, split by the samples' shares."""
+        if name == GC:
+            return self.gc_ms_per_unit
+        share = self.counts.get(name, 0) / self.total if self.total else 0.0
+        return (self.cpu_ms_per_unit - self.gc_ms_per_unit) * share
+
+    @classmethod
+    def of(cls, runs: list[tuple[Counter[str], dict[str, Any]]], unit: str, per: str) -> Profile:
+        """Several profiled runs of one command added up: ``unit`` names the figure divided (``cpu_s`` or
+        ``wall_s``), ``per`` the count it is divided by."""
+        counts: Counter[str] = Counter()
+        for found, _ in runs:
+            counts.update(found)
+        units = sum(max(figures[per], 1) for _, figures in runs)
+        spent = sum(figures[unit] for _, figures in runs)
+        collected = sum(figures.get("gc_s", 0.0) for _, figures in runs)
+        return cls(dict(counts), 1000 * spent / units, 1000 * collected / units)
 
 
 def profile_command(cmd: list[str], out: Path) -> tuple[Counter[str], str]:
@@ -239,7 +288,7 @@ def profile_command(cmd: list[str], out: Path) -> tuple[Counter[str], str]:
     if spy is None:
         raise RuntimeError("py-spy is not installed (pip install py-spy)")
     raw = out.with_suffix(".raw")
-    full = [spy, "record", "--nonblocking", "--format", "raw", "-r", str(RATE_HZ), "-o", str(raw), "--", *cmd]
+    full = [spy, "record", "--gil", "--nonblocking", "--format", "raw", "-r", str(RATE_HZ), "-o", str(raw), "--", *cmd]
     done = subprocess.run(full, capture_output=True, text=True, env=subprocess_env(), timeout=3600, check=False)
     if done.returncode != 0 or not raw.exists():
         raise RuntimeError(f"profiling {cmd[2:4]} failed:\n{done.stderr[-3000:]}")
@@ -248,6 +297,12 @@ def profile_command(cmd: list[str], out: Path) -> tuple[Counter[str], str]:
         if in_timed_part(frames):
             counts[component(frames)] += count
     return counts, done.stdout
+
+
+def _profiled(cmd: list[str], out: Path) -> tuple[Counter[str], dict[str, Any]]:
+    """One profiled run of a benchmark child: its samples per component and the figures it printed."""
+    counts, stdout = profile_command(cmd, out)
+    return counts, _last_json(stdout)
 
 
 def _last_json(stdout: str) -> dict[str, Any]:
@@ -269,26 +324,25 @@ def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int) -> dic
         script.write_text(json.dumps(emulator_script(sizes)), encoding="utf-8")
         with EmulatorProcess(script) as emulator:
             live = [python(), "-m", "benchmarks.concurrency", "--child", "--tasks", str(tasks)]
-            live += ["--turns", str(turns), "--latency", "0.1", "--base-url", emulator.base_url]
-            live += ["--folder", str(folder / "live"), "--snapshot", "none"]
-            (folder / "live").mkdir()
-            counts, stdout = profile_command(live, folder / "live")
-            figures = _last_json(stdout)
-            profiles["flowllm"] = Profile(dict(counts), 1000 * figures["cpu_s"] / max(figures["turns"], 1))
+            live += ["--turns", str(turns), "--latency", "0.1", "--base-url", emulator.base_url, "--snapshot", "none"]
+            runs = []
+            for n in range(REPEATS):
+                (folder / f"live-{n}").mkdir()
+                runs.append(_profiled([*live, "--folder", str(folder / f"live-{n}")], folder / f"live-{n}"))
+            profiles["flowllm"] = Profile.of(runs, "cpu_s", "turns")
             floor_cmd = [python(), "-m", "benchmarks.floor", "--tasks", str(tasks), "--turns", str(turns)]
             floor_cmd += ["--base-url", emulator.base_url, "--answer", multi_turn_answer(turns)]
-            counts, stdout = profile_command(floor_cmd, folder / "floor")
-            figures = _last_json(stdout)
-            calls = figures.get("turns") or tasks * turns
-            profiles["floor"] = Profile(dict(counts), 1000 * figures["cpu_s"] / max(calls, 1))
+            runs = [_profiled(floor_cmd, folder / f"floor-{n}") for n in range(REPEATS)]
+            profiles["floor"] = Profile.of(runs, "cpu_s", "turns")
         rsizes = Sizes(**{**sizes.__dict__, "replay_tasks": replay_tasks, "replay_turns": replay_turns})
         source, dataset, _ = replay.make_source(folder / "replay-source", rsizes)
         replay_cmd = [python(), "-m", "benchmarks.replay", "--child", "--source", str(source)]
-        replay_cmd += ["--dataset", str(dataset), "--snapshot", "none", "--folder", str(folder / "replay-out")]
-        replay_cmd += ["--turns", str(replay_turns)]
-        counts, stdout = profile_command(replay_cmd, folder / "replay")
-        figures = _last_json(stdout)
-        profiles["replay"] = Profile(dict(counts), 1000 * figures["wall_s"] / max(figures["turns"], 1))
+        replay_cmd += ["--dataset", str(dataset), "--snapshot", "none", "--turns", str(replay_turns)]
+        runs = []
+        for n in range(REPEATS):
+            out = folder / f"replay-out-{n}"
+            runs.append(_profiled([*replay_cmd, "--folder", str(out)], folder / f"replay-{n}"))
+        profiles["replay"] = Profile.of(runs, "wall_s", "turns")
     return profiles
 
 
@@ -296,14 +350,15 @@ def table(profiles: dict[str, Profile]) -> str:
     live, floor, rep = profiles["flowllm"], profiles["floor"], profiles["replay"]
     rows = []
     for name in ORDER:
-        if not any(p.counts.get(name) for p in profiles.values()):
+        if name != GC and not any(p.counts.get(name) for p in profiles.values()):
             continue
         rows.append(
             [
                 name,
                 f"{live.ms(name):.3f}",
-                f"{100 * live.counts.get(name, 0) / max(live.total, 1):.1f}%",
+                f"{100 * live.ms(name) / max(live.cpu_ms_per_unit, 1e-9):.1f}%",
                 f"{floor.ms(name):.3f}",
+                f"{live.ms(name) - floor.ms(name):+.3f}",
                 f"{1000 * rep.ms(name):.0f}",
             ]
         )
@@ -313,23 +368,54 @@ def table(profiles: dict[str, Profile]) -> str:
             f"**{live.cpu_ms_per_unit:.3f}**",
             "100%",
             f"**{floor.cpu_ms_per_unit:.3f}**",
+            f"**{live.cpu_ms_per_unit - floor.cpu_ms_per_unit:+.3f}**",
             f"**{1000 * rep.cpu_ms_per_unit:.0f}**",
         ]
     )
-    headers = ["component", "live: CPU ms per turn", "live share", "floor: CPU ms per call", "replay: us per turn"]
+    headers = [
+        "component",
+        "live: CPU ms per turn",
+        "live share",
+        "floor: CPU ms per call",
+        "live over floor, ms",
+        "replay: us per turn",
+    ]
     return md_table(headers, rows)
+
+
+def summary(profiles: dict[str, Profile]) -> str:
+    """What the table says about the distance between flowllm and the floor, in one paragraph."""
+    live, floor = profiles["flowllm"], profiles["floor"]
+    shared = (SDK, ASYNCIO, GC)
+    gap = live.cpu_ms_per_unit - floor.cpu_ms_per_unit
+    parts = {name: live.ms(name) - floor.ms(name) for name in shared}
+    own = sum(live.ms(name) for name in ORDER if name not in shared) - sum(
+        floor.ms(name) for name in ORDER if name not in shared
+    )
+    return (
+        f"flowllm spends {live.cpu_ms_per_unit:.2f} ms of CPU per turn, the floor {floor.cpu_ms_per_unit:.2f} ms "
+        f"per call: {gap:+.2f} ms. Of that, {parts[SDK]:+.2f} ms is the SDK and its HTTP stack doing the same "
+        f"calls inside flowllm's process, {parts[ASYNCIO]:+.2f} ms the event loop and thread hand-offs, "
+        f"{parts[GC]:+.2f} ms the garbage collector (a larger live heap: hundreds of suspended task stacks, "
+        f"histories, records), and {own:+.2f} ms flowllm's own code (every other row, net of the floor's few "
+        "lines of tool handling)."
+    )
 
 
 def section_from(profiles: dict[str, Profile], tasks: int, turns: int, replay_tasks: int) -> Section:
     intro = (
-        f"`python -m benchmarks.profile`: py-spy samples ({RATE_HZ} Hz, non-blocking) of the concurrency child at "
-        f"{tasks} tasks x {turns} turns (100 ms model latency, recorder off), of the bare-SDK floor on the same "
-        f"emulator, and of a one-core replay of {replay_tasks} saved tasks (recorder off). Each sample goes to the "
-        "component of its innermost frame that belongs to one; general-purpose libraries (pydantic, json, copy, "
-        "logging, tenacity...) are charged to their caller. CPU per turn is the process's own CPU time over the "
-        "run, split by the sample shares; replay is wall time on one core."
+        f"`python -m benchmarks.profile`: py-spy samples ({RATE_HZ} Hz, non-blocking, `--gil`: only the thread "
+        f"holding the interpreter lock, so threads waiting in file-system calls are not counted as busy) of "
+        f"{REPEATS} runs each of the concurrency child at {tasks} tasks x {turns} turns (100 ms model latency, "
+        f"recorder off), of the bare-SDK floor on the same emulator, and of a one-core replay of {replay_tasks} "
+        "saved tasks (recorder off). Only the timed part of each run counts. Each sample goes to the component of "
+        "its innermost frame that belongs to one; general-purpose libraries (pydantic, json, copy, logging, "
+        "tenacity...) are charged to their caller. The cyclic garbage collector has no frame of its own (py-spy "
+        "would charge it to whichever frame allocated), so its time is measured apart with `gc.callbacks` and "
+        "the rest of the CPU is split by the sample shares. CPU per turn is the process's own CPU time (all "
+        "threads) over the timed part; replay is wall time on one core."
     )
-    return Section("Where the CPU goes per turn", intro, [table(profiles)], [], [])
+    return Section("Where the CPU goes per turn", intro, [table(profiles)], [summary(profiles)], [])
 
 
 def run(sizes: Sizes) -> Section:
@@ -337,7 +423,7 @@ def run(sizes: Sizes) -> Section:
         note = 'Not measured: py-spy is not installed (`pip install -e ".[bench]"`).'
         return Section("Where the CPU goes per turn", note, [], [], [])
     tasks = 20 if sizes.in_process else 500
-    replay_tasks = 20 if sizes.in_process else 200
+    replay_tasks = 20 if sizes.in_process else 400
     profiles = measure(tasks, sizes.concurrency_turns, replay_tasks, sizes.replay_turns)
     return section_from(profiles, tasks, sizes.concurrency_turns, replay_tasks)
 
@@ -346,14 +432,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--replay-tasks", type=int, default=200)
+    parser.add_argument("--replay-tasks", type=int, default=400)
     parser.add_argument("--replay-turns", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print the sample counts as JSON too")
     args = parser.parse_args(argv)
     profiles = measure(args.tasks, args.turns, args.replay_tasks, args.replay_turns)
     print(table(profiles))
+    print()
+    print(summary(profiles))
     if args.json:
-        print(json.dumps({k: {"counts": p.counts, "cpu_ms": p.cpu_ms_per_unit} for k, p in profiles.items()}))
+        print(
+            json.dumps(
+                {
+                    k: {"counts": p.counts, "cpu_ms": p.cpu_ms_per_unit, "gc_ms": p.gc_ms_per_unit}
+                    for k, p in profiles.items()
+                }
+            )
+        )
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks.common import Section, Sizes, Stat, Target, md_table, python, subprocess_env
 
-TARGET_TPS = 2000.0
+TARGET_TPS = 5000.0
 SNAPSHOTS = ("none", "all")
 
 
@@ -56,6 +56,7 @@ def child(source: Path, dataset: Path, snapshot: str, folder: Path, turns: int, 
     figures = asyncio.run(run_experiment(cfg, folder / f"replay-{snapshot}"))
     return {
         "wall_s": figures.wall_s,
+        "gc_s": figures.gc_s,
         "turns": figures.turns,
         "correct": figures.correct,
         "completed": figures.completed,

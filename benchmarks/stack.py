@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, GcClock
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.tools.calculator import CalculationError, calculate
@@ -165,6 +165,7 @@ class RunFigures:
     turns: int
     errors: list[str]
     cpu_s: float  # CPU time of this process (all its threads) while the tasks ran
+    gc_s: float = 0.0  # of which the cyclic garbage collector's
 
 
 async def run_experiment(
@@ -185,11 +186,12 @@ async def run_experiment(
     try:
         async with open_provider(parts.provider_cfg) as provider:
             experiment = build_experiment(cfg, parts, provider, recorder, open_tools=open_tools)
-            t0 = time.perf_counter()
-            cpu0 = time.process_time()
-            result = await experiment.run(parts.tasks)
-            wall = time.perf_counter() - t0
-            cpu = time.process_time() - cpu0
+            with GcClock() as collector:
+                t0 = time.perf_counter()
+                cpu0 = time.process_time()
+                result = await experiment.run(parts.tasks)
+                wall = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
     finally:
         await asyncio.to_thread(recorder.close)
     outcomes = result.outcomes
@@ -200,4 +202,5 @@ async def run_experiment(
         turns=sum(o.turns for o in outcomes),
         errors=sorted({o.error for o in outcomes if o.error})[:3],
         cpu_s=cpu,
+        gc_s=collector.seconds,
     )
