@@ -161,12 +161,12 @@ The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} 
         )
     ]
     notes = [
-        "Where a replayed turn's time goes (cProfile, recorder off): the saved reply is one directory scan and "
-        "one `output.json` read away (`ReplayProvider.send` goes straight to `turn_NNN/NN_call_model`, and "
-        "compares the new request with the saved one by plain equality, walking the difference only when they "
-        "differ); most of the rest is the turn's own nodes (normalize, parse, repair, dispatch), the agent loop "
-        "and the experiment's per-task set-up (workspace folder). The engine's own scheduling is a few "
-        "microseconds per node (first section).",
+        "Where a replayed turn's time goes is the last column of the profile section: the saved reply is one "
+        "directory scan and one `output.json` read away (`ReplayProvider.send` goes straight to "
+        "`turn_NNN/NN_call_model` and compares the new request with the saved one by plain equality); the replay "
+        "audit, which decides whether a task replayed exactly, serialises every node's output and compares it "
+        "with the saved file (the recorder row, with the recorder off); the rest is the turn's own nodes, the "
+        "engine, the agent loop and the experiment's per-task set-up (workspace folder, scoring).",
         f"With the recorder on, each turn writes {results['source_files'] // max(results['source_turns'], 1)} "
         "files atomically; on this machine's disk that, not Python, bounds the rate (see the recorder rows of the "
         "engine-overhead table for the disk's own pace).",
