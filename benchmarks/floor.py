@@ -110,8 +110,8 @@ async def run_floor(tasks: int, turns: int, base_url: str, answer: str, clients:
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
     finally:
-        for client in pool:
-            await client.close()
+        for made in pool:
+            await made.close()
     done = [o for o in outcomes if isinstance(o, tuple)]
     errors = sorted({f"{type(o).__name__}: {o}"[:200] for o in outcomes if isinstance(o, BaseException)})[:3]
     return {
