@@ -114,7 +114,16 @@ IMPORTS = "imports inside the run"
 OTHER = "other"
 GC = "cyclic garbage collector (timed apart)"
 
-_SDK_PARTS: tuple[str, ...] = ("/anthropic/", "/openai/", "/httpx/", "/httpx2/", "/httpcore/", "/httpcore2/", "/h11/", "/anyio/")
+_SDK_PARTS: tuple[str, ...] = (
+    "/anthropic/",
+    "/openai/",
+    "/httpx/",
+    "/httpx2/",
+    "/httpcore/",
+    "/httpcore2/",
+    "/h11/",
+    "/anyio/",
+)
 _SDK_PARTS += ("/sniffio/",)
 _SDK_PARTS += ("/idna/", "/certifi/", "/h2/", "/distro/", "/jiter/", "/ssl.py", "/socket.py", "/http/")
 _ASYNCIO_PARTS = ("/asyncio/", "/selectors.py", "/uvloop/", "/concurrent/futures/")
