@@ -262,7 +262,6 @@ class GcClock:
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self.collections = 0
         self._began = 0.0
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
@@ -270,7 +269,6 @@ class GcClock:
             self._began = time.perf_counter()
         else:
             self.seconds += time.perf_counter() - self._began
-            self.collections += 1
 
     def __enter__(self) -> GcClock:
         gc.callbacks.append(self._callback)

@@ -401,12 +401,12 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
     measured_ahead = [v for v in ahead.values() if v is not None]
     peak_top = max(peaks["flowllm"][top], peaks["workers"].get(top, 0.0))
     inspect_error = results.get("inspect_error")
-    cpu_level = {
-        k: Stat.of([r["cpu_s"] / max(r["turns"], 1) for r in results[k][floor_level]]).median
-        for k in ("levels", "floor")
+    cpu_turn = {  # CPU ms per model call at the floor's level, each column's median
+        c: Stat.of([r["cpu_s"] / max(r["turns"], 1) * 1000 for r in results[k][floor_level]]).median
+        for c, k in zip(COLUMNS, ("levels", "workers", "floor", "inspect"), strict=True)
         if results[k].get(floor_level)
     }
-    cpu_over = cpu_level["levels"] / cpu_level["floor"] if len(cpu_level) == 2 else None
+    cpu_over = cpu_turn["flowllm"] / cpu_turn["floor"] if "flowllm" in cpu_turn and "floor" in cpu_turn else None
     targets = [
         Target(
             f"flowllm's CPU per turn over the floor's per call at {floor_level} tasks (1 worker)",
@@ -469,11 +469,6 @@ median (min-max).
     runs_top = results["levels"][top]
     cpu_top = Stat.of([r["cpu_s"] for r in runs_top]).median
     wall_top = Stat.of([r["wall_s"] for r in runs_top]).median
-    cpu_turn = {
-        c: Stat.of([r["cpu_s"] / max(r["turns"], 1) * 1000 for r in results[k][floor_level]]).median
-        for c, k in zip(COLUMNS, ("levels", "workers", "floor", "inspect"), strict=True)
-        if results[k].get(floor_level)
-    }
     notes = [
         f"At {top:,} tasks the flowllm process is busy for {cpu_top / wall_top:.0%} of the wall time "
         f"({cpu_top:.1f} s of CPU in {wall_top:.1f} s): past a few hundred tasks every column is bound by the CPU "

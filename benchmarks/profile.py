@@ -2,8 +2,9 @@
 
 The concurrency benchmark's child (N tasks x T turns against the emulator, the real stack) and the replay
 benchmark's child (a saved run re-processed with ``provider=replay``) each run under py-spy, which samples the
-process's stacks without instrumenting it (``--nonblocking``: the process is never paused). The bare-SDK floor
-(``benchmarks/floor.py``) is sampled the same way, so the SDK's own share is measured, not assumed.
+process's stacks without instrumenting it (``--nonblocking``: the process is never paused; ``--gil``: only the
+thread holding the interpreter lock, so a thread waiting in a file-system call is not counted as busy). The
+bare-SDK floor (``benchmarks/floor.py``) is sampled the same way, so the SDK's own share is measured, not assumed.
 
 Each sample is given to one component by its stack, read from the innermost frame outwards: the first frame that
 belongs to a component names it. Frames of general-purpose libraries (pydantic, json, copy, typing, logging,
@@ -12,8 +13,8 @@ the Anthropic SDK counts as the SDK's, the same validation run by flowllm's norm
 samples taken inside the timed part of the run count, the part whose CPU time the figures divide: flowllm's
 ``Experiment.run`` and the floor's tasks (``one_task``), with the event loop and the worker threads while they
 run. Imports, config composition, opening the provider, the floor's untimed warm-up call and closing are left
-out (``in_timed_part``). The cyclic garbage collector leaves no frame of its own: its time
-is charged to whichever frame allocated when it ran.
+out (``in_timed_part``). The cyclic garbage collector leaves no frame of its own (py-spy charges it to whichever
+frame allocated), so the children time it apart (``GcClock``) and it is a line of its own.
 
     pip install py-spy && python -m benchmarks.profile [--tasks 500] [--turns 5] [--replay-tasks 400]
 
@@ -279,13 +280,13 @@ class Profile:
         return (self.cpu_ms_per_unit - self.gc_ms_per_unit) * share
 
     @classmethod
-    def of(cls, runs: list[tuple[Counter[str], dict[str, Any]]], unit: str, per: str) -> Profile:
-        """Several profiled runs of one command added up: ``unit`` names the figure divided (``cpu_s`` or
-        ``wall_s``), ``per`` the count it is divided by."""
+    def of(cls, runs: list[tuple[Counter[str], dict[str, Any]]], unit: str) -> Profile:
+        """Several profiled runs of one command added up, per turn: ``unit`` names the figure divided (``cpu_s``
+        or ``wall_s``)."""
         counts: Counter[str] = Counter()
         for found, _ in runs:
             counts.update(found)
-        units = sum(max(figures[per], 1) for _, figures in runs)
+        units = sum(max(figures["turns"], 1) for _, figures in runs)
         spent = sum(figures[unit] for _, figures in runs)
         collected = sum(figures.get("gc_s", 0.0) for _, figures in runs)
         return cls(dict(counts), 1000 * spent / units, 1000 * collected / units)
@@ -338,11 +339,11 @@ def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int) -> dic
             for n in range(REPEATS):
                 (folder / f"live-{n}").mkdir()
                 runs.append(_profiled([*live, "--folder", str(folder / f"live-{n}")], folder / f"live-{n}"))
-            profiles["flowllm"] = Profile.of(runs, "cpu_s", "turns")
+            profiles["flowllm"] = Profile.of(runs, "cpu_s")
             floor_cmd = [python(), "-m", "benchmarks.floor", "--tasks", str(tasks), "--turns", str(turns)]
             floor_cmd += ["--base-url", emulator.base_url, "--answer", multi_turn_answer(turns)]
             runs = [_profiled(floor_cmd, folder / f"floor-{n}") for n in range(REPEATS)]
-            profiles["floor"] = Profile.of(runs, "cpu_s", "turns")
+            profiles["floor"] = Profile.of(runs, "cpu_s")
         rsizes = Sizes(**{**sizes.__dict__, "replay_tasks": replay_tasks, "replay_turns": replay_turns})
         source, dataset, _ = replay.make_source(folder / "replay-source", rsizes)
         replay_cmd = [python(), "-m", "benchmarks.replay", "--child", "--source", str(source)]
@@ -351,7 +352,7 @@ def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int) -> dic
         for n in range(REPEATS):
             out = folder / f"replay-out-{n}"
             runs.append(_profiled([*replay_cmd, "--folder", str(out)], folder / f"replay-{n}"))
-        profiles["replay"] = Profile.of(runs, "wall_s", "turns")
+        profiles["replay"] = Profile.of(runs, "wall_s")
     return profiles
 
 
@@ -398,16 +399,13 @@ def summary(profiles: dict[str, Profile]) -> str:
     shared = (SDK, ASYNCIO, GC)
     gap = live.cpu_ms_per_unit - floor.cpu_ms_per_unit
     parts = {name: live.ms(name) - floor.ms(name) for name in shared}
-    own = sum(live.ms(name) for name in ORDER if name not in shared) - sum(
-        floor.ms(name) for name in ORDER if name not in shared
-    )
+    own = gap - sum(parts.values())  # every other row, the floor's few lines of tool handling netted out
     return (
         f"flowllm spends {live.cpu_ms_per_unit:.2f} ms of CPU per turn, the floor {floor.cpu_ms_per_unit:.2f} ms "
         f"per call: {gap:+.2f} ms. Of that, {parts[SDK]:+.2f} ms is the SDK and its HTTP stack doing the same "
         f"calls inside flowllm's process, {parts[ASYNCIO]:+.2f} ms the event loop and thread hand-offs, "
-        f"{parts[GC]:+.2f} ms the garbage collector (a larger live heap: hundreds of suspended task stacks, "
-        f"histories, records), and {own:+.2f} ms flowllm's own code (every other row, net of the floor's few "
-        "lines of tool handling)."
+        f"{parts[GC]:+.2f} ms the garbage collector, and {own:+.2f} ms flowllm's own code (every other row, "
+        "'other' included, net of the floor's few lines of tool handling)."
     )
 
 

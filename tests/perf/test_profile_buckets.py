@@ -45,3 +45,38 @@ def test_only_samples_of_the_timed_part_of_a_run_count() -> None:
         "one_task": 2,
         "WorkspaceRoot.keep": 9,
     }
+
+
+def test_the_collector_is_a_line_of_its_own_and_the_rest_is_split_by_the_samples() -> None:
+    from collections import Counter
+
+    from benchmarks.profile import GC, OTHER, Profile, summary
+
+    # Two runs of 100 turns: 300 ms of CPU, 60 of them in the collector.
+    runs = [
+        (Counter({SDK: 30, DISPATCH: 10}), {"cpu_s": 0.1, "gc_s": 0.02, "turns": 100}),
+        (Counter({SDK: 30, OTHER: 10}), {"cpu_s": 0.2, "gc_s": 0.04, "turns": 100}),
+    ]
+    live = Profile.of(runs, "cpu_s")
+    assert abs(live.cpu_ms_per_unit - 1.5) < 1e-12 and abs(live.gc_ms_per_unit - 0.3) < 1e-12
+    assert abs(live.ms(GC) - 0.3) < 1e-12
+    assert abs(live.ms(SDK) - 1.2 * 60 / 80) < 1e-12  # the CPU outside the collector, by the samples' share
+    assert abs(sum(live.ms(name) for name in (SDK, DISPATCH, OTHER, GC)) - 1.5) < 1e-12
+    floor = Profile({SDK: 10}, 1.0, 0.1)
+    text = summary({"flowllm": live, "floor": floor, "replay": floor})
+    # +0.50 in all: SDK 0.90 - 0.90, collector 0.30 - 0.10, the rest is flowllm's own.
+    assert "+0.50 ms" in text and "+0.00 ms is the SDK" in text and "+0.20 ms the garbage collector" in text
+    assert "+0.30 ms flowllm's own code" in text
+
+
+def test_the_gc_clock_times_collections_inside_its_block_only() -> None:
+    import gc
+
+    from benchmarks.common import GcClock
+
+    with GcClock() as clock:
+        gc.collect()
+    inside = clock.seconds
+    assert inside > 0
+    gc.collect()
+    assert clock.seconds == inside and clock._callback not in gc.callbacks
