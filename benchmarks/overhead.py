@@ -136,6 +136,10 @@ class TimedObserver:
     def records_nodes(self) -> bool:
         return self.inner.records_nodes
 
+    @property
+    def reads_meta(self) -> bool:
+        return self.inner.reads_meta
+
     def on_node(
         self,
         ctx: TurnContext,

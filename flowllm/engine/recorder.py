@@ -23,13 +23,14 @@ credential (``authorization``, ``x-api-key``, ``api_key``...) has its value mask
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import queue
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,6 +77,12 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
     return repr(obj)
+
+
+def unmasked_record(value: Any) -> bytes:
+    """How a record of ``value`` reads before secrets are masked and media moved to blobs (``Redactor.dumps``
+    without the masking): when this equals a saved record byte for byte, so does the masked form."""
+    return orjson.dumps(value, default=_default, option=_OPTIONS) + b"\n"
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -176,6 +183,11 @@ def _write_in(folder: str, name: str, data: bytes) -> None:
     os.replace(tmp, f"{folder}/{name}")
 
 
+def _settle_future(future: asyncio.Future[None]) -> None:
+    if not future.done():  # a cancelled waiter's future is done already
+        future.set_result(None)
+
+
 class _Writer:
     """One background thread writing queued files in order; ``flush`` waits until the queue is on disk.
 
@@ -185,7 +197,8 @@ class _Writer:
     """
 
     def __init__(self, tasks_root: str = "") -> None:
-        self._queue: queue.SimpleQueue[list[_Write] | threading.Event | None] = queue.SimpleQueue()
+        # Files to write, a callback to call once everything queued before it is written, or None to stop.
+        self._queue: queue.SimpleQueue[list[_Write] | Callable[[], None] | None] = queue.SimpleQueue()
         self._made: set[str] = set()  # folders this writer created or found (saves a mkdir per file)
         self._tasks_prefix = tasks_root.rstrip("/") + "/" if tasks_root else ""
         self.errors = 0
@@ -202,8 +215,8 @@ class _Writer:
             item = self._queue.get()
             if item is None:
                 return
-            if isinstance(item, threading.Event):
-                item.set()
+            if not isinstance(item, list):
+                item()
                 continue
             for folder, name, data in item:
                 self._write(folder, name, data)
@@ -237,8 +250,22 @@ class _Writer:
         if not self._thread.is_alive():
             return
         done = threading.Event()
-        self._queue.put(done)
+        self._queue.put(done.set)
         done.wait()
+
+    async def flushed(self) -> None:
+        """``flush`` for the event loop, with no thread of its own: the writer wakes the loop when it is done."""
+        if not self._thread.is_alive():
+            return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+                loop.call_soon_threadsafe(_settle_future, done)
+
+        self._queue.put(wake)
+        await done
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -289,6 +316,11 @@ class Recorder:
         """False under snapshot=none (and no listener): the runners then skip timing and meta for nodes nobody
         records."""
         return self.snapshot != "none" or bool(self.listeners)
+
+    @property
+    def reads_meta(self) -> bool:
+        """Whatever it records, it records with the node's meta (``meta.json``, the listeners' spans)."""
+        return self.records_nodes
 
     @property
     def write_errors(self) -> int:
@@ -380,6 +412,10 @@ class Recorder:
     def flush(self) -> None:
         """Block until every submitted write is on disk."""
         self._writer.flush()
+
+    async def flushed(self) -> None:
+        """Wait, on the event loop, until every submitted write is on disk."""
+        await self._writer.flushed()
 
     def close(self) -> None:
         self._closed = True

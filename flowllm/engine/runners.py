@@ -44,6 +44,13 @@ class NodeObserver(Protocol):
         and meta for it."""
         ...
 
+    @property
+    def reads_meta(self) -> bool:
+        """False when it reads a node's inputs and outputs but never its meta (start, duration, status, error):
+        the replay audit with nothing to forward to. The runners then neither time the node nor build its meta,
+        and hand it an empty one."""
+        ...
+
     def on_node(
         self,
         ctx: TurnContext,
@@ -142,16 +149,17 @@ class _Executor:
     ``_Pending`` for ``finish``. ``run`` is called exactly once either way.
     """
 
-    __slots__ = ("ctx", "observer", "runner")
+    __slots__ = ("ctx", "observer", "runner", "timed")
 
     def __init__(self, ctx: TurnContext, observer: NodeObserver | None, runner: str) -> None:
         self.ctx = ctx
         self.observer = observer
         self.runner = runner
+        self.timed = observer is not None and observer.reads_meta
 
     def start(self, step: _Step, state: Mapping[str, Any]) -> dict[str, Any] | _Pending:
         inputs = step.gather(state)
-        timed = self.observer is not None
+        timed = self.timed
         started = time.time() if timed else 0.0
         t0 = time.perf_counter() if timed else 0.0
         try:
@@ -181,14 +189,16 @@ class _Executor:
         except Exception as exc:
             raise self._failed(step, inputs, started, t0, exc) from exc
         if self.observer is not None:
-            self.observer.on_node(self.ctx, step.node, inputs, result, _meta(started, t0, self.runner, None))
+            meta = _meta(started, t0, self.runner, None) if self.timed else {}
+            self.observer.on_node(self.ctx, step.node, inputs, result, meta)
         return step.keyed(result)
 
     def _failed(
         self, step: _Step, inputs: dict[str, Any], started: float, t0: float, exc: Exception
     ) -> NodeExecutionError:
         if self.observer is not None:
-            self.observer.on_node(self.ctx, step.node, inputs, None, _meta(started, t0, self.runner, exc))
+            meta = _meta(started, t0, self.runner, exc) if self.timed else {}
+            self.observer.on_node(self.ctx, step.node, inputs, None, meta)
         return NodeExecutionError(step.name, exc)
 
 

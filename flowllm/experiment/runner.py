@@ -179,6 +179,8 @@ class Experiment:
         """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
         self.recorder.forget_task_errors(task.task_id)
         task_dir = self.recorder.task_dir(task.task_id)
+        if not task_dir.exists():  # a new run's task (or a new task): nothing of an earlier run to clear
+            return
         stale_dirs = (task_dir / WORKSPACE_DIR, task_dir / ATTEMPTS_DIR, task_dir / LEGACY_AGENTS_DIR)
         for stale in (*task_dir.glob(TURN_GLOB), *stale_dirs):
             shutil.rmtree(stale, ignore_errors=True)
@@ -203,9 +205,13 @@ class Experiment:
             shutil.copy2(task.attachment, workspace / Path(task.file_name or "").name)
         return workspace
 
-    def _keep_workspace(self, task: Task) -> None:
-        """After an attempt: its workspace moves into ``tasks/<id>/workspace``, where it is kept for reading."""
-        self.workspaces.keep(task_folder_name(task.task_id), self._records_dir(task) / WORKSPACE_DIR)
+    async def _keep_workspace(self, task: Task) -> None:
+        """After an attempt: its workspace moves into ``tasks/<id>/workspace``, where it is kept for reading. One
+        rename on the event loop when it can; a copy (another filesystem) or a replacement in a thread."""
+        name, target = task_folder_name(task.task_id), self._records_dir(task) / WORKSPACE_DIR
+        if not self.workspaces.keep_by_rename(name, target):
+            # Shielded: a cancelled task still keeps its workspace (the move finishes in its thread).
+            await asyncio.shield(asyncio.to_thread(self.workspaces.keep, name, target))
 
     def _shelve_attempt(self, task: Task, number: int) -> None:
         """Move a finished attempt's records aside so the next attempt starts from the task folder again."""
@@ -258,7 +264,7 @@ class Experiment:
                         finally:
                             tools_start = tools.startup_seconds if tools is not None else 0.0
             finally:
-                await asyncio.shield(asyncio.to_thread(self._keep_workspace, task))
+                await self._keep_workspace(task)
         except TimeoutError:
             error = f"task timed out after {self.settings.task_timeout_s:g}s (experiment.task_timeout_s)"
         except asyncio.CancelledError:
@@ -337,14 +343,14 @@ class Experiment:
             outcome = await self._run_epochs(task)
         else:
             outcome = await self._run_attempts(task)
-            await asyncio.to_thread(self.recorder.flush)
+            await self.recorder.flushed()
             self._fail_if_unrecorded(outcome)
         # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
         # result.json stays the last file of a finished task).
         self.recorder.write_json(self.recorder.layout.timing(task.task_id), outcome.timing_dict())
         self.recorder.finish_task(task.task_id, outcome.to_dict())
         self._handed_over[task.task_id] = outcome
-        await asyncio.to_thread(self.recorder.flush)
+        await self.recorder.flushed()
         self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
         return outcome
 
@@ -362,7 +368,7 @@ class Experiment:
                     continue
                 await asyncio.to_thread(self._fresh_epoch_dir, folder)
                 outcome = await self._run_attempts(task)
-                await asyncio.to_thread(self.recorder.flush)
+                await self.recorder.flushed()
                 self._fail_if_unrecorded(outcome)
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
                 self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
@@ -540,7 +546,7 @@ class Experiment:
             if self.progress:
                 self.progress.stop()
             await tools_stack.aclose()
-            await asyncio.to_thread(self.recorder.flush)
+            await self.recorder.flushed()
             await asyncio.to_thread(self.workspaces.close)
         for task_id, outcome in self._handed_over.items():
             if task_id not in outcomes:  # cancelled while its result.json was being written: it is on disk

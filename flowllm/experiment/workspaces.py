@@ -58,9 +58,32 @@ class WorkspaceRoot:
     def fresh(self, name: str) -> Path:
         """An empty workspace for the task folder ``name``."""
         workspace = self.root / name
-        shutil.rmtree(workspace, ignore_errors=True)
-        workspace.mkdir()
+        try:
+            workspace.mkdir()
+        except FileExistsError:  # an earlier attempt's, not kept: start empty
+            shutil.rmtree(workspace, ignore_errors=True)
+            workspace.mkdir()
         return workspace
+
+    def keep_by_rename(self, name: str, target: Path) -> bool:
+        """``keep`` done with one rename, when it can be (``target`` absent, its parent made if need be): a few
+        system calls, cheap enough for the event loop. False when it takes ``keep``: ``target`` exists, or the
+        run directory is on another filesystem."""
+        source = self.root / name
+        try:
+            os.rename(source, target)
+            return True
+        except FileNotFoundError:
+            if not source.is_dir():
+                return True  # gone: nothing to keep
+        except OSError:
+            return False
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(source, target)
+            return True
+        except OSError:
+            return False
 
     def keep(self, name: str, target: Path) -> None:
         """Move the workspace of ``name`` to ``target`` (replacing what is there); nothing to do if it is gone."""

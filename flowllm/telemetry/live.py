@@ -57,6 +57,7 @@ class LiveTelemetry:
     """A run listener (``flowllm.engine.recorder.RunListener``) that turns each finished task into spans."""
 
     records_nodes = True
+    reads_meta = True  # a span's start, duration and status
 
     def __init__(self, pipeline: SpanPipeline, run_dir: Path, dumps: Callable[[Any], bytes]) -> None:
         self.pipeline = pipeline

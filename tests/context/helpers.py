@@ -86,6 +86,7 @@ class Outputs:
     inputs: dict[tuple[str, int, str], Mapping[str, Any]] = field(default_factory=dict)
     folders: dict[int, list[str]] = field(default_factory=dict)
     records_nodes: bool = True
+    reads_meta: bool = False
 
     def on_node(
         self,

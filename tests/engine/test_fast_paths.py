@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from flowllm.engine import BoundNode, Node, Recorder, TurnContext, build_pipeline, make_runner
+from flowllm.engine.errors import NodeExecutionError
 from flowllm.engine.recorder import read_json
 
 RUNNERS = ["legacy", "graph", "graph_parallel"]
@@ -42,9 +43,11 @@ class Renamed(Node):
 
 
 class Collecting:
-    def __init__(self, records: bool) -> None:
+    def __init__(self, records: bool, reads_meta: bool = True) -> None:
         self.records_nodes = records
+        self.reads_meta = reads_meta
         self.seen: list[str] = []
+        self.metas: list[dict[str, Any]] = []
 
     def on_node(
         self,
@@ -55,6 +58,7 @@ class Collecting:
         meta: dict[str, Any],
     ) -> None:
         self.seen.append(node.name)
+        self.metas.append(meta)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -87,6 +91,27 @@ async def test_observers_that_record_nothing_are_not_called(runner: str) -> None
     await make_runner(runner).run(pipeline, {"value": 1}, TurnContext("t", 1), quiet)
     await make_runner(runner).run(pipeline, {"value": 1}, TurnContext("t", 1), loud)
     assert quiet.seen == [] and loud.seen == ["r"]
+
+
+class Failing(Node):
+    outputs = ("total",)
+
+    def run(self, ctx: TurnContext, value: int) -> dict[str, Any]:
+        raise ValueError("no")
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+async def test_an_observer_that_reads_no_meta_gets_an_empty_one(runner: str) -> None:
+    pipeline = build_pipeline({"r": {"_target_": Renamed()}}, provided=("value",))
+    timed, untimed = Collecting(records=True), Collecting(records=True, reads_meta=False)
+    await make_runner(runner).run(pipeline, {"value": 1}, TurnContext("t", 1), timed)
+    await make_runner(runner).run(pipeline, {"value": 1}, TurnContext("t", 1), untimed)
+    assert timed.metas[0]["status"] == "ok" and timed.metas[0]["runner"] == runner
+    assert untimed.seen == ["r"] and untimed.metas == [{}]
+    failing = build_pipeline({"f": {"_target_": Failing()}}, provided=("value",))
+    with pytest.raises(NodeExecutionError):
+        await make_runner(runner).run(failing, {"value": 1}, TurnContext("t", 1), untimed)
+    assert untimed.seen == ["r", "f"] and untimed.metas[-1] == {}  # still told of the failure
 
 
 def test_recorder_keeps_write_order_and_survives_a_removed_folder(tmp_path: Path) -> None:

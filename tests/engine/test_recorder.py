@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -86,3 +87,23 @@ async def test_snapshot_modes(tmp_path: Path, snapshot: str, status: str, kept: 
 def test_unknown_snapshot_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="all, errors, none"):
         Recorder(tmp_path, snapshot="some")
+
+
+async def test_flushed_waits_on_the_loop_for_every_write(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path)
+    files = [tmp_path / "tasks" / f"t{i}" / "result.json" for i in range(200)]
+    for i, path in enumerate(files):
+        rec.write_json(path, {"i": i})
+    await rec.flushed()
+    assert all(read_json(path) == {"i": i} for i, path in enumerate(files))
+    # A waiter cancelled before the writer got to it leaves the writer working for the next one.
+    rec.write_json(files[0], {"i": "again"})
+    waiter = asyncio.ensure_future(rec.flushed())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await rec.flushed()
+    assert read_json(files[0]) == {"i": "again"}
+    rec.close()
+    await rec.flushed()  # closed: nothing to wait for

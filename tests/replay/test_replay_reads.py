@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,6 +11,7 @@ import pytest
 
 from flowllm.core.interfaces import CallContext
 from flowllm.engine import TurnContext
+from flowllm.engine.blobs import BlobStore
 from flowllm.engine.recorder import Redactor, read_json
 from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.providers.replay import READ_CHUNK, build_replay_provider, read_saved
@@ -101,3 +103,40 @@ def test_the_audit_compares_with_the_output_the_provider_gave(tmp_path: Path) ->
     given[TurnDirs(layout).node_file("v", 2, 3, "call_model", OUTPUT_FILE)] = b"kept"
     audit.on_node(TurnContext("v", 2), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
     assert not given
+
+
+def test_the_audit_compares_what_a_record_would_hold_masked_and_with_blobs(tmp_path: Path) -> None:
+    """The plain bytes are compared first; a saved record that was masked or had media moved to a blob still
+    compares equal to the same output, and a secret or a picture that differs still diverges."""
+    layout = RunLayout(tmp_path)
+    redactor = Redactor(["sk-this-is-a-long-secret"], environ={})
+    records = BlobStore(tmp_path, None)
+
+    def record(value: dict[str, object]) -> bytes:  # what the recorder writes for a node's output
+        return records.serialize(value, redactor.dumps)
+
+    image = {"type": "image", "media_type": "image/png", "data": base64.b64encode(b"\x89PNG pixels").decode()}
+    other = {**image, "data": base64.b64encode(b"\x89PNG other").decode()}
+    node = SimpleNamespace(index=2, name="dispatch_tools")
+    cases: dict[str, dict[str, object]] = {
+        "secret": {"text": "key sk-this-is-a-long-secret", "api_key": "v"},
+        "media": {"content": [image]},
+        "plain": {"text": "nothing to mask"},
+    }
+    for task, output in cases.items():
+        path = Path(TurnDirs(layout).node_file(task, 1, 2, "dispatch_tools", OUTPUT_FILE))
+        path.parent.mkdir(parents=True)
+        path.write_bytes(record(output))
+    audit = ReplayAudit(layout, redactor.dumps)
+    for task, output in cases.items():
+        audit.on_node(TurnContext(task, 1), node, {}, output, {})  # type: ignore[arg-type]
+        assert audit.verdict(task, missed=False) == {"status": "exact"}, task
+    # The same files against other outputs: another secret, another picture.
+    changed: dict[str, dict[str, object]] = {
+        "secret": {"text": "key sk-another-long-secret!", "api_key": "v"},
+        "media": {"content": [other]},
+    }
+    for task, output in changed.items():
+        audit.forget(task)
+        audit.on_node(TurnContext(task, 1), node, {}, output, {})  # type: ignore[arg-type]
+        assert audit.verdict(task, missed=False)["status"] == "diverged", task
