@@ -71,6 +71,14 @@ class TurnContext:
     agent: str = "main"
     scope: str = ""  # see CallContext.scope
 
+    def with_fanout(self, fanout: FanOut) -> TurnContext:
+        """This context with the runner's fan-out (``dataclasses.replace`` without its per-field checks: every
+        turn of every runner makes one)."""
+        twin = object.__new__(TurnContext)
+        twin.__dict__.update(self.__dict__)
+        twin.fanout = fanout
+        return twin
+
     @property
     def call_context(self) -> CallContext:
         return CallContext(task_id=self.task_id, turn=self.turn, agent=self.agent, scope=self.scope)

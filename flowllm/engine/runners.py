@@ -21,7 +21,6 @@ import time
 import traceback
 import weakref
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
@@ -166,7 +165,7 @@ class _Executor:
             result = step.run(self.ctx, **inputs)
         except Exception as exc:
             raise self._failed(step, inputs, started, t0, exc) from exc
-        if step.is_async or inspect.isawaitable(result):
+        if step.is_async or (type(result) is not dict and inspect.isawaitable(result)):
             return _Pending(result, inputs, started, t0)
         return self._settle(step, inputs, started, t0, result)
 
@@ -324,6 +323,8 @@ class Runner:
             )
         self.item_timeout_s = item_timeout_s
         self.fanout_timeout_s = fanout_timeout_s
+        # Read-only for the nodes: one serves every turn.
+        self._fanout = FanOut(self.concurrent_fanout, item_timeout_s, fanout_timeout_s)
 
     def validate(self, pipeline: Pipeline) -> None:
         """Refuse a pipeline this strategy cannot run (checked once, before any task)."""
@@ -338,7 +339,7 @@ class Runner:
         ctx: TurnContext,
         observer: NodeObserver | None = None,
     ) -> dict[str, Any]:
-        ctx = replace(ctx, fanout=FanOut(self.concurrent_fanout, self.item_timeout_s, self.fanout_timeout_s))
+        ctx = ctx.with_fanout(self._fanout)
         plan = _plan(pipeline)
         state = dict(inputs)
         await _run_loop(self.schedule(plan), plan, state, _Executor(ctx, _active(observer), self.name), self.overlap)

@@ -146,3 +146,14 @@ def test_credential_fields_in_any_case_are_still_masked(tmp_path: Path) -> None:
     data = read_json(tmp_path / "x.json")
     assert data["X-API-KEY"] == data["Proxy-Authorization"] == data["Secret"] == "[redacted]"
     assert data["note"] == "monkey keys"
+
+
+def test_with_fanout_is_replace() -> None:
+    import dataclasses
+
+    from flowllm.engine.context import FanOut
+
+    ctx = TurnContext("t", 3, agent="coder", scope="turn_001/subagents/coder-c1")
+    fanout = FanOut(True, 5.0, 50.0)
+    assert ctx.with_fanout(fanout) == dataclasses.replace(ctx, fanout=fanout)
+    assert ctx.with_fanout(fanout) is not ctx and ctx.fanout == FanOut()  # the original is left as it was
