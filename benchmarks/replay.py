@@ -4,7 +4,9 @@ A run of ``tasks x turns`` turns is made first (offline, through the emulator, e
 re-run with ``provider=replay provider.run_dir=<that run>``: each model call is answered from the saved
 ``call_model`` output, and everything after it runs for real (normalize, parse, repair, dispatch to the
 in-process calculator, the agent loop, scoring). Each replay runs in a fresh process pinned to one CPU (where the
-OS allows it), so the figure is what one core does; the recorder's writer thread shares that core.
+OS allows it), so the figure is what one core does; the recorder's writer thread shares that core. Where
+valgrind is installed, the instructions per turn are counted too (``instructions_per_turn``): a figure that
+repeats on a shared machine.
 
     python -m benchmarks.replay [--quick]
 """
@@ -15,6 +17,8 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -25,6 +29,8 @@ from benchmarks.common import Section, Sizes, Stat, Target, md_table, python, su
 
 TARGET_TPS = 5000.0
 SNAPSHOTS = ("none", "all")
+INSTRUCTION_TASKS = (20, 60)  # the two replays whose instruction counts are subtracted
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
 
 
 def _pin_to_one_core() -> str:
@@ -86,6 +92,64 @@ def make_source(folder: Path, sizes: Sizes) -> tuple[Path, Path, int]:
     return run_dir, work.dataset, figures.turns
 
 
+def _child_cmd(source: Path, dataset: Path, snapshot: str, folder: Path, turns: int, pin: bool = True) -> list[str]:
+    return [*_child_argv(source, dataset, snapshot, folder, turns), *([] if pin else ["--no-pin"])]
+
+
+def _child_argv(source: Path, dataset: Path, snapshot: str, folder: Path, turns: int) -> list[str]:
+    return [
+        python(),
+        "-m",
+        "benchmarks.replay",
+        "--child",
+        "--source",
+        str(source),
+        "--dataset",
+        str(dataset),
+        "--snapshot",
+        snapshot,
+        "--folder",
+        str(folder),
+        "--turns",
+        str(turns),
+    ]
+
+
+def _subset(dataset: Path, tasks: int, folder: Path) -> Path:
+    """The first ``tasks`` tasks of ``dataset``, as a dataset folder of their own."""
+    folder.mkdir(parents=True)
+    rows = (dataset / "metadata.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "metadata.jsonl").write_text("".join(rows[:tasks]), encoding="utf-8")
+    return folder
+
+
+def instructions_per_turn(source: Path, dataset: Path, folder: Path, turns: int) -> dict[str, Any] | None:
+    """Instructions per replayed turn, recorder off, counted by callgrind: the same figure on a busy machine
+    and on a quiet one, where the wall time of a replay varies by a third between runs. Two replays that differ
+    only in their number of tasks (INSTRUCTION_TASKS) run under valgrind; the difference of their totals over
+    the difference of their turns leaves start-up out. None when valgrind is not installed."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    env = {**subprocess_env(), "PYTHONHASHSEED": "0"}  # the same dict layouts in both runs
+    procs = []
+    for tasks in INSTRUCTION_TASKS:
+        subset = _subset(dataset, tasks, folder / f"dataset-{tasks}")
+        cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={folder / f'callgrind-{tasks}.out'}"]
+        # Not pinned: each replay on a core of its own (pinning picks the same first core for both).
+        cmd += _child_cmd(source, subset, "none", folder / f"counted-{tasks}", turns, pin=False)
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    totals = []
+    for proc in procs:  # both at once: the machine has two cores, and callgrind runs one thread at a time
+        out, err = proc.communicate(timeout=3600)
+        found = _COLLECTED.search(err)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"replay under callgrind failed:\n{err[-3000:]}")
+        totals.append((int(found.group(1).replace(",", "")), json.loads(out.strip().splitlines()[-1])["turns"]))
+    (small, small_turns), (large, large_turns) = totals
+    return {"per_turn": (large - small) / (large_turns - small_turns), "turns": large_turns - small_turns}
+
+
 def measure(sizes: Sizes) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="flowllm-bench-replay-") as tmp:
@@ -100,22 +164,7 @@ def measure(sizes: Sizes) -> dict[str, Any]:
                 if sizes.in_process:
                     runs.append(child(source, dataset, snapshot, out_dir, sizes.replay_turns, pin=False))
                     continue
-                cmd = [
-                    python(),
-                    "-m",
-                    "benchmarks.replay",
-                    "--child",
-                    "--source",
-                    str(source),
-                    "--dataset",
-                    str(dataset),
-                    "--snapshot",
-                    snapshot,
-                    "--folder",
-                    str(out_dir),
-                    "--turns",
-                    str(sizes.replay_turns),
-                ]
+                cmd = _child_cmd(source, dataset, snapshot, out_dir, sizes.replay_turns)
                 out = subprocess.run(
                     cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800, check=False
                 )
@@ -123,6 +172,8 @@ def measure(sizes: Sizes) -> dict[str, Any]:
                     raise RuntimeError(f"replay ({snapshot}) failed:\n{out.stderr[-3000:]}")
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
             results[snapshot] = runs
+        if not sizes.in_process and sizes.replay_tasks >= max(INSTRUCTION_TASKS):  # not in a smoke run
+            results["instructions"] = instructions_per_turn(source, dataset, folder / "counted", sizes.replay_turns)
     return results
 
 
@@ -145,6 +196,18 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
             ]
         )
     table = md_table(["replay", "turns", "wall s", "turns/s", "us per turn", "tasks correct"], rows)
+    counted = results.get("instructions")
+    if counted is not None:
+        counted_note = (
+            "Instructions per replayed turn (recorder off), counted by callgrind: "
+            f"**{counted['per_turn'] / 1e6:.2f}M** "
+            f"(the difference between replays of {INSTRUCTION_TASKS[0]} and {INSTRUCTION_TASKS[1]} tasks, "
+            f"{counted['turns']:,} turns, so start-up is left out). Unlike the wall time, which varies by a third "
+            "between runs on a shared machine, this count repeats within about 1%, and it is how a change to the "
+            "replay path is judged. It counts no time in the kernel (file reads, folders made)."
+        )
+    else:
+        counted_note = "Instructions per turn: not counted (valgrind is not installed)."
     intro = f"""
 A saved run of {sizes.replay_tasks} tasks x {sizes.replay_turns} turns = {results["source_turns"]:,} turns
 ({results["source_files"]:,} JSON files) re-run with `provider=replay`: normalize, parse, repair, dispatch
@@ -161,6 +224,7 @@ The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} 
         )
     ]
     notes = [
+        counted_note,
         "Where a replayed turn's time goes is the last column of the profile section: the saved reply is one "
         "directory scan and one `output.json` read away (`ReplayProvider.send` goes straight to "
         "`turn_NNN/NN_call_model` and compares the new request with the saved one by plain equality); the replay "
@@ -189,10 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshot", default="none", help=argparse.SUPPRESS)
     parser.add_argument("--folder", default="", help=argparse.SUPPRESS)
     parser.add_argument("--turns", type=int, default=5, help=argparse.SUPPRESS)
+    parser.add_argument("--no-pin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         t0 = time.perf_counter()
-        figures = child(Path(args.source), Path(args.dataset), args.snapshot, Path(args.folder), args.turns)
+        figures = child(
+            Path(args.source), Path(args.dataset), args.snapshot, Path(args.folder), args.turns, pin=not args.no_pin
+        )
         figures["process_s"] = time.perf_counter() - t0
         print(json.dumps(figures))
         return 0
