@@ -235,6 +235,8 @@ SETUP = ("run_experiment", "run_floor")
 # Tear-down handed to threads after the timed part.
 TEARDOWN = ("Recorder.close", "WorkspaceRoot.close")
 _EVENT_LOOP = "BaseEventLoop.run_until_complete"
+# Where the outermost frame of a stack that py-spy shows from a task or the event loop lies.
+_TASK_ROOTS = ("flowllm/", "benchmarks/", *_ASYNCIO_PARTS)
 
 
 def _is(func: str, names: tuple[str, ...]) -> bool:
@@ -254,9 +256,16 @@ def in_timed_part(frames: list[tuple[str, str]]) -> bool:
         return True
     if any(_is(func, SETUP) or _is(func, TEARDOWN) for func in funcs):
         return False
-    if funcs and funcs[0] == "_run_module_as_main":  # the main thread: only its event loop runs the tasks
+    if not funcs:
+        return False
+    if funcs[0] == "_run_module_as_main":  # the main thread: only its event loop runs the tasks
         return _EVENT_LOOP in funcs
-    return True
+    # A task's stack starts at its own coroutine (flowllm's or the benchmark's), a worker thread's at its
+    # bootstrap, the event loop's callbacks in asyncio. A stack py-spy could not read to its root starts anywhere
+    # else (in omegaconf, composing the config; in importlib): its place in the run is unknown, so it is left out
+    # and the CPU is split by the samples whose place is known.
+    root = frames[0][1]
+    return funcs[0].startswith("Thread._bootstrap") or any(part in root for part in _TASK_ROOTS)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ def test_only_samples_of_the_timed_part_of_a_run_count() -> None:
         "one_task (benchmarks/floor.py) 2\n"
         "Thread._bootstrap (threading.py);WorkspaceRoot.keep (flowllm/experiment/workspaces.py) 9\n"
         "Thread._bootstrap (threading.py);Recorder.close (flowllm/engine/recorder.py) 8\n"  # after the run
+        # A callback the event loop ran: its stack starts in asyncio.
+        "Handle._run (/usr/lib/python3.11/asyncio/events.py);Normalize.run (flowllm/nodes/model.py) 1\n"
+        # Stacks py-spy could not read to their root: composing the config, importing. Not counted.
+        "Box._re_parent (omegaconf/base.py) 12\n"
+        "_call_with_frames_removed (<frozen importlib._bootstrap>) 13\n"
     )
     counted = {frames[-1][0]: count for frames, count in parse_raw(raw) if in_timed_part(frames)}
     assert counted == {
@@ -42,6 +47,7 @@ def test_only_samples_of_the_timed_part_of_a_run_count() -> None:
         "EpollSelector.select": 4,
         "Experiment.run.<locals>.bounded": 2,
         "CallModel.run": 6,
+        "Normalize.run": 1,
         "one_task": 2,
         "WorkspaceRoot.keep": 9,
     }
