@@ -114,7 +114,15 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Spelled out rather than dataclasses.asdict, which deep-copies each int: this runs on every call.
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "estimated": self.estimated,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:

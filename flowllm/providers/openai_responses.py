@@ -11,7 +11,6 @@ with ``store: false`` that blob is the only way the model gets its reasoning bac
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 from flowllm.core.interfaces import WireProtocol
@@ -46,8 +45,8 @@ def _user_parts(blocks: list[Block]) -> list[dict[str, Any]]:
 class OpenAIResponsesProvider(BaseProvider):
     protocol: WireProtocol = "openai_responses"
 
-    def _method(self, client: Any = None) -> Callable[..., Any]:
-        return (client or self.client).responses.create
+    def _resource(self, client: Any) -> Any:
+        return client.responses
 
     @property
     def _store(self) -> bool:

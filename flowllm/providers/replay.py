@@ -22,6 +22,7 @@ per task, because the reply was written for the old conversation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -168,6 +169,9 @@ class ReplayProvider(ProviderFacade):
         # kept only once an audit asked for them.
         self._outputs: dict[str, bytes] = {}
         self._keep_outputs = False
+        # The call node's folder name (``NN_call_model``) last found by a scan: every turn of a pipeline has the
+        # same one, so the next turn opens it without scanning its folder first.
+        self._call_folder: str | None = None
 
     # ----- pure halves: the source protocol's ------------------------------------------------------------
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
@@ -204,27 +208,38 @@ class ReplayProvider(ProviderFacade):
         return None
 
     def _direct_call(self, context: CallContext) -> SavedCall | None:
-        """The fast path: ``turn_NNN/<NN>_call_model/output.json`` of this conversation, found with one directory
-        scan and read once.
+        """The fast path: ``turn_NNN/<NN>_call_model/output.json`` of this conversation, read once: at the name the
+        previous turn's was found at, else found with one directory scan.
 
         None when the layout is anything else (an older run, a renamed node, a missing turn) or the record does
         not hold a reply: ``saved_call`` then indexes the conversation's folders and explains what it finds.
         """
         turn_dir = self._turn_dirs.turn(context.task_id, context.turn, context.scope, current_epoch())
-        suffix = f"_{CALL_NODE}"
+        data: bytes | None = None
+        if self._call_folder is not None:  # the name of the previous turn's call folder: no scan when it is there
+            folder = f"{turn_dir}{os.sep}{self._call_folder}"
+            path = f"{folder}{os.sep}{OUTPUT_FILE}"
+            with contextlib.suppress(OSError):
+                data = read_saved(path)
+        if data is None:
+            suffix = f"_{CALL_NODE}"
+            try:
+                with os.scandir(turn_dir) as entries:
+                    names = [e.name for e in entries if e.name.endswith(suffix) and e.is_dir()]
+            except OSError:
+                return None
+            if len(names) != 1 or NODE_RE.match(names[0]) is None:
+                return None
+            folder = f"{turn_dir}{os.sep}{names[0]}"
+            path = f"{folder}{os.sep}{OUTPUT_FILE}"
+            try:
+                data = read_saved(path)
+            except OSError:
+                return None
+            self._call_folder = names[0]
         try:
-            with os.scandir(turn_dir) as entries:
-                names = [e.name for e in entries if e.name.endswith(suffix) and e.is_dir()]
-        except OSError:
-            return None
-        if len(names) != 1 or NODE_RE.match(names[0]) is None:
-            return None
-        folder = f"{turn_dir}{os.sep}{names[0]}"
-        path = f"{folder}{os.sep}{OUTPUT_FILE}"
-        try:
-            data = read_saved(path)
             value = orjson.loads(data)
-        except (OSError, orjson.JSONDecodeError):
+        except orjson.JSONDecodeError:
             return None
         raw = value.get("raw_response") if isinstance(value, dict) else None
         if not isinstance(raw, dict):

@@ -202,6 +202,82 @@ async def test_a_body_the_sdk_cannot_parse_is_a_bad_response() -> None:
     assert info.value.kind == "bad_response"
 
 
+_BODIES = {
+    # Keys in an order no SDK model declares, and a field no SDK version knows.
+    "anthropic": {
+        "usage": {"output_tokens": 3, "input_tokens": 5},
+        "type": "message",
+        "stop_reason": "end_turn",
+        "content": [{"text": "hi", "type": "text"}],
+        "role": "assistant",
+        "id": "msg_1",
+        "model": "m",
+        "vendor_trace": {"region": "eu"},
+    },
+    "openai_chat": {
+        "usage": {"total_tokens": 8, "prompt_tokens": 5, "completion_tokens": 3},
+        "choices": [{"message": {"content": "hi", "role": "assistant"}, "finish_reason": "stop", "index": 0}],
+        "object": "chat.completion",
+        "model": "m",
+        "created": 1,
+        "id": "c1",
+        "vendor_trace": {"region": "eu"},
+    },
+    "openai_responses": {
+        "output": [
+            {
+                "content": [{"text": "hi", "type": "output_text", "annotations": []}],
+                "role": "assistant",
+                "type": "message",
+                "status": "completed",
+                "id": "m1",
+            }
+        ],
+        "status": "completed",
+        "usage": {"total_tokens": 8, "output_tokens": 3, "input_tokens": 5},
+        "object": "response",
+        "model": "m",
+        "created_at": 1,
+        "id": "r1",
+        "vendor_trace": {"region": "eu"},
+    },
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(_BODIES))
+async def test_the_reply_kept_is_the_servers_json_as_sent(protocol: str) -> None:
+    """A plain call keeps the body the server sent, key order and unknown fields included, not the SDK's
+    model of it dumped back (flowllm/providers/base.py, ``_body``); reading it gives the same reply."""
+    sent = _BODIES[protocol]
+    async with canned_server("200 OK", "application/json", json.dumps(sent).encode()) as url:
+        base_url = url if protocol == "anthropic" else url + "/v1"
+        provider = build_provider(make_cfg(protocol), base_url=base_url, api_key="k")
+        try:
+            raw = await provider.send(
+                provider.build_request(system=SYSTEM, messages=HELLO, tools=[]), context=CallContext("t", 1)
+            )
+        finally:
+            await provider.aclose()
+    assert json.dumps(raw) == json.dumps(sent)
+    reply = provider.normalize(raw)
+    assert reply.text == "hi"
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (5, 3)
+
+
+@pytest.mark.parametrize(("body", "says"), [(b"[1, 2]", "not an object (a list)"), (b"", "not JSON")])
+async def test_a_reply_that_is_no_json_object_is_a_bad_response(body: bytes, says: str) -> None:
+    async with canned_server("200 OK", "application/json", body) as url:
+        provider = build_provider(make_cfg("openai_chat"), base_url=url + "/v1", api_key="k")
+        try:
+            with pytest.raises(ProviderResponseError) as info:
+                await provider.send(
+                    provider.build_request(system=SYSTEM, messages=HELLO, tools=[]), context=CallContext("t", 1)
+                )
+        finally:
+            await provider.aclose()
+    assert info.value.kind == "bad_response" and says in str(info.value)
+
+
 async def test_open_provider_runs_the_emulator_from_a_dictconfig(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))

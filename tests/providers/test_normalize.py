@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,12 @@ def test_failed_response_raises_classified_error() -> None:
     with pytest.raises(ProviderCallError) as info:
         provider("openai_responses").normalize(raw)
     assert info.value.kind == "server" and info.value.retryable
+
+
+def test_usage_to_dict_has_every_field_in_order_and_round_trips() -> None:
+    usage = Usage(
+        input_tokens=5, output_tokens=3, cache_read_tokens=2, cache_write_tokens=1, reasoning_tokens=1, estimated=True
+    )
+    assert usage.to_dict() == dataclasses.asdict(usage)
+    assert list(usage.to_dict()) == [f.name for f in dataclasses.fields(Usage)]
+    assert Usage.from_dict(usage.to_dict()) == usage
