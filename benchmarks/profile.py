@@ -130,6 +130,41 @@ _SDK_PARTS += ("/idna/", "/certifi/", "/h2/", "/distro/", "/jiter/", "/ssl.py", 
 _ASYNCIO_PARTS = ("/asyncio/", "/selectors.py", "/uvloop/", "/concurrent/futures/")
 _BUILD_WORDS = ("build", "wire_", "_wire", "to_wire", "request", "encode", "content_block", "message_param")
 _NORMALIZE_WORDS = ("normalize", "normalise", "from_wire", "usage", "response")
+# The protocol modules' helpers by name, where the words above cannot tell: the canonical history translated to
+# wire blocks, and the reply's JSON decoded, reassembled from stream events and read.
+_REQUEST_FUNCS = frozenset(
+    {
+        "_as_content",
+        "_block",
+        "_cache",
+        "_input",
+        "_message",
+        "_messages",
+        "_parts",
+        "_shape",
+        "_user_parts",
+        "dump_arguments",
+        "sendable",
+        "strip_cache_control",
+        "text_or_parts",
+        "tool_use_block",
+        "unshaped_request",
+        "wire_tool_name",
+    }
+)
+_NORMALIZE_FUNCS = frozenset(
+    {
+        "_body",
+        "_has_prompt_count",
+        "assemble_anthropic",
+        "assemble_chat",
+        "assemble_responses",
+        "assemble_stream",
+        "parse_arguments",
+        "read_body",
+        "usage_or_estimate",
+    }
+)
 
 # flowllm modules by path fragment, most specific first.
 _FLOWLLM: tuple[tuple[str, str], ...] = (
@@ -194,6 +229,13 @@ def component(frames: list[tuple[str, str]]) -> str:
             fixed = next((name for frag, name in _FLOWLLM if frag in path), None)
             if fixed is not None:
                 return fixed
+            # py-spy names a function by its qualified name: "Class.method", "f.<locals>.<listcomp>".
+            named = [part for part in func.split(".") if not part.startswith("<")]
+            own = named[-1] if named else func
+            if own in _REQUEST_FUNCS:
+                return REQUEST
+            if own in _NORMALIZE_FUNCS:
+                return NORMALIZE
             lowered = func.lower()
             if any(word in lowered for word in _NORMALIZE_WORDS) and "request" not in lowered:
                 return NORMALIZE

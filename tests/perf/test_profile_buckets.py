@@ -3,7 +3,17 @@ count at all (only those of the timed part of a run)."""
 
 from __future__ import annotations
 
-from benchmarks.profile import ASYNCIO, DISPATCH, SDK, component, in_timed_part, parse_raw
+from benchmarks.profile import (
+    ASYNCIO,
+    DISPATCH,
+    NORMALIZE,
+    PROVIDER,
+    REQUEST,
+    SDK,
+    component,
+    in_timed_part,
+    parse_raw,
+)
 
 LOOP = [("run", "asyncio/runners.py"), ("BaseEventLoop._run_once", "asyncio/base_events.py")]
 TASK = [("Experiment.run.<locals>.bounded", "flowllm/experiment/runner.py")]
@@ -13,6 +23,18 @@ def test_the_http_stack_of_the_sdk_is_the_sdks_whatever_its_package_is_called() 
     for path in ("httpcore2/_async/connection_pool.py", "httpcore/_async/connection_pool.py", "h11/_util.py"):
         frames = [*LOOP, *TASK, ("BaseProvider._send", "flowllm/providers/base.py"), ("f", path)]
         assert component(frames) == SDK
+
+
+def test_a_protocols_helpers_are_request_building_or_normalisation_by_name() -> None:
+    send = [*LOOP, *TASK, ("BaseProvider._send", "flowllm/providers/base.py")]
+    assert component([*send, ("AnthropicProvider._message.<locals>.<listcomp>", "flowllm/providers/anthropic.py")]) == (
+        REQUEST
+    )
+    assert component([*send, ("_as_content", "flowllm/providers/anthropic.py")]) == REQUEST
+    assert component([*send, ("BaseProvider._body", "flowllm/providers/base.py"), ("loads", "json/x.py")]) == NORMALIZE
+    assert component([*send, ("AnthropicProvider.read_body", "flowllm/providers/anthropic.py")]) == NORMALIZE
+    assert component(send) == PROVIDER
+    assert component([*send, ("connection_message", "flowllm/providers/errors.py")]) == PROVIDER
 
 
 def test_general_purpose_libraries_are_charged_to_their_caller() -> None:
