@@ -456,7 +456,10 @@ def summary(profiles: dict[str, Profile]) -> str:
         f"per call: {gap:+.2f} ms. Of that, {parts[SDK]:+.2f} ms is the SDK and its HTTP stack doing the same "
         f"calls inside flowllm's process, {parts[ASYNCIO]:+.2f} ms the event loop and thread hand-offs, "
         f"{parts[GC]:+.2f} ms the garbage collector, and {own:+.2f} ms flowllm's own code (every other row, "
-        "'other' included, net of the floor's few lines of tool handling)."
+        "'other' included, net of the floor's few lines of tool handling). The SDK does less inside flowllm "
+        "than in the floor: flowllm takes the reply's body as the server sent it (`with_raw_response`, decoded "
+        "once, in the normalisation row) where the floor has the SDK build its pydantic model of the reply, as a "
+        "plain `messages.create` does."
     )
 
 

@@ -226,11 +226,14 @@ The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} 
     notes = [
         counted_note,
         "Where a replayed turn's time goes is the last column of the profile section: the saved reply is one "
-        "directory scan and one `output.json` read away (`ReplayProvider.send` goes straight to "
-        "`turn_NNN/NN_call_model` and compares the new request with the saved one by plain equality); the replay "
-        "audit, which decides whether a task replayed exactly, serialises every node's output and compares it "
-        "with the saved file (the recorder row, with the recorder off); the rest is the turn's own nodes, the "
-        "engine, the agent loop and the experiment's per-task set-up (workspace folder, scoring).",
+        "`output.json` read away (`ReplayProvider.send` opens `turn_NNN/NN_call_model` at the name the previous "
+        "turn's was found at, scanning a turn's folder only when that fails, and compares the new request with the "
+        "saved one by plain equality); the replay audit, which decides whether a task replayed exactly, "
+        "serialises every node's output and compares it with the saved file (the recorder row, with the recorder "
+        "off); the rest is the turn's own nodes, the engine, the agent loop and the experiment's per-task set-up "
+        "(workspace folder, scoring). No row dominates: the engine loop, the largest, runs seven nodes a turn "
+        "(inputs gathered, outputs checked against their contract, the audit called), and the target's 200 us "
+        "per turn would need every row of that column about halved, not one part removed.",
         f"With the recorder on, each turn writes {results['source_files'] // max(results['source_turns'], 1)} "
         "files atomically; on this machine's disk that, not Python, bounds the rate (see the recorder rows of the "
         "engine-overhead table for the disk's own pace).",
