@@ -27,6 +27,7 @@ from flowllm.providers import (
     check_provider_config,
     open_provider,
 )
+from flowllm.providers.base import BaseProvider
 
 from .conftest import SCRIPT, SYSTEM, make_cfg
 
@@ -97,14 +98,8 @@ async def test_unreachable_base_url_is_a_connection_error() -> None:
     port = server.sockets[0].getsockname()[1]
     server.close()
     await server.wait_closed()  # the port is now closed: connections are refused
-    provider = build_provider(make_cfg("openai_chat"), base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
-    try:
-        with pytest.raises(ProviderCallError) as info:
-            await provider.send(
-                provider.build_request(system=SYSTEM, messages=HELLO, tools=[]), context=CallContext("t", 1)
-            )
-    finally:
-        await provider.aclose()
+    with pytest.raises(ProviderCallError) as info:
+        await send_hello(make_cfg("openai_chat"), f"http://127.0.0.1:{port}/v1")
     assert info.value.kind == "connection" and info.value.retryable
     assert "base_url" in str(info.value)
 
@@ -137,6 +132,19 @@ async def canned_server(status: str, content_type: str, body: bytes) -> AsyncIte
         await server.wait_closed()
 
 
+async def send_hello(cfg: Any, base_url: str) -> tuple[BaseProvider, dict[str, Any]]:
+    """One plain request to ``base_url`` through a provider made for it (closed again): the provider and the raw
+    reply; whatever ``send`` raises propagates."""
+    provider = build_provider(cfg, base_url=base_url, api_key="k")
+    try:
+        raw = await provider.send(
+            provider.build_request(system=SYSTEM, messages=HELLO, tools=[]), context=CallContext("t", 1)
+        )
+    finally:
+        await provider.aclose()
+    return provider, raw
+
+
 async def test_anthropic_error_event_after_200_is_classified_by_its_type() -> None:
     start = {
         "type": "message_start",
@@ -152,15 +160,8 @@ async def test_anthropic_error_event_after_200_is_classified_by_its_type() -> No
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     body = (f"event: message_start\ndata: {json.dumps(start)}\n\nevent: error\ndata: {json.dumps(error)}\n\n").encode()
     async with canned_server("200 OK", "text/event-stream", body) as url:
-        provider = build_provider(make_cfg("anthropic", stream=True), base_url=url, api_key="k")
-        try:
-            with pytest.raises(ProviderCallError) as info:
-                await provider.send(
-                    provider.build_request(system=SYSTEM, messages=HELLO, tools=[]),
-                    context=CallContext("t", 1),
-                )
-        finally:
-            await provider.aclose()
+        with pytest.raises(ProviderCallError) as info:
+            await send_hello(make_cfg("anthropic", stream=True), url)
     assert info.value.kind == "overloaded" and info.value.retryable
     assert info.value.error_type == "overloaded_error"
 
@@ -176,29 +177,15 @@ async def test_anthropic_error_event_after_200_is_classified_by_its_type() -> No
 )
 async def test_http_errors_are_classified(status: str, kind: str, retryable: bool) -> None:
     async with canned_server(status, "application/json", b'{"error": {"message": "no"}}') as url:
-        provider = build_provider(make_cfg("openai_chat"), base_url=url + "/v1", api_key="k")
-        try:
-            with pytest.raises(ProviderCallError) as info:
-                await provider.send(
-                    provider.build_request(system=SYSTEM, messages=HELLO, tools=[]),
-                    context=CallContext("t", 1),
-                )
-        finally:
-            await provider.aclose()
+        with pytest.raises(ProviderCallError) as info:
+            await send_hello(make_cfg("openai_chat"), url + "/v1")
     assert (info.value.kind, info.value.retryable) == (kind, retryable)
 
 
 async def test_a_body_the_sdk_cannot_parse_is_a_bad_response() -> None:
     async with canned_server("200 OK", "application/json", b"<html>gateway</html>") as url:
-        provider = build_provider(make_cfg("anthropic"), base_url=url, api_key="k")
-        try:
-            with pytest.raises(ProviderResponseError) as info:
-                await provider.send(
-                    provider.build_request(system=SYSTEM, messages=HELLO, tools=[]),
-                    context=CallContext("t", 1),
-                )
-        finally:
-            await provider.aclose()
+        with pytest.raises(ProviderResponseError) as info:
+            await send_hello(make_cfg("anthropic"), url)
     assert info.value.kind == "bad_response"
 
 
@@ -251,13 +238,7 @@ async def test_the_reply_kept_is_the_servers_json_as_sent(protocol: str) -> None
     sent = _BODIES[protocol]
     async with canned_server("200 OK", "application/json", json.dumps(sent).encode()) as url:
         base_url = url if protocol == "anthropic" else url + "/v1"
-        provider = build_provider(make_cfg(protocol), base_url=base_url, api_key="k")
-        try:
-            raw = await provider.send(
-                provider.build_request(system=SYSTEM, messages=HELLO, tools=[]), context=CallContext("t", 1)
-            )
-        finally:
-            await provider.aclose()
+        provider, raw = await send_hello(make_cfg(protocol), base_url)
     assert json.dumps(raw) == json.dumps(sent)
     reply = provider.normalize(raw)
     assert reply.text == "hi"
@@ -267,14 +248,8 @@ async def test_the_reply_kept_is_the_servers_json_as_sent(protocol: str) -> None
 @pytest.mark.parametrize(("body", "says"), [(b"[1, 2]", "not an object (a list)"), (b"", "not JSON")])
 async def test_a_reply_that_is_no_json_object_is_a_bad_response(body: bytes, says: str) -> None:
     async with canned_server("200 OK", "application/json", body) as url:
-        provider = build_provider(make_cfg("openai_chat"), base_url=url + "/v1", api_key="k")
-        try:
-            with pytest.raises(ProviderResponseError) as info:
-                await provider.send(
-                    provider.build_request(system=SYSTEM, messages=HELLO, tools=[]), context=CallContext("t", 1)
-                )
-        finally:
-            await provider.aclose()
+        with pytest.raises(ProviderResponseError) as info:
+            await send_hello(make_cfg("openai_chat"), url + "/v1")
     assert info.value.kind == "bad_response" and says in str(info.value)
 
 
