@@ -143,11 +143,10 @@ _REQUEST_FUNCS = frozenset(
         "_parts",
         "_shape",
         "_user_parts",
-        "dump_arguments",
         "sendable",
         "strip_cache_control",
         "text_or_parts",
-        "tool_use_block",
+        "tool_call_arguments",
         "unshaped_request",
         "wire_tool_name",
     }
@@ -160,11 +159,13 @@ _NORMALIZE_FUNCS = frozenset(
         "assemble_chat",
         "assemble_responses",
         "assemble_stream",
-        "parse_arguments",
         "read_body",
+        "tool_use_block",
         "usage_or_estimate",
     }
 )
+# Helpers both halves call (arguments text to dict and back): charged to the caller that says which half it is.
+_SHARED_FUNCS = frozenset({"dump_arguments", "parse_arguments"})
 
 # flowllm modules by path fragment, most specific first.
 _FLOWLLM: tuple[tuple[str, str], ...] = (
@@ -232,6 +233,8 @@ def component(frames: list[tuple[str, str]]) -> str:
             # py-spy names a function by its qualified name: "Class.method", "f.<locals>.<listcomp>".
             named = [part for part in func.split(".") if not part.startswith("<")]
             own = named[-1] if named else func
+            if own in _SHARED_FUNCS:
+                continue
             if own in _REQUEST_FUNCS:
                 return REQUEST
             if own in _NORMALIZE_FUNCS:

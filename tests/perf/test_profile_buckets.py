@@ -33,6 +33,11 @@ def test_a_protocols_helpers_are_request_building_or_normalisation_by_name() -> 
     assert component([*send, ("_as_content", "flowllm/providers/anthropic.py")]) == REQUEST
     assert component([*send, ("BaseProvider._body", "flowllm/providers/base.py"), ("loads", "json/x.py")]) == NORMALIZE
     assert component([*send, ("AnthropicProvider.read_body", "flowllm/providers/anthropic.py")]) == NORMALIZE
+    # The arguments helpers both halves call go to the caller's half.
+    shared = ("dump_arguments", "flowllm/providers/base.py")
+    assert component([*send, ("AnthropicProvider.read_body", "flowllm/providers/anthropic.py"), shared]) == NORMALIZE
+    assert component([*send, ("tool_call_arguments", "flowllm/providers/openai_chat.py"), shared]) == REQUEST
+    assert component([*send, ("tool_use_block", "flowllm/providers/openai_chat.py"), shared]) == NORMALIZE
     assert component(send) == PROVIDER
     assert component([*send, ("connection_message", "flowllm/providers/errors.py")]) == PROVIDER
 
