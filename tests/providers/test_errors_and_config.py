@@ -93,17 +93,6 @@ def test_every_shipped_provider_yaml_composes() -> None:
                 assert cfg.model, name
 
 
-async def test_unreachable_base_url_is_a_connection_error() -> None:
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    server.close()
-    await server.wait_closed()  # the port is now closed: connections are refused
-    with pytest.raises(ProviderCallError) as info:
-        await send_hello(make_cfg("openai_chat"), f"http://127.0.0.1:{port}/v1")
-    assert info.value.kind == "connection" and info.value.retryable
-    assert "base_url" in str(info.value)
-
-
 @asynccontextmanager
 async def canned_server(status: str, content_type: str, body: bytes) -> AsyncIterator[str]:
     """A loopback HTTP server that answers every request with one fixed response (what a broken server
@@ -145,6 +134,17 @@ async def send_hello(cfg: Any, base_url: str) -> tuple[BaseProvider, dict[str, A
     return provider, raw
 
 
+async def test_unreachable_base_url_is_a_connection_error() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()  # the port is now closed: connections are refused
+    with pytest.raises(ProviderCallError) as info:
+        await send_hello(make_cfg("openai_chat"), f"http://127.0.0.1:{port}/v1")
+    assert info.value.kind == "connection" and info.value.retryable
+    assert "base_url" in str(info.value)
+
+
 async def test_anthropic_error_event_after_200_is_classified_by_its_type() -> None:
     start = {
         "type": "message_start",
@@ -180,13 +180,6 @@ async def test_http_errors_are_classified(status: str, kind: str, retryable: boo
         with pytest.raises(ProviderCallError) as info:
             await send_hello(make_cfg("openai_chat"), url + "/v1")
     assert (info.value.kind, info.value.retryable) == (kind, retryable)
-
-
-async def test_a_body_the_sdk_cannot_parse_is_a_bad_response() -> None:
-    async with canned_server("200 OK", "application/json", b"<html>gateway</html>") as url:
-        with pytest.raises(ProviderResponseError) as info:
-            await send_hello(make_cfg("anthropic"), url)
-    assert info.value.kind == "bad_response"
 
 
 _BODIES = {
@@ -245,11 +238,18 @@ async def test_the_reply_kept_is_the_servers_json_as_sent(protocol: str) -> None
     assert (reply.usage.input_tokens, reply.usage.output_tokens) == (5, 3)
 
 
-@pytest.mark.parametrize(("body", "says"), [(b"[1, 2]", "not an object (a list)"), (b"", "not JSON")])
-async def test_a_reply_that_is_no_json_object_is_a_bad_response(body: bytes, says: str) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "body", "says"),
+    [
+        ("anthropic", b"<html>gateway</html>", "not JSON (application/json, 20 bytes: b'<html>gateway</html>')"),
+        ("openai_chat", b"", "not JSON"),
+        ("openai_responses", b"[1, 2]", "not an object (a list)"),
+    ],
+)
+async def test_a_reply_that_is_no_json_object_is_a_bad_response(protocol: str, body: bytes, says: str) -> None:
     async with canned_server("200 OK", "application/json", body) as url:
         with pytest.raises(ProviderResponseError) as info:
-            await send_hello(make_cfg("openai_chat"), url + "/v1")
+            await send_hello(make_cfg(protocol), url if protocol == "anthropic" else url + "/v1")
     assert info.value.kind == "bad_response" and says in str(info.value)
 
 
