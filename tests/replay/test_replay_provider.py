@@ -77,6 +77,25 @@ async def test_a_call_the_old_run_cannot_answer_names_task_and_turn(
     await provider.aclose()
 
 
+async def test_a_call_node_at_another_place_in_the_pipeline_is_still_found(runs: FixtureRuns, tmp_path: Path) -> None:
+    """The call folder's name is remembered from turn to turn; where a conversation's differs (another agent's
+    pipeline), the reply is still the one saved there."""
+    run = copy_run(runs, tmp_path)
+    turn = run / "tasks" / CLEAN_TASK / "turn_001"
+    (turn / "03_call_model").rename(turn / "05_call_model")
+    saved = {
+        LENIENT_TASK: read_json(run / "tasks" / LENIENT_TASK / CALL)["raw_response"],
+        CLEAN_TASK: read_json(turn / "05_call_model" / "output.json")["raw_response"],
+    }
+    assert saved[LENIENT_TASK] != saved[CLEAN_TASK]
+    provider = build_replay_provider(replay_cfg(run))
+    try:
+        for task in (LENIENT_TASK, CLEAN_TASK, LENIENT_TASK):
+            assert await provider.send({}, context=CallContext(task, 1)) == saved[task]
+    finally:
+        await provider.aclose()
+
+
 async def test_a_truncated_reply_is_reported_not_served(runs: FixtureRuns, tmp_path: Path) -> None:
     run = copy_run(runs, tmp_path)
     path = run / "tasks" / LENIENT_TASK / CALL
