@@ -13,4 +13,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["verify"]:  # python -m flowllm verify RUN = flowllm verify RUN (the run auditor)
+        from flowllm.verify.cli import main as verify_main
+
+        sys.exit(verify_main(sys.argv[2:]))
     sys.exit(run_main())

@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     BUDGET = 3  # the run's budget (experiment.budget) ended it with tasks left: rerun with a higher one to resume
     ALL_FAILED = 4  # every task that ran failed, or a run error stopped the run before any task completed
     SWEEP_JOB_ERROR = 5  # a multirun job could not run or crashed (the others' results are saved)
+    UNVERIFIED = 6  # flowllm verify: a number of the run disagrees with its evidence
     INTERRUPTED = 130  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
 
 

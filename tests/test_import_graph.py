@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nodes", "agent", "memory"),  # what runs in a turn, and the loop around turns
     ("datasets", "scoring", "export", "telemetry"),  # tasks in, scores out; a saved run read as other tools' formats
     ("experiment",),  # a run: tasks, workers, preflight, reports
-    ("app", "cli", "inspect", "analysis", "__main__", "data"),  # entry points and notebooks (data: sample scripts)
+    ("app", "cli", "inspect", "verify", "analysis", "__main__", "data"),  # entry points, the auditor, notebooks
 )
 # Imports that break the order, each with where it should go; the test fails when one is gone, so the lists only
 # shrink.

@@ -4,6 +4,7 @@
     flowllm inspect RUN [...]           = python -m flowllm.inspect RUN [...]
     flowllm list providers|experiments|tools|pipelines|repair|runners|subagents|launchers
     flowllm sweep-summary SWEEP_DIR     = python -m flowllm.experiment.sweep SWEEP_DIR
+    flowllm verify RUN [--json]         the run auditor (flowllm/verify): every number checked against evidence
 
 ``flowllm --help`` lists the config groups and their choices without the ``base_*`` schemas (which are no
 choice) and the exit codes; ``flowllm run --hydra-help`` is Hydra's own page.
@@ -40,6 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flowllm.inspect.cli import main as inspect_main
 
         return inspect_main(args[1:])
+    if args and args[0] == "verify":
+        from flowllm.verify.cli import main as verify_main
+
+        return verify_main(args[1:])
     if args and args[0] == "sweep-summary":
         from flowllm.experiment.sweep import main as sweep_main
 

@@ -65,6 +65,8 @@ def describe(group: str, name: str, config_dir: Path = CONFIG_DIR) -> str:
 def help_text() -> str:
     lines = [
         "usage: flowllm run [-m] [OVERRIDES...]   flowllm inspect RUN [...]   flowllm list WHAT",
+        "       flowllm verify RUN [--json]   (every number of a run recomputed from its evidence: exit 0 agrees,",
+        "       6 a disagreement, 2 not a run)",
         "",
         "Runs the configured experiment (conf/config.yaml). Overrides switch a group or set a key:",
         "  flowllm run provider=claude runner=legacy agent.max_turns=3",

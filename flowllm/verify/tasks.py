@@ -1,0 +1,136 @@
+"""Each task's result against its evidence: the answer is extracted again from the last saved wire reply, the
+ground truth read from the dataset, the verdict recomputed by the scorer's rules, the epochs reduced again.
+
+The outcomes returned carry the recomputed values, so the totals (totals.py) are recomputed from evidence, not
+from what ``result.json`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from flowllm.agent.answer import extract_answer, last_boxed
+from flowllm.config.schema import Reducer
+from flowllm.datasets.task import Task
+from flowllm.experiment.epochs import epoch_score, reduce_entries
+from flowllm.experiment.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome, unscored_or
+from flowllm.experiment.replay_audit import is_scored
+from flowllm.rundir.layout import RESULT_FILE
+from flowllm.scoring.scorers import ExactScorer, GaiaScorer
+from flowllm.verify.evidence import RunEvidence
+from flowllm.verify.findings import Audit
+from flowllm.verify.replies import Normalizers, final_reply
+from flowllm.verify.totals import saved_choice
+
+__all__ = ["check_tasks", "expected_correct"]
+
+Rules = Callable[[Task, str | None], bool | None]
+RULES: dict[str, Rules] = {"gaia": GaiaScorer().rules, "exact": ExactScorer().rules}
+
+
+def expected_correct(result: dict[str, Any], task: Task, answer: str | None, rules: Rules) -> bool | None:
+    """``correct`` as the evidence gives it for one run of a task (one epoch, or a task without epochs).
+
+    A replay that parted from the saved run is unscored; a finished task (completed, or ended by a per-task
+    limit and scored on its partial answer) is scored on its answer; a failed one is wrong where there is a
+    ground truth; a budget-stopped one is unfinished: not scored."""
+    if not is_scored(result.get("replay")):
+        return None
+    status = result.get("status")
+    if status == BUDGET:
+        return None
+    if status == COMPLETED or (status == LIMIT and result.get("scored", True)):
+        return rules(task, answer)
+    return unscored_or(task, False) if status in (FAILED, LIMIT) else None
+
+
+class TaskChecker:
+    """Checks one run's task results; keeps one normaliser per wire protocol for all of them."""
+
+    def __init__(self, ev: RunEvidence, audit: Audit) -> None:
+        self.ev = ev
+        self.audit = audit
+        provider = OmegaConf.to_container(ev.cfg.provider, resolve=False)
+        self.normalizers = Normalizers(provider if isinstance(provider, dict) else {})  # type: ignore[arg-type]
+        scorer = str(ev.cfg.dataset.get("scorer") or "gaia")
+        self.rules = RULES.get(scorer)
+        if self.rules is None:
+            audit.skip(f"verdicts of the {scorer} scorer are taken as recorded (a model judged them)")
+
+    def answer(self, result: dict[str, Any], task: Task, epoch: int | None, file: str) -> str | None:
+        """The answer the evidence gives, checked against the saved one; the saved one when not readable."""
+        saved = result.get("answer")
+        if result.get("status") == FAILED:
+            self.audit.check(file, "answer", saved, None, "a failed task gave no answer")
+            return None
+        reply = final_reply(self.ev.layout.conversation(task.task_id, "", epoch), self.normalizers)
+        if reply.text is None:
+            self.audit.check(file, "answer", saved, f"(no readable reply: {reply.problem})")
+            return saved if isinstance(saved, str) else None
+        text = reply.text
+        recomputed = extract_answer(text) if result.get("status") == COMPLETED else last_boxed(text)
+        evidence = f"the last reply, {self.ev.rel(reply.file)}" if reply.file is not None else ""
+        self.audit.check(file, "answer", saved, recomputed, evidence)
+        return recomputed
+
+    def one_run(self, result: dict[str, Any], task: Task, epoch: int | None, file: str) -> bool | None:
+        """Check one run of a task (answer, ground truth, verdict); returns the recomputed verdict."""
+        self.audit.check(file, "ground_truth", result.get("ground_truth"), task.ground_truth, "the dataset")
+        answer = self.answer(result, task, epoch, file)
+        if self.rules is None:
+            return result.get("correct")
+        correct = expected_correct(result, task, answer, self.rules)
+        if result.get("status") != BUDGET:
+            self.audit.check(file, "correct", result.get("correct"), correct, "scored again by the scorer's rules")
+        return correct
+
+    def epochs(self, result: dict[str, Any], task: Task, file: str) -> TaskOutcome:
+        """A task over epochs: each epoch checked, its log entries against the epochs' results, the reduction."""
+        saved = self.ev.epoch_results.get(task.task_id, {})
+        entries = [dict(e) for e in result.get("epoch_log") or []]
+        for number, entry in enumerate(entries, start=1):
+            epoch_result = saved.get(number)
+            epoch_file = self.ev.rel(self.ev.layout.records(task.task_id, number) / RESULT_FILE)
+            if epoch_result is None:
+                self.audit.check(file, f"epoch_log[{number - 1}]", "an epoch", "no result.json for it", epoch_file)
+                continue
+            correct = self.one_run(epoch_result, task, number, epoch_file)
+            for key in ("status", "answer"):
+                self.audit.check(file, f"epoch_log[{number - 1}].{key}", entry.get(key), epoch_result.get(key))
+            self.audit.check(file, f"epoch_log[{number - 1}].correct", entry.get("correct"), correct)
+            entry["correct"] = correct
+        reducer = saved_choice(Reducer, result.get("epoch_reducer") or self.ev.cfg.experiment.epoch_reducer)
+        score = reduce_entries(entries, reducer) if entries else None
+        self.audit.check(file, "score", result.get("score"), score, f"the epochs reduced by {reducer}")
+        self.audit.check(file, "correct", result.get("correct"), epoch_score(score))
+        outcome = TaskOutcome.from_dict(result)
+        outcome.epoch_log, outcome.score, outcome.correct = entries, score, epoch_score(score)
+        outcome.ground_truth = task.ground_truth
+        return outcome
+
+    def task(self, task: Task) -> TaskOutcome | None:
+        result = self.ev.results.get(task.task_id)
+        if result is None:
+            return None
+        file = self.ev.rel(self.ev.layout.result(task.task_id))
+        self.audit.check(file, "task_id", result.get("task_id"), task.task_id)
+        if int(result.get("epochs") or 1) > 1:
+            return self.epochs(result, task, file)
+        correct = self.one_run(result, task, None, file)
+        outcome = TaskOutcome.from_dict(result)
+        outcome.correct, outcome.ground_truth = correct, task.ground_truth
+        return outcome
+
+
+def check_tasks(ev: RunEvidence, audit: Audit) -> list[TaskOutcome]:
+    """Every task with a result, checked; the outcomes (dataset order) with the recomputed verdicts."""
+    checker = TaskChecker(ev, audit)
+    outcomes = []
+    for task in ev.tasks:
+        outcome = checker.task(task)
+        if outcome is not None:
+            outcomes.append(outcome)
+    return outcomes

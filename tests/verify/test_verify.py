@@ -1,0 +1,185 @@
+"""``flowllm verify``: a fresh run verifies; any number edited afterwards is named; runs made before the
+composition fixes (kept as a fixture) are reported with the disagreement each bug left in them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from flowllm.exit_codes import ExitCode
+from flowllm.verify.cli import main as verify_main
+from tests.experiment.helpers import ROOT, run_flowllm
+
+DATA = Path(__file__).resolve().parent / "data"
+# Runs made with flowllm at f528059 (before this auditor), each showing one bug of issue 40; their dataset is the
+# bundled sample. plain: a clean run; fork: a fork with repair=strict; budget: a budget stop; epochs: 3 epochs
+# under a tight budget; replay: an exact replay of plain; refused: plain after a resume refused with tools=none.
+OLD_RUNS = DATA / "runs-f528059.tar.xz"
+TASK = "sample-02-word-count"
+
+
+@pytest.fixture(scope="module")
+def old_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("old")
+    with tarfile.open(OLD_RUNS) as archive:
+        archive.extractall(folder, filter="data")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("fresh") / "run"
+    done = run_flowllm("progress=false", f"hydra.run.dir={run}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return run
+
+
+def verify(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    code = verify_main([str(run), *extra])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_fresh_run_verifies(fresh_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = verify(fresh_run, capsys)
+    assert code == ExitCode.OK, out
+    assert "verified (" in out and "NOT" not in out
+
+
+def test_verify_is_a_command_of_python_m_flowllm(fresh_run: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "flowllm", "verify", str(fresh_run), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["verified"] is True and body["findings"] == [] and body["compared"] > 100
+
+
+def _json_edit(path: Path, edit: Callable[[dict], None]) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _ledger_edit(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["type"] == "attempt"
+    first["cost_usd"] = round(first["cost_usd"] * 2, 6)
+    lines[0] = json.dumps(first)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _reply_edit(run: Path) -> None:
+    """The final saved wire reply of a task now says another answer."""
+    outputs = sorted((run / "tasks" / TASK).glob("turn_*/*_call_model/output.json"))
+    path = outputs[-1]
+    path.write_text(path.read_text().replace("\\\\boxed{7}", "\\\\boxed{9}"))
+
+
+def _set(*keys: str | int, value: object) -> Callable[[dict], None]:
+    def edit(data: dict) -> None:
+        node = data
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+
+    return edit
+
+
+EDITS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "an answer": (
+        lambda run: _json_edit(run / "tasks" / TASK / "result.json", _set("answer", value="8")),
+        f"tasks/{TASK}/result.json: answer: the run says '8', the evidence gives '7'",
+    ),
+    "a correct": (
+        lambda run: _json_edit(run / "tasks" / TASK / "result.json", _set("correct", value=False)),
+        f"tasks/{TASK}/result.json: correct: the run says False, the evidence gives True",
+    ),
+    "a ledger cost": (lambda run: _ledger_edit(run / "usage.jsonl"), "usage.jsonl: line 1: cost_usd"),
+    "an interval": (
+        lambda run: _json_edit(run / "summary.json", _set("stats", "accuracy", "ci95", 0, value=0.5)),
+        "summary.json: stats.accuracy.ci95: the run says [0.5,",
+    ),
+    "the summary's accuracy": (
+        lambda run: _json_edit(run / "summary.json", _set("accuracy", value=0.9)),
+        "summary.json: accuracy: the run says 0.9, the evidence gives 1.0",
+    ),
+    "a saved reply": (
+        _reply_edit,
+        f"tasks/{TASK}/result.json: answer: the run says '7', the evidence gives '9'",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", list(EDITS))
+def test_editing_any_number_is_named(
+    what: str, fresh_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(fresh_run, run)
+    edit, expected = EDITS[what]
+    edit(run)
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.UNVERIFIED
+    assert expected in out, out
+
+
+OLD_BUGS = {
+    # A fork's statistics left out the forked tasks: n=7 where the accuracy line counted 10.
+    "fork": "summary.json: stats.scored: the run says 7, the evidence gives 10",
+    # Tasks a budget stopped were scored wrong (0/4) though each was unfinished.
+    "budget": "summary.json: scored: the run says 4, the evidence gives 0",
+    # The budget was not checked between epochs: spent far past the cap plus the turns in flight.
+    "epochs": "summary.json: budget.spent.cost_usd: the run says 0.062817, the evidence gives 'at most",
+    # A replay showed the saved run's cost as its own.
+    "replay": "summary.json: cost_usd: the run says 0.060422, the evidence gives 0.0",
+    # A refused resume rewrote the saved config.
+    "refused": ".hydra/config.yaml: tools.name: the run says 'none', the evidence gives 'default'",
+}
+
+
+def test_an_old_clean_run_verifies(old_runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = verify(old_runs / "plain", capsys)
+    assert code == ExitCode.OK, out
+
+
+@pytest.mark.parametrize("name", list(OLD_BUGS))
+def test_old_runs_show_each_bug_as_a_disagreement(
+    name: str, old_runs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = verify(old_runs / name, capsys)
+    assert code == ExitCode.UNVERIFIED
+    assert OLD_BUGS[name] in out, out
+
+
+def test_json_names_every_finding(old_runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = verify(old_runs / "fork", capsys, "--json")
+    assert code == ExitCode.UNVERIFIED
+    body = json.loads(out)
+    assert body["verified"] is False
+    scored = [f for f in body["findings"] if f["field"] == "stats.scored"]
+    assert scored == [{"file": "summary.json", "field": "stats.scored", "saved": 7, "recomputed": 10, "evidence": ""}]
+
+
+def test_a_sweep_folder_audits_each_job(old_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    shutil.copytree(old_runs / "plain", sweep / "0")
+    shutil.copytree(old_runs / "budget", sweep / "1")
+    code, out, _ = verify(sweep, capsys)
+    assert code == ExitCode.UNVERIFIED
+    assert f"{sweep / '0'}: verified" in out
+    assert f"{sweep / '1'}: NOT verified" in out
