@@ -261,8 +261,8 @@ def shape_request(
 ) -> tuple[dict[str, Any], list[Adjustment]]:
     """``request`` as the model accepts it (a new dict; the input is not changed), and what was changed.
 
-    ``budget_tokens``: the thinking budget an Anthropic request falls back to when adaptive thinking is not
-    supported by its model.
+    ``budget_tokens``: the configured thinking budget, which an adaptive Anthropic request is sent with to a
+    model without adaptive thinking (an enabled one sent as adaptive takes its effort from its own budget).
     """
     rule = rule_for(model)
     out = dict(request)
@@ -291,10 +291,11 @@ def _anthropic_thinking(out: dict[str, Any], rule: ModelRule, budget_tokens: int
     """Thinking in a form the model takes: enabled -> adaptive (effort from the budget), adaptive -> enabled
     (the configured budget), or none at all."""
     thinking = out.get("thinking")
-    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if not isinstance(thinking, dict):
+        return []
+    kind = thinking.get("type")
     if kind not in (Thinking.enabled, Thinking.adaptive) or kind in rule.thinking:
         return []
-    assert isinstance(thinking, dict)
     if kind == Thinking.enabled and Thinking.adaptive in rule.thinking:
         effort = effort_for_budget(int(thinking.get("budget_tokens") or budget_tokens))
         out["thinking"] = {"type": "adaptive"}
