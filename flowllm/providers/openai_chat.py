@@ -36,18 +36,8 @@ from flowllm.providers.base import (
     wire_tool_name,
 )
 from flowllm.providers.chat_history import alternate, portable_id
-from flowllm.providers.models import traits_for
+from flowllm.providers.models import effort_for_budget, traits_for
 from flowllm.providers.streaming import assemble_chat
-
-
-def effort_for_budget(budget: int) -> str:
-    """OpenAI's reasoning knobs take an effort level, not a token budget: the nearest level to the budget."""
-    if budget <= 2048:
-        return "low"
-    if budget <= 16000:
-        return "medium"
-    return "high"
-
 
 # Chat finish reasons in the canonical (Anthropic) vocabulary every consumer of ModelResponse reads.
 FINISH_REASONS = {

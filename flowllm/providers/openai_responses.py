@@ -26,7 +26,8 @@ from flowllm.providers.base import (
     wire_tool_name,
 )
 from flowllm.providers.errors import ProviderCallError, classify_error_type
-from flowllm.providers.openai_chat import effort_for_budget, tool_call_arguments, tool_use_block
+from flowllm.providers.models import effort_for_budget
+from flowllm.providers.openai_chat import tool_call_arguments, tool_use_block
 from flowllm.providers.streaming import assemble_responses
 
 INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}

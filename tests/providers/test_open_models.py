@@ -22,7 +22,7 @@ from flowllm.providers import build_provider, open_provider
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.chat_history import BRIDGE_TEXT, alternate, is_portable, portable_id
 from flowllm.providers.errors import ProviderCallError
-from flowllm.providers.models import traits_for
+from flowllm.providers.models import CLAUDE_ADAPTIVE, OPENAI_REASONING_MODEL, rule_for, shape_request, traits_for
 
 from .conftest import SYSTEM, TOOLS, make_cfg
 from .test_wire_errors import http_server, read_request
@@ -254,6 +254,56 @@ def test_adaptive_thinking_only_where_supported() -> None:
     assert new.shaping_notes() == []
 
 
+@pytest.mark.parametrize("model", ["claude-opus-4-7", "claude-opus-4-8", "claude-sonnet-5"])
+def test_enabled_thinking_goes_adaptive_to_models_that_refuse_it(model: str) -> None:
+    thinking = provider("anthropic", model=model, thinking="enabled", extra_body={"top_k": 40})
+    request = thinking.build_request(system=SYSTEM, messages=[TASK], tools=[])
+    assert request["thinking"] == {"type": "adaptive"} and request["output_config"] == {"effort": "low"}
+    assert "top_k" not in request
+    notes = thinking.shaping_notes()
+    assert len(notes) == 2 and "sent as adaptive, output_config.effort=low" in notes[0] and "top_k" in notes[1]
+    # Without thinking the configured temperature is what the model refuses.
+    plain = provider("anthropic", model=model, temperature=0.0)
+    assert "temperature" not in plain.build_request(system=SYSTEM, messages=[TASK], tools=[])
+    assert plain.shaping_notes() == [
+        f"provider 'offline' ({model}): request field 'temperature' dropped: Claude 4.7 and later take no temperature"
+    ]
+
+
+def test_the_effort_follows_the_budget_and_a_set_effort_is_kept() -> None:
+    def effort(budget: int, request: dict[str, Any] | None = None) -> str:
+        thinking = {"type": "enabled", "budget_tokens": budget}
+        shaped = shape_request("anthropic", "claude-opus-4-7", {"thinking": thinking, **(request or {})})[0]
+        return str(shaped["output_config"]["effort"])
+
+    assert [effort(b) for b in (1024, 2048, 8000, 16000, 16001, 64000)] == ["low"] * 2 + ["medium"] * 2 + ["high"] * 2
+    assert effort(64000, {"output_config": {"effort": "max"}}) == "max"  # provider.extra_body wins
+
+
+def test_models_newer_than_the_table_follow_their_family() -> None:
+    for model in ("claude-opus-9", "claude-sonnet-6-1-20290101", "claude-newname-7", "claude-mythos-preview"):
+        assert rule_for(model) is CLAUDE_ADAPTIVE, model
+    for model in ("gpt-7", "gpt-6.3-sol", "o9-mini", "openai/gpt-8-pro"):
+        assert rule_for(model) is OPENAI_REASONING_MODEL, model
+    for model in ("gpt-oss-120b", "qwen3-8b", "MiniMax-M2", "flowllm-emulator", "o3x"):
+        assert rule_for(model) is None, model
+
+
+def test_thinking_is_dropped_where_the_model_has_none() -> None:
+    old = provider("anthropic", model="claude-3-5-haiku-latest", thinking="enabled")
+    assert "thinking" not in old.build_request(system=SYSTEM, messages=[TASK], tools=[])
+    chat = provider("openai_chat", model="gpt-4.1", thinking="enabled", temperature=0.3)
+    request = chat.build_request(system=SYSTEM, messages=[TASK], tools=[])
+    assert "reasoning_effort" not in request and request["temperature"] == 0.3
+    responses = provider("openai_responses", model="gpt-4o", thinking="enabled")
+    request = responses.build_request(system=SYSTEM, messages=[TASK], tools=[])
+    assert "reasoning" not in request and "include" not in request
+    assert responses.shaping_notes() == [
+        "provider 'offline' (gpt-4o): request field 'reasoning' dropped: OpenAI models without reasoning take no "
+        "reasoning effort"
+    ]
+
+
 def test_chat_sends_metadata_only_with_store() -> None:
     without = provider("openai_chat", wire=WireConfig(metadata={"run": "r1"}))
     request = without.build_request(system=SYSTEM, messages=[TASK], tools=[])
@@ -264,17 +314,27 @@ def test_chat_sends_metadata_only_with_store() -> None:
     assert request["metadata"] == {"run": "r1"} and request["store"] is True
 
 
-async def test_each_change_is_said_once_in_the_log(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "model", "thinking", "fields"),
+    [
+        ("openai_chat", "o3", "disabled", ("temperature", "max_tokens")),
+        ("anthropic", "claude-opus-4-7", "enabled", ("thinking", "top_p")),
+    ],
+)
+async def test_each_change_is_said_once_in_the_log(
+    tmp_path, caplog: pytest.LogCaptureFixture, protocol: str, model: str, thinking: str, fields: tuple[str, str]
+) -> None:
     script = tmp_path / "script.yaml"
     script.write_text('default:\n  - {text: "ok"}\n')
-    cfg = make_cfg("openai_chat", model="o3", temperature=0.0, emulator_script=str(script))
+    cfg = make_cfg(protocol, model=model, thinking=thinking, temperature=0.0, emulator_script=str(script))
+    cfg.extra_body = {"top_p": 0.9} if protocol == "anthropic" else {}
     with caplog.at_level(logging.WARNING, logger="flowllm.providers.factory"):
         async with open_provider(cfg) as opened:
             for turn in (1, 2):
                 request = opened.build_request(system=SYSTEM, messages=[TASK], tools=[])
                 await opened.send(request, context=CallContext("t", turn))
     said = [r.getMessage() for r in caplog.records if r.name == "flowllm.providers.factory"]
-    assert len(said) == 2 and any("temperature" in s for s in said) and any("max_tokens" in s for s in said)
+    assert len(said) == 2 and all(any(f"'{field}'" in s for s in said) for field in fields)
 
 
 def test_alternation_keeps_the_content_format_and_ids_stay_apart() -> None:

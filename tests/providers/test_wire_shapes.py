@@ -4,15 +4,21 @@ The server-side shapes below are llama-cpp-python 0.3.36's request message types
 validated by its pydantic server), plus the rule its chat templates add: content is concatenated as a string,
 so text-only content in a list fails (HTTP 500 "can only concatenate str (not "list") to str"). LiteLLM's
 proxy adds: the Anthropic ``system`` field as a string, Responses assistant content as a string, no
-``reasoning`` for backends that refuse it. A change to the providers that breaks one of these fails here,
-in the default suite, without a real server.
+``reasoning`` for backends that refuse it. Every model the installed anthropic and openai SDKs list gets a
+request its model table (flowllm/providers/models.py) says it takes, in the SDK's own parameter types. A change
+to the providers that breaks one of these fails here, in the default suite, without a real server.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any, Literal, NotRequired
 
+import anthropic.types
+import openai.types
+import openai.types.shared
+import openai.types.shared_params
 import pytest
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict
@@ -21,6 +27,7 @@ from flowllm.config.schema import ContentFormat, WireConfig
 from flowllm.core.types import Message
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider
+from flowllm.providers.models import SAMPLING, ModelRule, Thinking, rule_for
 
 from .conftest import SYSTEM, TOOLS, make_cfg
 
@@ -251,3 +258,68 @@ def test_optional_fields_are_sent_only_when_configured() -> None:
     assert request["max_completion_tokens"] == 4096
     assert request["parallel_tool_calls"] is False and request["metadata"] == {"a": "b"}
     assert request["store"] is True
+
+
+# ----- every model the SDKs list, shaped by the model table --------------------------------------------------
+def sdk_models(literal_type: Any) -> list[str]:
+    """The model names of an SDK's ``Model`` type (a union of ``str`` and literals)."""
+    names: list[str] = []
+    for arg in typing.get_args(literal_type):
+        if isinstance(arg, str):
+            names.append(arg)
+        elif arg is not str:
+            names.extend(sdk_models(arg))
+    return names
+
+
+ANTHROPIC_MODELS = sdk_models(anthropic.types.Model)
+OPENAI_MODELS = sdk_models(openai.types.ChatModel)
+ANTHROPIC_THINKING = TypeAdapter(anthropic.types.ThinkingConfigParam)
+ANTHROPIC_OUTPUT = TypeAdapter(anthropic.types.OutputConfigParam)
+OPENAI_EFFORT = TypeAdapter(openai.types.shared.ReasoningEffort)
+OPENAI_REASONING = TypeAdapter(openai.types.shared_params.Reasoning)
+
+
+def assert_anthropic_takes(request: dict[str, Any], rule: ModelRule, asked: bool) -> None:
+    thinking = request.get("thinking")
+    if thinking is not None:
+        ANTHROPIC_THINKING.validate_python(thinking, strict=True)
+        assert Thinking(thinking["type"]) in rule.thinking, f"thinking {thinking['type']} sent to {rule.label}"
+    if "output_config" in request:
+        ANTHROPIC_OUTPUT.validate_python(request["output_config"], strict=True)
+    assert (thinking is not None) == (asked and bool(rule.thinking)), "thinking asked for and taken, not sent"
+
+
+def assert_openai_takes(request: dict[str, Any], rule: ModelRule, protocol: str, asked: bool) -> None:
+    key = "reasoning_effort" if protocol == "openai_chat" else "reasoning"
+    if key in request:
+        (OPENAI_EFFORT if key == "reasoning_effort" else OPENAI_REASONING).validate_python(request[key], strict=True)
+        assert Thinking.effort in rule.thinking, f"{key} sent to {rule.label}"
+    assert (key in request) == (asked and bool(rule.thinking)), "reasoning asked for and taken, not sent"
+    if rule.reasoning and protocol == "openai_chat":
+        assert "max_tokens" not in request and request["max_completion_tokens"] == 4096
+
+
+@pytest.mark.parametrize(
+    ("protocols", "model"),
+    [(("anthropic",), m) for m in ANTHROPIC_MODELS] + [(("openai_chat", "openai_responses"), m) for m in OPENAI_MODELS],
+)
+def test_every_sdk_model_gets_only_what_its_table_entry_takes(protocols: tuple[str, ...], model: str) -> None:
+    rule = rule_for(model)
+    assert rule is not None, f"{model} has no entry in the model table"
+    extra = {"top_p": 0.9, "top_k": 40}  # beside provider.temperature: every sampling parameter asked for
+    for protocol in protocols:
+        for thinking in ("disabled", "enabled", "adaptive"):
+            p = provider(protocol, model=model, thinking=thinking, temperature=0.5, extra_body=dict(extra))
+            request = p.build_request(system=SYSTEM, messages=native_loop(), tools=TOOLS)
+            refused = [k for k in SAMPLING if k in request and k not in rule.sampling]
+            assert not refused, f"{protocol} {model} thinking={thinking}: {refused} sent to {rule.label}"
+            if protocol == "anthropic":
+                assert_anthropic_takes(request, rule, asked=thinking != "disabled")
+            else:
+                assert_openai_takes(request, rule, protocol, asked=thinking != "disabled")
+
+
+def test_the_sdk_lists_hold_the_models_this_fix_is_about() -> None:
+    assert {"claude-opus-4-7", "claude-opus-4-8", "claude-sonnet-5", "claude-haiku-4-5"} <= set(ANTHROPIC_MODELS)
+    assert {"o3", "gpt-5", "gpt-4o", "gpt-5-chat-latest"} <= set(OPENAI_MODELS)
