@@ -1,0 +1,203 @@
+"""The composition matrix: features combined as researchers combine them, and every run must pass ``flowllm verify``.
+
+Each feature works alone and is tested alone elsewhere; wrong numbers came from combinations (a fork's statistics,
+a budget across epochs, batch results across epochs, a refused resume). The rows below are a covering array of
+all pairs of the factors' levels (computed once with allpairspy and written down as data;
+``test_the_rows_cover_every_pair`` keeps them so). Each row makes a run of the matrix dataset
+(``data/matrix``: three sample tasks, a sub-agent task, GAIA's hidden answer "?", an empty and a missing answer,
+a wrong answer), then what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a
+fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import astuple, dataclass, fields
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from flowllm.verify import audit_run
+from tests.experiment.helpers import ROOT, run_flowllm
+
+MATRIX = Path(__file__).resolve().parent / "data" / "matrix"
+OK_EXITS = (0, 3)  # every task finished (right, wrong or unscored), or the budget stopped the run
+FIRST_RESULT_WAIT_S = 120  # how long an interrupted row waits for a first task to finish before it interrupts
+
+
+@dataclass(frozen=True)
+class Row:
+    then: str  # none | replay | fork | fork_at_turn | sigint | sigkill
+    runner: str
+    wire: str  # the offline provider of one wire protocol
+    workers: int
+    epochs: int
+    attempts: int
+    budget: str  # none | tight (stops the run partway)
+    limits: str  # none | turns (agent.limits.turns=2)
+    batch: str  # off | on (provider.batch.enabled)
+    telemetry: str  # off | on (telemetry.otlp_endpoint, a loopback receiver)
+    subagent: str  # off | on (+subagents=analyst)
+
+    @property
+    def name(self) -> str:
+        return "-".join(str(v) for v in astuple(self))
+
+    def overrides(self, otlp: str) -> list[str]:
+        found = [
+            "progress=false",
+            f"dataset.path={MATRIX}",
+            f"runner={self.runner}",
+            f"experiment.workers={self.workers}",
+            f"experiment.epochs={self.epochs}",
+            f"experiment.attempts={self.attempts}",
+        ]
+        found += ["experiment.budget.cost_usd=0.01"] if self.budget == "tight" else []
+        found += ["agent.limits.turns=2"] if self.limits == "turns" else []
+        found += [f"telemetry.otlp_endpoint={otlp}"] if self.telemetry == "on" else []
+        found += ["+subagents=analyst"] if self.subagent == "on" else []
+        return found
+
+    def live(self) -> list[str]:
+        """The provider of the first run (the one a replay or a fork reads)."""
+        found = [f"provider={self.wire}", f"provider.emulator_script={MATRIX / 'script.yaml'}"]
+        return found + (["provider.batch.enabled=true"] if self.batch == "on" else [])
+
+    def follow_up(self, base: Path) -> list[str]:
+        replay = ["provider=replay", f"provider.run_dir={base}"]
+        if self.then == "fork":
+            return [*replay, "provider.fork=live", f"provider.live={self.wire}", "repair=strict"]
+        if self.then == "fork_at_turn":
+            return [*replay, "provider.fork=live", f"provider.live={self.wire}", "provider.fork_at_turn=2"]
+        return replay
+
+
+# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order).
+ROWS = [
+    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off"),
+    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off"),
+    Row("fork", "graph_parallel", "offline_responses", 2, 1, 2, "none", "turns", "off", "on", "on"),
+    Row("fork_at_turn", "graph_parallel", "offline_chat", 1, 3, 1, "tight", "none", "on", "off", "on"),
+    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on"),
+    Row("sigkill", "legacy", "offline_responses", 2, 3, 1, "tight", "turns", "on", "off", "on"),
+    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off"),
+    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off"),
+    Row("fork_at_turn", "graph", "offline_responses", 1, 1, 2, "none", "turns", "off", "off", "off"),
+    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off"),
+    Row("replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off"),
+    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on"),
+    Row("sigkill", "graph_parallel", "offline_chat", 1, 1, 2, "tight", "turns", "off", "off", "off"),
+    Row("fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off"),
+    Row("sigint", "graph_parallel", "offline_responses", 2, 3, 1, "tight", "none", "off", "off", "off"),
+    Row("replay", "legacy", "offline_responses", 2, 1, 2, "tight", "turns", "off", "off", "on"),
+    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off"),
+    Row("none", "graph_parallel", "offline_chat", 2, 1, 2, "tight", "turns", "off", "off", "off"),
+]
+LEVELS = {
+    "then": ["none", "replay", "fork", "fork_at_turn", "sigint", "sigkill"],
+    "runner": ["legacy", "graph", "graph_parallel"],
+    "wire": ["offline", "offline_chat", "offline_responses"],
+    "workers": [1, 2],
+    "epochs": [1, 3],
+    "attempts": [1, 2],
+    "budget": ["none", "tight"],
+    "limits": ["none", "turns"],
+    "batch": ["off", "on"],
+    "telemetry": ["off", "on"],
+    "subagent": ["off", "on"],
+}
+
+
+def test_the_rows_cover_every_pair() -> None:
+    names = [f.name for f in fields(Row)]
+    assert list(LEVELS) == names
+    seen = {
+        (a, b, row[a], row[b])
+        for row in (dict(zip(names, astuple(r), strict=True)) for r in ROWS)
+        for a, b in itertools.combinations(names, 2)
+    }
+    missing = [
+        (a, va, b, vb)
+        for a, b in itertools.combinations(names, 2)
+        for va in LEVELS[a]
+        for vb in LEVELS[b]
+        if (a, b, va, vb) not in seen
+    ]
+    assert missing == []
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver that takes every export and counts it."""
+
+    received = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).received += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture(scope="module")
+def otlp() -> Iterator[tuple[str, type[_Receiver]]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Receiver
+    server.shutdown()
+
+
+def run_ok(*args: str) -> None:
+    done = run_flowllm(*args)
+    assert done.returncode in OK_EXITS, done.stderr[-3000:]
+
+
+def interrupted_then_resumed(args: list[str], run: Path, sig: signal.Signals, log: Path) -> None:
+    """The run is interrupted once a first task has finished, then run again into the same folder."""
+    with log.open("w") as handle:
+        proc = subprocess.Popen([sys.executable, "-m", "flowllm", *args], cwd=ROOT, stdout=handle, stderr=handle)
+        deadline = time.monotonic() + FIRST_RESULT_WAIT_S
+        while proc.poll() is None and time.monotonic() < deadline and not any(run.glob("tasks/*/result.json")):
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        proc.wait(timeout=300)
+    run_ok(*args)  # the resume
+
+
+def assert_verified(run: Path) -> None:
+    audit = audit_run(run)
+    assert audit.verified, "\n".join([f"{run.name} is not verified:", *(f.line() for f in audit.findings)])
+    assert audit.compared > 50
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_every_combination_verifies(row: Row, tmp_path: Path, otlp: tuple[str, type[_Receiver]]) -> None:
+    url, receiver = otlp
+    base = tmp_path / "base"
+    args = [*row.overrides(url), *row.live(), f"hydra.run.dir={base}"]
+    before = receiver.received
+    if row.then in ("sigint", "sigkill"):
+        sig = signal.SIGINT if row.then == "sigint" else signal.SIGKILL
+        interrupted_then_resumed(args, base, sig, tmp_path / "interrupted.log")
+    else:
+        run_ok(*args)
+    assert_verified(base)
+    if row.telemetry == "on":
+        assert receiver.received > before, "telemetry was on, yet no span reached the receiver"
+    if row.then in ("replay", "fork", "fork_at_turn"):
+        follow = tmp_path / row.then
+        run_ok(*row.overrides(url), *row.follow_up(base), f"hydra.run.dir={follow}")
+        assert_verified(follow)
