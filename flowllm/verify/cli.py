@@ -1,4 +1,4 @@
-"""``flowllm verify RUN [--json] [--dataset PATH]``: audit a run folder (or each job of a sweep folder).
+"""``flowllm verify RUN [--json] [--dataset PATH] [--export FILE...]``: audit a run (or each job of a sweep).
 
 Exit status: 0 every number agrees with the evidence, 6 a disagreement was found (one line each, naming the
 file, the field and both values), 2 what was given is not a run or a file in it does not parse.
@@ -31,6 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("run", type=Path, help="a run folder, or a sweep folder (each job is audited)")
     parser.add_argument("--json", action="store_true", help="the audit as JSON on stdout")
     parser.add_argument("--dataset", type=Path, help="the dataset to score against (default: the run's own)")
+    parser.add_argument(
+        "--export",
+        type=Path,
+        action="append",
+        default=[],
+        help="an export of the run to compare with it: an Inspect AI log (.eval) or a GAIA submission (.jsonl)",
+    )
     return parser
 
 
@@ -49,7 +56,7 @@ def _text(audit: Audit) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        audits = audit_path(args.run, dataset=args.dataset)
+        audits = audit_path(args.run, dataset=args.dataset, exports=args.export)
     except VerifyInputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return ExitCode.CONFIG

@@ -183,3 +183,28 @@ def test_a_sweep_folder_audits_each_job(old_runs: Path, tmp_path: Path, capsys: 
     assert code == ExitCode.UNVERIFIED
     assert f"{sweep / '0'}: verified" in out
     assert f"{sweep / '1'}: NOT verified" in out
+
+
+def test_exports_are_compared_with_the_run(fresh_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An Inspect AI log (read back by inspect_ai) and a GAIA submission agree with the run; an edited answer in
+    the submission is named by its line."""
+    log, submission = tmp_path / "run.eval", tmp_path / "answers.jsonl"
+    for fmt, path in (("inspect", log), ("gaia-submission", submission)):
+        done = subprocess.run(
+            [sys.executable, "-m", "flowllm.inspect", "export", str(fresh_run), "--format", fmt, "-o", str(path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+    code, out, _ = verify(fresh_run, capsys, "--export", str(log), "--export", str(submission))
+    assert code == ExitCode.OK, out
+    lines = submission.read_text().splitlines()
+    edited = [json.loads(line) for line in lines]
+    number = next(n for n, line in enumerate(edited, start=1) if line["task_id"] == TASK)
+    edited[number - 1]["model_answer"] = "8"
+    submission.write_text("\n".join(json.dumps(line) for line in edited) + "\n")
+    code, out, _ = verify(fresh_run, capsys, "--export", str(submission))
+    assert code == ExitCode.UNVERIFIED
+    assert f"answers.jsonl: line {number} ({TASK}): model_answer: the run says '8', the evidence gives '7'" in out
