@@ -71,6 +71,7 @@ from flowllm.inspect.views import (
     unavailable_tools,
 )
 from flowllm.rundir.layout import LEDGER_FILE
+from flowllm.verify import verification
 
 PROG = "python -m flowllm.inspect"
 FAILURE_KINDS = (
@@ -217,6 +218,7 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
                 "summary": figures,
                 "problems": run.problems,
                 "failures": [asdict(f) for f in failures],
+                "verification": verification(run.path).to_dict(),
             }
         )
         return 0
@@ -239,6 +241,7 @@ def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
         ("tokens in / out", _tokens_in_out(usage) if usage else None),
         *_spend_rows(figures, run_spend(run)),
         ("wall time", _seconds(figures.get("wall_seconds"))),
+        ("verified", verification(run.path).text),
     ]
     if figures.get("by_level"):
         rows.append(

@@ -49,6 +49,7 @@ from flowllm.inspect.views import (
     unavailable_tools,
 )
 from flowllm.scoring.stats import format_estimate
+from flowllm.verify import verification
 
 INTERN_MIN_CHARS = 64
 REF_KEY = "\u00a7s"  # {"§s": n} stands for strings[n]; a key no artifact uses
@@ -191,6 +192,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "replay": replay_counts(run),
         "spend": spend,
         "problems": run.problems,
+        "verification": verification(run.path).to_dict(),  # flowllm verify's verdict on the run
         "tasks": tasks,
     }
 

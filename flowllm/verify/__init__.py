@@ -17,7 +17,7 @@ It never writes into the run it audits.
 
 from __future__ import annotations
 
-from flowllm.verify.audit import audit_path, audit_run
+from flowllm.verify.audit import Verification, audit_path, audit_run, verification
 from flowllm.verify.findings import Audit, Finding
 
-__all__ = ["Audit", "Finding", "audit_path", "audit_run"]
+__all__ = ["Audit", "Finding", "Verification", "audit_path", "audit_run", "verification"]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+from flowllm.errors import FlowError
 from flowllm.rundir.layout import SUMMARY_FILE, SWEEP_SUMMARY_FILE
 from flowllm.verify.evidence import VerifyInputError, load_evidence
 from flowllm.verify.exports import check_export
@@ -14,7 +17,7 @@ from flowllm.verify.spend import check_spend
 from flowllm.verify.tasks import check_tasks
 from flowllm.verify.totals import check_totals
 
-__all__ = ["audit_path", "audit_run", "sweep_jobs"]
+__all__ = ["Verification", "audit_path", "audit_run", "sweep_jobs", "verification"]
 
 MULTIRUN_FILE = "multirun.yaml"  # what Hydra writes at the top of a multirun's folder
 
@@ -54,3 +57,35 @@ def audit_path(path: Path, *, dataset: Path | None = None, exports: Sequence[Pat
     if jobs:
         return [audit_run(job, dataset=dataset) for job in jobs]
     return [audit_run(path, dataset=dataset, exports=exports)]
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Whether a run verifies, in a line a report can show: ``verified`` None when it could not be audited."""
+
+    verified: bool | None
+    compared: int = 0
+    disagreements: int = 0
+    first: str | None = None  # the first disagreement, or why the run could not be audited
+
+    @property
+    def text(self) -> str:
+        if self.verified is None:
+            return f"not known: {self.first}"
+        if self.verified:
+            return f"yes: {self.compared} values agree with the evidence (flowllm verify)"
+        return f"NO: {self.disagreements} disagreement(s), the first: {self.first} (flowllm verify lists them)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "text": self.text}
+
+
+def verification(run_dir: Path) -> Verification:
+    """The audit of one run folder, summed up for ``flowllm inspect RUN`` and the HTML report; never raises for
+    a run that cannot be audited (it says why)."""
+    try:
+        audit = audit_run(run_dir)
+    except FlowError as exc:
+        return Verification(None, first=str(exc))
+    first = audit.findings[0].line() if audit.findings else None
+    return Verification(audit.verified, audit.compared, len(audit.findings), first)

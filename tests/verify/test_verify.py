@@ -208,3 +208,22 @@ def test_exports_are_compared_with_the_run(fresh_run: Path, tmp_path: Path, caps
     code, out, _ = verify(fresh_run, capsys, "--export", str(submission))
     assert code == ExitCode.UNVERIFIED
     assert f"answers.jsonl: line {number} ({TASK}): model_answer: the run says '8', the evidence gives '7'" in out
+
+
+def test_inspect_and_the_report_say_whether_a_run_verifies(old_runs: Path) -> None:
+    from flowllm.inspect.report import build_report_data
+
+    for name, verified in (("plain", True), ("fork", False)):
+        done = subprocess.run(
+            [sys.executable, "-m", "flowllm.inspect", str(old_runs / name), "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        shown = json.loads(done.stdout)["verification"]
+        assert shown["verified"] is verified
+        page = build_report_data(old_runs / name)["runs"][0]["verification"]
+        assert page == shown
+    assert shown["text"].startswith("NO: 14 disagreement(s), the first: summary.json: stats.scored")
