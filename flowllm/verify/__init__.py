@@ -7,6 +7,7 @@
     tasks.py      each task's answer, ground truth, score and status against the evidence
     totals.py     the summary's tallies, statistics and replay accounting, recomputed
     spend.py      every ledger line's cost, the totals and the budget's verdict
+    verdicts.py   per-task limits' verdicts and a fork's accounting
     exports.py    an Inspect AI log or a GAIA submission of the run against it (--export FILE)
     settings.py   the saved config against the fingerprint it ran under
     audit.py      the checks in order, for a run or a sweep folder

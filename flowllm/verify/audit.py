@@ -16,6 +16,7 @@ from flowllm.verify.settings import check_settings
 from flowllm.verify.spend import check_spend
 from flowllm.verify.tasks import check_tasks
 from flowllm.verify.totals import check_totals
+from flowllm.verify.verdicts import check_fork, check_limits
 
 __all__ = ["Verification", "audit_path", "audit_run", "sweep_jobs", "verification"]
 
@@ -31,6 +32,8 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     outcomes = check_tasks(ev, audit)
     check_totals(ev, outcomes, audit)
     check_spend(ev, audit)
+    check_limits(ev, audit)
+    check_fork(ev, outcomes, audit)
     for export in exports:
         check_export(export, outcomes, audit)
     return audit

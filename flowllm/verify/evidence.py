@@ -24,7 +24,7 @@ from flowllm.experiment.pricing import PriceTable
 from flowllm.resources import bundled
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
 
-__all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence"]
+__all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
 
 
 class VerifyInputError(BuildError):
@@ -85,7 +85,7 @@ def _json(path: Path, run_dir: Path) -> Any:
         ) from None
 
 
-def _jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
+def read_jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
     if not path.is_file():
         return []
     lines: list[LedgerLine] = []
@@ -178,7 +178,7 @@ def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:
                     per_epoch[epoch] = saved
             epoch_results[task.task_id] = per_epoch
     fingerprint = _json(layout.fingerprint, run_dir) if layout.fingerprint.is_file() else None
-    history = [line.value for line in _jsonl(layout.history, run_dir)]
+    history = [line.value for line in read_jsonl(layout.history, run_dir)]
     price_path, prices = _prices(cfg)
     return RunEvidence(
         run_dir=run_dir,
@@ -189,8 +189,8 @@ def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:
         summary=summary,
         results=results,
         epoch_results=epoch_results,
-        ledger=_jsonl(layout.ledger, run_dir),
-        judge_ledger=_jsonl(layout.judge_ledger, run_dir),
+        ledger=read_jsonl(layout.ledger, run_dir),
+        judge_ledger=read_jsonl(layout.judge_ledger, run_dir),
         fingerprint=fingerprint if isinstance(fingerprint, dict) else None,
         history=history,
         prices=prices,

@@ -227,3 +227,30 @@ def test_inspect_and_the_report_say_whether_a_run_verifies(old_runs: Path) -> No
         page = build_report_data(old_runs / name)["runs"][0]["verification"]
         assert page == shown
     assert shown["text"].startswith("NO: 14 disagreement(s), the first: summary.json: stats.scored")
+
+
+def test_a_forks_live_cost_is_its_own_ledgers(
+    old_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fork = tmp_path / "fork"
+    shutil.copytree(old_runs / "fork", fork)
+    shutil.copytree(old_runs / "plain", tmp_path / "plain")  # the saved run, at the path the fork names
+    _json_edit(fork / "summary.json", _set("fork", "live_cost_usd", value=0.0001))
+    code, out, _ = verify(fork, capsys)
+    assert code == ExitCode.UNVERIFIED
+    assert "summary.json: fork.live_cost_usd: the run says 0.0001, the evidence gives 0.00445 (usage.jsonl)" in out
+    assert "fork.full_rerun_cost_usd" not in out  # agrees with the saved run's ledger
+
+
+def test_a_limit_verdict_is_checked_against_the_turns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    done = run_flowllm("progress=false", "agent.limits.turns=2", f"hydra.run.dir={run}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.OK, out
+    limited = next(p for p in sorted(run.glob("tasks/*/result.json")) if json.loads(p.read_text())["status"] == "limit")
+    _json_edit(limited, _set("turns", value=1))
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.UNVERIFIED
+    name = limited.relative_to(run).as_posix()
+    assert f"{name}: turns: the run says 1, the evidence gives 2 (a task ended by agent.limits.turns" in out
