@@ -36,6 +36,7 @@ from flowllm.providers.replay import read_saved
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
+from flowllm.scoring.tally import SCORED_REPLAYS, replay_scored
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
@@ -49,13 +50,10 @@ class ReplayStatus(StrEnum):
     FORKED = "forked"
 
 
-# The verdicts whose task result is the new pipeline's own: every model reply answered the request it was given.
-SCORED = frozenset({ReplayStatus.EXACT.value, ReplayStatus.FORKED.value})
-
-
-def is_scored(verdict: Mapping[str, Any] | None) -> bool:
-    """Whether a task with this replay verdict (None: not a replay) has a score."""
-    return verdict is None or verdict.get("status") in SCORED
+# The verdicts whose task result is the new pipeline's own: every model reply answered the request it was given
+# (the rule is flowllm/scoring/tally.py's, read by the tally, the statistics and the paired comparisons alike).
+SCORED = SCORED_REPLAYS
+is_scored = replay_scored
 
 
 @dataclass(frozen=True)

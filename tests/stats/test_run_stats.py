@@ -80,6 +80,24 @@ def test_epochs_reduce_and_pass_at_k() -> None:
     assert stats["pass_at_k"]["3"] == pytest.approx(0.5)  # task 2 has two scored epochs: left out at k=3
 
 
+def test_an_epoch_or_task_the_budget_stopped_is_neither_scored_nor_unscored() -> None:
+    tasks = [_task(i, "a") for i in range(3)]
+    stopped = {"status": "budget", "correct": False}
+    logs = [
+        [{"status": "completed", "correct": True}, stopped],
+        [{"status": "completed", "correct": False}, {"status": "completed", "correct": True}],
+    ]
+    outcomes = [_outcome(i, True, epochs=2, epoch_log=log, score=None) for i, log in enumerate(logs)]
+    outcomes[0].score, outcomes[1].score = 1.0, 0.5
+    outcomes.append(_outcome(2, False, status="budget", epochs=2, epoch_log=[stopped, stopped], score=0.0))
+    stats = run_stats(outcomes, tasks, epochs=2, reducer=Reducer.MEAN, settings=StatsSettings())
+    assert (stats["scored"], stats["unscored"]) == (2, 0)
+    assert stats["pass_at_k"]["1"] == pytest.approx((1.0 + 0.5) / 2)  # task 0 has one scored epoch
+    assert stats["pass_at_k"]["2"] == pytest.approx(1.0)  # only task 1 has two
+    results = [o.to_dict() for o in outcomes]
+    assert set(score_map(results)) == {"t0", "t1"}
+
+
 def test_score_map_reads_result_files() -> None:
     results = [
         {"task_id": "a", "correct": True},
