@@ -6,11 +6,13 @@ per-task scores:
 
 * ``estimate``: the mean, its standard error (the CLT estimate ``sd / sqrt(n)``, or the cluster-robust one of an
   intercept-only regression when tasks are clustered by a dataset field), a 95% interval (Wilson for binary
-  scores, normal otherwise, or a percentile bootstrap with a fixed seed) and the within-task variance across
+  scores, normal otherwise, t with G - 1 degrees of freedom over G clusters, or a percentile bootstrap with a
+  fixed seed) and the within-task variance across
   epochs. Fewer than two scored tasks: no standard error and no interval (``None``: not known, never 0).
 * ``pass_at_k`` (the unbiased estimator of Chen et al. 2021) and ``pass_hat_k`` (pass^k: all k draws correct).
 * ``compare_paired``: two runs task by task, McNemar's exact test for binary scores and a paired t-test for
-  fractional ones, the paired difference's interval, and the tasks needed to detect it at 80% power.
+  fractional ones, the paired difference's t interval (df n - 1), and the tasks needed to detect it at 80%
+  power.
 * ``plan_power``: tasks x epochs needed to detect a difference before spending anything.
 
 The figures come from scipy.stats and statsmodels (imported when first needed: they take a second to load).
@@ -256,8 +258,9 @@ def estimate(tasks: Sequence[TaskScore], *, epochs: int = 1, settings: StatsSett
         low = high = None
         interval = "none"
     else:
-        z = float(sps.norm.ppf(1 - ALPHA / 2))
-        low, high = max(0.0, mean - z * stderr), min(1.0, mean + z * stderr)
+        # Clustered: t with G - 1 degrees of freedom (G clusters), as the sandwich estimate has; else normal.
+        crit = sps.t.ppf(1 - ALPHA / 2, clusters - 1) if clusters is not None else sps.norm.ppf(1 - ALPHA / 2)
+        low, high = max(0.0, mean - float(crit) * stderr), min(1.0, mean + float(crit) * stderr)
         interval = "clt"
     return Estimate(n, epochs, mean, stderr, low, high, interval, stderr_method, cluster_by, clusters, within)
 
@@ -328,7 +331,8 @@ class PairedComparison:
             need = f"; about {self.tasks_needed} paired tasks would detect a {points:.1f}-point difference at 80% power"
         elif self.diff == 0:
             need = "; no difference was observed, so no size can be named to detect it"
-        return f"not distinguishable from noise at this size ({self.n} tasks): {points:.1f} points, {ci}, {p}{need}"
+        shown = f"{100 * self.diff:+.1f} points"  # signed: a decline reads as one
+        return f"not distinguishable from noise at this size ({self.n} tasks): {shown}, {ci}, {p}{need}"
 
     def to_dict(self, a: str = "A", b: str = "B") -> dict[str, Any]:
         return {
@@ -373,8 +377,10 @@ def compare_paired(a: Mapping[str, float], b: Mapping[str, float]) -> PairedComp
     d = [v - u for u, v in zip(xa, xb, strict=True)]
     sd = math.sqrt(sum((x - diff) ** 2 for x in d) / (n - 1))
     stderr = sd / math.sqrt(n)
-    z = float(sps.norm.ppf(1 - ALPHA / 2))
-    low, high = diff - z * stderr, diff + z * stderr
+    # The paired t interval (df n - 1): the one the paired t-test's p goes with (it excludes 0 exactly when
+    # p < 0.05); binary scores get it too, beside McNemar's exact p, rather than a narrower normal interval.
+    t = float(sps.t.ppf(1 - ALPHA / 2, n - 1))
+    low, high = diff - t * stderr, diff + t * stderr
     if _is_binary(xa) and _is_binary(xb):
         from statsmodels.stats.contingency_tables import mcnemar
 

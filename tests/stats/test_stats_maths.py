@@ -177,6 +177,39 @@ def test_fractional_scores_use_a_paired_t_test() -> None:
     assert result.p_value == pytest.approx(2 * sps.t.sf(abs(t), len(d) - 1))
 
 
+def test_the_paired_interval_is_the_t_tests_and_a_decline_keeps_its_sign() -> None:
+    from scipy import stats as sps
+
+    # Nine tasks scored over three epochs: B is 11.1 points below A; a normal interval, [-22.0, -0.2], would
+    # exclude 0 beside the t-test's p = 0.08.
+    a = {f"t{i}": k / 3 for i, k in enumerate([3, 1, 1, 1, 2, 3, 2, 1, 2])}
+    b = {f"t{i}": k / 3 for i, k in enumerate([3, 0, 1, 0, 1, 3, 2, 1, 2])}
+    result = compare_paired(a, b)
+    xa, xb = [a[t] for t in a], [b[t] for t in a]
+    test = sps.ttest_rel(xb, xa)
+    assert result.test == "paired-t" and result.p_value == pytest.approx(test.pvalue)
+    se = statistics.stdev([v - u for u, v in zip(xa, xb, strict=True)]) / 3
+    half = float(sps.t.ppf(0.975, 8)) * se
+    assert (result.ci_low, result.ci_high) == pytest.approx((-1 / 9 - half, -1 / 9 + half))
+    assert (result.ci_low, result.ci_high) == pytest.approx(tuple(test.confidence_interval(0.95)))
+    assert result.ci_low is not None and result.ci_high is not None
+    assert (result.ci_low < 0 < result.ci_high) == (result.p_value >= 0.05)
+    verdict = result.verdict()
+    assert verdict.startswith("not distinguishable from noise at this size (9 tasks): -11.1 points")
+    assert "95% CI [-23.9, 1.7], p = 0.08" in verdict
+
+
+def test_a_clustered_interval_uses_t_with_clusters_minus_one_degrees_of_freedom() -> None:
+    from scipy import stats as sps
+
+    values = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    groups = ["a", "a", "a", "b", "b", "c", "c", "c", "d", "d"]
+    est = estimate(_tasks(values, groups), settings=StatsSettings(cluster_by="g"))
+    assert est.stderr is not None and est.clusters == 4
+    half = float(sps.t.ppf(0.975, 3)) * est.stderr
+    assert (est.ci_low, est.ci_high) == pytest.approx((0.6 - half, min(1.0, 0.6 + half)))
+
+
 def test_one_paired_task_is_not_known() -> None:
     result = compare_paired({"a": 1.0}, {"a": 0.0})
     assert result.n == 1 and result.p_value is None and result.ci_low is None
