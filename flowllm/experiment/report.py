@@ -132,7 +132,7 @@ def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     correct = replay.get("scored_correct", replay.get("exact_correct", 0))
     acc = summary.get("accuracy")
     what = "exact + forked" if forked else "exact replays"
-    shown = f"{acc:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
+    shown = f"{correct / scored:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
     counts = f"{exact} exact, "
     if forked or summary.get("fork") is not None:
         counts += f"{forked} forked, "

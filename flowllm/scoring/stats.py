@@ -124,8 +124,9 @@ def pass_curves(tasks: Sequence[TaskScore], epochs: int) -> dict[str, dict[str, 
         counts = [(len(s), sum(s)) for s in (t.scored_epochs for t in tasks) if len(s) >= k]
         at = [pass_at_k(n, c, k) for n, c in counts]
         hat = [pass_hat_k(n, c, k) for n, c in counts]
-        curves["pass_at_k"][str(k)] = round(sum(at) / len(at), 4) if at else None
-        curves["pass_hat_k"][str(k)] = round(sum(hat) / len(hat), 4) if hat else None
+        # Unrounded, as the mean is: rounded once where shown (pass@1 and the mean are the same figure).
+        curves["pass_at_k"][str(k)] = sum(at) / len(at) if at else None
+        curves["pass_hat_k"][str(k)] = sum(hat) / len(hat) if hat else None
     return curves
 
 
@@ -149,14 +150,14 @@ class Estimate:
         return {
             "n": self.n,
             "epochs": self.epochs,
-            "mean": _round(self.mean),
-            "stderr": _round(self.stderr),
-            "ci95": [_round(self.ci_low), _round(self.ci_high)] if self.ci_low is not None else None,
+            "mean": _number(self.mean),
+            "stderr": _number(self.stderr),
+            "ci95": [_number(self.ci_low), _number(self.ci_high)] if self.ci_low is not None else None,
             "interval": self.interval,
             "stderr_method": self.stderr_method,
             "cluster_by": self.cluster_by,
             "clusters": self.clusters,
-            "within_task_var": _round(self.within_task_var),
+            "within_task_var": _number(self.within_task_var),
         }
 
     @classmethod
@@ -177,8 +178,9 @@ class Estimate:
         )
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
-    return None if value is None else round(float(value), digits)
+def _number(value: float | None) -> float | None:
+    """A figure for ``summary.json``, unrounded: it is rounded once, where it is shown."""
+    return None if value is None else float(value)
 
 
 def _is_binary(values: Sequence[float]) -> bool:
@@ -337,13 +339,13 @@ class PairedComparison:
     def to_dict(self, a: str = "A", b: str = "B") -> dict[str, Any]:
         return {
             "n": self.n,
-            "mean_a": _round(self.mean_a),
-            "mean_b": _round(self.mean_b),
-            "diff": _round(self.diff),
-            "stderr": _round(self.stderr),
-            "ci95": [_round(self.ci_low), _round(self.ci_high)] if self.ci_low is not None else None,
+            "mean_a": _number(self.mean_a),
+            "mean_b": _number(self.mean_b),
+            "diff": _number(self.diff),
+            "stderr": _number(self.stderr),
+            "ci95": [_number(self.ci_low), _number(self.ci_high)] if self.ci_low is not None else None,
             "test": self.test,
-            "p_value": _round(self.p_value, 8),
+            "p_value": _number(self.p_value),
             "significant": self.significant,
             "fixed": self.fixed,
             "broken": self.broken,
@@ -450,14 +452,14 @@ class PowerPlan:
             "baseline": self.baseline,
             "delta": self.delta,
             "epochs": self.epochs,
-            "within_var": _round(self.within_var),
-            "task_var": _round(self.task_var),
+            "within_var": _number(self.within_var),
+            "task_var": _number(self.task_var),
             "tasks": self.tasks,
             "task_epochs": self.tasks * self.epochs,
             "power": POWER,
             "alpha": ALPHA,
-            "cost_per_task_epoch_usd": _round(self.cost_per_task_epoch),
-            "cost_per_run_usd": _round(self.cost_per_run),
+            "cost_per_task_epoch_usd": _number(self.cost_per_task_epoch),
+            "cost_per_run_usd": _number(self.cost_per_run),
         }
 
 

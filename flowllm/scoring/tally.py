@@ -91,4 +91,5 @@ def accuracy_text(correct: int | None, scored: int | None, accuracy: float | Non
     """``80.0% (8/10 scored)``, or ``not known (0 scored)`` when nothing could be scored."""
     if accuracy is None or not scored:
         return f"not known ({scored or 0} scored)"
-    return f"{accuracy:.1%} ({correct}/{scored} scored)"
+    shown = accuracy if correct is None else correct / scored  # from the counts: the stored figure is rounded
+    return f"{shown:.1%} ({correct}/{scored} scored)"

@@ -16,8 +16,9 @@ from flowllm.core.types import Usage
 from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
 from flowllm.experiment.outcome import COMPLETED, TaskOutcome
-from flowllm.experiment.run_stats import check_stats, run_stats, score_map
+from flowllm.experiment.run_stats import check_stats, run_stats, score_map, stats_rows
 from flowllm.scoring.stats import StatsSettings
+from flowllm.scoring.tally import accuracy_text, score_tally
 
 
 def _task(i: int, topic: str, level: int = 1) -> Task:
@@ -96,6 +97,26 @@ def test_an_epoch_or_task_the_budget_stopped_is_neither_scored_nor_unscored() ->
     assert stats["pass_at_k"]["2"] == pytest.approx(1.0)  # only task 1 has two
     results = [o.to_dict() for o in outcomes]
     assert set(score_map(results)) == {"t0", "t1"}
+
+
+def test_pass_at_1_and_the_mean_are_one_figure_rounded_once() -> None:
+    """14 of 27 epochs right (51.85%): pass@1 and the mean are the same number and must print the same."""
+    tasks = [_task(i, "a") for i in range(9)]
+    rights = [3, 3, 2, 2, 1, 1, 1, 1, 0]  # 14 of 27
+    outcomes = []
+    for i, right in enumerate(rights):
+        log = [{"status": COMPLETED, "correct": e < right} for e in range(3)]
+        outcomes.append(_outcome(i, right >= 2, epochs=3, epoch_log=log, score=right / 3))
+    stats = run_stats(outcomes, tasks, epochs=3, reducer=Reducer.MEAN, settings=StatsSettings())
+    rows = dict(stats_rows({"stats": stats}))
+    assert rows["accuracy ± SE [95% CI]"].startswith("51.9% ± ")
+    assert rows["pass@k"].startswith("k=1: 51.9%, ")
+    assert (
+        accuracy_text(
+            14, 27, score_tally([SimpleNamespace(status=COMPLETED, correct=i < 14) for i in range(27)])["accuracy"]
+        )
+        == "51.9% (14/27 scored)"
+    )
 
 
 def test_score_map_reads_result_files() -> None:
