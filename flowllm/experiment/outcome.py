@@ -213,7 +213,7 @@ def _rescore_epochs(outcome: TaskOutcome, task: Task, rescore: RuleScore) -> Non
     for entry in outcome.epoch_log:
         verdict = rescore(task, entry.get("answer")) if entry.get("status") == COMPLETED else unscored_or(task, False)
         entry["correct"] = None if verdict is None else bool(verdict)
-    reducer = Reducer(outcome.epoch_reducer or Reducer.MEAN)
+    reducer = Reducer(outcome.epoch_reducer or Reducer.mean)
     outcome.score = reduce_entries(outcome.epoch_log, reducer)
     outcome.correct = epoch_score(outcome.score)
     outcome.ground_truth = task.ground_truth

@@ -126,7 +126,7 @@ def run_stats(
         "epoch_reducer": str(reducer),
         "interval_requested": str(settings.interval),
         "bootstrap": {"resamples": settings.resamples, "seed": settings.seed}
-        if settings.interval is IntervalMethod.BOOTSTRAP
+        if settings.interval is IntervalMethod.bootstrap
         else None,
         "cluster_by": settings.cluster_by,
         "scored": len(scored),

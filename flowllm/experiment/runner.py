@@ -93,7 +93,7 @@ class ExperimentSettings:
     resume: bool = True
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct one
     epochs: int = 1  # independent runs of every task (flowllm/experiment/epochs.py)
-    epoch_reducer: Reducer = Reducer.MEAN
+    epoch_reducer: Reducer = Reducer.mean
     limits: TaskLimits = field(default_factory=TaskLimits)  # agent.limits
     budget: RunBudget = field(default_factory=RunBudget)  # experiment.budget
 

@@ -56,7 +56,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StatsSettings:
-    interval: IntervalMethod = IntervalMethod.WILSON
+    interval: IntervalMethod = IntervalMethod.wilson
     cluster_by: str | None = None
     resamples: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
@@ -84,11 +84,11 @@ def reduce_epochs(verdicts: Sequence[bool | None], answers: Sequence[str | None]
     scored = [(v, a) for v, a in zip(verdicts, answers, strict=True) if v is not None]
     if not scored:
         return None
-    if reducer is Reducer.MEAN:
+    if reducer is Reducer.mean:
         return sum(v for v, _ in scored) / len(scored)
-    if reducer is Reducer.MAX:
+    if reducer is Reducer.max:
         return float(any(v for v, _ in scored))
-    if reducer is Reducer.ALL:
+    if reducer is Reducer.all:
         return float(all(v for v, _ in scored))
     winner = most_frequent([a for _, a in scored])
     return float(next(v for v, a in scored if a == winner))
@@ -248,10 +248,10 @@ def estimate(tasks: Sequence[TaskScore], *, epochs: int = 1, settings: StatsSett
     method = settings.interval
     low: float | None
     high: float | None
-    if method is IntervalMethod.BOOTSTRAP:
+    if method is IntervalMethod.bootstrap:
         low, high = _bootstrap_interval(values, groups, settings)
         interval = "bootstrap"
-    elif method is IntervalMethod.WILSON and groups is None and _is_binary(values):
+    elif method is IntervalMethod.wilson and groups is None and _is_binary(values):
         from statsmodels.stats.proportion import proportion_confint
 
         low, high = proportion_confint(int(sum(values)), n, alpha=ALPHA, method="wilson")

@@ -45,7 +45,7 @@ def test_wilson_interval_matches_the_textbook(correct: int, n: int, low: float, 
 
 def test_clt_standard_error_is_the_sample_sd_over_root_n() -> None:
     values = [1.0, 0.0, 0.5, 1.0, 1 / 3, 2 / 3, 0.0, 1.0]
-    est = estimate(_tasks(values), settings=StatsSettings(interval=IntervalMethod.WILSON))
+    est = estimate(_tasks(values), settings=StatsSettings(interval=IntervalMethod.wilson))
     se = statistics.stdev(values) / math.sqrt(len(values))
     assert est.stderr == pytest.approx(se)
     assert est.interval == "clt"  # fractional scores: Wilson does not apply, and the JSON says what was used
@@ -76,7 +76,7 @@ def test_fewer_than_two_scored_tasks_leave_the_interval_unknown_never_zero() -> 
 
 def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
     values = [1.0] * 30 + [0.0] * 20
-    settings = StatsSettings(interval=IntervalMethod.BOOTSTRAP, resamples=500, seed=7)
+    settings = StatsSettings(interval=IntervalMethod.bootstrap, resamples=500, seed=7)
     first, again = estimate(_tasks(values), settings=settings), estimate(_tasks(values), settings=settings)
     assert first.interval == "bootstrap"
     assert (first.ci_low, first.ci_high) == (again.ci_low, again.ci_high)
@@ -123,12 +123,12 @@ def test_pass_curves_average_over_tasks() -> None:
 def test_reducers() -> None:
     verdicts = [True, False, None, False]
     answers = ["42", "41", "x", "41"]
-    assert reduce_epochs(verdicts, answers, Reducer.MEAN) == pytest.approx(1 / 3)
-    assert reduce_epochs(verdicts, answers, Reducer.MAX) == 1.0
-    assert reduce_epochs(verdicts, answers, Reducer.ALL) == 0.0
-    assert reduce_epochs(verdicts, answers, Reducer.MAJORITY) == 0.0  # "41" twice
-    assert reduce_epochs([True, False], ["a", "b"], Reducer.MAJORITY) == 1.0  # a tie: the first answer
-    assert reduce_epochs([None, None], ["a", "b"], Reducer.MEAN) is None
+    assert reduce_epochs(verdicts, answers, Reducer.mean) == pytest.approx(1 / 3)
+    assert reduce_epochs(verdicts, answers, Reducer.max) == 1.0
+    assert reduce_epochs(verdicts, answers, Reducer.all) == 0.0
+    assert reduce_epochs(verdicts, answers, Reducer.majority) == 0.0  # "41" twice
+    assert reduce_epochs([True, False], ["a", "b"], Reducer.majority) == 1.0  # a tie: the first answer
+    assert reduce_epochs([None, None], ["a", "b"], Reducer.mean) is None
 
 
 def _mcnemar_exact(b: int, c: int) -> float:
