@@ -614,6 +614,8 @@ def summarize(
         cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
         extra = {"replay": replay}
         accuracy = replay["accuracy_scored"]
+        if replay["effect_not_known"]:  # the headline figure leaves out the tasks that did not replay: say so
+            extra["accuracy_of"] = f"{ACCURACY_OF}; {replay['effect_not_known']}"
     return {
         "tasks": total,
         "finished": sum(1 for o in outcomes if o.status != BUDGET),
