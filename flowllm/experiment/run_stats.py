@@ -30,12 +30,13 @@ class ScoredOutcome(Protocol):
     task_id: str
     status: str
     correct: bool | None
-    score_error: str | None
-    score: float | None
     level: int | None
     epochs: int
     epoch_log: list[dict[str, Any]]
     replay: dict[str, Any] | None
+
+    @property
+    def task_score(self) -> float | None: ...  # tally.known_score of the outcome
 
 
 def stats_settings(cfg: Any) -> StatsSettings:
@@ -78,14 +79,7 @@ def task_scores(
     scored: list[TaskScore] = []
     unscored = 0
     for outcome in finished(outcomes):
-        score = known_score(
-            status=outcome.status,
-            replay=outcome.replay,
-            correct=outcome.correct,
-            score_error=outcome.score_error,
-            epochs=outcome.epochs,
-            score=outcome.score,
-        )
+        score = outcome.task_score
         if score is None:
             unscored += 1
             continue
