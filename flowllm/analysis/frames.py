@@ -1,10 +1,11 @@
 """Run directories as four dataframes: runs, tasks (one row per task and epoch), calls (the ledger), turns.
 
-Every row carries ``run`` (the run folder) so frames of many runs join on it; the tasks, turns and calls rows
-also carry ``task_id`` and ``epoch`` (1 without ``experiment.epochs``; an epochs run has a tasks row per epoch,
-from ``tasks/<id>/epochs/<n>/``, and its ledger lines name their epoch). A figure a run did not record is NA,
-never 0: ``correct`` is a nullable boolean (NA: not scored), ``cost_usd`` is NA for a task whose calls have no
-price (or an epoch of a run whose ledger did not name epochs).
+Every row carries ``run`` (the run folder) so frames of many runs join on it (a tasks row its run's ``provider`` and
+``model`` too); the tasks, turns and calls rows also carry ``task_id`` and ``epoch`` (1 without
+``experiment.epochs``; an epochs run has a tasks row per epoch, from ``tasks/<id>/epochs/<n>/``, and its ledger
+lines name their epoch). A figure a run did not record is NA, never 0: ``correct`` is a nullable boolean (NA: not
+scored), ``cost_usd`` is NA for a task whose calls have no price (or an epoch of a run whose ledger did not name
+epochs).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _run_row(source: RunSource) -> dict[str, Any]:
     tokens = summary.get("tokens")
     if isinstance(tokens, dict):
         row["tokens_total"] = tokens.get("total")
-    for block in ("provenance", "fingerprint", "statistics"):
+    for block in ("provenance", "fingerprint", "stats"):  # stats: summary.json's accuracy with its uncertainty
         if isinstance(summary.get(block), dict):
             _flat(summary[block], block, row)
     settings: dict[str, Any] = {}
@@ -110,12 +111,15 @@ def _run_row(source: RunSource) -> dict[str, Any]:
     return row
 
 
-def _task_row(run: str, trace: TaskTrace, costs: TaskCosts) -> dict[str, Any]:
+def _task_row(source: RunSource, trace: TaskTrace, costs: TaskCosts) -> dict[str, Any]:
     usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
     error = trace.field("error")
     correct = trace.field("correct")
     row: dict[str, Any] = {
-        "run": run,
+        "run": str(source.path),
+        # The run's provider and model on every row: tasks of many runs compare by model without a join.
+        "provider": source.provider,
+        "model": source.model,
         "task_id": trace.task_id,
         "epoch": trace.epoch,
         "status": trace.field("status", "unfinished"),
@@ -177,7 +181,7 @@ def load(*paths: Path | str) -> Frames:
         costs = task_costs(ledger)
         run_rows.append(_run_row(source))
         for trace in source.traces:
-            task_rows.append(_task_row(run, trace, costs))
+            task_rows.append(_task_row(source, trace, costs))
             turn_rows.extend(_turn_rows(run, trace))
         for entry in ledger:
             flat: dict[str, Any] = {"run": run}

@@ -7,14 +7,34 @@ any task starts. Field names are the overrides users type (``provider.model``, `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import EnumType, StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
+
+
+class _ChoiceType(EnumType):
+    """OmegaConf reads a config value as ``Enum[value]``: a choice is found whatever its case, by name or value."""
+
+    def __getitem__(cls, name: str) -> Any:
+        members: Mapping[str, Any] = cls.__members__
+        if name in members:
+            return members[name]
+        folded = name.casefold() if isinstance(name, str) else name
+        for key, member in members.items():
+            if folded in (key.casefold(), str(member.value).casefold()):
+                return member
+        raise KeyError(name)
+
+
+class Choice(StrEnum, metaclass=_ChoiceType):
+    """A config setting's choices, spelled as the README writes them (lower case: the names are the values, so
+    an invalid value's error lists them so), accepted in any case (``stats.interval=Bootstrap``)."""
 
 
 @dataclass
@@ -76,7 +96,7 @@ class KeyPoolConfig:
     max_wait_s: float = 60.0  # longest wait for a resting key before this provider counts as unavailable
 
 
-class ContentFormat(StrEnum):
+class ContentFormat(Choice):
     """How message content goes on the wire: ``auto`` sends a plain string when a message is text only (the
     form every compatible server's chat template takes) and a list of parts otherwise; ``string`` joins text
     always (media are then left to degrade_media); ``parts`` always sends a list (OpenAI's and Anthropic's
@@ -88,13 +108,13 @@ class ContentFormat(StrEnum):
     parts = "parts"
 
 
-class ForkMode(StrEnum):
+class ForkMode(Choice):
     """Under provider=replay, what a task does at the first turn the saved run cannot answer as asked."""
 
     live = "live"  # continue live with provider.live (flowllm/providers/fork.py)
 
 
-class MaxTokensField(StrEnum):
+class MaxTokensField(Choice):
     max_tokens = "max_tokens"
     max_completion_tokens = "max_completion_tokens"
 
@@ -288,7 +308,7 @@ class VisionToolConfig:
     emulator_script: str | None = None
 
 
-class SamplingMode(StrEnum):
+class SamplingMode(Choice):
     """What the client answers to a server's ``sampling/createMessage`` (flowllm/tools/sampling.py)."""
 
     decline = "decline"  # an MCP error the server can pass on: do the work without a model
@@ -442,29 +462,29 @@ class JudgeConfig:
     run_dir: str | None = None
 
 
-class Executor(StrEnum):
+class Executor(Choice):
     """Where the workers of one run (experiment.workers) run."""
 
     local = "local"
     ray = "ray"
 
 
-class Reducer(StrEnum):
+class Reducer(Choice):
     """How a task's epochs become its score (flowllm/scoring/stats.py)."""
 
-    MEAN = "mean"  # the fraction of scored epochs that were correct
-    MAJORITY = "majority"  # the verdict of the most frequent normalised answer
-    MAX = "max"  # 1 when any epoch was correct
-    ALL = "all"  # 1 when every epoch was correct (pass^k)
+    mean = "mean"  # the fraction of scored epochs that were correct
+    majority = "majority"  # the verdict of the most frequent normalised answer
+    max = "max"  # 1 when any epoch was correct
+    all = "all"  # 1 when every epoch was correct (pass^k)
 
 
-class IntervalMethod(StrEnum):
+class IntervalMethod(Choice):
     """The 95% interval of an accuracy: wilson (binary scores, not clustered; clt otherwise), clt (normal), or
     bootstrap (percentile, resampling tasks or clusters, with a fixed seed)."""
 
-    WILSON = "wilson"
-    CLT = "clt"
-    BOOTSTRAP = "bootstrap"
+    wilson = "wilson"
+    clt = "clt"
+    bootstrap = "bootstrap"
 
 
 @dataclass
@@ -485,7 +505,7 @@ class ExperimentConfig:
     # Independent repeats of every task (tasks/<id>/epochs/<n>/), reduced to one score per task by
     # epoch_reducer: mean | majority (vote on the normalised answer) | max | all (pass^k). flowllm/scoring/stats.py
     epochs: int = 1
-    epoch_reducer: Reducer = Reducer.MEAN
+    epoch_reducer: Reducer = Reducer.mean
     # true: skip tasks whose result.json says completed (rerun into the same hydra.run.dir), refused when the
     # folder's results came from other settings (flowllm/experiment/fingerprint.py); false: run every task
     # again; force: resume even so, recording both settings' fingerprints.
@@ -508,7 +528,7 @@ class ExperimentConfig:
     worker_shard: str | None = None
 
 
-class SnapshotMode(StrEnum):
+class SnapshotMode(Choice):
     """Which nodes' inputs and outputs the recorder keeps (flowllm/engine/recorder.py)."""
 
     all = "all"
@@ -521,7 +541,7 @@ class RecorderConfig:
     snapshot: SnapshotMode = SnapshotMode.all
 
 
-class ReplayTools(StrEnum):
+class ReplayTools(Choice):
     """Under provider=replay, where the tools that touch the world get their results."""
 
     saved = "saved"  # the replayed run's search and browse results (web_cache/, flowllm/tools/webcache.py)
@@ -546,7 +566,7 @@ class PreflightConfig:
 class StatsConfig:
     """The uncertainty of every accuracy in summary.json's ``stats`` (flowllm/scoring/stats.py)."""
 
-    interval: IntervalMethod = IntervalMethod.WILSON  # wilson (binary, unclustered; else clt) | clt | bootstrap
+    interval: IntervalMethod = IntervalMethod.wilson  # wilson (binary, unclustered; else clt) | clt | bootstrap
     cluster_by: str | None = None  # a dataset field: clustered standard errors over its values
     resamples: int = 2000  # bootstrap resamples
     seed: int = 0  # the bootstrap's seed: the same run gives the same interval

@@ -37,7 +37,7 @@ from flowllm.core.registry import Registry
 from flowllm.datasets.crypto import Cipher, CipherError, decrypt
 from flowllm.datasets.gaia import find_dataset_file, read_dataset, select_tasks
 from flowllm.datasets.rows import Row, columns_of, read_rows, table_files
-from flowllm.datasets.task import DatasetError, Task
+from flowllm.datasets.task import DatasetError, Task, ground_truth_of
 
 # The task fields a mapping may name; question and answer are required by the table adapter.
 # image: a column holding the question's picture inline (a data: URI or base64, as HLE's image column).
@@ -275,7 +275,7 @@ def _table_row(row: Row, number: int, folder: Path, spec: DatasetSpec) -> Task |
         task_id=task_id.strip(),
         question=question,
         level=level,
-        ground_truth=_text(mapped.get("answer")),
+        ground_truth=ground_truth_of(_text(mapped.get("answer"))),
         file_name=attachment,
         dataset_dir=folder,
         metadata={k: v for k, v in metadata.items() if v is not None},

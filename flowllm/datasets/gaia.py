@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flowllm.datasets.task import DatasetError, Task
+from flowllm.datasets.task import DatasetError, Task, ground_truth_of
 
 METADATA = "metadata.jsonl"
 STANDARDIZED = "standardized_data.jsonl"
@@ -124,7 +124,7 @@ def _gaia_row(row: dict[str, Any], folder: Path, where: str) -> Task:
         task_id=str(row["task_id"]),
         question=str(row["Question"]),
         level=_level(row.get("Level"), where),
-        ground_truth=None if answer is None else str(answer),
+        ground_truth=ground_truth_of(answer),
         file_name=_safe_attachment(str(row["file_name"]), folder, where) if row.get("file_name") else None,
         dataset_dir=folder,
         metadata={k: v for k, v in row.items() if k == "Annotator Metadata"},
@@ -156,7 +156,7 @@ def _standardized_row(row: dict[str, Any], folder: Path, where: str) -> Task:
         task_id=str(row["task_id"]),
         question=str(row["task_question"]),
         level=_level(meta.get("Level", meta.get("level")), where),
-        ground_truth=None if answer is None else str(answer),
+        ground_truth=ground_truth_of(answer),
         file_name=file_path,
         dataset_dir=folder,
         metadata=meta,

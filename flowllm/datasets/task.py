@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from flowllm.errors import BuildError
 
 
 class DatasetError(BuildError):
     """The dataset cannot be read; the message says where and how to fix it."""
+
+
+# Answers that are no ground truth: an empty one, and "?", how GAIA's test split hides its answers.
+NO_GROUND_TRUTH: Final = frozenset({"", "?"})
+
+
+def ground_truth_of(value: Any) -> str | None:
+    """A row's answer as the task's ground truth; None (the task is unscored) when the row has none, an empty
+    one or a hidden one (``NO_GROUND_TRUTH``)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return None if text.strip() in NO_GROUND_TRUTH else text
 
 
 @dataclass(frozen=True)

@@ -16,18 +16,23 @@ from typing import Any
 from flowllm.config.schema import Reducer
 from flowllm.scoring.scorers import normalize_answer
 from flowllm.scoring.stats import reduce_epochs
+from flowllm.scoring.tally import is_finished
 
-__all__ = ["epoch_score", "epoch_summary", "epoch_verdicts", "reduce_entries"]
+__all__ = ["epoch_score", "epoch_summary", "epoch_verdict", "epoch_verdicts", "reduce_entries"]
+
+
+def epoch_verdict(entry: Mapping[str, Any]) -> bool | None:
+    """An epoch's verdict: True, False, or None when the epoch was not scored (no ground truth, a diverged
+    replay, an answer the judge could not score, an epoch the run's budget stopped)."""
+    value = entry.get("correct")
+    if value is None or entry.get("score_error") or not is_finished(entry.get("status")):
+        return None
+    return bool(value)
 
 
 def epoch_verdicts(entries: Sequence[Mapping[str, Any]]) -> list[bool | None]:
-    """Each epoch's verdict: True, False, or None when the epoch was not scored (no ground truth, a diverged
-    replay, an answer the judge could not score)."""
-    verdicts: list[bool | None] = []
-    for entry in entries:
-        value = entry.get("correct")
-        verdicts.append(None if value is None or entry.get("score_error") else bool(value))
-    return verdicts
+    """Each epoch's verdict (``epoch_verdict``)."""
+    return [epoch_verdict(entry) for entry in entries]
 
 
 def reduce_entries(entries: Sequence[Mapping[str, Any]], reducer: Reducer) -> float | None:

@@ -23,6 +23,7 @@ from flowllm.experiment.spending import STATUS_BUDGET, STATUS_LIMIT
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import Score
 from flowllm.scoring.scorers import RuleScore
+from flowllm.scoring.tally import known_score
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +135,15 @@ class TaskOutcome:
 
     @property
     def task_score(self) -> float | None:
-        """The task's score in [0, 1]: reduced over its epochs, or its verdict; None when not scored."""
-        if self.epochs > 1:
-            return self.score
-        verdict: bool | None = self.correct
-        if verdict is None or self.score_error:
-            return None
-        return float(verdict)
+        """The task's score in [0, 1]: reduced over its epochs, or its verdict; None when not scored (tally.py)."""
+        return known_score(
+            status=self.status,
+            replay=self.replay,
+            correct=self.correct,
+            score_error=self.score_error,
+            epochs=self.epochs,
+            score=self.score,
+        )
 
     def epoch_entry(self, number: int) -> dict[str, Any]:
         return {**self.attempt_entry(self.attempts), "epoch": number, "attempts": self.attempts}
@@ -210,7 +213,7 @@ def _rescore_epochs(outcome: TaskOutcome, task: Task, rescore: RuleScore) -> Non
     for entry in outcome.epoch_log:
         verdict = rescore(task, entry.get("answer")) if entry.get("status") == COMPLETED else unscored_or(task, False)
         entry["correct"] = None if verdict is None else bool(verdict)
-    reducer = Reducer(outcome.epoch_reducer or Reducer.MEAN)
+    reducer = Reducer(outcome.epoch_reducer or Reducer.mean)
     outcome.score = reduce_entries(outcome.epoch_log, reducer)
     outcome.correct = epoch_score(outcome.score)
     outcome.ground_truth = task.ground_truth

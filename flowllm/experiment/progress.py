@@ -33,6 +33,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from flowllm.scoring.tally import is_finished
+
 if TYPE_CHECKING:
     from flowllm.experiment.outcome import TaskOutcome
     from flowllm.experiment.projection import Projector
@@ -254,7 +256,7 @@ class ProgressReporter:
 
     def _count(self, outcome: TaskOutcome) -> None:
         self.done += 1
-        if outcome.correct is not None:  # unscored (no ground truth): not in the accuracy
+        if outcome.correct is not None and is_finished(outcome.status):  # unscored or unfinished: not counted
             self.scored += 1
             self.correct += int(outcome.correct)
         self.failed += int(outcome.status != "completed")

@@ -36,6 +36,7 @@ from flowllm.providers.replay import read_saved
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
+from flowllm.scoring.tally import SCORED_REPLAYS, replay_scored
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
@@ -49,13 +50,10 @@ class ReplayStatus(StrEnum):
     FORKED = "forked"
 
 
-# The verdicts whose task result is the new pipeline's own: every model reply answered the request it was given.
-SCORED = frozenset({ReplayStatus.EXACT.value, ReplayStatus.FORKED.value})
-
-
-def is_scored(verdict: Mapping[str, Any] | None) -> bool:
-    """Whether a task with this replay verdict (None: not a replay) has a score."""
-    return verdict is None or verdict.get("status") in SCORED
+# The verdicts whose task result is the new pipeline's own: every model reply answered the request it was given
+# (the rule is flowllm/scoring/tally.py's, read by the tally, the statistics and the paired comparisons alike).
+SCORED = SCORED_REPLAYS
+is_scored = replay_scored
 
 
 @dataclass(frozen=True)
@@ -198,6 +196,23 @@ class ReplayAudit:
         return {"status": ReplayStatus.EXACT.value, **live}
 
 
+# How to learn a change's effect on the tasks a replay could not score: go live where they part from the saved run.
+FORK_HINT = "provider.fork=live"
+
+
+def effect_not_known(replay: Mapping[str, Any]) -> str | None:
+    """What a replay's headline must say when some tasks did not replay (diverged, missing, unverified): the
+    accuracy is over the others only, and the change's effect on these is not known. None: every task scored."""
+    unknown = int(replay.get("unscored") or 0)
+    if not unknown:
+        return None
+    total = unknown + int(replay.get("scored") or 0)
+    return (
+        f"the change's effect on {unknown} of {total} tasks is not known (they did not replay exactly): "
+        f"rerun with {FORK_HINT} to score them live"
+    )
+
+
 def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) -> dict[str, Any] | None:
     """Counts by replay status and accuracy on the scored (exact and forked) tasks; ``verdicts`` is (replay,
     correct) per task. None when the run was not a replay."""
@@ -216,7 +231,7 @@ def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) ->
             scored_correct += 1
     exact = counts[ReplayStatus.EXACT.value]
     scored = exact + counts[ReplayStatus.FORKED.value]
-    return {
+    out: dict[str, Any] = {
         **counts,
         "exact_correct": exact_correct,
         # The score of the new pipeline is known only where every reply answered the request it was given.
@@ -227,3 +242,5 @@ def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) ->
         "accuracy_scored": round(scored_correct / scored, 4) if scored else None,
         "live_calls": live_calls,
     }
+    out["effect_not_known"] = effect_not_known(out)
+    return out

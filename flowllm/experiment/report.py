@@ -16,6 +16,7 @@ from rich.table import Table
 from flowllm.experiment.budget_report import budget_rows
 from flowllm.experiment.fork_accounting import fork_rows
 from flowllm.experiment.infra import infra_row
+from flowllm.experiment.replay_audit import effect_not_known
 from flowllm.experiment.run_stats import stats_rows
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
@@ -132,7 +133,7 @@ def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     correct = replay.get("scored_correct", replay.get("exact_correct", 0))
     acc = summary.get("accuracy")
     what = "exact + forked" if forked else "exact replays"
-    shown = f"{acc:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
+    shown = f"{correct / scored:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
     counts = f"{exact} exact, "
     if forked or summary.get("fork") is not None:
         counts += f"{forked} forked, "
@@ -140,8 +141,12 @@ def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         f"{replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
         f"{replay.get('unverified', 0)} unverified ({replay.get('unscored', 0)} unscored)"
     )
+    headline = shown or "unknown: no task was scored (none replayed exactly)"
+    not_known = effect_not_known(replay)
+    if not_known:  # said with the figure: it is not the change's effect on the whole run
+        headline += f"; {not_known}"
     return [
-        ("accuracy", shown or "unknown: no task was scored (none replayed exactly)"),
+        ("accuracy", headline),
         ("replay", counts),
         *fork_rows(summary),
     ]

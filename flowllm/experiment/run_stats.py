@@ -1,9 +1,10 @@
 """``summary.json → stats``: the run's accuracy and every breakdown with its uncertainty
 (flowllm/scoring/stats.py does the maths; this module picks the figures out of a run's outcomes).
 
-A task counts when it was scored: its score (its verdict, or its epochs reduced by ``experiment.epoch_reducer``)
-is known. A task with ``correct`` null (no ground truth, a diverged replay) or a scoring error is left out of
-``n``, and ``unscored`` says how many were.
+A task counts when it was scored (flowllm/scoring/tally.py's rule, the tally's too): its score (its verdict, or
+its epochs reduced by ``experiment.epoch_reducer``) is known. A task with ``correct`` null (no ground truth, a
+replay that neither replayed exactly nor forked) or a scoring error is left out of ``n``, and ``unscored`` says
+how many were; a task the run's budget stopped is unfinished and counted in neither.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any, Protocol
 from flowllm.config.schema import IntervalMethod, Reducer
 from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
+from flowllm.experiment.epochs import epoch_verdict
 from flowllm.scoring.stats import CONFIDENCE, StatsSettings, TaskScore, estimate, format_estimate, pass_curves
+from flowllm.scoring.tally import finished, known_score
 
 __all__ = ["check_stats", "run_stats", "score_map", "stats_rows", "stats_settings", "task_scores"]
 
@@ -25,13 +28,15 @@ class ScoredOutcome(Protocol):
     """What the statistics read of a task's outcome (flowllm.experiment.outcome.TaskOutcome)."""
 
     task_id: str
+    status: str
+    correct: bool | None
     level: int | None
     epochs: int
     epoch_log: list[dict[str, Any]]
     replay: dict[str, Any] | None
 
     @property
-    def task_score(self) -> float | None: ...
+    def task_score(self) -> float | None: ...  # tally.known_score of the outcome
 
 
 def stats_settings(cfg: Any) -> StatsSettings:
@@ -73,22 +78,13 @@ def task_scores(
     names = list(dict.fromkeys([LEVEL, *fields]))
     scored: list[TaskScore] = []
     unscored = 0
-    for outcome in outcomes:
+    for outcome in finished(outcomes):
         score = outcome.task_score
-        replay = outcome.replay
-        if replay is not None and replay.get("status") != "exact":
-            score = None  # a replay that parted from the saved run answered another conversation: not scored
         if score is None:
             unscored += 1
             continue
         task = by_id.get(outcome.task_id)
-        if outcome.epochs > 1:
-            verdicts = tuple(
-                None if e.get("correct") is None or e.get("score_error") else bool(e["correct"])
-                for e in outcome.epoch_log
-            )
-        else:
-            verdicts = (score == 1.0,)
+        verdicts = tuple(epoch_verdict(e) for e in outcome.epoch_log) if outcome.epochs > 1 else (score == 1.0,)
         values = {name: _field_value(task, outcome, name) for name in names}
         scored.append(TaskScore(outcome.task_id, score, verdicts, values))
     return scored, unscored
@@ -124,7 +120,7 @@ def run_stats(
         "epoch_reducer": str(reducer),
         "interval_requested": str(settings.interval),
         "bootstrap": {"resamples": settings.resamples, "seed": settings.seed}
-        if settings.interval is IntervalMethod.BOOTSTRAP
+        if settings.interval is IntervalMethod.bootstrap
         else None,
         "cluster_by": settings.cluster_by,
         "scored": len(scored),
@@ -142,16 +138,16 @@ def score_map(results: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """task id -> score of the scored tasks among ``result.json`` dicts (for paired comparisons)."""
     scores: dict[str, float] = {}
     for data in results:
-        replay = data.get("replay")
-        if isinstance(replay, Mapping) and replay.get("status") != "exact":
-            continue  # a replay that parted from the saved run answered another conversation: not scored
-        if int(data.get("epochs") or 1) > 1:
-            value = data.get("score")
-        else:
-            correct = data.get("correct")
-            value = None if correct is None or data.get("score_error") else float(bool(correct))
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            scores[str(data["task_id"])] = float(value)
+        value = known_score(
+            status=data.get("status"),
+            replay=data.get("replay") if isinstance(data.get("replay"), Mapping) else None,
+            correct=data.get("correct") if isinstance(data.get("correct"), bool) else None,
+            score_error=data.get("score_error"),
+            epochs=int(data.get("epochs") or 1),
+            score=data.get("score"),
+        )
+        if value is not None:
+            scores[str(data["task_id"])] = value
     return scores
 
 

@@ -72,7 +72,7 @@ from flowllm.rundir.layout import (
 )
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
-from flowllm.scoring.tally import ACCURACY_OF, score_tally
+from flowllm.scoring.tally import ACCURACY_OF, finished, score_tally
 from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class ExperimentSettings:
     resume: bool = True
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct one
     epochs: int = 1  # independent runs of every task (flowllm/experiment/epochs.py)
-    epoch_reducer: Reducer = Reducer.MEAN
+    epoch_reducer: Reducer = Reducer.mean
     limits: TaskLimits = field(default_factory=TaskLimits)  # agent.limits
     budget: RunBudget = field(default_factory=RunBudget)  # experiment.budget
 
@@ -387,9 +387,11 @@ class Experiment:
         entries = [o.epoch_entry(n) for n, o in enumerate(epochs, start=1)]
         reducer = self.settings.epoch_reducer
         score = reduce_entries(entries, reducer)
-        failed = [o for o in epochs if o.status != COMPLETED]
+        failed = [o for o in epochs if o.status not in (COMPLETED, BUDGET)]
         combined = TaskOutcome.from_dict(last.to_dict())
         combined.status = FAILED if failed or len(epochs) < self.settings.epochs else COMPLETED
+        if any(o.status == BUDGET for o in epochs):  # unfinished, as its stopped epoch is: a rerun runs the rest
+            combined.status = BUDGET
         if failed:
             combined.error = f"{len(failed)} of {len(epochs)} epochs failed; the first: {failed[0].error}"
         elif len(epochs) < self.settings.epochs:
@@ -588,12 +590,13 @@ def summarize(
     wrong answer) and have a ground truth. ``scored`` and ``unscored`` say how many; unfinished tasks (an
     interrupted run) count in neither. None when no task could be scored: not known, never 0."""
     completed = [o for o in outcomes if o.status == COMPLETED]
-    tally = score_tally(outcomes)
+    tally = score_tally(outcomes)  # unfinished (budget-stopped) tasks are counted in neither scored nor unscored
     usage = sum((o.usage for o in outcomes), Usage())
     repairs: Counter[str] = Counter()
     by_level: dict[str, list[TaskOutcome]] = {}
     for o in outcomes:
         repairs.update(o.repairs)
+    for o in finished(outcomes):
         by_level.setdefault(str(o.level), []).append(o)
     calls = sum(o.tool_calls for o in outcomes)
     bad = sum(o.bad_tool_calls for o in outcomes)
@@ -602,7 +605,7 @@ def summarize(
     made = calls + bad
     parsed = calls - repairs.get("failed", 0)
     cost = cost_summary(usage, model, prices)
-    replay = replay_summary([(o.replay, o.correct) for o in outcomes])
+    replay = replay_summary([(o.replay, o.correct) for o in finished(outcomes)])
     accuracy = tally["accuracy"]
     extra: dict[str, Any] = {}
     if replay is not None:
@@ -611,6 +614,8 @@ def summarize(
         cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
         extra = {"replay": replay}
         accuracy = replay["accuracy_scored"]
+        if replay["effect_not_known"]:  # the headline figure leaves out the tasks that did not replay: say so
+            extra["accuracy_of"] = f"{ACCURACY_OF}; {replay['effect_not_known']}"
     return {
         "tasks": total,
         "finished": sum(1 for o in outcomes if o.status != BUDGET),

@@ -28,10 +28,11 @@ from flowllm.core.interfaces import Halt
 from flowllm.errors import ConfigError
 from flowllm.experiment.pricing import PriceTable
 from flowllm.providers.ledger import LedgerTail
+from flowllm.scoring.tally import UNFINISHED_STATUS
 
 MAIN_AGENT = "main"
 STATUS_LIMIT: Final = "limit"
-STATUS_BUDGET: Final = "budget"
+STATUS_BUDGET: Final = UNFINISHED_STATUS  # unfinished: counted in neither scored nor unscored
 
 
 class Limit(StrEnum):

@@ -33,7 +33,7 @@ from flowllm.rundir.layout import (
     RunLayout,
 )
 from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
-from flowllm.scoring.tally import score_tally
+from flowllm.scoring.tally import finished, score_tally
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -277,16 +277,17 @@ def task_summary(run: RunRecord) -> dict[str, Any]:
     """The run's headline figures: summary.json when readable, else computed from the tasks' results."""
     if run.summary.ok and isinstance(run.summary.value, dict):
         return dict(run.summary.value)
-    results = [t for t in run.tasks if t.result.ok]
+    recorded = [t for t in run.tasks if t.result.ok]
+    results = finished(recorded)  # a task the run's budget stopped is unfinished
     tally = score_tally(results)  # counted as summary.json counts: over the scored finished tasks
     total = len(run.tasks)
     repairs: Counter[str] = Counter()
-    for t in results:
+    for t in recorded:
         value = t.field("repairs")
         if isinstance(value, dict):
             repairs.update({str(k): int(v) for k, v in value.items() if isinstance(v, int)})
     usage: Counter[str] = Counter()
-    for t in results:
+    for t in recorded:
         value = t.field("usage")
         if isinstance(value, dict):
             usage.update({str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)})

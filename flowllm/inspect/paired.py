@@ -1,6 +1,6 @@
 """The statistics block of ``inspect diff``: two runs paired task by task on the tasks both scored.
 
-The difference of mean scores (B - A) with its paired standard error and 95% interval, McNemar's exact test
+The difference of mean scores (B - A) with its paired standard error and 95% t interval, McNemar's exact test
 when every score is 0 or 1 (a paired t-test otherwise: epochs reduced by ``mean`` give fractions), the tasks
 fixed / broken / unchanged, a verdict in words and, when the difference is not significant, how many paired
 tasks would detect it at 80% power (flowllm/scoring/stats.py).

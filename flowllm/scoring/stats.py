@@ -6,11 +6,13 @@ per-task scores:
 
 * ``estimate``: the mean, its standard error (the CLT estimate ``sd / sqrt(n)``, or the cluster-robust one of an
   intercept-only regression when tasks are clustered by a dataset field), a 95% interval (Wilson for binary
-  scores, normal otherwise, or a percentile bootstrap with a fixed seed) and the within-task variance across
+  scores, normal otherwise, t with G - 1 degrees of freedom over G clusters, or a percentile bootstrap with a
+  fixed seed) and the within-task variance across
   epochs. Fewer than two scored tasks: no standard error and no interval (``None``: not known, never 0).
 * ``pass_at_k`` (the unbiased estimator of Chen et al. 2021) and ``pass_hat_k`` (pass^k: all k draws correct).
 * ``compare_paired``: two runs task by task, McNemar's exact test for binary scores and a paired t-test for
-  fractional ones, the paired difference's interval, and the tasks needed to detect it at 80% power.
+  fractional ones, the paired difference's t interval (df n - 1), and the tasks needed to detect it at 80%
+  power.
 * ``plan_power``: tasks x epochs needed to detect a difference before spending anything.
 
 The figures come from scipy.stats and statsmodels (imported when first needed: they take a second to load).
@@ -54,7 +56,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StatsSettings:
-    interval: IntervalMethod = IntervalMethod.WILSON
+    interval: IntervalMethod = IntervalMethod.wilson
     cluster_by: str | None = None
     resamples: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
@@ -82,11 +84,11 @@ def reduce_epochs(verdicts: Sequence[bool | None], answers: Sequence[str | None]
     scored = [(v, a) for v, a in zip(verdicts, answers, strict=True) if v is not None]
     if not scored:
         return None
-    if reducer is Reducer.MEAN:
+    if reducer is Reducer.mean:
         return sum(v for v, _ in scored) / len(scored)
-    if reducer is Reducer.MAX:
+    if reducer is Reducer.max:
         return float(any(v for v, _ in scored))
-    if reducer is Reducer.ALL:
+    if reducer is Reducer.all:
         return float(all(v for v, _ in scored))
     winner = most_frequent([a for _, a in scored])
     return float(next(v for v, a in scored if a == winner))
@@ -122,8 +124,9 @@ def pass_curves(tasks: Sequence[TaskScore], epochs: int) -> dict[str, dict[str, 
         counts = [(len(s), sum(s)) for s in (t.scored_epochs for t in tasks) if len(s) >= k]
         at = [pass_at_k(n, c, k) for n, c in counts]
         hat = [pass_hat_k(n, c, k) for n, c in counts]
-        curves["pass_at_k"][str(k)] = round(sum(at) / len(at), 4) if at else None
-        curves["pass_hat_k"][str(k)] = round(sum(hat) / len(hat), 4) if hat else None
+        # Unrounded, as the mean is: rounded once where shown (pass@1 and the mean are the same figure).
+        curves["pass_at_k"][str(k)] = sum(at) / len(at) if at else None
+        curves["pass_hat_k"][str(k)] = sum(hat) / len(hat) if hat else None
     return curves
 
 
@@ -147,14 +150,14 @@ class Estimate:
         return {
             "n": self.n,
             "epochs": self.epochs,
-            "mean": _round(self.mean),
-            "stderr": _round(self.stderr),
-            "ci95": [_round(self.ci_low), _round(self.ci_high)] if self.ci_low is not None else None,
+            "mean": _number(self.mean),
+            "stderr": _number(self.stderr),
+            "ci95": [_number(self.ci_low), _number(self.ci_high)] if self.ci_low is not None else None,
             "interval": self.interval,
             "stderr_method": self.stderr_method,
             "cluster_by": self.cluster_by,
             "clusters": self.clusters,
-            "within_task_var": _round(self.within_task_var),
+            "within_task_var": _number(self.within_task_var),
         }
 
     @classmethod
@@ -175,8 +178,9 @@ class Estimate:
         )
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
-    return None if value is None else round(float(value), digits)
+def _number(value: float | None) -> float | None:
+    """A figure for ``summary.json``, unrounded: it is rounded once, where it is shown."""
+    return None if value is None else float(value)
 
 
 def _is_binary(values: Sequence[float]) -> bool:
@@ -244,10 +248,10 @@ def estimate(tasks: Sequence[TaskScore], *, epochs: int = 1, settings: StatsSett
     method = settings.interval
     low: float | None
     high: float | None
-    if method is IntervalMethod.BOOTSTRAP:
+    if method is IntervalMethod.bootstrap:
         low, high = _bootstrap_interval(values, groups, settings)
         interval = "bootstrap"
-    elif method is IntervalMethod.WILSON and groups is None and _is_binary(values):
+    elif method is IntervalMethod.wilson and groups is None and _is_binary(values):
         from statsmodels.stats.proportion import proportion_confint
 
         low, high = proportion_confint(int(sum(values)), n, alpha=ALPHA, method="wilson")
@@ -256,8 +260,9 @@ def estimate(tasks: Sequence[TaskScore], *, epochs: int = 1, settings: StatsSett
         low = high = None
         interval = "none"
     else:
-        z = float(sps.norm.ppf(1 - ALPHA / 2))
-        low, high = max(0.0, mean - z * stderr), min(1.0, mean + z * stderr)
+        # Clustered: t with G - 1 degrees of freedom (G clusters), as the sandwich estimate has; else normal.
+        crit = sps.t.ppf(1 - ALPHA / 2, clusters - 1) if clusters is not None else sps.norm.ppf(1 - ALPHA / 2)
+        low, high = max(0.0, mean - float(crit) * stderr), min(1.0, mean + float(crit) * stderr)
         interval = "clt"
     return Estimate(n, epochs, mean, stderr, low, high, interval, stderr_method, cluster_by, clusters, within)
 
@@ -328,18 +333,19 @@ class PairedComparison:
             need = f"; about {self.tasks_needed} paired tasks would detect a {points:.1f}-point difference at 80% power"
         elif self.diff == 0:
             need = "; no difference was observed, so no size can be named to detect it"
-        return f"not distinguishable from noise at this size ({self.n} tasks): {points:.1f} points, {ci}, {p}{need}"
+        shown = f"{100 * self.diff:+.1f} points"  # signed: a decline reads as one
+        return f"not distinguishable from noise at this size ({self.n} tasks): {shown}, {ci}, {p}{need}"
 
     def to_dict(self, a: str = "A", b: str = "B") -> dict[str, Any]:
         return {
             "n": self.n,
-            "mean_a": _round(self.mean_a),
-            "mean_b": _round(self.mean_b),
-            "diff": _round(self.diff),
-            "stderr": _round(self.stderr),
-            "ci95": [_round(self.ci_low), _round(self.ci_high)] if self.ci_low is not None else None,
+            "mean_a": _number(self.mean_a),
+            "mean_b": _number(self.mean_b),
+            "diff": _number(self.diff),
+            "stderr": _number(self.stderr),
+            "ci95": [_number(self.ci_low), _number(self.ci_high)] if self.ci_low is not None else None,
             "test": self.test,
-            "p_value": _round(self.p_value, 8),
+            "p_value": _number(self.p_value),
             "significant": self.significant,
             "fixed": self.fixed,
             "broken": self.broken,
@@ -373,8 +379,10 @@ def compare_paired(a: Mapping[str, float], b: Mapping[str, float]) -> PairedComp
     d = [v - u for u, v in zip(xa, xb, strict=True)]
     sd = math.sqrt(sum((x - diff) ** 2 for x in d) / (n - 1))
     stderr = sd / math.sqrt(n)
-    z = float(sps.norm.ppf(1 - ALPHA / 2))
-    low, high = diff - z * stderr, diff + z * stderr
+    # The paired t interval (df n - 1): the one the paired t-test's p goes with (it excludes 0 exactly when
+    # p < 0.05); binary scores get it too, beside McNemar's exact p, rather than a narrower normal interval.
+    t = float(sps.t.ppf(1 - ALPHA / 2, n - 1))
+    low, high = diff - t * stderr, diff + t * stderr
     if _is_binary(xa) and _is_binary(xb):
         from statsmodels.stats.contingency_tables import mcnemar
 
@@ -444,14 +452,14 @@ class PowerPlan:
             "baseline": self.baseline,
             "delta": self.delta,
             "epochs": self.epochs,
-            "within_var": _round(self.within_var),
-            "task_var": _round(self.task_var),
+            "within_var": _number(self.within_var),
+            "task_var": _number(self.task_var),
             "tasks": self.tasks,
             "task_epochs": self.tasks * self.epochs,
             "power": POWER,
             "alpha": ALPHA,
-            "cost_per_task_epoch_usd": _round(self.cost_per_task_epoch),
-            "cost_per_run_usd": _round(self.cost_per_run),
+            "cost_per_task_epoch_usd": _number(self.cost_per_task_epoch),
+            "cost_per_run_usd": _number(self.cost_per_run),
         }
 
 

@@ -1,29 +1,79 @@
-"""How accuracy is counted, once, for the headline and for every breakdown (by level, by category).
+"""Which tasks are scored, and how accuracy is counted: once, for the headline, every breakdown (by level, by
+category), the statistics, pass@k and the paired comparisons.
 
 A task's ``correct`` is True, False or None. None is unscored: the task has no ground truth (a test split), or
-it is a replayed task that diverged from the saved run. Accuracy is over the scored tasks only, and None (not
-known, never 0) when no task was scored; unfinished tasks of an interrupted run are not counted at all.
+it is a replayed task whose saved replies answered another conversation (a replay verdict other than exact or
+forked). A task the run's budget stopped (status ``budget``) is unfinished: counted in neither scored nor
+unscored, like a task an interruption never ran. Accuracy is over the scored tasks only, and None (not known,
+never 0) when no task was scored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Protocol, TypeVar
 
 ACCURACY_OF = "scored tasks: finished, with a ground truth (unscored and unfinished tasks are not counted)"
+
+# The status of a task the run's budget stopped (experiment.budget): unfinished, a rerun runs it again.
+UNFINISHED_STATUS: Final = "budget"
+# The replay verdicts (flowllm/experiment/replay_audit.py) whose result is the new pipeline's own: every model
+# reply answered the request it was given (exact), or the task went live where it parted (forked).
+SCORED_REPLAYS: Final = frozenset({"exact", "forked"})
 
 
 class Scored(Protocol):
     """What the tally reads of a task's outcome."""
 
     @property
+    def status(self) -> str: ...
+
+    @property
     def correct(self) -> bool | None: ...
 
 
+S = TypeVar("S", bound=Scored)
+
+
+def is_finished(status: str | None) -> bool:
+    """Whether a task with this status is counted at all (a budget-stopped task is not)."""
+    return status != UNFINISHED_STATUS
+
+
+def replay_scored(verdict: Mapping[str, Any] | None) -> bool:
+    """Whether a task with this replay verdict (None: not a replay) can have a score."""
+    return verdict is None or verdict.get("status") in SCORED_REPLAYS
+
+
+def finished(outcomes: Iterable[S]) -> list[S]:
+    """The outcomes that are counted: every one but those the run's budget stopped."""
+    return [o for o in outcomes if is_finished(o.status)]
+
+
+def known_score(
+    *,
+    status: str | None,
+    replay: Mapping[str, Any] | None,
+    correct: bool | None,
+    score_error: str | None = None,
+    epochs: int = 1,
+    score: float | None = None,
+) -> float | None:
+    """A task's score in [0, 1] (its epochs reduced, or its verdict), or None when it is not scored: unfinished,
+    a replay that did not replay (exact or forked), no ground truth, or a scoring error."""
+    if not is_finished(status) or not replay_scored(replay):
+        return None
+    if epochs > 1:
+        return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
+    if correct is None or score_error:
+        return None
+    return float(bool(correct))
+
+
 def score_tally(outcomes: Iterable[Scored]) -> dict[str, Any]:
-    """``{tasks, scored, unscored, correct, accuracy}`` of some finished tasks."""
+    """``{tasks, scored, unscored, correct, accuracy}`` of the finished tasks among ``outcomes``."""
     tasks = scored = correct = 0
-    for outcome in outcomes:
+    for outcome in finished(outcomes):
         tasks += 1
         if outcome.correct is not None:
             scored += 1
@@ -41,4 +91,5 @@ def accuracy_text(correct: int | None, scored: int | None, accuracy: float | Non
     """``80.0% (8/10 scored)``, or ``not known (0 scored)`` when nothing could be scored."""
     if accuracy is None or not scored:
         return f"not known ({scored or 0} scored)"
-    return f"{accuracy:.1%} ({correct}/{scored} scored)"
+    shown = accuracy if correct is None else correct / scored  # from the counts: the stored figure is rounded
+    return f"{shown:.1%} ({correct}/{scored} scored)"

@@ -313,6 +313,26 @@ def test_a_budget_stops_the_run_exits_3_and_a_higher_budget_resumes(tmp_path: Pa
     assert summary["budget"]["spent"]["cost_usd"] > budget["spent"]["cost_usd"], "the ledger spans both sessions"
 
 
+def test_tasks_the_budget_stopped_count_in_neither_scored_nor_unscored(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_flowllm(
+        "progress=false", "experiment.budget.cost_usd=0.0001", "experiment.max_concurrent=4", f"hydra.run.dir={run_dir}"
+    )
+    assert proc.returncode == ExitCode.BUDGET, proc.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    stopped = summary["budget"]["stopped_tasks"]
+    assert stopped and summary["completed"] == 0 and summary["unfinished"] == summary["tasks"]
+    for task_id in stopped:
+        assert read_json(run_dir / "tasks" / task_id / "result.json")["scored"] is False
+    assert (summary["scored"], summary["unscored"], summary["accuracy"]) == (0, 0, None)
+    assert summary["by_level"] == {}
+    stats = summary["stats"]
+    assert (stats["scored"], stats["unscored"], stats["accuracy"]["n"], stats["accuracy"]["ci95"]) == (0, 0, 0, None)
+    assert stats["by_level"] == {}
+    flat = " ".join(proc.stdout.replace("│", " ").split())
+    assert "accuracy not known (0 scored)" in flat and "accuracy 0.0%" not in flat and "n=4" not in flat
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

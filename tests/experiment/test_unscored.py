@@ -65,14 +65,17 @@ def test_a_resume_keeps_null_for_a_task_without_ground_truth(tmp_path: Path) -> 
     assert outcome is not None and outcome.correct is None
 
 
-def _dataset(tmp_path: Path, strip: set[str] | None) -> Path:
-    """The fixture dataset with ``Final answer`` removed from the rows in ``strip`` (None: every row)."""
+def _dataset(tmp_path: Path, strip: set[str] | None, hidden: dict[str, str] | None = None) -> Path:
+    """The fixture dataset with ``Final answer`` removed from the rows in ``strip`` (None: every row), and set to
+    ``hidden``'s value (task id -> answer) in those rows."""
     folder = tmp_path / "gaia"
     shutil.copytree(GAIA, folder)
     rows = [json.loads(line) for line in (folder / "metadata.jsonl").read_text().splitlines() if line.strip()]
     for row in rows:
         if strip is None or row["task_id"] in strip:
             row.pop("Final answer", None)
+        if row["task_id"] in (hidden or {}):
+            row["Final answer"] = (hidden or {})[row["task_id"]]
     (folder / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
@@ -111,3 +114,16 @@ def test_a_test_split_ends_normally_and_a_missing_truth_is_unscored(tmp_path: Pa
     assert (summary["scored"], summary["unscored"], summary["correct"], summary["accuracy"]) == (1, 1, 1, 1.0)
     assert summary["by_level"]["3"]["accuracy"] is None
     assert "100.0% (1/1 scored); 1 unscored: no ground truth" in mixed_out
+
+
+def test_a_hidden_or_empty_final_answer_is_no_ground_truth(tmp_path: Path) -> None:
+    """GAIA's test split hides its answers as ``?``; an empty answer is no ground truth either."""
+    data = _dataset(tmp_path, set(), {LIST_TASK: "?", WRONG_TASK: ""})
+    code, out = _run(data, tmp_path / "run", LIST_TASK, WRONG_TASK)
+    assert code == 0, out[-3000:]
+    summary = read_json(tmp_path / "run" / "summary.json")
+    assert (summary["scored"], summary["unscored"], summary["accuracy"]) == (0, 2, None)
+    for task_id in (LIST_TASK, WRONG_TASK):
+        result = read_json(tmp_path / "run" / "tasks" / task_id / "result.json")
+        assert (result["ground_truth"], result["correct"]) == (None, None)
+    assert "not known (0 scored); 2 unscored: no ground truth" in out

@@ -73,3 +73,28 @@ def test_an_unscored_task_is_na_not_false(saved_run: Path, tmp_path: Path) -> No
 def test_a_folder_without_runs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="no flowllm run"):
         analysis.load(tmp_path)
+
+
+def _readme_analysis_example() -> str:
+    """The README's ``flowllm.analysis`` example, as written there."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    after = readme.split("`flowllm.analysis` loads runs", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_analysis_example_runs_on_a_sweep(saved_run: Path, tmp_path: Path) -> None:
+    example = _readme_analysis_example()
+    written = '"runs/multirun/2026-12-04/10-00-00"'
+    assert written in example
+    sweep = tmp_path / "multirun" / "2026-12-04" / "10-00-00"
+    for job in ("0", "1"):
+        shutil.copytree(saved_run, sweep / job, ignore=shutil.ignore_patterns("workspace"))
+    namespace: dict[str, object] = {}
+    exec(compile(example.replace(written, repr(str(sweep))), "README.md", "exec"), namespace)
+    frames = namespace["frames"]
+    assert isinstance(frames, analysis.Frames)
+    summary = read_json(saved_run / "summary.json")
+    by_model = frames.tasks.groupby("model")["correct"].mean()
+    assert by_model.to_dict() == {summary["model"]: summary["accuracy"]}
+    assert frames.runs["stats.accuracy.mean"].tolist() == [summary["stats"]["accuracy"]["mean"]] * 2
+    assert frames.runs["stats.scored"].tolist() == [summary["stats"]["scored"]] * 2

@@ -91,6 +91,29 @@ def test_a_fork_scores_each_task_as_a_fresh_live_run_does_for_less(fork_runs: Fo
     assert "fork: saved" in out
 
 
+def test_a_fork_scores_its_forked_tasks_in_the_stats_and_the_paired_comparison(
+    fork_runs: ForkRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rule for which tasks are scored: the stats and ``inspect diff`` count the forked tasks as the tally
+    does, and the fork's comparison with the saved run is the fresh live run's."""
+    from flowllm.inspect.cli import main
+
+    summary = read_json(fork_runs.fork_strict.run_dir / "summary.json")
+    stats = summary["stats"]
+    assert (stats["scored"], stats["unscored"]) == (summary["scored"], summary["unscored"]) == (10, 0)
+    assert stats["accuracy"]["n"] == 10 and stats["accuracy"]["mean"] == pytest.approx(0.7)
+    assert "70.0% ± 15.3" in fork_runs.fork_strict.stdout
+    saved = fork_runs.saved.run_dir
+    paired = {}
+    for name, run in (("fork", fork_runs.fork_strict), ("live", fork_runs.live_strict)):
+        assert main(["diff", str(saved), str(run.run_dir), "--json"]) == 0
+        paired[name] = orjson.loads(capsys.readouterr().out)["paired"]
+    fork, live = paired["fork"], paired["live"]
+    assert (fork["n"], fork["fixed"], fork["broken"], fork["unchanged"]) == (10, 0, 3, 7)
+    assert fork["diff"] == live["diff"] == pytest.approx(-0.3)
+    assert fork == live
+
+
 def test_a_live_reply_records_who_answered_and_the_history_the_prefix_built(fork_runs: ForkRuns) -> None:
     fork = fork_runs.fork_strict.run_dir
     task = next(t for t, r in _results(fork).items() if r["replay"]["status"] == "forked")
@@ -119,6 +142,9 @@ def test_fork_at_turn_forks_every_task_there(tmp_path: Path, fork_runs: ForkRuns
         assert (verdict["status"], verdict["turn"], verdict["reason"]) == ("forked", 2, "provider.fork_at_turn=2")
         assert result["correct"] is True  # nothing changed but who answered turn 2: the emulator again
         assert verdict["live_calls"] == read_bills(finished.run_dir)[task].calls == 1
+    stats = read_json(finished.run_dir / "summary.json")["stats"]
+    assert (stats["scored"], stats["unscored"], stats["accuracy"]["mean"]) == (len(results), 0, 1.0)
+    assert "no scored task" not in finished.stdout
 
 
 def test_a_fork_resumes_a_task_that_did_not_finish(tmp_path: Path, fork_runs: ForkRuns) -> None:

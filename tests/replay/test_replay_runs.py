@@ -94,6 +94,22 @@ def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: Fixtu
     assert "accuracy_all" not in summary
 
 
+def test_a_replay_that_rescores_a_change_headlines_that_its_effect_on_the_diverged_task_is_not_known(
+    runs: FixtureRuns,
+) -> None:
+    """The README's re-score offline: 100% on the exact replay must not read as the change's effect; the
+    headline says it is not known for the diverged task, and how to learn it (a fork)."""
+    strict = runs.strict.check()
+    note = "the change's effect on 1 of 2 tasks is not known (they did not replay exactly): rerun with "
+    summary = read_json(strict.run_dir / "summary.json")
+    assert summary["replay"]["effect_not_known"].startswith(note)
+    assert note in summary["accuracy_of"] and "provider.fork=live" in summary["accuracy_of"]
+    flat = " ".join(strict.stdout.replace("│", " ").split())
+    assert f"accuracy 100.0% (1/1 scored: exact replays); {note}provider.fork=live" in flat
+    exact = read_json(runs.replays["graph"].check().run_dir / "summary.json")
+    assert exact["replay"]["effect_not_known"] is None and "provider.fork" not in exact["accuracy_of"]
+
+
 def test_a_turn_the_old_run_never_made_fails_that_task_and_no_other(runs: FixtureRuns) -> None:
     missing = runs.missing_turn.check(3)  # one task failed, the other completed
     failed = missing.result(LENIENT_TASK)

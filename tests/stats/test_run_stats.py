@@ -16,8 +16,9 @@ from flowllm.core.types import Usage
 from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
 from flowllm.experiment.outcome import COMPLETED, TaskOutcome
-from flowllm.experiment.run_stats import check_stats, run_stats, score_map
+from flowllm.experiment.run_stats import check_stats, run_stats, score_map, stats_rows
 from flowllm.scoring.stats import StatsSettings
+from flowllm.scoring.tally import accuracy_text, score_tally
 
 
 def _task(i: int, topic: str, level: int = 1) -> Task:
@@ -37,7 +38,7 @@ def test_unscored_tasks_are_left_out_of_n() -> None:
     outcomes.append(_outcome(5, None, level=2))  # no ground truth: not scored
     outcomes.append(_outcome(6, False, score_error="the judge failed"))
     outcomes.append(_outcome(7, True, level=2, replay={"status": "diverged"}))
-    stats = run_stats(outcomes, tasks, epochs=1, reducer=Reducer.MEAN, settings=StatsSettings(), breakdown=["topic"])
+    stats = run_stats(outcomes, tasks, epochs=1, reducer=Reducer.mean, settings=StatsSettings(), breakdown=["topic"])
     assert (stats["scored"], stats["unscored"]) == (5, 3)
     acc = stats["accuracy"]
     assert acc["n"] == 5 and acc["mean"] == pytest.approx(2 / 5)
@@ -52,8 +53,8 @@ def test_clustered_by_a_dataset_field() -> None:
     tasks = [_task(i, t) for i, t in enumerate(topics)]
     values = [True, True, False, True, False, False]
     outcomes = [_outcome(i, v) for i, v in enumerate(values)]
-    settings = StatsSettings(interval=IntervalMethod.WILSON, cluster_by="topic")
-    acc = run_stats(outcomes, tasks, epochs=1, reducer=Reducer.MEAN, settings=settings)["accuracy"]
+    settings = StatsSettings(interval=IntervalMethod.wilson, cluster_by="topic")
+    acc = run_stats(outcomes, tasks, epochs=1, reducer=Reducer.mean, settings=settings)["accuracy"]
     assert acc["stderr_method"] == "clustered" and acc["clusters"] == 3 and acc["interval"] == "clt"
     x = [float(v) for v in values]
     mean = statistics.fmean(x)
@@ -72,12 +73,50 @@ def test_epochs_reduce_and_pass_at_k() -> None:
     for i, log in enumerate(logs):
         scored = [e["correct"] for e in log if e["correct"] is not None]
         outcomes.append(_outcome(i, True, epochs=3, epoch_log=log, score=sum(scored) / len(scored)))
-    stats = run_stats(outcomes, tasks, epochs=3, reducer=Reducer.MEAN, settings=StatsSettings())
+    stats = run_stats(outcomes, tasks, epochs=3, reducer=Reducer.mean, settings=StatsSettings())
     assert stats["accuracy"]["mean"] == pytest.approx((2 / 3 + 0 + 1) / 3, abs=1e-6)
     assert stats["accuracy"]["interval"] == "clt"  # fractional scores
     # Within-task variance: task 0's verdicts 1,0,1 have variance 1/3; task 1's 0; task 2's (two epochs) 0.
     assert stats["accuracy"]["within_task_var"] == pytest.approx((1 / 3) / 3, abs=1e-6)
     assert stats["pass_at_k"]["3"] == pytest.approx(0.5)  # task 2 has two scored epochs: left out at k=3
+
+
+def test_an_epoch_or_task_the_budget_stopped_is_neither_scored_nor_unscored() -> None:
+    tasks = [_task(i, "a") for i in range(3)]
+    stopped = {"status": "budget", "correct": False}
+    logs = [
+        [{"status": "completed", "correct": True}, stopped],
+        [{"status": "completed", "correct": False}, {"status": "completed", "correct": True}],
+    ]
+    outcomes = [_outcome(i, True, epochs=2, epoch_log=log, score=None) for i, log in enumerate(logs)]
+    outcomes[0].score, outcomes[1].score = 1.0, 0.5
+    outcomes.append(_outcome(2, False, status="budget", epochs=2, epoch_log=[stopped, stopped], score=0.0))
+    stats = run_stats(outcomes, tasks, epochs=2, reducer=Reducer.mean, settings=StatsSettings())
+    assert (stats["scored"], stats["unscored"]) == (2, 0)
+    assert stats["pass_at_k"]["1"] == pytest.approx((1.0 + 0.5) / 2)  # task 0 has one scored epoch
+    assert stats["pass_at_k"]["2"] == pytest.approx(1.0)  # only task 1 has two
+    results = [o.to_dict() for o in outcomes]
+    assert set(score_map(results)) == {"t0", "t1"}
+
+
+def test_pass_at_1_and_the_mean_are_one_figure_rounded_once() -> None:
+    """14 of 27 epochs right (51.85%): pass@1 and the mean are the same number and must print the same."""
+    tasks = [_task(i, "a") for i in range(9)]
+    rights = [3, 3, 2, 2, 1, 1, 1, 1, 0]  # 14 of 27
+    outcomes = []
+    for i, right in enumerate(rights):
+        log = [{"status": COMPLETED, "correct": e < right} for e in range(3)]
+        outcomes.append(_outcome(i, right >= 2, epochs=3, epoch_log=log, score=right / 3))
+    stats = run_stats(outcomes, tasks, epochs=3, reducer=Reducer.mean, settings=StatsSettings())
+    rows = dict(stats_rows({"stats": stats}))
+    assert rows["accuracy ± SE [95% CI]"].startswith("51.9% ± ")
+    assert rows["pass@k"].startswith("k=1: 51.9%, ")
+    assert (
+        accuracy_text(
+            14, 27, score_tally([SimpleNamespace(status=COMPLETED, correct=i < 14) for i in range(27)])["accuracy"]
+        )
+        == "51.9% (14/27 scored)"
+    )
 
 
 def test_score_map_reads_result_files() -> None:

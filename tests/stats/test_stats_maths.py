@@ -45,7 +45,7 @@ def test_wilson_interval_matches_the_textbook(correct: int, n: int, low: float, 
 
 def test_clt_standard_error_is_the_sample_sd_over_root_n() -> None:
     values = [1.0, 0.0, 0.5, 1.0, 1 / 3, 2 / 3, 0.0, 1.0]
-    est = estimate(_tasks(values), settings=StatsSettings(interval=IntervalMethod.WILSON))
+    est = estimate(_tasks(values), settings=StatsSettings(interval=IntervalMethod.wilson))
     se = statistics.stdev(values) / math.sqrt(len(values))
     assert est.stderr == pytest.approx(se)
     assert est.interval == "clt"  # fractional scores: Wilson does not apply, and the JSON says what was used
@@ -76,7 +76,7 @@ def test_fewer_than_two_scored_tasks_leave_the_interval_unknown_never_zero() -> 
 
 def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
     values = [1.0] * 30 + [0.0] * 20
-    settings = StatsSettings(interval=IntervalMethod.BOOTSTRAP, resamples=500, seed=7)
+    settings = StatsSettings(interval=IntervalMethod.bootstrap, resamples=500, seed=7)
     first, again = estimate(_tasks(values), settings=settings), estimate(_tasks(values), settings=settings)
     assert first.interval == "bootstrap"
     assert (first.ci_low, first.ci_high) == (again.ci_low, again.ci_high)
@@ -114,21 +114,21 @@ def test_pass_curves_average_over_tasks() -> None:
         TaskScore("c", 1.0, (True, None, True)),  # an unscored epoch: this task has two samples
     ]
     curves = pass_curves(tasks, 3)
-    assert curves["pass_at_k"]["1"] == pytest.approx(round((2 / 3 + 0 + 1) / 3, 4))
-    assert curves["pass_at_k"]["2"] == pytest.approx(round((1 + 0 + 1) / 3, 4))
-    assert curves["pass_at_k"]["3"] == pytest.approx(round((1 + 0) / 2, 4))  # c has only two scored epochs
-    assert curves["pass_hat_k"]["2"] == pytest.approx(round((1 / 3 + 0 + 1) / 3, 4))
+    assert curves["pass_at_k"]["1"] == pytest.approx((2 / 3 + 0 + 1) / 3)  # unrounded: rounded where shown
+    assert curves["pass_at_k"]["2"] == pytest.approx((1 + 0 + 1) / 3)
+    assert curves["pass_at_k"]["3"] == pytest.approx((1 + 0) / 2)  # c has only two scored epochs
+    assert curves["pass_hat_k"]["2"] == pytest.approx((1 / 3 + 0 + 1) / 3)
 
 
 def test_reducers() -> None:
     verdicts = [True, False, None, False]
     answers = ["42", "41", "x", "41"]
-    assert reduce_epochs(verdicts, answers, Reducer.MEAN) == pytest.approx(1 / 3)
-    assert reduce_epochs(verdicts, answers, Reducer.MAX) == 1.0
-    assert reduce_epochs(verdicts, answers, Reducer.ALL) == 0.0
-    assert reduce_epochs(verdicts, answers, Reducer.MAJORITY) == 0.0  # "41" twice
-    assert reduce_epochs([True, False], ["a", "b"], Reducer.MAJORITY) == 1.0  # a tie: the first answer
-    assert reduce_epochs([None, None], ["a", "b"], Reducer.MEAN) is None
+    assert reduce_epochs(verdicts, answers, Reducer.mean) == pytest.approx(1 / 3)
+    assert reduce_epochs(verdicts, answers, Reducer.max) == 1.0
+    assert reduce_epochs(verdicts, answers, Reducer.all) == 0.0
+    assert reduce_epochs(verdicts, answers, Reducer.majority) == 0.0  # "41" twice
+    assert reduce_epochs([True, False], ["a", "b"], Reducer.majority) == 1.0  # a tie: the first answer
+    assert reduce_epochs([None, None], ["a", "b"], Reducer.mean) is None
 
 
 def _mcnemar_exact(b: int, c: int) -> float:
@@ -175,6 +175,39 @@ def test_fractional_scores_use_a_paired_t_test() -> None:
     t = statistics.fmean(d) / (statistics.stdev(d) / math.sqrt(len(d)))
     assert result.test == "paired-t"
     assert result.p_value == pytest.approx(2 * sps.t.sf(abs(t), len(d) - 1))
+
+
+def test_the_paired_interval_is_the_t_tests_and_a_decline_keeps_its_sign() -> None:
+    from scipy import stats as sps
+
+    # Nine tasks scored over three epochs: B is 11.1 points below A; a normal interval, [-22.0, -0.2], would
+    # exclude 0 beside the t-test's p = 0.08.
+    a = {f"t{i}": k / 3 for i, k in enumerate([3, 1, 1, 1, 2, 3, 2, 1, 2])}
+    b = {f"t{i}": k / 3 for i, k in enumerate([3, 0, 1, 0, 1, 3, 2, 1, 2])}
+    result = compare_paired(a, b)
+    xa, xb = [a[t] for t in a], [b[t] for t in a]
+    test = sps.ttest_rel(xb, xa)
+    assert result.test == "paired-t" and result.p_value == pytest.approx(test.pvalue)
+    se = statistics.stdev([v - u for u, v in zip(xa, xb, strict=True)]) / 3
+    half = float(sps.t.ppf(0.975, 8)) * se
+    assert (result.ci_low, result.ci_high) == pytest.approx((-1 / 9 - half, -1 / 9 + half))
+    assert (result.ci_low, result.ci_high) == pytest.approx(tuple(test.confidence_interval(0.95)))
+    assert result.ci_low is not None and result.ci_high is not None
+    assert (result.ci_low < 0 < result.ci_high) == (result.p_value >= 0.05)
+    verdict = result.verdict()
+    assert verdict.startswith("not distinguishable from noise at this size (9 tasks): -11.1 points")
+    assert "95% CI [-23.9, 1.7], p = 0.08" in verdict
+
+
+def test_a_clustered_interval_uses_t_with_clusters_minus_one_degrees_of_freedom() -> None:
+    from scipy import stats as sps
+
+    values = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    groups = ["a", "a", "a", "b", "b", "c", "c", "c", "d", "d"]
+    est = estimate(_tasks(values, groups), settings=StatsSettings(cluster_by="g"))
+    assert est.stderr is not None and est.clusters == 4
+    half = float(sps.t.ppf(0.975, 3)) * est.stderr
+    assert (est.ci_low, est.ci_high) == pytest.approx((0.6 - half, min(1.0, 0.6 + half)))
 
 
 def test_one_paired_task_is_not_known() -> None:

@@ -89,9 +89,9 @@ def test_files_show_intervals_comparisons_and_the_frontier(sweep: Path, capsys: 
     table = (sweep / SWEEP_TABLE_FILE).read_text()
     assert "50.0% ± 8.0 [35.2, 64.8] n=40" in table  # Wilson, 20 of 40; SE sqrt(.25 * 40/39 / 40)
     assert "| baseline |" in table
-    assert "+20.0 [7.4, 32.6] p=0.00781 (Holm 0.0156)" in table  # SE sqrt(6.4/39/40)
+    assert "+20.0 [7.0, 33.0] p=0.00781 (Holm 0.0156)" in table  # SE sqrt(6.4/39/40), t with 39 df
     saved = read_json(sweep / SWEEP_SUMMARY_FILE)
-    half = 1.959964 * math.sqrt((8 * 0.8**2 + 32 * 0.2**2) / 39 / 40)
+    half = 2.022691 * math.sqrt((8 * 0.8**2 + 32 * 0.2**2) / 39 / 40)  # t(39)'s 97.5% point
     assert saved["baseline"] == "0" and saved["pareto_front"] == ["0", "1"]
     assert saved["jobs"][1]["vs_baseline"]["ci95"] == [
         pytest.approx(0.2 - half, abs=1e-6),
