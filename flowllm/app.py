@@ -29,6 +29,7 @@ from flowllm.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.experiment import fingerprint, workers
 from flowllm.experiment.budget_report import spending_settings
 from flowllm.experiment.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
+from flowllm.experiment.config_record import has_config_record, write_config_record
 from flowllm.experiment.outcome import load_outcomes
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -216,6 +217,7 @@ class _RunSession:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
+    composed = cfg
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
     cfg = inherit_replayed_run(cfg)
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
@@ -223,6 +225,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
+    write_config_record(composed, run_dir)  # only now: a refused rerun leaves the saved run's config as it was
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
     if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count)
@@ -261,6 +264,8 @@ def _job_error(cfg: DictConfig, run_dir: Path, message: str) -> dict[str, Any]:
     status = {"status": "error", "error": message}
     secrets = key_values(OmegaConf.select(cfg, "provider.api_key_env", default=None))
     atomic_write(RunLayout(run_dir).summary, Redactor(secrets).dumps(status))
+    if not has_config_record(run_dir):  # a new folder: the sweep finds its row by it (a run's is never replaced)
+        write_config_record(cfg, run_dir)
     return status
 
 

@@ -12,9 +12,9 @@ price table (its hash is provenance), which tasks are selected, and the dataset'
 A rerun into a folder that holds results of other settings is refused (``FingerprintMismatch``, exit 2),
 naming each differing setting with both values; ``experiment.resume=force`` proceeds and keeps the earlier
 fingerprints in ``fingerprint.json`` (``earlier``), so the mix stays on record. Every session appends one line
-to ``history.jsonl`` (when, its command-line overrides, its fingerprint, its resume mode), because Hydra
-rewrites ``.hydra/overrides.yaml`` with each rerun's. Worker processes never check or write it: their parent
-did, before starting them.
+to ``history.jsonl`` (when, its command-line overrides, its fingerprint, its resume mode), because ``.hydra/``
+holds only the last accepted session's config (flowllm.experiment.config_record). Worker processes never check
+or write it: their parent did, before starting them.
 """
 
 from __future__ import annotations
