@@ -215,6 +215,26 @@ def _has_results(layout: RunLayout) -> bool:
     return layout.tasks.is_dir() and any(layout.tasks.glob(f"*/{RESULT_FILE}"))
 
 
+def _mismatch(layout: RunLayout, changed: list[str], setting: str = "hydra.run.dir") -> FingerprintMismatch:
+    first = (
+        f"{layout.root} holds results of other settings; rerun into a new {setting}, or keep them and mix with "
+        "experiment.resume=force. What differs:"
+    )
+    return FingerprintMismatch("\n".join([first, *changed]))
+
+
+def check(cfg: DictConfig, run_dir: Path, dataset_path: Path, *, setting: str = "hydra.run.dir") -> None:
+    """What ``guard`` refuses, found without writing anything (a sweep checks every job's folder before its first
+    job runs): ``FingerprintMismatch`` naming ``setting`` as the way out."""
+    layout = RunLayout(Path(run_dir))
+    saved = read_fingerprint(layout.root)
+    if saved is None or not _has_results(layout) or resume_mode(cfg.experiment.resume) is ResumeMode.force:
+        return
+    changed = differences(saved, compute(cfg, dataset_path))
+    if changed:
+        raise _mismatch(layout, changed, setting)
+
+
 def guard(
     cfg: DictConfig,
     run_dir: Path,
@@ -235,15 +255,7 @@ def guard(
     if saved is not None and has_results:
         changed = differences(saved, now)
         if changed and mode is not ResumeMode.force:
-            raise FingerprintMismatch(
-                "\n".join(
-                    [
-                        f"{layout.root} holds results of other settings; rerun into a new hydra.run.dir, or keep "
-                        "them and mix with experiment.resume=force. What differs:",
-                        *changed,
-                    ]
-                )
-            )
+            raise _mismatch(layout, changed)
         if changed:
             forced_over = saved.digest
             earlier = [*saved.earlier, {k: v for k, v in saved.to_dict().items() if k != "earlier"}]
