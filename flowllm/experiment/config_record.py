@@ -28,7 +28,7 @@ def write_config_record(cfg: DictConfig, run_dir: Path) -> None:
     layout = RunLayout(Path(run_dir))
     atomic_write(layout.config, OmegaConf.to_yaml(cfg).encode())
     atomic_write(layout.hydra, OmegaConf.to_yaml(hydra_cfg).encode())
-    atomic_write(layout.overrides, OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task).encode())
+    atomic_write(layout.overrides, OmegaConf.to_yaml(HydraConfig.get().overrides.task).encode())
 
 
 def has_config_record(run_dir: Path) -> bool:

@@ -89,6 +89,7 @@ class JobRow:
     stats: dict[str, Any] | None = None
     vs_baseline: dict[str, Any] | None = None
     pareto: bool = False
+    budget: dict[str, Any] | None = None  # summary.json → budget: a job its budget ended makes the sweep exit 3
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -190,6 +191,7 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         judge_model=(summary.get("judge") or {}).get("model"),
         scoring_errors=summary.get("scoring_errors"),
         stats=(summary.get("stats") or {}).get("accuracy"),
+        budget=summary.get("budget"),
     )
 
 
@@ -469,7 +471,7 @@ class SweepSummaryCallback(Callback):
         # Hydra discards the jobs' return values: the sweep's exit code is decided here, from the job rows.
         code = sweep_exit_code(job.to_dict() for job in summary.jobs)
         if code is not ExitCode.OK:
-            print(f"flowllm: sweep exits {int(code)} ({code.name.lower().replace('_', ' ')})", file=sys.stderr)
+            print(f"flowllm: sweep exits {int(code)} ({code.meaning})", file=sys.stderr)
             sys.exit(code)
 
 

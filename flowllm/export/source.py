@@ -16,12 +16,13 @@ from typing import Any
 
 import yaml
 
+from flowllm.errors import CliError
 from flowllm.export.trace import TaskTrace, read_run_traces
 from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, OVERRIDES_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.records import read_artifact
 
 
-class ExportError(Exception):
+class ExportError(CliError):
     """Nothing can be exported (not a run, a missing optional package, an unwritable file): one line."""
 
 
