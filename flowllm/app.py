@@ -39,6 +39,7 @@ from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import RunResult
 from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.sweep import build_sweep_summary
+from flowllm.experiment.tables import print_tables
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision
 from flowllm.experiment.webconf import cache_env, web_tools
@@ -255,7 +256,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
         summary.update(status="failed", error=str(exc))
         raise RunStopped(str(exc), summary) from exc
-    print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
+    bills = read_bills(run_dir)
+    # A closed stdout (| tee, stopped by the same Ctrl-C) is no failure of the run: the table goes to stderr.
+    print_tables(lambda console: print_summary(summary, result.outcomes, run_dir, console=console, bills=bills))
     return summary
 
 

@@ -44,6 +44,7 @@ from flowllm.experiment.sweep_stats import (
     draw_uncertainty,
     job_accuracy,
 )
+from flowllm.experiment.tables import print_tables
 from flowllm.rundir.layout import (
     LOG_FILE,
     SWEEP_PLOT_FILE,
@@ -467,7 +468,7 @@ class SweepSummaryCallback(Callback):
         except Exception as exc:  # the jobs' own results are safe; say why the comparison is missing
             log.warning("flowllm: could not write the sweep summary in %s: %s", sweep_dir, exc)
             return
-        print_sweep(summary)
+        print_tables(lambda console: print_sweep(summary, console))
         # Hydra discards the jobs' return values: the sweep's exit code is decided here, from the job rows.
         code = sweep_exit_code(job.to_dict() for job in summary.jobs)
         if code is not ExitCode.OK:
