@@ -18,7 +18,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import refuse_ignored_overrides
 from flowllm.config.schema import register_configs
@@ -216,11 +216,20 @@ class _RunSession:
             self.ledger.close()
 
 
+def own_telemetry(cfg: DictConfig, composed: DictConfig) -> DictConfig:
+    """``cfg`` with the telemetry of this session's own config: a replay or fork that repeats a saved run's
+    experiment never sends spans to the receiver the saved run had (``telemetry.otlp_endpoint``)."""
+    if cfg is not composed:
+        with open_dict(cfg):
+            cfg.telemetry = composed.telemetry
+    return cfg
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
     composed = cfg
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
-    cfg = inherit_replayed_run(cfg)
+    cfg = own_telemetry(inherit_replayed_run(cfg), composed)
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir)
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
