@@ -18,7 +18,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import refuse_ignored_overrides
 from flowllm.config.schema import register_configs
@@ -29,6 +29,7 @@ from flowllm.exit_codes import ExitCode, error_exit_code, run_exit_code
 from flowllm.experiment import fingerprint, workers
 from flowllm.experiment.budget_report import spending_settings
 from flowllm.experiment.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
+from flowllm.experiment.config_record import has_config_record, write_config_record
 from flowllm.experiment.outcome import load_outcomes
 from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.experiment.prepared import PreparedRun
@@ -38,6 +39,7 @@ from flowllm.experiment.report import print_summary
 from flowllm.experiment.runner import RunResult
 from flowllm.experiment.spending import SpendBook
 from flowllm.experiment.sweep import build_sweep_summary
+from flowllm.experiment.tables import print_tables
 from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision
 from flowllm.experiment.webconf import cache_env, web_tools
@@ -214,15 +216,26 @@ class _RunSession:
             self.ledger.close()
 
 
+def own_telemetry(cfg: DictConfig, composed: DictConfig) -> DictConfig:
+    """``cfg`` with the telemetry of this session's own config: a replay or fork that repeats a saved run's
+    experiment never sends spans to the receiver the saved run had (``telemetry.otlp_endpoint``)."""
+    if cfg is not composed:
+        with open_dict(cfg):
+            cfg.telemetry = composed.telemetry
+    return cfg
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the configured experiment into ``run_dir``; returns the summary."""
+    composed = cfg
     # provider=replay without an experiment repeats the saved run's experiment (re-judging a saved run).
-    cfg = inherit_replayed_run(cfg)
+    cfg = own_telemetry(inherit_replayed_run(cfg), composed)
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir)
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
+    write_config_record(composed, run_dir)  # only now: a refused rerun leaves the saved run's config as it was
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
     if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count)
@@ -252,7 +265,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
         summary.update(status="failed", error=str(exc))
         raise RunStopped(str(exc), summary) from exc
-    print_summary(summary, result.outcomes, run_dir, bills=read_bills(run_dir))
+    bills = read_bills(run_dir)
+    # A closed stdout (| tee, stopped by the same Ctrl-C) is no failure of the run: the table goes to stderr.
+    print_tables(lambda console: print_summary(summary, result.outcomes, run_dir, console=console, bills=bills))
     return summary
 
 
@@ -261,6 +276,8 @@ def _job_error(cfg: DictConfig, run_dir: Path, message: str) -> dict[str, Any]:
     status = {"status": "error", "error": message}
     secrets = key_values(OmegaConf.select(cfg, "provider.api_key_env", default=None))
     atomic_write(RunLayout(run_dir).summary, Redactor(secrets).dumps(status))
+    if not has_config_record(run_dir):  # a new folder: the sweep finds its row by it (a run's is never replaced)
+        write_config_record(cfg, run_dir)
     return status
 
 

@@ -16,22 +16,35 @@
     │   ├── ScriptError                an emulator script is invalid (emulator/script.py)
     │   ├── PricingError               the price table is malformed (experiment/pricing.py)
     │   └── PreflightError             every problem the checks before the first task found (experiment/preflight.py)
-    └── RunError                       raised while tasks run: the task that meets it fails, the others go on
-        ├── NodeExecutionError         a node raised (engine/errors.py)
-        ├── NodeContractError          a node returned other outputs than it declares (engine/errors.py)
-        ├── PromptIsolationError       a hook found the system prompt outside its place (nodes/hooks.py)
-        ├── RecordError                a task's records could not be written (engine/recorder.py)
-        ├── ProviderError              a model call failed (providers/errors.py)
-        │   ├── ProviderCallError      one call failed, with the kind of failure
-        │   │   ├── ProviderResponseError   the reply arrived but cannot be used
-        │   │   └── NoUsableKeyError   every key of the pool is resting or retired (providers/keys.py)
-        │   └── ReplayMissError        a replay asked for a turn the saved run never made (providers/replay.py)
-        └── RunStopped                 the run stopped after tasks ran (a worker process failed); what finished is
-                                       saved and the exit code follows the tasks (3 or 4, exit_codes.py)
+    ├── RunError                       raised while tasks run: the task that meets it fails, the others go on
+    │   ├── NodeExecutionError         a node raised (engine/errors.py)
+    │   ├── NodeContractError          a node returned other outputs than it declares (engine/errors.py)
+    │   ├── PromptIsolationError       a hook found the system prompt outside its place (nodes/hooks.py)
+    │   ├── RecordError                a task's records could not be written (engine/recorder.py)
+    │   ├── ProviderError              a model call failed (providers/errors.py)
+    │   │   ├── ProviderCallError      one call failed, with the kind of failure
+    │   │   │   ├── ProviderResponseError   the reply arrived but cannot be used
+    │   │   │   └── NoUsableKeyError   every key of the pool is resting or retired (providers/keys.py)
+    │   │   └── ReplayMissError        a replay asked for a turn the saved run never made (providers/replay.py)
+    │   └── RunStopped                 the run stopped after tasks ran (a worker process failed); what finished is
+    │                                  saved and the exit code follows the tasks (3 or 4, exit_codes.py)
+    └── CliError                       a command that reads saved runs (flowllm inspect, export) cannot do what it
+        │                              was asked; carries its exit code (2: bad input, nothing was done)
+        ├── UsageError                 bad arguments, or a folder that is not a run (inspect/cli.py)
+        ├── NotFound                   a task, turn or node the run does not have (inspect/cli.py)
+        ├── NotARunError               the folder is not a flowllm run or multirun (inspect/artifacts.py)
+        ├── NoCommonTasks              two runs with no scored task in common: nothing to pair (inspect/paired.py)
+        ├── UsageInputError            a path holding no usage ledger, or a bad --by (inspect/usage.py)
+        ├── PowerUsageError            bad arguments, or a run without the figures asked for (inspect/power.py)
+        └── ExportError                nothing can be exported: not a run, a missing extra, an unwritable file
+                                       (export/source.py)
 
 A build error exits 2 ("nothing ran"); a run error that reaches the app after tasks ran exits with the code of
-the run's tasks. A tool's failure is not in this tree: a tool server answers the model with an MCP error
-(``mcp``'s own ``ToolError``), and a server that cannot start is a preflight problem.
+the run's tasks; a ``CliError`` exits with the code it carries. Where a library catches every ``Exception``
+(Hydra's callbacks warn and go on), an error of the tree is raised inside a ``CarriedError`` (a ``BaseException``
+that is no error of its own), which the command line unwraps. A tool's failure is not in this tree: a tool
+server answers the model with an MCP error (``mcp``'s own ``ToolError``), and a server that cannot start is a
+preflight problem.
 
 ``ErrorKind`` names why a model call failed. It is a ``StrEnum``: the retry policy's ``retry_on`` list, the
 breaker, the ledger and ``meta.json`` all spell kinds as these strings.
@@ -54,6 +67,22 @@ class BuildError(FlowError):
 
 class RunError(FlowError):
     """Raised while tasks run: the task that met it fails, the others go on."""
+
+
+class CliError(FlowError):
+    """A command that reads saved runs cannot do what it was asked (one line); ``exit_code`` is what it exits with
+    (2: bad input, such as a folder that is not a run or a task it does not have; nothing was done)."""
+
+    exit_code: int = 2
+
+
+class CarriedError(BaseException):
+    """Carries ``error`` past code that catches every ``Exception``; ``flowllm.cli.run`` says it and exits with its
+    code, as if it had been raised there."""
+
+    def __init__(self, error: FlowError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class ConfigError(BuildError, ValueError):
@@ -135,6 +164,8 @@ _NEVER_RETRIED = frozenset(
 
 __all__ = [
     "BuildError",
+    "CarriedError",
+    "CliError",
     "ConfigError",
     "ErrorKind",
     "FingerprintMismatch",

@@ -14,15 +14,30 @@ from flowllm.errors import BuildError, RunStopped
 
 
 class ExitCode(IntEnum):
-    OK = 0  # every task completed (right, wrong or unscored)
-    BUG = 1  # an unexpected exception: a traceback was printed (Python's own code)
-    CONFIG = 2  # a build error (flowllm.errors.BuildError): nothing ran (one line on stderr)
-    SOME_FAILED = 3  # some tasks failed (or were left unfinished by a run error), others completed
-    BUDGET = 3  # the run's budget (experiment.budget) ended it with tasks left: rerun with a higher one to resume
-    ALL_FAILED = 4  # every task that ran failed, or a run error stopped the run before any task completed
-    SWEEP_JOB_ERROR = 5  # a multirun job could not run or crashed (the others' results are saved)
-    UNVERIFIED = 6  # flowllm verify: a number of the run disagrees with its evidence
-    INTERRUPTED = 130  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
+    """The code and what it means. A budget stop exits 3 as a run with failed tasks does (both: rerun into the same
+    folder to finish), but is its own member, so what a run or a sweep says about its end names the budget. As
+    ints the two are equal: tell members apart with ``is``."""
+
+    meaning: str
+
+    def __new__(cls, code: int, meaning: str) -> ExitCode:
+        member = int.__new__(cls, code)
+        member._value_ = (code, meaning)  # type: ignore[assignment]  # (code, meaning): BUDGET is no alias of 3
+        member.meaning = meaning
+        return member
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}.{self.name}: {int(self)}>"
+
+    OK = 0, "every task completed (right, wrong or unscored)"
+    BUG = 1, "a bug in flowllm (a traceback was printed)"
+    CONFIG = 2, "nothing ran: a setting, the dataset, a key or a server is wrong"  # a BuildError (one line)
+    SOME_FAILED = 3, "some tasks failed"  # (or were left unfinished by a run error), others completed
+    BUDGET = 3, "the budget ended the run"  # experiment.budget ended it with tasks left: a higher one resumes
+    ALL_FAILED = 4, "every task failed"  # or a run error stopped the run before any task completed
+    SWEEP_JOB_ERROR = 5, "a sweep job errored"  # a multirun job could not run or crashed (the others are saved)
+    UNVERIFIED = 6, "a number of the run disagrees with its evidence"  # flowllm verify found a disagreement
+    INTERRUPTED = 130, "interrupted"  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
 
 
 def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
@@ -45,11 +60,11 @@ def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
 
 
 def sweep_exit_code(jobs: Iterable[Mapping[str, Any]]) -> ExitCode:
-    """The code of a multirun from its jobs' rows (status, completed, failed): the worst job decides.
+    """The code of a multirun from its jobs' rows (status, completed, failed, budget): the worst job decides.
 
     An interrupted job wins, then a job that errored, stopped on a run error (``failed``) or never wrote a
-    summary, then task failures: all failed
-    only when every task of every job failed.
+    summary, then task failures (all failed only when every task of every job failed), then a job its budget
+    ended (3, said as the budget).
     """
     rows = list(jobs)
     statuses = {str(row.get("status")) for row in rows}
@@ -60,9 +75,9 @@ def sweep_exit_code(jobs: Iterable[Mapping[str, Any]]) -> ExitCode:
     codes = [run_exit_code(row) for row in rows]
     if codes and all(code is ExitCode.ALL_FAILED for code in codes):
         return ExitCode.ALL_FAILED
-    if any(code is not ExitCode.OK for code in codes):
+    if any(code is ExitCode.SOME_FAILED or code is ExitCode.ALL_FAILED for code in codes):
         return ExitCode.SOME_FAILED
-    return ExitCode.OK
+    return ExitCode.BUDGET if any(code is ExitCode.BUDGET for code in codes) else ExitCode.OK
 
 
 def error_exit_code(exc: BaseException) -> ExitCode:

@@ -30,8 +30,8 @@ from flowllm.config.check import (
     split_command_line,
 )
 from flowllm.config.schema import register_configs
-from flowllm.errors import ConfigError
-from flowllm.exit_codes import ExitCode
+from flowllm.errors import CarriedError, ConfigError
+from flowllm.exit_codes import ExitCode, error_exit_code
 
 PROG = "flowllm"
 
@@ -100,6 +100,11 @@ def run_main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {explain(exc, args)}", file=sys.stderr)
         return ExitCode.CONFIG
+    except CarriedError as carried:  # raised before the job ran (a Hydra callback: the run folder cannot be written)
+        error = carried.error
+        for line in str(error).splitlines() or [type(error).__name__]:
+            print(f"{PROG}: error: {line}", file=sys.stderr)
+        return error_exit_code(error)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (ExitCode.OK if exc.code is None else ExitCode.BUG)
     finally:

@@ -2,7 +2,9 @@
 
 Every job's config is composed as Hydra will compose it (the basic sweeper's cartesian product of the swept
 values) and put through the checks that need no server: its settings, the pipeline, the provider and every
-fallback with their keys, the dataset, the judge, the price table, the run's resume mode. When all of that is
+fallback with their keys, the dataset, the judge, the price table, the run's resume mode, and the job's folder
+(``hydra.sweep.dir``/``subdir``: one holding results of other settings refuses the job, as the job's own
+fingerprint check would once earlier jobs had run). When all of that is
 sound, every distinct real provider of the sweep (fallbacks included) is asked once for its models, and the tool
 servers of every distinct tool configuration are started once (in the web tool environment a run gives them) and
 stopped, as a job's preflight would. ``sweep.baseline`` must name one job, matched as the end-of-sweep
@@ -24,11 +26,12 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import ConfigError, FlowError
-from flowllm.experiment.build import preflight_targets, prepare_parts
+from flowllm.experiment import fingerprint
+from flowllm.experiment.build import preflight_targets, prepare_parts, resolve_path
 from flowllm.experiment.fingerprint import resume_mode
 from flowllm.experiment.preflight import (
     ProviderTarget,
@@ -71,11 +74,31 @@ class JobCheck:
     baseline: str | None = None  # the job's sweep.baseline (None: unset, or the config did not compose)
 
 
-def check_job(overrides: Sequence[str]) -> JobCheck:
+def job_folder(composed: DictConfig, number: int) -> Path | None:
+    """The folder job ``number`` will run in, as Hydra's launchers name it (``hydra.sweep.dir`` and its
+    ``subdir``); None when it cannot be known before the job starts (a resolver only the job has)."""
+    hydra = composed.hydra
+    with open_dict(hydra):
+        hydra.job.num = hydra.job.id = number
+    try:
+        return Path(str(hydra.sweep.dir)) / str(hydra.sweep.subdir)
+    except Exception:  # the job's own guard still checks its folder before it runs
+        return None
+
+
+def _without_hydra(composed: DictConfig) -> DictConfig:
+    cfg = composed.copy()
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def check_job(overrides: Sequence[str], number: int = 0) -> JobCheck:
     """What stops one job before any server is needed (no problems: it may start)."""
     try:
-        cfg = compose(CONFIG_NAME, overrides=list(overrides))
-        cfg = inherit_replayed_run(cfg)
+        composed = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+        folder = job_folder(composed, number)
+        cfg = inherit_replayed_run(_without_hydra(composed))
         resume_mode(cfg.experiment.resume)
     except FlowError as exc:
         return JobCheck(str(exc).splitlines())
@@ -83,11 +106,22 @@ def check_job(overrides: Sequence[str]) -> JobCheck:
         return JobCheck([str(exc).splitlines()[0] if str(exc) else type(exc).__name__])
     baseline = None if cfg.sweep.baseline is None else str(cfg.sweep.baseline)
     parts, _, problems = prepare_parts(cfg)
+    if not problems and folder is not None:
+        problems = folder_problems(cfg, folder)
     if problems or parts is None:
         return JobCheck(problems, baseline=baseline)
     targets = live_providers(preflight_targets(parts.provider_cfg)) if cfg.preflight.providers else []
     starts_tools = bool(cfg.preflight.tools and cfg.tools.get("servers"))
     return JobCheck([], targets, float(cfg.preflight.timeout_s), cfg if starts_tools else None, baseline)
+
+
+def folder_problems(cfg: DictConfig, folder: Path) -> list[str]:
+    """Why the job's folder refuses it (it holds results of other settings), as its own run would say it."""
+    try:
+        fingerprint.check(cfg, folder, resolve_path(cfg.dataset.path, "dataset.path"), setting="hydra.sweep.dir")
+    except FlowError as exc:
+        return str(exc).splitlines()
+    return []
 
 
 def baseline_problem(baseline: str | None, jobs: Sequence[Sequence[str]]) -> str | None:
@@ -172,7 +206,7 @@ def sweep_problems(argv: Sequence[str]) -> list[str]:
             # What tells the job apart: its values of the swept overrides.
             label = " ".join(o for o in job if o.split("=", 1)[0].lstrip("+~") in swept)
             labels.append(_UNESCAPE.sub(r"\1", label) or "-")
-            checked = check_job(job)
+            checked = check_job(job, number)
             baseline = baseline if baseline is not None else checked.baseline
             for problem in checked.problems:
                 found.setdefault(problem, []).append(number)

@@ -4,14 +4,14 @@
   (or, as NaN, never time out); they are refused with the setting's name.
 * The run directory: Hydra makes it before flowllm's code runs, so a read-only or unwritable place surfaced as
   Hydra's traceback. ``RunDirCheck`` is a Hydra callback that tries the folder first (``on_run_start``, and
-  the sweep folder on ``on_multirun_start``) and stops with one line.
+  the sweep folder on ``on_multirun_start``) and raises a ``ConfigError`` (carried past Hydra's callback runner,
+  which would only warn), which the command line says in one line, exit 2.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from flowllm.errors import ConfigError
+from flowllm.errors import CarriedError, ConfigError
 
 TIMEOUT_SETTINGS = (
     "experiment.task_timeout_s",
@@ -86,6 +86,5 @@ class RunDirCheck(Callback):
             return
         try:
             check_run_dir(Path(os.path.abspath(str(folder))), key)
-        except ConfigError as exc:
-            print(f"flowllm: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+        except ConfigError as exc:  # Hydra would warn about an Exception and go on: carried to the command line
+            raise CarriedError(exc) from None

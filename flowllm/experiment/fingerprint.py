@@ -12,9 +12,9 @@ price table (its hash is provenance), which tasks are selected, and the dataset'
 A rerun into a folder that holds results of other settings is refused (``FingerprintMismatch``, exit 2),
 naming each differing setting with both values; ``experiment.resume=force`` proceeds and keeps the earlier
 fingerprints in ``fingerprint.json`` (``earlier``), so the mix stays on record. Every session appends one line
-to ``history.jsonl`` (when, its command-line overrides, its fingerprint, its resume mode), because Hydra
-rewrites ``.hydra/overrides.yaml`` with each rerun's. Worker processes never check or write it: their parent
-did, before starting them.
+to ``history.jsonl`` (when, its command-line overrides, its fingerprint, its resume mode), because ``.hydra/``
+holds only the last accepted session's config (flowllm.experiment.config_record). Worker processes never check
+or write it: their parent did, before starting them.
 """
 
 from __future__ import annotations
@@ -215,6 +215,26 @@ def _has_results(layout: RunLayout) -> bool:
     return layout.tasks.is_dir() and any(layout.tasks.glob(f"*/{RESULT_FILE}"))
 
 
+def _mismatch(layout: RunLayout, changed: list[str], setting: str = "hydra.run.dir") -> FingerprintMismatch:
+    first = (
+        f"{layout.root} holds results of other settings; rerun into a new {setting}, or keep them and mix with "
+        "experiment.resume=force. What differs:"
+    )
+    return FingerprintMismatch("\n".join([first, *changed]))
+
+
+def check(cfg: DictConfig, run_dir: Path, dataset_path: Path, *, setting: str = "hydra.run.dir") -> None:
+    """What ``guard`` refuses, found without writing anything (a sweep checks every job's folder before its first
+    job runs): ``FingerprintMismatch`` naming ``setting`` as the way out."""
+    layout = RunLayout(Path(run_dir))
+    saved = read_fingerprint(layout.root)
+    if saved is None or not _has_results(layout) or resume_mode(cfg.experiment.resume) is ResumeMode.force:
+        return
+    changed = differences(saved, compute(cfg, dataset_path))
+    if changed:
+        raise _mismatch(layout, changed, setting)
+
+
 def guard(
     cfg: DictConfig,
     run_dir: Path,
@@ -235,15 +255,7 @@ def guard(
     if saved is not None and has_results:
         changed = differences(saved, now)
         if changed and mode is not ResumeMode.force:
-            raise FingerprintMismatch(
-                "\n".join(
-                    [
-                        f"{layout.root} holds results of other settings; rerun into a new hydra.run.dir, or keep "
-                        "them and mix with experiment.resume=force. What differs:",
-                        *changed,
-                    ]
-                )
-            )
+            raise _mismatch(layout, changed)
         if changed:
             forced_over = saved.digest
             earlier = [*saved.earlier, {k: v for k, v in saved.to_dict().items() if k != "earlier"}]

@@ -44,6 +44,7 @@ from flowllm.experiment.sweep_stats import (
     draw_uncertainty,
     job_accuracy,
 )
+from flowllm.experiment.tables import print_tables
 from flowllm.rundir.layout import (
     LOG_FILE,
     SWEEP_PLOT_FILE,
@@ -89,6 +90,7 @@ class JobRow:
     stats: dict[str, Any] | None = None
     vs_baseline: dict[str, Any] | None = None
     pareto: bool = False
+    budget: dict[str, Any] | None = None  # summary.json → budget: a job its budget ended makes the sweep exit 3
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -190,6 +192,7 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         judge_model=(summary.get("judge") or {}).get("model"),
         scoring_errors=summary.get("scoring_errors"),
         stats=(summary.get("stats") or {}).get("accuracy"),
+        budget=summary.get("budget"),
     )
 
 
@@ -465,11 +468,11 @@ class SweepSummaryCallback(Callback):
         except Exception as exc:  # the jobs' own results are safe; say why the comparison is missing
             log.warning("flowllm: could not write the sweep summary in %s: %s", sweep_dir, exc)
             return
-        print_sweep(summary)
+        print_tables(lambda console: print_sweep(summary, console))
         # Hydra discards the jobs' return values: the sweep's exit code is decided here, from the job rows.
         code = sweep_exit_code(job.to_dict() for job in summary.jobs)
         if code is not ExitCode.OK:
-            print(f"flowllm: sweep exits {int(code)} ({code.name.lower().replace('_', ' ')})", file=sys.stderr)
+            print(f"flowllm: sweep exits {int(code)} ({code.meaning})", file=sys.stderr)
             sys.exit(code)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ import orjson
 from flowllm import __version__
 from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, write_atomically
-from flowllm.export.trace import Conversation, TaskTrace, Turn
+from flowllm.export.trace import Conversation, ModelCall, TaskTrace, Turn
 
 if TYPE_CHECKING:
     from inspect_ai.event import Event
@@ -103,6 +104,7 @@ class SampleBuilder:
         self.source = source
         self.model = model
         self.costs = costs
+        self.replay = source.replay
 
     def _assistant(self, turn: Turn) -> ChatMessage:
         from inspect_ai.model import ChatMessageAssistant
@@ -162,7 +164,7 @@ class SampleBuilder:
                             stop_reason=STOP_REASONS.get(call.stop_reason or "", "unknown"),  # type: ignore[arg-type]
                         )
                     ],
-                    usage=_usage(call.usage),
+                    usage=_usage(call.usage) if call.billed else None,  # a replayed reply was billed before
                     time=call.duration_s,
                     response_id=call.response_id,
                 )
@@ -269,7 +271,7 @@ class SampleBuilder:
                 "scored": isinstance(correct, bool),
             },
             events=events,
-            model_usage={self.model: _usage(usage, self.costs.of(trace.task_id, trace.ledger_epoch))} if usage else {},
+            model_usage={self.model: _usage(usage, self._cost(trace))} if usage else {},
             started_at=_iso(trace.conversation.started_at),
             completed_at=_iso(trace.conversation.ended_at),
             total_time=float(wall) if isinstance(wall, (int, float)) else None,
@@ -280,6 +282,13 @@ class SampleBuilder:
             else None,
             turn_count=trace.field("turns"),
         )
+
+    def _cost(self, trace: TaskTrace) -> float | None:
+        """The task's billed cost; in a replay, 0 for a task with no ledger line (every reply served, unbilled)."""
+        cost = self.costs.of(trace.task_id, trace.ledger_epoch)
+        if cost is None and self.replay and not self.costs.has(trace.task_id, trace.ledger_epoch):
+            return 0.0
+        return cost
 
     @property
     def scorer(self) -> str:
@@ -328,12 +337,31 @@ class EpochPlan:
         return sum(scores) / len(scores) if scores else None
 
 
+def eval_model(source: RunSource) -> str:
+    """The eval's ``provider/model``: the run's; for a fork, the live provider's model that answered its forked
+    calls (a fork's own provider is ``replay``, which names no model), or the run's when none forked."""
+    if source.replay:
+        for trace in source.finished:
+            live = next((c for c in _calls(trace.conversation) if c.live), None)
+            if live is not None:
+                return f"{live.provider or source.setting('provider.live') or 'live'}/{live.request_model}"
+    return f"{source.provider}/{source.model}"
+
+
+def _calls(conv: Conversation) -> Iterator[ModelCall]:
+    for turn in conv.turns:
+        if turn.model is not None:
+            yield turn.model
+        for sub in turn.subagents:
+            yield from _calls(sub)
+
+
 def build_eval_log(source: RunSource) -> EvalLog:
     require_inspect()
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec, EvalStats
     from inspect_ai.model import GenerateConfig
 
-    model = f"{source.provider}/{source.model}"
+    model = eval_model(source)
     builder = SampleBuilder(source, model, task_costs(read_ledger(source.ledger)))
     traces = source.finished
     samples = [builder.sample(t) for t in traces]

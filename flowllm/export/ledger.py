@@ -47,6 +47,10 @@ class TaskCosts:
         call, or a ledger written before lines named their epoch)."""
         return self.tasks.get(task_id) if epoch is None else self.epochs.get((task_id, epoch))
 
+    def has(self, task_id: str, epoch: int | None = None) -> bool:
+        """Whether the ledger has a line of the task (of that epoch): a call was attempted for it."""
+        return task_id in self.tasks if epoch is None else (task_id, epoch) in self.epochs
+
 
 def task_costs(entries: list[dict[str, Any]]) -> TaskCosts:
     costs = TaskCosts()

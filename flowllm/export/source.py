@@ -16,12 +16,14 @@ from typing import Any
 
 import yaml
 
+from flowllm.errors import CliError
 from flowllm.export.trace import TaskTrace, read_run_traces
+from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, OVERRIDES_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.records import read_artifact
 
 
-class ExportError(Exception):
+class ExportError(CliError):
     """Nothing can be exported (not a run, a missing optional package, an unwritable file): one line."""
 
 
@@ -40,6 +42,11 @@ class RunSource:
     @property
     def unfinished(self) -> list[TaskTrace]:
         return [t for t in self.traces if not t.finished]
+
+    @property
+    def replay(self) -> bool:
+        """Whether the run replayed (or forked) a saved one (``provider=replay``)."""
+        return self.setting("provider.protocol") == REPLAY_PROTOCOL
 
     @property
     def unit(self) -> str:
@@ -98,7 +105,8 @@ def open_source(path: Path | str) -> RunSource:
             notes.append(f".hydra/config.yaml cannot be read ({str(exc).splitlines()[0]}): settings not known")
     else:
         notes.append("no .hydra/config.yaml: the run's settings are not known")
-    traces = read_run_traces(run_dir)
+    provider = (config or {}).get("provider")
+    traces = read_run_traces(run_dir, replay=isinstance(provider, dict) and provider.get("protocol") == REPLAY_PROTOCOL)
     source = RunSource(run_dir, summary.value if summary.ok else None, config, traces, notes)
     unfinished = source.unfinished
     if summary.missing:

@@ -33,10 +33,24 @@ from flowllm.rundir.records import NodeRecord, read_artifact, read_turns
 
 # The node outputs a trace reads; every other output is skipped (they hold whole histories).
 MODEL_KEYS = frozenset({"raw_response", "raw_request"})
+# What a fork adds to a live reply (flowllm/providers/fork.py, FORK_KEY): its provider, model, the request sent.
+FORK_KEY = "flowllm_fork"
 TRACE_KEYS = frozenset(
     {"raw_response", "raw_request", "response", "prepared_calls", "bad_tool_calls", "tool_results", "tool_calls"}
 )
 PROMPT_KEYS = frozenset({"prompt_system", "prompt_messages", "prompt_tools"})
+
+
+def _forked(call: ModelCall, record: Any) -> None:
+    """A fork's live call: the recorded ``raw_request`` is built like the saved run's, so the model asked for is
+    the one the live provider was sent (``flowllm_fork``: its provider, model and the request really sent)."""
+    if not isinstance(record, dict):
+        return
+    sent = record.get("request")
+    model = sent.get("model") if isinstance(sent, dict) else None
+    call.request_model = str(model or record.get("model") or call.request_model or "") or None
+    call.provider = call.provider or record.get("provider")  # the route (who answered, a fallback too) first
+    call.live = True
 
 
 def parse_time(value: Any) -> float | None:
@@ -63,9 +77,12 @@ class ModelCall:
     stop_reason: str | None = None
     text: str = ""
     thinking: str = ""
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)  # empty for a call this run did not make (billed False)
     error: str | None = None
     native_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # False: a replay served the saved run's reply (no call, nothing billed); a fork's live calls are billed.
+    billed: bool = True
+    live: bool = False  # a fork's call that went to the live provider (provider.live)
 
 
 @dataclass
@@ -179,9 +196,10 @@ class TaskTrace:
 class TurnBuilder:
     """Builds one ``Turn`` from its node events, in the order they finished (live) or in folder order (saved)."""
 
-    def __init__(self, number: int, *, keep_prompt: bool) -> None:
+    def __init__(self, number: int, *, keep_prompt: bool, replay: bool = False) -> None:
         self.turn = Turn(number)
         self.keep_prompt = keep_prompt
+        self.replay = replay  # a replay (or fork) run: only its forked calls were made and billed
         self._prepared: list[dict[str, Any]] = []
         self._bad: list[dict[str, Any]] = []
         self._results: list[dict[str, Any]] = []
@@ -236,16 +254,19 @@ class TurnBuilder:
                 call.request_model = call.request_model or route.get("model")
             if isinstance(raw.get("model"), str):
                 call.response_model = raw["model"]
+            _forked(call, raw.get(FORK_KEY))
+        call.billed = call.live or not self.replay
         self.turn.model = call
 
     @staticmethod
     def _reply(call: ModelCall, response: Mapping[str, Any]) -> None:
+        """The normalised reply; its usage only for a call this run made (a replayed reply was billed before)."""
         call.text = str(response.get("text") or "")
         call.thinking = str(response.get("thinking") or "")
         call.stop_reason = response.get("stop_reason")
         call.response_model = response.get("model") or call.response_model
         call.response_id = response.get("id") or None
-        if isinstance(response.get("usage"), dict):
+        if isinstance(response.get("usage"), dict) and call.billed:
             call.usage = dict(response["usage"])
         natives = response.get("tool_calls")
         call.native_tool_calls = [c for c in natives if isinstance(c, dict)] if isinstance(natives, list) else []
@@ -305,12 +326,13 @@ def node_event(record: NodeRecord) -> NodeEvent:
     )
 
 
-def read_conversation(base: Path, agent: str, scope: str, call_id: str | None) -> Conversation:
-    """A conversation's saved turns under ``base`` and, below each turn, the sub-agents it started."""
+def read_conversation(base: Path, agent: str, scope: str, call_id: str | None, *, replay: bool = False) -> Conversation:
+    """A conversation's saved turns under ``base`` and, below each turn, the sub-agents it started (``replay``:
+    the run replayed a saved one, whose replies it was served unbilled)."""
     conv = Conversation(agent, scope, call_id)
     turns, _notes = read_turns(base)
     for record in turns:
-        builder = TurnBuilder(record.number, keep_prompt=record.number == turns[0].number)
+        builder = TurnBuilder(record.number, keep_prompt=record.number == turns[0].number, replay=replay)
         for node in record.nodes:
             if node.index is None and not (node.path / META_FILE).exists():
                 continue  # a folder of nested conversations (subagents/, a compaction call), not a node
@@ -323,7 +345,8 @@ def read_conversation(base: Path, agent: str, scope: str, call_id: str | None) -
             for sub in sorted(p for p in sub_root.iterdir() if p.is_dir()):
                 name, _, sub_call = sub.name.rpartition("-")
                 sub_scope = f"{scope}/{record.path.name}/{SUBAGENTS_DIR}/{sub.name}".lstrip("/")
-                turn.subagents.append(read_conversation(sub, name or sub.name, sub_scope, sub_call or None))
+                sub_conv = read_conversation(sub, name or sub.name, sub_scope, sub_call or None, replay=replay)
+                turn.subagents.append(sub_conv)
         conv.turns.append(turn)
     return conv
 
@@ -370,7 +393,7 @@ def task_folders(run_dir: Path) -> list[TaskFolder]:
     return found
 
 
-def read_task_trace(place: TaskFolder) -> TaskTrace:
+def read_task_trace(place: TaskFolder, *, replay: bool = False) -> TaskTrace:
     result = _result(place.folder)
     timing = read_artifact(place.folder / TIMING_FILE)
     return TaskTrace(
@@ -379,11 +402,11 @@ def read_task_trace(place: TaskFolder) -> TaskTrace:
         folder=place.folder,
         result=result,
         timing=timing.value if timing.ok and isinstance(timing.value, dict) else None,
-        conversation=read_conversation(place.folder, "main", "", None),
+        conversation=read_conversation(place.folder, "main", "", None, replay=replay),
         epoch_folder=place.epoch_folder,
         task_result=_result(place.task_folder) if place.epoch_folder else result,
     )
 
 
-def read_run_traces(run_dir: Path) -> list[TaskTrace]:
-    return [read_task_trace(place) for place in task_folders(run_dir)]
+def read_run_traces(run_dir: Path, *, replay: bool = False) -> list[TaskTrace]:
+    return [read_task_trace(place, replay=replay) for place in task_folders(run_dir)]

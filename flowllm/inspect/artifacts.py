@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.errors import CliError
 from flowllm.rundir.layout import (
     ARTIFACT_FILES,
     LEGACY_AGENTS_DIR,
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class NotARunError(Exception):
+class NotARunError(CliError):
     """The folder is not a flowllm run (or multirun); the message says what was expected."""
 
 

@@ -12,8 +12,8 @@
     python -m flowllm.inspect power --baseline 0.6 --delta 0.05 [--epochs 3] [--within-var V] [--run RUN]
     python -m flowllm.inspect export RUN --format inspect|otlp|gaia-submission [-o FILE] [--endpoint URL]  (no --json)
 
-Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 1 the thing asked
-for is not in the run (a task, a turn, a node), 2 bad usage or a folder that is not a run.
+Every command takes ``--json`` (machine-readable output on stdout). Exit status: 0 done, 2 bad input (bad usage,
+a folder that is not a run, a task, turn or node the run does not have: flowllm.errors.CliError), 1 a bug.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from flowllm.errors import CliError
 from flowllm.experiment.epochs import epoch_summary
 from flowllm.experiment.report import (
     accuracy_rows,
@@ -85,12 +86,12 @@ FAILURE_KINDS = (
 )
 
 
-class UsageError(Exception):
+class UsageError(CliError):
     """Bad arguments, or a folder that is not a run: exit status 2."""
 
 
-class NotFound(Exception):
-    """A task, turn or node that the run does not have: exit status 1."""
+class NotFound(CliError):
+    """A task, turn or node that the run does not have: exit status 2 (bad input)."""
 
 
 def make_console() -> Console:
@@ -1010,13 +1011,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (
             args[0] == "export"
         ):  # Inspect AI logs, OpenTelemetry spans, GAIA submissions (flowllm/inspect/export_command.py)
-            from flowllm.export.source import ExportError
             from flowllm.inspect.export_command import run_export
 
-            try:
-                return run_export(args[1:], console)
-            except ExportError as exc:
-                raise UsageError(str(exc)) from None
+            return run_export(args[1:], console)
         run_path, rest = args[0], args[1:]
         ns = _run_parser().parse_args(rest)
         run = _open(run_path)
@@ -1035,11 +1032,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "failures":
             return cmd_failures(run, console, as_json, ns.kind)
         raise UsageError(f"unknown command '{command}'")
-    except UsageError as exc:
+    except CliError as exc:  # bad input (a missing run, task or turn...): one line, the code the error carries
         print(f"flowllm.inspect: error: {exc}", file=sys.stderr)
-        return 2
-    except NotFound as exc:
-        print(f"flowllm.inspect: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
         return 0

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from flowllm.errors import CliError
 from flowllm.experiment.run_stats import score_map
 from flowllm.inspect.artifacts import RunRecord
 from flowllm.scoring.stats import PairedComparison, compare_paired
@@ -20,7 +21,7 @@ from flowllm.scoring.stats import PairedComparison, compare_paired
 __all__ = ["NoCommonTasks", "paired_block", "render_paired", "run_scores"]
 
 
-class NoCommonTasks(Exception):
+class NoCommonTasks(CliError):
     """The two runs have no scored task in common: nothing can be paired."""
 
 

@@ -22,13 +22,14 @@ from rich.console import Console
 from rich.table import Table
 
 from flowllm.engine.recorder import read_json
+from flowllm.errors import CliError
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring.stats import PowerPlan, plan_power
 
 PROG = "python -m flowllm.inspect power"
 
 
-class PowerUsageError(Exception):
+class PowerUsageError(CliError):
     """Bad arguments or a run without the figures asked for: exit status 2."""
 
 
@@ -113,7 +114,7 @@ def main(argv: Sequence[str], console: Console) -> int:
         plan, figures = plan_from_args(ns)
     except PowerUsageError as exc:
         print(f"flowllm.inspect: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     if ns.json:
         sys.stdout.write(json.dumps({**plan.to_dict(), "from_run": ns.run}, indent=2) + "\n")
         return 0

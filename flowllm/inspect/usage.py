@@ -29,13 +29,14 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from flowllm.errors import CliError
 from flowllm.providers.ledger import TOKEN_KINDS, Tally, UsageLedger
 from flowllm.rundir.layout import LEDGER_FILE
 
 DIMENSIONS = ("hour", "user", "model", "agent")
 
 
-class UsageInputError(Exception):
+class UsageInputError(CliError):
     """A path that holds no usage ledger, or bad arguments: exit status 2."""
 
 
@@ -169,7 +170,7 @@ def main(argv: Sequence[str], console: Console | None = None) -> int:
         totals = sum_usage(ns.runs, [d.strip() for d in ns.by.split(",") if d.strip()])
     except UsageInputError as exc:
         print(f"flowllm.inspect: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     if ns.json:
         sys.stdout.write(json.dumps(totals.to_dict(), indent=2, ensure_ascii=False) + "\n")
     else:

@@ -5,8 +5,10 @@
     <run>/judge_usage.jsonl                               the judge's calls (dataset.scorer=judge)
     <run>/app.log                                         the run's log (workers append to it)
     <run>/web_cache/                                      the web tools' cache (tools=web), shared by workers
-    <run>/.hydra/config.yaml                              the composed config (Hydra writes it)
-    <run>/.hydra/overrides.yaml                           the command line's overrides (Hydra writes it)
+    <run>/.hydra/config.yaml                              the composed config (flowllm writes it once the
+                                                          folder accepts the run; older runs: Hydra wrote it)
+    <run>/.hydra/hydra.yaml                               Hydra's own settings of that session
+    <run>/.hydra/overrides.yaml                           the command line's overrides (written with config.yaml)
     <run>/fingerprint.json                                the settings that can change a task's result
     <run>/history.jsonl                                   one line per session that ran in the folder
     <run>/tasks/<task_id>/result.json                     one task's outcome
@@ -47,6 +49,7 @@ JUDGE_LEDGER_FILE = "judge_usage.jsonl"
 LOG_FILE = "app.log"
 CONFIG_FILE = ".hydra/config.yaml"
 OVERRIDES_FILE = ".hydra/overrides.yaml"
+HYDRA_FILE = ".hydra/hydra.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
 HISTORY_FILE = "history.jsonl"
 WEB_CACHE_DIR = "web_cache"
@@ -135,6 +138,10 @@ class RunLayout:
     @property
     def overrides(self) -> Path:
         return self.root / OVERRIDES_FILE
+
+    @property
+    def hydra(self) -> Path:
+        return self.root / HYDRA_FILE
 
     @property
     def tasks(self) -> Path:

@@ -21,6 +21,7 @@ import orjson
 
 from flowllm.errors import BuildError, ConfigError
 from flowllm.export.trace import Conversation, NodeEvent, TaskTrace, TurnBuilder, parse_time
+from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE, RunLayout
 from flowllm.telemetry.exporter import (
@@ -59,9 +60,12 @@ class LiveTelemetry:
     records_nodes = True
     reads_meta = True  # a span's start, duration and status
 
-    def __init__(self, pipeline: SpanPipeline, run_dir: Path, dumps: Callable[[Any], bytes]) -> None:
+    def __init__(
+        self, pipeline: SpanPipeline, run_dir: Path, dumps: Callable[[Any], bytes], *, replay: bool = False
+    ) -> None:
         self.pipeline = pipeline
         self.run_dir = run_dir
+        self.replay = replay  # a replay or fork: only the forked calls are made (and billed) by this run
         self.dumps = dumps  # the recorder's redacting serialiser: no secret reaches the receiver
         self.spans = SpanBuilder(pipeline.tracer, str(run_dir))
         # (task, epoch: None without experiment.epochs) -> its turns so far, by (scope, turn)
@@ -84,7 +88,8 @@ class LiveTelemetry:
                 turns = self._tasks.setdefault((ctx.task_id, current_epoch()), {})
                 builder = turns.get((ctx.scope, ctx.turn))
                 if builder is None:
-                    builder = turns[(ctx.scope, ctx.turn)] = TurnBuilder(ctx.turn, keep_prompt=False)
+                    builder = TurnBuilder(ctx.turn, keep_prompt=False, replay=self.replay)
+                    turns[(ctx.scope, ctx.turn)] = builder
             event = NodeEvent(
                 node.name,
                 node.index,
@@ -171,7 +176,9 @@ class LiveTelemetry:
             log.warning("telemetry: closing the exporter failed: %s", exc)
 
 
-def open_live_telemetry(endpoint: str | None, run_dir: Path, dumps: Callable[[Any], bytes]) -> LiveTelemetry | None:
+def open_live_telemetry(
+    endpoint: str | None, run_dir: Path, dumps: Callable[[Any], bytes], *, replay: bool = False
+) -> LiveTelemetry | None:
     """The run's listener when ``telemetry.otlp_endpoint`` is set and reachable; else None (and one warning)."""
     if not endpoint:
         return None
@@ -184,7 +191,7 @@ def open_live_telemetry(endpoint: str | None, run_dir: Path, dumps: Callable[[An
     except (TelemetryUnavailable, EndpointError) as exc:
         log.warning("telemetry: %s; the run goes on without it", exc)
         return None
-    return LiveTelemetry(pipeline, run_dir, dumps)
+    return LiveTelemetry(pipeline, run_dir, dumps, replay=replay)
 
 
 def check_telemetry(cfg: Any) -> None:
@@ -206,7 +213,11 @@ def attach_telemetry(cfg: Any, recorder: Recorder) -> LiveTelemetry | None:
     """Listen on the run's recorder when the config sets ``telemetry.otlp_endpoint``; the caller closes it."""
     telemetry = cfg.get("telemetry")
     endpoint = telemetry.get("otlp_endpoint") if telemetry is not None else None
-    live = open_live_telemetry(str(endpoint) if endpoint else None, recorder.run_dir, recorder.redactor.dumps)
+    provider = cfg.get("provider")
+    replay = provider is not None and provider.get("protocol") == REPLAY_PROTOCOL
+    live = open_live_telemetry(
+        str(endpoint) if endpoint else None, recorder.run_dir, recorder.redactor.dumps, replay=replay
+    )
     if live is not None:
         recorder.listeners.append(live)
     return live

@@ -145,6 +145,9 @@ class SpanBuilder:
             "gen_ai.usage.reasoning.output_tokens": usage.get("reasoning_tokens") or None,
             "flowllm.usage.estimated": usage.get("estimated"),
             "flowllm.provider": call.provider,
+            # A replay's reply served from the saved run: no call was made, so no gen_ai.usage.* is claimed.
+            "flowllm.replayed": True if not call.billed else None,
+            "flowllm.forked": True if call.live else None,
             "error.type": call.error.split(":", 1)[0] if call.error else None,
         }
         span = self._start(f"chat {model}", parent, call.started_at, attrs)

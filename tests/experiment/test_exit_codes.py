@@ -51,9 +51,12 @@ def test_a_sweep_with_an_errored_job_exits_non_zero(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     common = gaia_overrides("tools=none", f"dataset.task_ids=[{LIST_TASK}]")
     # Job 1's folder already holds a result of other settings: that job is refused when it starts, the first runs.
+    # (The whole-sweep check would refuse the sweep before job 0: HYDRA_FULL_ERROR=1 skips it, as for Hydra's own
+    # errors, so the job's own refusal is what decides here.)
     first = run_flowllm(*common, f"hydra.run.dir={sweep_dir / '1'}", "repair=strict", timeout=240)
     assert first.returncode == 0, first.stderr[-2000:]
-    proc = run_flowllm("-m", *common, f"hydra.sweep.dir={sweep_dir}", "agent.max_turns=5,6", timeout=240)
+    unchecked = {"HYDRA_FULL_ERROR": "1"}
+    proc = run_flowllm("-m", *common, f"hydra.sweep.dir={sweep_dir}", "agent.max_turns=5,6", env=unchecked, timeout=240)
     assert proc.returncode == ExitCode.SWEEP_JOB_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
     statuses = [job["status"] for job in read_json(sweep_dir / "sweep_summary.json")["jobs"]]
     assert statuses == ["ok", "error"]

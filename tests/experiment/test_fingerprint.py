@@ -134,3 +134,18 @@ def test_a_rerun_with_other_settings_is_refused_through_the_command_line(tmp_pat
     history = (run_dir / "history.jsonl").read_text().splitlines()
     assert len(history) == 2  # the refused rerun never started: not in the history
     assert "repair=full" in json.loads(history[0])["overrides"]
+
+
+def test_a_refused_rerun_leaves_the_saved_config_as_it_was(tmp_path: Path) -> None:
+    # Hydra used to write .hydra/ before the folder was checked: a refused rerun replaced the config that ran.
+    run_dir = tmp_path / "run"
+    base = gaia_overrides("tools=none", f"hydra.run.dir={run_dir}", f"dataset.task_ids=[{LIST_TASK}]")
+    assert run_flowllm(*base, "repair=full").returncode == 0
+    names = ("config.yaml", "hydra.yaml", "overrides.yaml")
+    record = {name: (run_dir / ".hydra" / name).read_bytes() for name in names}
+    assert b"repair=full" in record["overrides.yaml"]
+    assert run_flowllm(*base, "repair=strict").returncode == 2
+    assert {name: (run_dir / ".hydra" / name).read_bytes() for name in record} == record
+    # An accepted rerun is the config that ran now: its record replaces the earlier one.
+    assert run_flowllm(*base, "repair=full", "experiment.max_concurrent=1").returncode == 0
+    assert b"experiment.max_concurrent=1" in (run_dir / ".hydra" / "overrides.yaml").read_bytes()

@@ -9,11 +9,12 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from flowllm.engine.recorder import read_json
-from tests.experiment.helpers import SLOW, TEST_CONF, run_flowllm, start_flowllm
+from tests.experiment.helpers import ROOT, SLOW, TEST_CONF, run_flowllm, start_flowllm
 
 ALL_TASKS = [f"slow-{i:02d}" for i in range(1, 7)]  # the first six of the fixture
 
@@ -111,3 +112,30 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
     per_task = {read_json(run_dir / "tasks" / t / "result.json")["usage"]["output_tokens"] for t in ALL_TASKS}
     assert len(per_task) == 1
     assert summary["usage"]["output_tokens"] == len(ALL_TASKS) * per_task.pop()
+
+
+def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table_to_stderr(tmp_path: Path) -> None:
+    # `python -m flowllm ... 2>err | tee out`: the terminal's Ctrl-C stops tee too, so stdout has no reader.
+    run_dir = tmp_path / "run"
+    log = tmp_path / "err.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flowllm", *slow_args(run_dir, "dataset.limit=4")],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    try:
+        wait_for_results(proc, run_dir, 1, log)
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader has gone: the table's write meets a closed pipe
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert code == 130, output
+    assert "Traceback" not in output and "BrokenPipeError" not in output
+    assert read_json(run_dir / "summary.json")["interrupted"] is True
+    assert "run directory" in output and "interrupted" in output  # the final table, on stderr

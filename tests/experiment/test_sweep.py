@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from flowllm.engine.recorder import read_json
 from flowllm.experiment.sweep import build_sweep_summary, collect, main
 from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
-from tests.experiment.helpers import GAIA, LIST_TASK, ROOT, WRONG_TASK, run_flowllm
+from tests.experiment.helpers import GAIA, LIST_TASK, ROOT, WRONG_TASK, gaia_overrides, run_flowllm
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -221,3 +221,19 @@ def test_launcher_configs_compose(composed: Compose, tmp_path: Path) -> None:
         assert init._temp_dir == os.fspath(tmp_path.resolve() / ".ray")
         cluster = composed(["hydra/launcher=ray_cluster"], hydra=True).hydra.launcher
         assert cluster.ray.remote.max_retries == 0
+
+
+def test_a_job_whose_folder_holds_other_settings_stops_the_sweep_before_any_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    base = gaia_overrides("tools=none", f"dataset.task_ids=[{LIST_TASK}]")
+    earlier = run_flowllm(*base, "repair=full", f"hydra.run.dir={sweep_dir / '1'}")
+    assert earlier.returncode == 0, earlier.stderr[-2000:]
+    saved = (sweep_dir / "1" / "summary.json").read_bytes()
+    proc = _multirun(sweep_dir, *base, "repair=strict,none")
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: error:")]
+    assert errors and all(line.endswith("(job 1 (repair=none))") for line in errors), errors
+    assert "hydra.sweep.dir" in errors[0]
+    assert any("repair.name: 'full' before, 'none' now" in line for line in errors), errors
+    assert not (sweep_dir / "0").exists()  # job 0 never ran
+    assert (sweep_dir / "1" / "summary.json").read_bytes() == saved

@@ -15,6 +15,7 @@ from flowllm.export.source import ExportError, write_atomically
 from flowllm.inspect.cli import main as inspect_main
 from tests.export.phoenix import free_port
 from tests.export.runs import export_run
+from tests.replay.runs import run_flowllm
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,3 +158,15 @@ def test_telemetry_without_the_sdk_is_refused_before_the_run(monkeypatch: pytest
     with pytest.raises(ConfigError, match=r'telemetry.otlp_endpoint is set, but .*pip install "flowllm\[telemetry\]"'):
         check_telemetry({"telemetry": {"otlp_endpoint": "http://127.0.0.1:6006"}})
     check_telemetry({"telemetry": {"otlp_endpoint": None}})  # not set: nothing is needed
+
+
+def test_a_replay_or_fork_sends_no_spans_to_the_saved_runs_receiver(tmp_path: Path) -> None:
+    # The saved run had a receiver (dead here: its one warning shows that telemetry was on); a replay and a fork
+    # without telemetry.otlp_endpoint use their own config's telemetry, which has none.
+    saved = export_run(tmp_path, f"telemetry.otlp_endpoint=http://127.0.0.1:{free_port()}").check()
+    assert "cannot reach the OTLP endpoint" in saved.app_log
+    replay = ("provider=replay", f"provider.run_dir={saved.run_dir}")
+    for name, extra in (("replay", ()), ("fork", ("provider.fork=live", "provider.live=offline", "repair=strict"))):
+        done = run_flowllm(tmp_path / name, *replay, *extra).check()
+        assert "telemetry" not in done.app_log, (name, done.app_log)
+        assert "otlp_endpoint: null" in (done.run_dir / ".hydra" / "config.yaml").read_text()

@@ -124,11 +124,11 @@ def test_not_a_run_and_unknown_names(runs: FixtureRuns, tmp_path: Path, capsys: 
     code, _, err = inspect(capsys, tmp_path / "nowhere")
     assert code == 2 and "does not exist" in err
     code, _, err = inspect(capsys, runs.original.run_dir, "task", "sample-99")
-    assert code == 1 and "no task 'sample-99'" in err and LENIENT_TASK in err
+    assert code == 2 and "no task 'sample-99'" in err and LENIENT_TASK in err
     code, _, err = inspect(capsys, runs.original.run_dir, "node", LENIENT_TASK, "7", "call_model")
-    assert code == 1 and "has no turn 7 (turns: 1, 2)" in err
+    assert code == 2 and "has no turn 7 (turns: 1, 2)" in err
     code, _, err = inspect(capsys, runs.original.run_dir, "node", LENIENT_TASK, "1", "nonode")
-    assert code == 1 and "no node 'nonode'" in err and "03_call_model" in err
+    assert code == 2 and "no node 'nonode'" in err and "03_call_model" in err
 
 
 def test_a_multirun_folder_points_to_its_jobs(
