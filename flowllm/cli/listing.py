@@ -25,7 +25,8 @@ _EXIT_CODES = """exit codes: 0 every task completed (right, wrong or unscored), 
   a key or a server is wrong (a build error),
   3 some tasks failed (or a run error stopped the run after some completed), 3 the run's budget
   (experiment.budget) ended it with tasks left (a rerun with a higher budget resumes), 4 every task failed (or
-  none completed before a run error), 5 a sweep job errored, 130 interrupted, 1 a bug (traceback)"""
+  none completed before a run error), 5 a sweep job errored, 6 flowllm verify found a number the evidence does
+  not give, 130 interrupted, 1 a bug (traceback)"""
 
 
 def group_options(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
