@@ -366,6 +366,8 @@ class Experiment:
                 if previous is not None and previous.status == COMPLETED and not previous.score_error:
                     done.append(previous)
                     continue
+                if self.budget_reached():  # the rest of the epochs wait for a rerun with a higher budget
+                    return self._budget_stopped(task, done, f"the run's budget was spent before epoch {epoch}")
                 await asyncio.to_thread(self._fresh_epoch_dir, folder)
                 outcome = await self._run_attempts(task)
                 await self.recorder.flushed()
@@ -373,9 +375,23 @@ class Experiment:
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
                 self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
                 done.append(outcome)
+            if outcome.status == BUDGET:
+                return self._budget_stopped(task, done, outcome.halt_detail)
             if self.stop_reason is not None:
                 break
         return self._combine_epochs(task, done)
+
+    def _budget_stopped(self, task: Task, epochs: list[TaskOutcome], detail: str | None) -> TaskOutcome:
+        """A task whose epochs the budget cut short: unfinished (status budget), never reduced over fewer epochs;
+        a rerun keeps its completed epochs and runs the others."""
+        if epochs:
+            stopped = self._combine_epochs(task, epochs)
+        else:
+            stopped = TaskOutcome(task.task_id, BUDGET, None, task.ground_truth, False, 0, Usage(), level=task.level)
+            stopped.categories = self.categories(task)
+        stopped.status, stopped.correct, stopped.score, stopped.error = BUDGET, False, None, None
+        stopped.stop, stopped.halt_detail, stopped.scored = BUDGET, detail, False
+        return stopped
 
     @staticmethod
     def _fresh_epoch_dir(folder: Path) -> None:

@@ -359,3 +359,27 @@ def test_the_budget_counts_every_worker_process(tmp_path: Path) -> None:
     resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
     assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
     assert read_json(run_dir / "summary.json")["unfinished"] == 0
+
+
+def _ledger_epochs(run_dir: Path) -> list[int | None]:
+    return [a.get("epoch") for a in UsageLedger.read(run_dir / "usage.jsonl").attempts()]
+
+
+def test_a_spent_budget_starts_no_further_epoch_and_a_rerun_runs_the_missing_ones(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    capped = (f"hydra.run.dir={run_dir}", _ids(LIST_TASK, WRONG_TASK), "tools=none", "experiment.epochs=3")
+    # Each task's epoch 1 is one call; the two calls in flight pass the $0.0001 budget, so no epoch 2 starts.
+    proc = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.0001"))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert _ledger_epochs(run_dir) == [1, 1]
+    for task_id in (LIST_TASK, WRONG_TASK):
+        result = read_json(run_dir / "tasks" / task_id / "result.json")
+        assert result["status"] == "budget" and "epoch 2" in result["halt_detail"], result
+    summary = read_json(run_dir / "summary.json")
+    assert summary["unfinished"] == 2 and summary["budget"]["ended_run"] is True
+
+    resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
+    assert sorted(map(int, _ledger_epochs(run_dir))) == [1, 1, 2, 2, 3, 3], "epoch 1 kept, epochs 2 and 3 run"
+    listed = read_json(run_dir / "tasks" / LIST_TASK / "result.json")
+    assert (listed["status"], listed["score"], len(listed["epoch_log"])) == ("completed", 1.0, 3)
