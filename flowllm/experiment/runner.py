@@ -60,6 +60,7 @@ from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summa
 from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
+from flowllm.rundir.attempts import running_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
 from flowllm.rundir.layout import (
     ATTEMPTS_DIR,
@@ -448,7 +449,8 @@ class Experiment:
                 break
             if outcome is not None:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
-            outcome = await self.attempt(task, number)
+            with running_attempt(number):
+                outcome = await self.attempt(task, number)
             log_entries.append(outcome.attempt_entry(number))
             timings.append(
                 {"attempt": number, "wall_seconds": outcome.wall_seconds, "tools_start_s": outcome._tools_start_s}
