@@ -69,7 +69,9 @@ async def _run_async(
     cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
-    projector = Projector(SpendBook(ledger.path), spending_settings(cfg)[1]) if ledger.path is not None else None
+    projector = (
+        Projector(SpendBook.of_run(ledger.path.parent), spending_settings(cfg)[1]) if ledger.path is not None else None
+    )
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=ledger,

@@ -26,7 +26,7 @@ from flowllm.engine import Recorder, build_pipeline
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment import fingerprint, provenance
-from flowllm.experiment.budget_report import batch_cost, budget_summary, spending_settings
+from flowllm.experiment.budget_report import batch_cost, billed_cost, budget_summary, spending_settings
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.fork_accounting import fork_summary
 from flowllm.experiment.preflight import PreflightError, ProviderTarget
@@ -333,6 +333,8 @@ def run_summary(
     )
     # A fork: its live spending, and what a full live re-run would have cost (experiment/fork_accounting.py).
     summary.update(fork_summary(parts.provider_cfg, [o.task_id for o in result.outcomes], run_dir))
+    summary["cost"] = billed_cost(summary["cost"], run_dir)  # the headline: the ledgers, every call
+    summary["cost_usd"] = summary["cost"]["total_usd"]
     summary["stats"] = run_stats(
         result.outcomes,
         tasks,

@@ -69,7 +69,6 @@ from flowllm.rundir.layout import (
     TIMING_FILE,
     TURN_GLOB,
     WORKSPACE_DIR,
-    RunLayout,
 )
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
@@ -159,7 +158,7 @@ class Experiment:
         self._handed_over: dict[str, TaskOutcome] = {}
         # The run's ledger, read as every process appends to it: per-task limits and the run's budget.
         capped = settings.limits.active or settings.budget.active
-        self.spend = SpendBook(RunLayout(recorder.run_dir).ledger) if capped else None
+        self.spend = SpendBook.of_run(recorder.run_dir) if capped else None
         self._budget_said = False
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
@@ -625,8 +624,10 @@ def summarize(
     extra: dict[str, Any] = {}
     if replay is not None:
         # A replay's tokens are the saved run's, served again: nothing was spent to get them (a fork's live
-        # calls are billed in usage.jsonl; fork_accounting puts them here).
-        cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
+        # calls are billed in usage.jsonl; fork_accounting puts them here). The saved run's cost is its own.
+        saved = cost["total_usd"]
+        note = "this run billed no replayed call; saved_run_usd: what the saved run paid for these answers"
+        cost = {**cost, "total_usd": 0.0, "replayed": True, "saved_run_usd": saved, "note": note}
         extra = {"replay": replay}
         accuracy = replay["accuracy_scored"]
     return {

@@ -390,7 +390,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
-    projector = Projector(SpendBook(layout.ledger), spending_settings(cfg)[1])
+    projector = Projector(SpendBook.of_run(run_dir), spending_settings(cfg)[1])
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=LedgerTail(layout.ledger),
