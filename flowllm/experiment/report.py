@@ -48,12 +48,14 @@ def cost_text(cost: Mapping[str, Any]) -> str:
     total = cost.get("total_usd")
     if total is None:
         return f"- ({cost.get('note') or 'a billed model has no price'})"
+    estimated = " (estimated token counts)" if cost.get("estimated_tokens") else ""
+    if "agent_usd" not in cost:  # a summary of older runs: the finished tasks' tokens at the model's price
+        note = f": {cost['note']}" if cost.get("replayed") and cost.get("note") else ""
+        return f"{format_usd(total)} ({cost.get('model')}){estimated}{note}"
     split = f"agent {format_usd(cost.get('agent_usd'))}"
     if cost.get("judge_usd"):
         split += f", judge {format_usd(cost.get('judge_usd'))}"
-    text = f"{format_usd(total)} billed in this run folder ({split}; {cost.get('model')})"
-    if cost.get("estimated_tokens"):
-        text += " (estimated token counts)"
+    text = f"{format_usd(total)} billed in this run folder ({split}; {cost.get('model')}){estimated}"
     if cost.get("replayed"):
         text += f"; the saved run's cost: {format_usd(cost.get('saved_run_usd'))}"
     return text

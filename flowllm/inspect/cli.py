@@ -180,14 +180,8 @@ def _spend_rows(figures: dict[str, Any], spend: dict[str, Any]) -> list[tuple[st
     """Cost and billed tokens: summary.json's cost block, and the ledger's every call (failed tasks included)."""
     rows: list[tuple[str, Any]] = []
     cost = figures.get("cost") or {}
-    if "agent_usd" in cost:  # what the run folder's ledgers billed, agent and judge apart
+    if cost:
         rows.append(("cost", cost_text(cost)))
-    elif cost.get("total_usd") is not None:  # an older summary: the finished tasks' tokens at the model's price
-        mark = " (estimated token counts)" if cost.get("estimated_tokens") else ""
-        note = f": {cost['note']}" if cost.get("replayed") and cost.get("note") else ""
-        rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){mark}{note}"))
-    elif cost:
-        rows.append(("cost", f"- ({cost.get('note') or 'unpriced'})"))
     if spend["source"] == LEDGER_FILE:
         spent = format_usd(spend["cost_usd"]) if spend["cost_usd"] is not None else "unpriced"
         mark = " (estimated)" if spend["estimated"] else ""
