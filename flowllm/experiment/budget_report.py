@@ -100,20 +100,13 @@ def budget_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def batch_cost(cost: Mapping[str, Any], prices: PriceTable, protocol: str, run_dir: Path) -> dict[str, Any]:
-    """``summary.json``'s ``cost`` in batch mode (provider.batch): the tasks' tokens at the price table's batch
-    factor when every billed call went through a batch; otherwise not known from the tasks' tokens (the ledger's
-    ``providers.cost_usd`` prices each call as it was made)."""
+    """``summary.json``'s ``cost`` in batch mode (provider.batch): ``batch_factor`` when every billed call went
+    through a batch (the ledger prices each call as it was made: ``billed_cost`` gives the total)."""
     out = dict(cost)
-    if out.get("total_usd") is None:
-        return out
     ok = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempts() if a.get("outcome") == "ok"]
     factor = prices.batch_factor(protocol)
-    if factor is None or not ok or not all(a.get("batch") for a in ok):
-        out.update(total_usd=None, note="calls went out both batched and direct: see providers.cost_usd")
-        return out
-    out["total_usd"] = round(float(out["total_usd"]) * factor, 6)
-    out["by_kind_usd"] = {k: round(float(v) * factor, 6) for k, v in (out.get("by_kind_usd") or {}).items()}
-    out["batch_factor"] = factor
+    if factor is not None and ok and all(a.get("batch") for a in ok):
+        out["batch_factor"] = factor
     return out
 
 

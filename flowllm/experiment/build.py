@@ -301,7 +301,6 @@ def run_summary(
     summary["status"] = "interrupted" if result.interrupted else "finished"
     if parts.provider_cfg.batch.enabled:  # billed at the batch factor (flowllm/providers/batch.py)
         summary["cost"] = batch_cost(summary["cost"], parts.prices, parts.provider_cfg.protocol, run_dir)
-        summary["cost_usd"] = summary["cost"]["total_usd"]
     unavailable = result.tools_unavailable
     # None is "not known here", never "none": the parent of several workers does not see their tool servers.
     summary["tools"] = {
