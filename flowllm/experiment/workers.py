@@ -394,6 +394,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=LedgerTail(layout.ledger),
+        judge_ledger=LedgerTail(layout.judge_ledger),
         interval_s=float(cfg.experiment.get("progress_interval_s", 10.0)),
         projector=projector,
     )

@@ -406,7 +406,7 @@ def test_the_judge_counts_in_the_budget_and_in_every_total(tmp_path: Path) -> No
     from flowllm.inspect.usage import sum_usage
 
     run_dir = tmp_path / "run"
-    capped = ("+experiment=hle_sample", "progress=false", "experiment.max_concurrent=1", f"hydra.run.dir={run_dir}")
+    capped = ("+experiment=hle_sample", "experiment.max_concurrent=1", f"hydra.run.dir={run_dir}")
     # One task's answer and its judging pass the $0.0025 budget with the judge's calls, never with the agent's.
     proc = run_flowllm(*capped, "experiment.budget.cost_usd=0.0025")
     assert proc.returncode == 3, proc.stderr[-2000:]
@@ -422,6 +422,8 @@ def test_the_judge_counts_in_the_budget_and_in_every_total(tmp_path: Path) -> No
     split = f"(agent ${agent:.4f}, judge ${judge:.4f}"
     assert f"${agent + judge:.4f} billed in this run folder {split}" in proc.stdout
     assert f"${agent + judge:.4f} {split})" in run_flowllm_inspect(run_dir)
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: progress:")]
+    assert progress and f"cost ${agent + judge:.4f}," in progress[-1], progress
     by_agent = sum_usage([run_dir], by=["agent"])
     assert by_agent.total.cost_usd == pytest.approx(agent + judge)
     assert by_agent.buckets[("judge",)].cost_usd == pytest.approx(judge)
