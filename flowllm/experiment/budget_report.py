@@ -119,6 +119,6 @@ def billed_cost(priced: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     tokens at the model's price) adds stays: its model and prices, and a replay's ``saved_run_usd``."""
     out = {k: v for k, v in priced.items() if k not in ("total_usd", "by_kind_usd")}
     out.update(RunBill.read(run_dir).to_dict(), of=COST_OF)
-    if out["total_usd"] is not None and not priced.get("replayed"):
+    if out["total_usd"] is not None and not (priced.get("replayed") or priced.get("forked")):
         out.pop("note", None)  # a note on a price the tasks' tokens lacked: the ledger priced every call
     return out
