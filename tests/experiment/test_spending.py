@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -274,6 +276,10 @@ def test_score_partial_false_leaves_a_limited_answer_unscored(tmp_path: Path) ->
     assert result["correct"] is False and result["scored"] is False
 
 
+def run_flowllm_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+
+
 def run_flowllm_inspect(run_dir: Path) -> str:
     import subprocess
     import sys
@@ -422,6 +428,13 @@ def test_the_judge_counts_in_the_budget_and_in_every_total(tmp_path: Path) -> No
     split = f"(agent ${agent:.4f}, judge ${judge:.4f}"
     assert f"${agent + judge:.4f} billed in this run folder {split}" in proc.stdout
     assert f"${agent + judge:.4f} {split})" in run_flowllm_inspect(run_dir)
+    report = tmp_path / "report.html"
+    made = run_flowllm_module("flowllm.inspect", "report", str(run_dir), "-o", str(report))
+    assert made.returncode == 0, made.stderr
+    spend = (
+        f'"cost_usd":{round(agent + judge, 6)},"agent_cost_usd":{round(agent, 6)},"judge_cost_usd":{round(judge, 6)}'
+    )
+    assert spend in report.read_text(), "the HTML report's cost card counts the judge"
     progress = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: progress:")]
     assert progress and f"cost ${agent + judge:.4f}," in progress[-1], progress
     by_agent = sum_usage([run_dir], by=["agent"])
