@@ -44,6 +44,7 @@ from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import open_vision
 from flowllm.experiment.webconf import cache_env, web_tools
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
+from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
@@ -71,10 +72,15 @@ async def _run_async(
     cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
-    projector = Projector(SpendBook(ledger.path), spending_settings(cfg)[1]) if ledger.path is not None else None
+    projector = (
+        Projector(SpendBook.of_run(ledger.path.parent), spending_settings(cfg)[1]) if ledger.path is not None else None
+    )
+    # This session's calls: the agent's (its ledger's lines) and the judge's (appended from now on).
+    judged = LedgerTail(RunLayout(ledger.path.parent).judge_ledger, from_end=True) if ledger.path else None
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=ledger,
+        judge_ledger=judged,
         interval_s=float(cfg.experiment.progress_interval_s),
         projector=projector,
     )

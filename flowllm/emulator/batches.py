@@ -7,9 +7,10 @@ files upload and content, batches create, retrieve, list, cancel, output and err
     POST /v1/messages/batches/{id}/cancel    ends it: its unprocessed items are ``canceled``
     GET  /v1/messages/batches/{id}/results   one JSON line per item: succeeded | errored | canceled | expired
 
-Each item is answered as ``POST /v1/messages`` answers the same body; the task, agent and turn an item belongs to
-(which the script's replies are keyed on) come in the ``X-Flowllm-Batch-Routes`` header of the create request,
-a JSON object ``{custom_id: [task, agent, turn]}`` (real servers ignore it, as they ignore X-Flowllm-Task).
+Each item is answered as ``POST /v1/messages`` answers the same body. The task, agent and turn an item belongs to
+(which the script's replies are keyed on) are not in the request, as with a real provider: an emulator a run
+starts for itself is handed the run's map ``{custom_id: (task, agent, turn)}`` (``batch_routes``); an item it
+does not know is answered with the script's default replies, at the turn its messages count.
 
 The script's ``batches:`` section scripts the service's behaviour:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,7 +39,6 @@ from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_
 from flowllm.emulator.common import RequestError, plan_reply, request_image_digests
 from flowllm.emulator.script import Script, ScriptError
 
-ROUTES_HEADER = "x-flowllm-batch-routes"
 BATCH_KEYS = frozenset({"polls", "errored", "expired", "cancel"})
 
 
@@ -117,9 +118,10 @@ class _Batch:
 class AnthropicBatches:
     """The batches of one emulator (in memory: a restarted emulator has none, like an expired batch)."""
 
-    def __init__(self, script: Script, raw_batches: Any) -> None:
+    def __init__(self, script: Script, raw_batches: Any, routes: Mapping[str, Sequence[Any]] | None = None) -> None:
         self.script = script
         self.behaviour = BatchScript.parse(raw_batches)
+        self.known: Mapping[str, Sequence[Any]] = routes if routes is not None else {}
         self.batches: dict[str, _Batch] = {}
         self._numbers = itertools.count(1)
         self._failed_once: set[str] = set()  # tasks whose scripted item failure already happened
@@ -134,8 +136,8 @@ class AnthropicBatches:
         ]
 
     # ----- answering one item ------------------------------------------------------------------------------
-    def _answer(self, custom_id: str, params: Any, route: list[Any], wire: Any = anthropic_wire) -> dict[str, Any]:
-        task, agent, turn = [*route, None, None, None][:3]
+    def _answer(self, custom_id: str, params: Any, wire: Any = anthropic_wire) -> dict[str, Any]:
+        task, agent, turn = [*self.known.get(custom_id, ()), None, None, None][:3]
         failure = self._scripted_failure(task)
         if failure is not None:
             return {"custom_id": custom_id, "result": failure}
@@ -180,7 +182,6 @@ class AnthropicBatches:
     async def _create(self, request: Request) -> Response:
         try:
             body = json.loads(await request.body())
-            routes = json.loads(request.headers.get(ROUTES_HEADER) or "{}")
         except ValueError as exc:
             return _error(f"There was an error parsing the body: {exc}")
         items = body.get("requests") if isinstance(body, dict) else None
@@ -194,7 +195,7 @@ class AnthropicBatches:
         answers = [
             {"custom_id": str(i["custom_id"]), "result": {"type": "canceled"}}
             if cancelled
-            else self._answer(str(i["custom_id"]), i.get("params"), routes.get(i["custom_id"]) or [])
+            else self._answer(str(i["custom_id"]), i.get("params"))
             for i in items
         ]
         batch = _Batch(
@@ -307,7 +308,6 @@ class OpenAIBatches:
 
     async def _create(self, request: Request) -> Response:
         body = json.loads(await request.body())
-        routes = json.loads(request.headers.get(ROUTES_HEADER) or "{}")
         wire = OPENAI_WIRES.get(str(body.get("endpoint")))
         data = self.files.get(str(body.get("input_file_id")))
         if wire is None or data is None:
@@ -318,7 +318,7 @@ class OpenAIBatches:
         answers = [
             {"custom_id": str(item["custom_id"]), "result": {"type": "canceled"}}
             if cancelled
-            else self.items._answer(str(item["custom_id"]), item.get("body"), routes.get(item["custom_id"]) or [], wire)
+            else self.items._answer(str(item["custom_id"]), item.get("body"), wire)
             for item in lines
         ]
         batch_id = f"batch_{number:04d}{int(time.time() * 1000) % 10**8:08d}"

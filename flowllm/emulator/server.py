@@ -19,7 +19,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -156,7 +156,14 @@ def _sse_bytes(events: list[SSEEvent]) -> list[bytes]:
 class EmulatorApp:
     """The request handling, separate from the thread and server plumbing so tests can drive it directly."""
 
-    def __init__(self, script: Script, *, faults: FaultPlan | None = None, log_size: int = 1000) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        faults: FaultPlan | None = None,
+        log_size: int = 1000,
+        batch_routes: Mapping[str, Sequence[Any]] | None = None,
+    ) -> None:
         self.script = script
         # $FLOWLLM_EMULATOR_CAPTURE: a file every request body is appended to, one JSON line each with its task
         # (what a client really sent, before any masking: how the tests prove no key reaches a request).
@@ -171,7 +178,8 @@ class EmulatorApp:
         routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
         routes.append(Route("/health", self._health, methods=["GET"]))
         routes.extend(media.routes(script))  # /v1/audio/transcriptions (flowllm/emulator/media.py)
-        self.batches = AnthropicBatches(script, script.batches)  # /v1/messages/batches (batches.py)
+        # /v1/messages/batches (batches.py); batch_routes: the run's custom id -> (task, agent, turn)
+        self.batches = AnthropicBatches(script, script.batches, batch_routes)
         self.openai_batches = OpenAIBatches(self.batches)  # /v1/files, /v1/batches (batches.py)
         routes[:0] = [*self.batches.routes(), *self.openai_batches.routes()]
         self.app = _expose_transport(Starlette(routes=routes))
@@ -347,11 +355,12 @@ class Emulator:
         host: str = "127.0.0.1",
         port: int = 0,
         faults: FaultPlan | None = None,
+        batch_routes: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script.load(script)
         self.host = host
         self.port = port
-        self._app = EmulatorApp(self.script, faults=faults)
+        self._app = EmulatorApp(self.script, faults=faults, batch_routes=batch_routes)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.experiment.outcome import BUDGET, TaskOutcome
 from flowllm.experiment.pricing import PriceTable
-from flowllm.experiment.spending import RunBudget, SpendBook, TaskLimits
+from flowllm.experiment.spending import RunBill, RunBudget, SpendBook, TaskLimits
 from flowllm.experiment.task_usage import TaskBill
 from flowllm.providers.ledger import UsageLedger
 from flowllm.rundir.layout import RunLayout
@@ -35,7 +35,7 @@ def spending_settings(cfg: DictConfig) -> tuple[TaskLimits, RunBudget]:
 def budget_spent(cfg: DictConfig, run_dir: Path) -> bool:
     """Whether the run's ledger has reached ``experiment.budget`` (False without a budget)."""
     budget = spending_settings(cfg)[1]
-    return budget.active and budget.reached(SpendBook(RunLayout(run_dir).ledger).total()) is not None
+    return budget.active and budget.reached(SpendBook.of_run(run_dir).total()) is not None
 
 
 def budget_summary(
@@ -48,7 +48,7 @@ def budget_summary(
 ) -> dict[str, Any]:
     """``summary.json``'s ``budget``: the caps, what the run's ledger adds up to, whether the budget ended the run,
     and what each task it left unfinished had used."""
-    spent = SpendBook(RunLayout(run_dir).ledger).total()
+    spent = SpendBook.of_run(run_dir).total()
     halt = budget.reached(spent) if budget.active else None
     stopped = [o for o in outcomes if o.status == BUDGET]
     unfinished: dict[str, Any] = {}
@@ -100,18 +100,25 @@ def budget_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def batch_cost(cost: Mapping[str, Any], prices: PriceTable, protocol: str, run_dir: Path) -> dict[str, Any]:
-    """``summary.json``'s ``cost`` in batch mode (provider.batch): the tasks' tokens at the price table's batch
-    factor when every billed call went through a batch; otherwise not known from the tasks' tokens (the ledger's
-    ``providers.cost_usd`` prices each call as it was made)."""
+    """``summary.json``'s ``cost`` in batch mode (provider.batch): ``batch_factor`` when every billed call went
+    through a batch (the ledger prices each call as it was made: ``billed_cost`` gives the total)."""
     out = dict(cost)
-    if out.get("total_usd") is None:
-        return out
     ok = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempts() if a.get("outcome") == "ok"]
     factor = prices.batch_factor(protocol)
-    if factor is None or not ok or not all(a.get("batch") for a in ok):
-        out.update(total_usd=None, note="calls went out both batched and direct: see providers.cost_usd")
-        return out
-    out["total_usd"] = round(float(out["total_usd"]) * factor, 6)
-    out["by_kind_usd"] = {k: round(float(v) * factor, 6) for k, v in (out.get("by_kind_usd") or {}).items()}
-    out["batch_factor"] = factor
+    if factor is not None and ok and all(a.get("batch") for a in ok):
+        out["batch_factor"] = factor
+    return out
+
+
+COST_OF = "billed in this run folder: every call of every session and attempt (usage.jsonl, judge_usage.jsonl)"
+
+
+def billed_cost(priced: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``summary.json``'s ``cost``: what the run folder's ledgers say was billed, stopped tasks and the judge
+    included, split agent / judge (``total_usd`` is the headline). What ``priced`` (the finished tasks' recorded
+    tokens at the model's price) adds stays: its model and prices, and a replay's ``saved_run_usd``."""
+    out = {k: v for k, v in priced.items() if k not in ("total_usd", "by_kind_usd")}
+    out.update(RunBill.read(run_dir).to_dict(), of=COST_OF)
+    if out["total_usd"] is not None and not (priced.get("replayed") or priced.get("forked")):
+        out.pop("note", None)  # a note on a price the tasks' tokens lacked: the ledger priced every call
     return out

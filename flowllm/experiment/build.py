@@ -26,7 +26,7 @@ from flowllm.engine import Recorder, build_pipeline
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError
 from flowllm.experiment import fingerprint, provenance
-from flowllm.experiment.budget_report import batch_cost, budget_summary, spending_settings
+from flowllm.experiment.budget_report import batch_cost, billed_cost, budget_summary, spending_settings
 from flowllm.experiment.checks import check_timeouts
 from flowllm.experiment.fork_accounting import fork_summary
 from flowllm.experiment.preflight import PreflightError, ProviderTarget
@@ -301,7 +301,6 @@ def run_summary(
     summary["status"] = "interrupted" if result.interrupted else "finished"
     if parts.provider_cfg.batch.enabled:  # billed at the batch factor (flowllm/providers/batch.py)
         summary["cost"] = batch_cost(summary["cost"], parts.prices, parts.provider_cfg.protocol, run_dir)
-        summary["cost_usd"] = summary["cost"]["total_usd"]
     unavailable = result.tools_unavailable
     # None is "not known here", never "none": the parent of several workers does not see their tool servers.
     summary["tools"] = {
@@ -333,6 +332,8 @@ def run_summary(
     )
     # A fork: its live spending, and what a full live re-run would have cost (experiment/fork_accounting.py).
     summary.update(fork_summary(parts.provider_cfg, [o.task_id for o in result.outcomes], run_dir))
+    summary["cost"] = billed_cost(summary["cost"], run_dir)  # the headline: the ledgers, every call
+    summary["cost_usd"] = summary["cost"]["total_usd"]
     summary["stats"] = run_stats(
         result.outcomes,
         tasks,

@@ -41,11 +41,13 @@ if TYPE_CHECKING:
 
 
 class LedgerTally:
-    """Running totals of a usage ledger's attempt lines, read incrementally (the ledger only appends)."""
+    """Running totals of usage ledgers' attempt lines (the agent's, the judge's), read incrementally (a ledger
+    only appends)."""
 
-    def __init__(self, ledger: Any = None) -> None:
+    def __init__(self, ledger: Any = None, *more: Any) -> None:
         self.ledger = ledger
-        self._seen = 0
+        self._ledgers = [lg for lg in (ledger, *more) if lg is not None]
+        self._seen = [0] * len(self._ledgers)
         self.tokens = 0
         self.cost_usd = 0.0
         self.priced = True
@@ -55,21 +57,25 @@ class LedgerTally:
 
     def poll(self) -> None:
         with self._lock:
-            lines = getattr(self.ledger, "lines", None)
-            if lines is None:
-                return
-            end = len(lines)
-            for line in lines[self._seen : end]:
-                if line.get("type") != "attempt" or line.get("outcome") != "ok":
+            for index, ledger in enumerate(self._ledgers):
+                lines = getattr(ledger, "lines", None)
+                if lines is None:
                     continue
-                usage = line.get("usage") or {}
-                self.calls += 1
-                self.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-                if line.get("cost_usd") is None:
-                    self.priced = False
-                else:
-                    self.cost_usd += float(line["cost_usd"])
-            self._seen = end
+                end = len(lines)
+                for line in lines[self._seen[index] : end]:
+                    self._count(line)
+                self._seen[index] = end
+
+    def _count(self, line: dict[str, Any]) -> None:
+        if line.get("type") != "attempt" or line.get("outcome") != "ok":
+            return
+        usage = line.get("usage") or {}
+        self.calls += 1
+        self.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+        if line.get("cost_usd") is None:
+            self.priced = False
+        else:
+            self.cost_usd += float(line["cost_usd"])
 
 
 class _SpendColumn(ProgressColumn):
@@ -120,6 +126,7 @@ class ProgressReporter:
         ledger: Any = None,
         auto_refresh: bool = True,
         *,
+        judge_ledger: Any = None,  # the judge's calls, counted in the bar's tokens and cost too
         interval_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         stream: TextIO | None = None,
@@ -135,7 +142,7 @@ class ProgressReporter:
         self.interval_s = interval_s
         self.clock = clock
         self.stream = stream
-        self.tally = LedgerTally(ledger)
+        self.tally = LedgerTally(ledger, judge_ledger)
         self.projector = projector  # projected totals and the one over-budget warning
         self._progress: Progress | None = None
         self._bar: Any = None

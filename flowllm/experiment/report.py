@@ -43,6 +43,25 @@ def format_usd(value: float | None) -> str:
     return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
 
 
+def cost_text(cost: Mapping[str, Any]) -> str:
+    """``summary.json``'s ``cost`` in one line: what this run folder was billed, split agent / judge (a replay:
+    the saved run's cost beside it, named so)."""
+    total = cost.get("total_usd")
+    if total is None:
+        return f"- ({cost.get('note') or 'a billed model has no price'})"
+    estimated = " (estimated token counts)" if cost.get("estimated_tokens") else ""
+    if "agent_usd" not in cost:  # a summary of older runs: the finished tasks' tokens at the model's price
+        note = f": {cost['note']}" if cost.get("replayed") and cost.get("note") else ""
+        return f"{format_usd(total)} ({cost.get('model')}){estimated}{note}"
+    split = f"agent {format_usd(cost.get('agent_usd'))}"
+    if cost.get("judge_usd"):
+        split += f", judge {format_usd(cost.get('judge_usd'))}"
+    text = f"{format_usd(total)} billed in this run folder ({split}; {cost.get('model')}){estimated}"
+    if cost.get("replayed"):
+        text += f"; the saved run's cost: {format_usd(cost.get('saved_run_usd'))}"
+    return text
+
+
 def plural(count: int, word: str) -> str:
     return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
 
@@ -203,11 +222,8 @@ def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[t
     if usage.get("reasoning_tokens"):
         rows.append(("reasoning (part of out)", f"{usage['reasoning_tokens']:,}"))
     cost = summary.get("cost") or {}
-    if cost.get("total_usd") is not None:
-        estimated = " (estimated token counts)" if cost.get("estimated_tokens") else ""
-        rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){estimated}"))
-    elif cost:
-        rows.append(("cost", f"- ({cost.get('note')})"))
+    if cost:
+        rows.append(("cost", cost_text(cost)))
     if summary.get("acted") is not None:
         rows.append(("what acted", acted_row(summary["acted"])))
     infra = infra_row(summary)

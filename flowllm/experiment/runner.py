@@ -60,6 +60,7 @@ from flowllm.experiment.replay_audit import ReplayAudit, is_scored, replay_summa
 from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.experiment.workspaces import WorkspaceRoot
 from flowllm.providers.replay import ReplayMissError
+from flowllm.rundir.attempts import running_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
 from flowllm.rundir.layout import (
     ATTEMPTS_DIR,
@@ -68,7 +69,6 @@ from flowllm.rundir.layout import (
     TIMING_FILE,
     TURN_GLOB,
     WORKSPACE_DIR,
-    RunLayout,
 )
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
@@ -158,7 +158,7 @@ class Experiment:
         self._handed_over: dict[str, TaskOutcome] = {}
         # The run's ledger, read as every process appends to it: per-task limits and the run's budget.
         capped = settings.limits.active or settings.budget.active
-        self.spend = SpendBook(RunLayout(recorder.run_dir).ledger) if capped else None
+        self.spend = SpendBook.of_run(recorder.run_dir) if capped else None
         self._budget_said = False
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
@@ -366,6 +366,8 @@ class Experiment:
                 if previous is not None and previous.status == COMPLETED and not previous.score_error:
                     done.append(previous)
                     continue
+                if self.budget_reached():  # the rest of the epochs wait for a rerun with a higher budget
+                    return self._budget_stopped(task, done, f"the run's budget was spent before epoch {epoch}")
                 await asyncio.to_thread(self._fresh_epoch_dir, folder)
                 outcome = await self._run_attempts(task)
                 await self.recorder.flushed()
@@ -373,9 +375,23 @@ class Experiment:
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
                 self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
                 done.append(outcome)
+            if outcome.status == BUDGET:
+                return self._budget_stopped(task, done, outcome.halt_detail)
             if self.stop_reason is not None:
                 break
         return self._combine_epochs(task, done)
+
+    def _budget_stopped(self, task: Task, epochs: list[TaskOutcome], detail: str | None) -> TaskOutcome:
+        """A task whose epochs the budget cut short: unfinished (status budget), never reduced over fewer epochs;
+        a rerun keeps its completed epochs and runs the others."""
+        if epochs:
+            stopped = self._combine_epochs(task, epochs)
+        else:
+            stopped = TaskOutcome(task.task_id, BUDGET, None, task.ground_truth, False, 0, Usage(), level=task.level)
+            stopped.categories = self.categories(task)
+        stopped.status, stopped.correct, stopped.score, stopped.error = BUDGET, False, None, None
+        stopped.stop, stopped.halt_detail, stopped.scored = BUDGET, detail, False
+        return stopped
 
     @staticmethod
     def _fresh_epoch_dir(folder: Path) -> None:
@@ -434,7 +450,8 @@ class Experiment:
                 break
             if outcome is not None:
                 await asyncio.to_thread(self._shelve_attempt, task, number - 1)
-            outcome = await self.attempt(task, number)
+            with running_attempt(number):
+                outcome = await self.attempt(task, number)
             log_entries.append(outcome.attempt_entry(number))
             timings.append(
                 {"attempt": number, "wall_seconds": outcome.wall_seconds, "tools_start_s": outcome._tools_start_s}
@@ -610,8 +627,10 @@ def summarize(
     extra: dict[str, Any] = {}
     if replay is not None:
         # A replay's tokens are the saved run's, served again: nothing was spent to get them (a fork's live
-        # calls are billed in usage.jsonl; fork_accounting puts them here).
-        cost = {**cost, "replayed": True, "note": "the replayed run's cost; this run spent nothing"}
+        # calls are billed in usage.jsonl; fork_accounting puts them here). The saved run's cost is its own.
+        saved = cost["total_usd"]
+        note = "this run billed no replayed call; saved_run_usd: what the saved run paid for these answers"
+        cost = {**cost, "total_usd": 0.0, "replayed": True, "saved_run_usd": saved, "note": note}
         extra = {"replay": replay}
         accuracy = replay["accuracy_scored"]
         if replay["effect_not_known"]:  # the headline figure leaves out the tasks that did not replay: say so

@@ -1,8 +1,9 @@
 """Spending caps: per-task limits (``agent.limits``) and the run's budget (``experiment.budget``).
 
-Both are measured on the usage ledger (``usage.jsonl``), the one record of what was billed: every attempt of
-every worker process (and Ray task) of the run is appended to that file, so ``SpendBook`` reads it as it grows
-and knows the run's spend and each task's, wherever they ran, this session and earlier ones.
+Both are measured on the run's ledgers, the record of what was billed: every attempt of every worker process
+(and Ray task) of the run is appended to ``usage.jsonl``, and the judge's calls to ``judge_usage.jsonl``, so
+``SpendBook`` reads them as they grow and knows the run's spend and each task's, wherever they ran, this session
+and earlier ones. ``RunBill`` is what they add up to, the agent's and the judge's apart: the run's cost.
 
 * A per-task limit is checked after every turn (``TaskGate.after_turn``, asked by the agent loop): the task ends
   with status ``limit`` and the limit named. Tokens and cost count every model call of the task's attempt
@@ -28,6 +29,7 @@ from flowllm.core.interfaces import Halt
 from flowllm.errors import ConfigError
 from flowllm.experiment.pricing import PriceTable
 from flowllm.providers.ledger import LedgerTail
+from flowllm.rundir.layout import RunLayout
 from flowllm.scoring.tally import UNFINISHED_STATUS
 
 MAIN_AGENT = "main"
@@ -180,26 +182,36 @@ class Spend:
 
 
 class SpendBook:
-    """The run's usage ledger, read as every process appends to it: the run's spend and each task's."""
+    """Ledgers, read as every process appends to them: their spend and each task's."""
 
-    def __init__(self, path: Path | str) -> None:
-        self._tail = LedgerTail(path)
-        self._seen = 0
+    def __init__(self, *paths: Path | str) -> None:
+        self._tails = [LedgerTail(path) for path in paths]
+        self._seen = [0] * len(paths)
         self._total = Spend()
         self._tasks: dict[str, Spend] = {}
 
+    @classmethod
+    def of_run(cls, run_dir: Path | str) -> SpendBook:
+        """The run's ledgers: the agent's calls (every process's) and the judge's."""
+        layout = RunLayout(Path(run_dir))
+        return cls(layout.ledger, layout.judge_ledger)
+
     def refresh(self) -> None:
-        lines = self._tail.lines
-        for line in lines[self._seen :]:
-            kind = line.get("type")
-            task = line.get("task_id")
-            if kind == "attempt":
-                self._total.add_attempt(line)
-                if task is not None:
-                    self._tasks.setdefault(str(task), Spend()).add_attempt(line)
-            elif kind == "call" and task is not None:
-                self._tasks.setdefault(str(task), Spend()).wait_s += float(line.get("wait_s") or 0.0)
-        self._seen = len(lines)
+        for index, tail in enumerate(self._tails):
+            lines = tail.lines
+            for line in lines[self._seen[index] :]:
+                self._add(line)
+            self._seen[index] = len(lines)
+
+    def _add(self, line: Mapping[str, Any]) -> None:
+        kind = line.get("type")
+        task = line.get("task_id")
+        if kind == "attempt":
+            self._total.add_attempt(line)
+            if task is not None:
+                self._tasks.setdefault(str(task), Spend()).add_attempt(line)
+        elif kind == "call" and task is not None:
+            self._tasks.setdefault(str(task), Spend()).wait_s += float(line.get("wait_s") or 0.0)
 
     def total(self) -> Spend:
         self.refresh()
@@ -208,6 +220,39 @@ class SpendBook:
     def task(self, task_id: str) -> Spend:
         self.refresh()
         return self._tasks.get(task_id, Spend()).copy()
+
+
+@dataclass(frozen=True)
+class RunBill:
+    """What a run folder's ledgers say was billed, every session and attempt: the agent's calls and the judge's."""
+
+    agent: Spend
+    judge: Spend
+
+    @classmethod
+    def read(cls, run_dir: Path | str) -> RunBill:
+        layout = RunLayout(Path(run_dir))
+        return cls(SpendBook(layout.ledger).total(), SpendBook(layout.judge_ledger).total())
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The run's cost; None (not known) when a billed call had no price."""
+        if self.agent.unpriced_calls or self.judge.unpriced_calls:
+            return None
+        return round(self.agent.cost_usd + self.judge.cost_usd, 6)
+
+    @property
+    def tokens(self) -> int:
+        return self.agent.tokens + self.judge.tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_usd": self.cost_usd,
+            "agent_usd": self.agent.to_dict()["cost_usd"],
+            "judge_usd": self.judge.to_dict()["cost_usd"],
+            "tokens": self.tokens,
+            "judge_tokens": self.judge.tokens,
+        }
 
 
 class TaskGate:

@@ -390,10 +390,11 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
-    projector = Projector(SpendBook(layout.ledger), spending_settings(cfg)[1])
+    projector = Projector(SpendBook.of_run(run_dir), spending_settings(cfg)[1])
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=LedgerTail(layout.ledger),
+        judge_ledger=LedgerTail(layout.judge_ledger),
         interval_s=float(cfg.experiment.get("progress_interval_s", 10.0)),
         projector=projector,
     )

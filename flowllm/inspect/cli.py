@@ -39,6 +39,7 @@ from flowllm.experiment.epochs import epoch_summary
 from flowllm.experiment.report import (
     accuracy_rows,
     acted_row,
+    cost_text,
     format_tokens,
     format_usd,
     headline_accuracy,
@@ -181,17 +182,14 @@ def _spend_rows(figures: dict[str, Any], spend: dict[str, Any]) -> list[tuple[st
     """Cost and billed tokens: summary.json's cost block, and the ledger's every call (failed tasks included)."""
     rows: list[tuple[str, Any]] = []
     cost = figures.get("cost") or {}
-    if cost.get("total_usd") is not None:
-        mark = " (estimated token counts)" if cost.get("estimated_tokens") else ""
-        # A replay's summary prices the replayed answers, and says so: this run spent nothing.
-        note = f": {cost['note']}" if cost.get("replayed") and cost.get("note") else ""
-        rows.append(("cost", f"{format_usd(cost['total_usd'])} ({cost.get('model')}){mark}{note}"))
-    elif cost:
-        rows.append(("cost", f"- ({cost.get('note') or 'unpriced'})"))
+    if cost:
+        rows.append(("cost", cost_text(cost)))
     if spend["source"] == LEDGER_FILE:
         spent = format_usd(spend["cost_usd"]) if spend["cost_usd"] is not None else "unpriced"
         mark = " (estimated)" if spend["estimated"] else ""
-        rows.append(("billed (every call)", f"{spend['tokens']:,} tokens{mark}, {spent}"))
+        split = f"agent {format_usd(spend['agent_cost_usd'])}"
+        split += f", judge {format_usd(spend['judge_cost_usd'])}" if spend["judge_cost_usd"] else ""
+        rows.append(("billed (every call)", f"{spend['tokens']:,} tokens{mark}, {spent} ({split})"))
     acted = figures.get("acted")
     if isinstance(acted, dict):
         rows.append(("what acted", acted_row(acted)))

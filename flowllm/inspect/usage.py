@@ -1,6 +1,7 @@
 """``python -m flowllm.inspect usage RUN [RUN...]``: the usage ledgers of several runs, summed.
 
-Each run's ``usage.jsonl`` counts its attempts in buckets (hour, model, agent, user). A team sharing a
+Each run's ``usage.jsonl`` counts its attempts in buckets (hour, model, agent, user), and its
+``judge_usage.jsonl`` the judge's (agent ``judge``): a run's total is every call it was billed for. A team sharing a
 provider account runs many experiments; this adds their buckets together so "who spent what, on which model,
 when" is one table. ``--by`` chooses the dimensions kept (the others are summed over)::
 
@@ -31,9 +32,10 @@ from rich.table import Table
 
 from flowllm.errors import CliError
 from flowllm.providers.ledger import TOKEN_KINDS, Tally, UsageLedger
-from flowllm.rundir.layout import LEDGER_FILE
+from flowllm.rundir.layout import JUDGE_LEDGER_FILE, LEDGER_FILE
 
 DIMENSIONS = ("hour", "user", "model", "agent")
+LEDGER_NAMES = (LEDGER_FILE, JUDGE_LEDGER_FILE)  # a run's ledgers: the agent's calls, the judge's
 
 
 class UsageInputError(CliError):
@@ -69,7 +71,7 @@ def find_ledgers(paths: Sequence[str | Path], skipped: list[Path] | None = None)
     found: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser()
-        if path.is_file() and path.name != LEDGER_FILE:
+        if path.is_file() and path.name not in LEDGER_NAMES:
             if skipped is None:
                 raise UsageInputError(f"{raw}: not a usage ledger (give a run folder or its {LEDGER_FILE})")
             skipped.append(path)
@@ -77,9 +79,9 @@ def find_ledgers(paths: Sequence[str | Path], skipped: list[Path] | None = None)
         if path.is_file():
             candidates = [path]
         elif (path / LEDGER_FILE).is_file():
-            candidates = [path / LEDGER_FILE]
+            candidates = [path / name for name in LEDGER_NAMES if (path / name).is_file()]
         elif path.is_dir():
-            candidates = sorted(path.rglob(LEDGER_FILE))
+            candidates = sorted(found for name in LEDGER_NAMES for found in path.rglob(name))
         else:
             raise UsageInputError(f"{raw}: no such file or folder")
         if not candidates:

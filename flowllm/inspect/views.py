@@ -17,6 +17,7 @@ from typing import Any
 
 from flowllm.engine.blobs import describe_blob
 from flowllm.experiment.replay_audit import ReplayStatus, replay_summary
+from flowllm.experiment.spending import RunBill
 from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import (
     ARTIFACT_FILES,
@@ -450,19 +451,23 @@ SPEND_SOURCES = {
 def run_spend(run: RunRecord) -> dict[str, Any]:
     """Tokens and cost billed for a run, and where they were counted (``source``):
 
-    * ``usage.jsonl``: every call in the run's ledger, failed tasks included. A ledger with no call (a replay
-      calls no model) is 0 tokens and $0, whatever the summary says the replayed run cost;
+    * ``usage.jsonl``: every call in the run's ledgers, failed tasks and the judge's calls (``judge_usage.jsonl``)
+      included, with the agent's and the judge's cost apart. A ledger with no call (a replay calls no model) is
+      0 tokens and $0, whatever the summary says the replayed run cost;
     * ``replay``: no ledger, and the summary says the run was a replay: nothing billed either;
     * ``recorded``: an older run without a ledger: the tasks' recorded usage and the summary's cost.
     """
     bills = read_bills(run.path)
     retries = sum(b.retries for b in bills.values())
     fallbacks = sum(b.fallbacks for b in bills.values())
-    if bills or RunLayout(run.path).ledger.is_file():
-        priced = all(b.cost_usd is not None for b in bills.values())
+    layout = RunLayout(run.path)
+    if bills or layout.ledger.is_file() or layout.judge_ledger.is_file():
+        billed = RunBill.read(run.path)
         return {
-            "tokens": sum(b.total_tokens for b in bills.values()),
-            "cost_usd": round(sum(b.cost_usd or 0.0 for b in bills.values()), 6) if priced else None,
+            "tokens": billed.tokens,
+            "cost_usd": billed.cost_usd,
+            "agent_cost_usd": billed.to_dict()["agent_usd"],
+            "judge_cost_usd": billed.to_dict()["judge_usd"],
             "estimated": any(b.estimated for b in bills.values()),
             "retries": retries,
             "fallbacks": fallbacks,

@@ -13,11 +13,18 @@ An item that errored, expired or was canceled (the service cancelled its batch) 
 breaker see it like any failed attempt.
 
 Every batch created is written to ``batches.jsonl`` beside the usage ledger (its id and its items' custom ids)
-before anything waits on it. A custom id is a digest of the call (task, agent, scope, turn, request), so a run
-resumed after a kill that sends the same call again finds the batch that already holds it and takes its result
-instead of paying twice. The journal also notes each batch whose results were read (``collected``): a result a
-session already read (and billed in the ledger) is marked ``billed_before`` and counts no tokens again; one
-that no session read yet (the kill came first) is billed once, when it is read.
+before anything waits on it. A custom id is a digest of the call (task, epoch, attempt, agent, scope, turn,
+request): each epoch and attempt of a task is its own request, and a run resumed after a kill that sends the same
+call again finds the batch that already holds it and takes its result instead of paying twice. The journal also
+notes each batch whose results were read (``collected``): a result a session already read (and billed in the
+ledger) is marked ``billed_before`` and counts no tokens again; one that no session read yet (the kill came
+first) is billed once, when it is read.
+
+Which task, agent and turn a custom id stands for stays on this side (``BatchRoutes``): nothing but the requests
+goes to the provider. The emulator a run starts for itself is handed the same map to pick its scripted replies.
+
+Each batch API has its limits (``BATCH_LIMITS``): ``provider.batch.max_size`` above the protocol's count is
+refused before the first task, and a queue whose requests would pass the byte limit goes out as several batches.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +44,8 @@ import orjson
 
 from flowllm.core.interfaces import CallContext
 from flowllm.providers.errors import ProviderCallError, ProviderConfigError, classify_exception
+from flowllm.rundir.attempts import current_attempt
+from flowllm.rundir.epochs import current_epoch
 
 if TYPE_CHECKING:
     from flowllm.config.schema import ProviderConfig
@@ -44,24 +54,45 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BATCH_KEY = "_flowllm_batch"  # in a raw reply: {"id": <batch id>, "reused": bool, "billed_before": bool}
-ROUTES_HEADER = "X-Flowllm-Batch-Routes"  # custom_id -> [task, agent, turn], for the emulator's script
 JOURNAL_FILE = "batches.jsonl"
+# custom id -> (task, agent, turn): what each batched call stands for, kept by the run (never sent).
+BatchRoutes = dict[str, tuple[str, str, int]]
+
+
+class BatchApi(StrEnum):
+    anthropic = "anthropic"  # Message Batches
+    openai = "openai"  # the Batch API
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """What one batch of a batch API may hold (the providers' documented limits)."""
+
+    requests: int
+    bytes: int
+
+
+BATCH_LIMITS = {
+    BatchApi.anthropic: BatchLimits(requests=100_000, bytes=256 * 1024 * 1024),  # per batch
+    BatchApi.openai: BatchLimits(requests=50_000, bytes=200 * 1024 * 1024),  # per input file
+}
 
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """``provider.batch`` (checked by the provider config checks)."""
+    """``provider.batch`` (checked by the provider config checks), and the byte limit of one batch."""
 
     max_size: int = 100
     max_wait_s: float = 2.0
     poll_s: float = 5.0
+    max_bytes: int = BATCH_LIMITS[BatchApi.openai].bytes
 
 
 def custom_id(context: CallContext, request: dict[str, Any]) -> str:
-    """The call's id within a batch: the same call (a task rerun after a kill) gets the same id."""
-    blob = json.dumps(
-        [context.task_id, context.agent, context.scope, context.turn, request], sort_keys=True, default=str
-    )
+    """The call's id within a batch: the same call (a task rerun after a kill) gets the same id; another epoch
+    or attempt of the task is another call."""
+    who = [context.task_id, current_epoch(), current_attempt(), context.agent, context.scope, context.turn]
+    blob = json.dumps([*who, request], sort_keys=True, default=str)
     return "c" + hashlib.sha256(blob.encode()).hexdigest()[:40]
 
 
@@ -108,8 +139,21 @@ class BatchJournal:
 class _Waiting:
     item: str
     params: dict[str, Any]
-    route: list[Any]
     future: asyncio.Future[tuple[str, dict[str, Any]]] = field(repr=False)
+
+
+def split_by_bytes(waiting: list[_Waiting], sizes: list[int], limit: int) -> list[list[_Waiting]]:
+    """``waiting`` in order, cut where the next item would take a part past ``limit`` bytes (an item over the
+    limit on its own goes alone: the provider refuses it, and only its call fails)."""
+    parts: list[list[_Waiting]] = []
+    used = 0
+    for w, size in zip(waiting, sizes, strict=True):
+        if not parts or used + size > limit:
+            parts.append([])
+            used = 0
+        parts[-1].append(w)
+        used += size
+    return parts
 
 
 class Batcher:
@@ -124,12 +168,14 @@ class Batcher:
         *,
         provider: str,
         journal: BatchJournal,
+        routes: BatchRoutes | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         self.client = client
         self.settings = settings
         self.provider = provider
         self.journal = journal
+        self.routes: BatchRoutes = routes if routes is not None else {}
         self.sleep = sleep
         self._queue: list[_Waiting] = []
         self._timer: asyncio.Task[None] | None = None
@@ -146,7 +192,8 @@ class Batcher:
             if found is not None:
                 return found
         future: asyncio.Future[tuple[str, dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Waiting(item, request, [context.task_id, context.agent, context.turn], future))
+        self.routes[item] = (context.task_id, context.agent, context.turn)
+        self._queue.append(_Waiting(item, request, future))
         if len(self._queue) >= self.settings.max_size:
             self._spawn(self._flush())
         elif self._timer is None:
@@ -174,6 +221,12 @@ class Batcher:
             self._timer = None
         if not waiting:
             return
+        sizes = [self._item_bytes(w) for w in waiting]
+        for part in split_by_bytes(waiting, sizes, self.settings.max_bytes):
+            await self._send(part)
+
+    async def _send(self, waiting: list[_Waiting]) -> None:
+        """One batch of ``waiting``: created, journaled, and each call told its batch (or the error)."""
         try:
             batch_id = await self._submit(waiting)
         except Exception as exc:
@@ -249,6 +302,10 @@ class Batcher:
             task.cancel()
 
     # ----- one batch API ----------------------------------------------------------------------------------
+    def _item_bytes(self, waiting: _Waiting) -> int:
+        """What one call adds to a batch's size (its request as the batch API carries it)."""
+        raise NotImplementedError
+
     async def _submit(self, waiting: list[_Waiting]) -> str:
         raise NotImplementedError
 
@@ -262,11 +319,11 @@ class Batcher:
 class AnthropicBatcher(Batcher):
     """Anthropic's Message Batches (``client.messages.batches``)."""
 
+    def _item_bytes(self, waiting: _Waiting) -> int:
+        return len(orjson.dumps(_anthropic_item(waiting))) + 1  # and its comma in the body's list
+
     async def _submit(self, waiting: list[_Waiting]) -> str:
-        batch = await self.client.messages.batches.create(
-            requests=[{"custom_id": w.item, "params": w.params} for w in waiting],
-            extra_headers={ROUTES_HEADER: json.dumps({w.item: w.route for w in waiting})},
-        )
+        batch = await self.client.messages.batches.create(requests=[_anthropic_item(w) for w in waiting])
         return str(batch.id)
 
     async def _ended(self, batch_id: str) -> bool:
@@ -278,6 +335,10 @@ class AnthropicBatcher(Batcher):
         async for entry in await self.client.messages.batches.results(batch_id):
             results[entry.custom_id] = entry.result.model_dump(mode="json")
         return results
+
+
+def _anthropic_item(waiting: _Waiting) -> dict[str, Any]:
+    return {"custom_id": waiting.item, "params": waiting.params}
 
 
 # OpenAI's Batch API: a batch ends in one of these; its unfinished items are in the error file with these codes.
@@ -293,17 +354,17 @@ class OpenAIBatcher(Batcher):
         self.endpoint = endpoint  # /v1/chat/completions | /v1/responses
         self._files: dict[str, tuple[str | None, str | None, str]] = {}  # batch -> output, error file, status
 
+    def _line(self, waiting: _Waiting) -> bytes:
+        return orjson.dumps({"custom_id": waiting.item, "method": "POST", "url": self.endpoint, "body": waiting.params})
+
+    def _item_bytes(self, waiting: _Waiting) -> int:
+        return len(self._line(waiting)) + 1
+
     async def _submit(self, waiting: list[_Waiting]) -> str:
-        lines = b"".join(
-            orjson.dumps({"custom_id": w.item, "method": "POST", "url": self.endpoint, "body": w.params}) + b"\n"
-            for w in waiting
-        )
+        lines = b"".join(self._line(w) + b"\n" for w in waiting)
         upload = await self.client.files.create(file=("batch.jsonl", lines, "application/jsonl"), purpose="batch")
         batch = await self.client.batches.create(
-            input_file_id=upload.id,
-            endpoint=self.endpoint,
-            completion_window="24h",
-            extra_headers={ROUTES_HEADER: json.dumps({w.item: w.route for w in waiting})},
+            input_file_id=upload.id, endpoint=self.endpoint, completion_window="24h"
         )
         return str(batch.id)
 
@@ -347,6 +408,10 @@ OPENAI_ENDPOINTS = {"openai_chat": "/v1/chat/completions", "openai_responses": "
 BATCH_PROTOCOLS = ("anthropic", *OPENAI_ENDPOINTS)
 
 
+def batch_api(protocol: str) -> BatchApi:
+    return BatchApi.openai if protocol in OPENAI_ENDPOINTS else BatchApi.anthropic
+
+
 def check_batch_config(cfg: ProviderConfig) -> None:
     """``provider.batch``: one line for a setting that cannot work (before the first task)."""
     batch = cfg.batch
@@ -359,8 +424,12 @@ def check_batch_config(cfg: ProviderConfig) -> None:
         )
     if cfg.stream:
         raise ProviderConfigError(f"provider '{cfg.name}': provider.batch cannot stream; set provider.stream=false")
-    if isinstance(batch.max_size, bool) or not 1 <= int(batch.max_size) <= 100_000:
-        raise ProviderConfigError(f"provider.batch.max_size must be from 1 to 100000, not {batch.max_size}")
+    api = batch_api(cfg.protocol)
+    most = BATCH_LIMITS[api].requests
+    if isinstance(batch.max_size, bool) or not 1 <= int(batch.max_size) <= most:
+        raise ProviderConfigError(
+            f"provider.batch.max_size must be from 1 to {most} ({api.value}'s batch limit), not {batch.max_size}"
+        )
     for name in ("max_wait_s", "poll_s"):
         value = float(getattr(batch, name))
         if not (value > 0 and math.isfinite(value)):
@@ -375,18 +444,19 @@ def batch_journal(cfg: ProviderConfig, ledger_path: Path | None) -> BatchJournal
 
 
 def open_batcher(
-    provider: BaseProvider, cfg: ProviderConfig, journal: BatchJournal, sleep: Callable[[float], Awaitable[Any]]
+    provider: BaseProvider,
+    cfg: ProviderConfig,
+    journal: BatchJournal,
+    sleep: Callable[[float], Awaitable[Any]],
+    routes: BatchRoutes | None = None,
 ) -> Batcher:
     settings = BatchSettings(
-        max_size=int(cfg.batch.max_size), max_wait_s=float(cfg.batch.max_wait_s), poll_s=float(cfg.batch.poll_s)
+        max_size=int(cfg.batch.max_size),
+        max_wait_s=float(cfg.batch.max_wait_s),
+        poll_s=float(cfg.batch.poll_s),
+        max_bytes=BATCH_LIMITS[batch_api(cfg.protocol)].bytes,
     )
+    common: dict[str, Any] = {"provider": provider.name, "journal": journal, "routes": routes, "sleep": sleep}
     if cfg.protocol in OPENAI_ENDPOINTS:
-        return OpenAIBatcher(
-            provider.client,
-            settings,
-            endpoint=OPENAI_ENDPOINTS[cfg.protocol],
-            provider=provider.name,
-            journal=journal,
-            sleep=sleep,
-        )
-    return AnthropicBatcher(provider.client, settings, provider=provider.name, journal=journal, sleep=sleep)
+        return OpenAIBatcher(provider.client, settings, endpoint=OPENAI_ENDPOINTS[cfg.protocol], **common)
+    return AnthropicBatcher(provider.client, settings, **common)

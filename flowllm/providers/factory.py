@@ -27,7 +27,7 @@ from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import Provider
 from flowllm.core.registry import Registry
 from flowllm.providers.base import BaseProvider, as_provider_config
-from flowllm.providers.batch import batch_journal, check_batch_config, open_batcher
+from flowllm.providers.batch import BatchRoutes, batch_journal, check_batch_config, open_batcher
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
 from flowllm.providers.clients import ClientShards, once
 from flowllm.providers.errors import ProviderConfigError
@@ -343,6 +343,7 @@ async def _open_route(
 ) -> AsyncIterator[Route]:
     emulator = None
     base_url = cfg.base_url
+    routes: BatchRoutes = {}  # the batched calls' custom ids -> task, agent, turn (ours: never sent)
     if cfg.emulator_script:
         from flowllm.emulator import Emulator
         from flowllm.emulator.faults import FaultPlan
@@ -350,7 +351,7 @@ async def _open_route(
 
         script = Script.load(resolve_script(cfg.emulator_script))
         faults = FaultPlan.parse(FaultPlan.merge(script.faults, cfg.emulator_faults), "provider.emulator_faults")
-        emulator = Emulator(script, faults=faults)
+        emulator = Emulator(script, faults=faults, batch_routes=routes)
         await asyncio.to_thread(emulator.start)
         base_url = emulator.base_url if cfg.protocol == "anthropic" else emulator.openai_base_url
     providers: dict[str, BaseProvider] = {}
@@ -361,7 +362,7 @@ async def _open_route(
             providers[slot.label] = build_provider(cfg, base_url=base_url, api_key=slot.value)
             providers[slot.label].prepare()
             if journal is not None:
-                providers[slot.label].batcher = open_batcher(providers[slot.label], cfg, journal, sleep)
+                providers[slot.label].batcher = open_batcher(providers[slot.label], cfg, journal, sleep, routes)
         for note in next(iter(providers.values())).shaping_notes():  # once per run and provider, not per call
             log.warning(note)
         policy = RetryPolicy.from_config(cfg.retry, provider=member_id)

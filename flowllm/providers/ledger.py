@@ -355,9 +355,10 @@ class LedgerTail:
     line that does not parse is skipped (a worker killed mid-write).
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, from_end: bool = False) -> None:
         self.path = Path(path)
-        self._offset = 0
+        # from_end: only what is appended from now on (this session's lines of a ledger earlier sessions wrote)
+        self._offset = self.path.stat().st_size if from_end and self.path.is_file() else 0
         self._partial = b""
         self._lines: list[dict[str, Any]] = []
 

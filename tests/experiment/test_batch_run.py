@@ -19,6 +19,11 @@ from flowllm.emulator import Emulator
 from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import GAIA, gaia_overrides, run_flowllm, start_flowllm
 
+CALL_TOOL = """<use_mcp_tool>
+<server_name>tool-python</server_name>
+<tool_name>run_python</tool_name>
+<arguments>{"code": "print(1)"}</arguments>
+</use_mcp_tool>"""
 BATCHED = ("provider.batch.enabled=true", "provider.batch.max_wait_s=0.3", "provider.batch.poll_s=0.05")
 
 
@@ -53,6 +58,9 @@ def test_a_batched_run_gives_the_direct_runs_answers_at_half_the_cost(tmp_path: 
 def test_a_batched_run_killed_mid_batch_resumes_without_paying_twice(tmp_path: Path) -> None:
     script = yaml.safe_load((GAIA / "script.yaml").read_text())
     script["batches"] = {"polls": 60}  # each batch stays in progress for 60 polls (3 s at poll_s 0.05)
+    # An emulator the run did not start cannot tell a batch item's task (nothing but the request is sent): every
+    # call gets the default, a tool call and then an answer, so the resumed run's second turns need new batches.
+    script["default"] = [{"text": CALL_TOOL}, {"text": "\\boxed{none}"}]
     run_dir = tmp_path / "run"
     with Emulator(script) as emu:
         settings = (
@@ -90,3 +98,25 @@ def test_a_batched_run_killed_mid_batch_resumes_without_paying_twice(tmp_path: P
     assert len(journal_items) == len(set(journal_items)), "no call was submitted in two batches"
     assert len(emu._app.batches.batches) > before
     assert len(answers(run_dir)) == 5
+
+
+def test_each_epoch_and_attempt_is_its_own_batched_request(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_flowllm(
+        *gaia_overrides(
+            f"hydra.run.dir={run_dir}", "tools=none", "experiment.epochs=2", "experiment.attempts=2", *BATCHED
+        )
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]  # the fixture's missing attachment
+    lines = [json.loads(x) for x in (run_dir / "usage.jsonl").read_text().splitlines()]
+    answered = [a for a in lines if a["type"] == "attempt" and a["outcome"] == "ok"]
+    assert any(a["epoch"] == 2 for a in answered) and any(a["attempt"] == 1 for a in answered)
+    for task in {a["task_id"] for a in answered}:  # a task's epochs run one after the other: never one batch
+        first, second = (
+            {a["batch"]["id"] for a in answered if (a["task_id"], a["epoch"]) == (task, n)} for n in (1, 2)
+        )
+        assert second and not first & second, f"{task}: epoch 2 was answered from epoch 1's batches"
+    journal = [json.loads(x) for x in (run_dir / "batches.jsonl").read_text().splitlines()]
+    items = [item for entry in journal for item in entry.get("items", [])]
+    # Every answer was asked for once: the wrong task's second attempt too (pass@k), in each epoch.
+    assert len(items) == len(set(items)) == len(answered)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -274,6 +276,10 @@ def test_score_partial_false_leaves_a_limited_answer_unscored(tmp_path: Path) ->
     assert result["correct"] is False and result["scored"] is False
 
 
+def run_flowllm_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+
+
 def run_flowllm_inspect(run_dir: Path) -> str:
     import subprocess
     import sys
@@ -379,3 +385,78 @@ def test_the_budget_counts_every_worker_process(tmp_path: Path) -> None:
     resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
     assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
     assert read_json(run_dir / "summary.json")["unfinished"] == 0
+
+
+def _ledger_epochs(run_dir: Path) -> list[int | None]:
+    return [a.get("epoch") for a in UsageLedger.read(run_dir / "usage.jsonl").attempts()]
+
+
+def test_a_spent_budget_starts_no_further_epoch_and_a_rerun_runs_the_missing_ones(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    capped = (f"hydra.run.dir={run_dir}", _ids(LIST_TASK, WRONG_TASK), "tools=none", "experiment.epochs=3")
+    # Each task's epoch 1 is one call; the two calls in flight pass the $0.0001 budget, so no epoch 2 starts.
+    proc = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.0001"))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert _ledger_epochs(run_dir) == [1, 1]
+    for task_id in (LIST_TASK, WRONG_TASK):
+        result = read_json(run_dir / "tasks" / task_id / "result.json")
+        assert result["status"] == "budget" and "epoch 2" in result["halt_detail"], result
+    summary = read_json(run_dir / "summary.json")
+    assert summary["unfinished"] == 2 and summary["budget"]["ended_run"] is True
+
+    resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
+    assert sorted(map(int, _ledger_epochs(run_dir))) == [1, 1, 2, 2, 3, 3], "epoch 1 kept, epochs 2 and 3 run"
+    listed = read_json(run_dir / "tasks" / LIST_TASK / "result.json")
+    assert (listed["status"], listed["score"], len(listed["epoch_log"])) == ("completed", 1.0, 3)
+
+
+def test_after_a_budget_stop_and_resume_the_headline_cost_is_the_ledgers(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    capped = (f"hydra.run.dir={run_dir}", _ids(CSV_TASK))
+    # The budget ends the task after its first turn (a tool call); the rerun runs it again from scratch.
+    stopped = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.001"))
+    assert stopped.returncode == 3, stopped.stderr[-2000:]
+    assert read_json(run_dir / "tasks" / CSV_TASK / "result.json")["status"] == "budget"
+    resumed = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=1"))
+    assert resumed.returncode == ExitCode.OK, resumed.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    calls = UsageLedger.read(run_dir / "usage.jsonl").attempts()
+    billed = sum(a["cost_usd"] for a in calls)
+    assert len(calls) == 3, "the stopped turn, then the rerun's two"
+    assert summary["cost_usd"] == pytest.approx(billed, abs=1e-6) == summary["budget"]["spent"]["cost_usd"]
+    assert f"${billed:.4f} billed in this run folder (agent ${billed:.4f}" in resumed.stdout
+
+
+def test_the_judge_counts_in_the_budget_and_in_every_total(tmp_path: Path) -> None:
+    from flowllm.inspect.usage import sum_usage
+
+    run_dir = tmp_path / "run"
+    capped = ("+experiment=hle_sample", "experiment.max_concurrent=1", f"hydra.run.dir={run_dir}")
+    # One task's answer and its judging pass the $0.0025 budget with the judge's calls, never with the agent's.
+    proc = run_flowllm(*capped, "experiment.budget.cost_usd=0.0025")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    summary = read_json(run_dir / "summary.json")
+    agent, judge = (
+        sum(a["cost_usd"] for a in UsageLedger.read(run_dir / name).attempts())
+        for name in ("usage.jsonl", "judge_usage.jsonl")
+    )
+    assert agent < 0.0025 and judge > 0 and summary["budget"]["ended_run"] is True
+    cost = summary["cost"]
+    assert (cost["agent_usd"], cost["judge_usd"]) == (pytest.approx(agent), pytest.approx(judge))
+    assert summary["cost_usd"] == pytest.approx(agent + judge) == summary["budget"]["spent"]["cost_usd"]
+    split = f"(agent ${agent:.4f}, judge ${judge:.4f}"
+    assert f"${agent + judge:.4f} billed in this run folder {split}" in proc.stdout
+    assert f"${agent + judge:.4f} {split})" in run_flowllm_inspect(run_dir)
+    report = tmp_path / "report.html"
+    made = run_flowllm_module("flowllm.inspect", "report", str(run_dir), "-o", str(report))
+    assert made.returncode == 0, made.stderr
+    spend = (
+        f'"cost_usd":{round(agent + judge, 6)},"agent_cost_usd":{round(agent, 6)},"judge_cost_usd":{round(judge, 6)}'
+    )
+    assert spend in report.read_text(), "the HTML report's cost card counts the judge"
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: progress:")]
+    assert progress and f"cost ${agent + judge:.4f}," in progress[-1], progress
+    by_agent = sum_usage([run_dir], by=["agent"])
+    assert by_agent.total.cost_usd == pytest.approx(agent + judge)
+    assert by_agent.buckets[("judge",)].cost_usd == pytest.approx(judge)

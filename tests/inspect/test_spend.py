@@ -52,10 +52,11 @@ def test_summary_shows_the_summary_cost_and_the_ledger_total(
     out = run_cli(capsys, run)
     usage = summary["usage"]
     assert cells(out, "tokens in / out")[1] == f"{usage['input_tokens']:,} / {usage['output_tokens']:,}"
-    assert cells(out, "cost")[1] == f"{usd(summary['cost']['total_usd'])} ({summary['cost']['model']})"
+    total, model = usd(summary["cost"]["total_usd"]), summary["cost"]["model"]
+    assert cells(out, "cost")[1] == f"{total} billed in this run folder (agent {total}; {model})"
     tokens = sum(int(b["tokens"]) for b in bills.values())
     cost = sum(b["cost"] for b in bills.values())
-    assert cells(out, "billed (every call)")[1] == f"{tokens:,} tokens, {usd(cost)}"
+    assert cells(out, "billed (every call)")[1] == f"{tokens:,} tokens, {usd(cost)} (agent {usd(cost)})"
     # Every call of this run was a task's answer: the ledger and the results count the same tokens.
     assert tokens == usage["input_tokens"] + usage["output_tokens"]
 

@@ -13,6 +13,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import httpx
+import httpx2
+import orjson
 import pytest
 import yaml
 from anthropic import AsyncAnthropic
@@ -25,10 +28,13 @@ from flowllm.experiment.pricing import PriceTable
 from flowllm.providers import UsageLedger, check_provider_config, open_provider
 from flowllm.providers.batch import (
     BATCH_KEY,
-    ROUTES_HEADER,
+    OPENAI_ENDPOINTS,
     AnthropicBatcher,
+    Batcher,
     BatchJournal,
+    BatchRoutes,
     BatchSettings,
+    OpenAIBatcher,
     custom_id,
 )
 from flowllm.providers.errors import ProviderConfigError
@@ -56,12 +62,11 @@ def test_the_emulator_speaks_message_batches_through_the_sdk() -> None:
     script = {"tasks": REPLIES, "batches": {"polls": 2, "errored": ["t2"], "expired": ["t3"]}}
 
     async def scenario() -> None:
-        with Emulator(script) as emu:
+        routes = {"a": ["t1", "main", 1], "b": ["t2", "main", 1], "c": ["t3", "main", 1]}
+        with Emulator(script, batch_routes=routes) as emu:  # the run's own map, handed over: nothing sent
             client = AsyncAnthropic(base_url=emu.base_url, api_key="x", max_retries=0)
-            routes = {"a": ["t1", "main", 1], "b": ["t2", "main", 1], "c": ["t3", "main", 1]}
             batch = await client.messages.batches.create(
-                requests=[{"custom_id": cid, "params": params()} for cid in routes],
-                extra_headers={ROUTES_HEADER: json.dumps(routes)},
+                requests=[{"custom_id": cid, "params": params()} for cid in routes]
             )
             assert batch.processing_status == "in_progress" and batch.request_counts.processing == 3
             statuses = []
@@ -166,15 +171,20 @@ def test_a_resumed_run_takes_an_earlier_batchs_results_instead_of_paying_twice(t
     settings = BatchSettings(max_size=10, max_wait_s=0.01, poll_s=0.01)
 
     async def scenario() -> None:
-        with Emulator({"tasks": REPLIES}) as emu:
+        routes: BatchRoutes = {}
+        with Emulator({"tasks": REPLIES}, batch_routes=routes) as emu:
             client = AsyncAnthropic(base_url=emu.base_url, api_key="x", max_retries=0)
             context = CallContext(task_id="t5", turn=1)
-            first = AnthropicBatcher(client, settings, provider="emu", journal=BatchJournal(journal_path))
+            first = AnthropicBatcher(
+                client, settings, provider="emu", journal=BatchJournal(journal_path), routes=routes
+            )
             body = await first.call(params("five"), context)
             assert body[BATCH_KEY]["reused"] is False
             await first.aclose()
             # A new process (a rerun after SIGKILL) reads the journal and asks the same call again.
-            again = AnthropicBatcher(client, settings, provider="emu", journal=BatchJournal(journal_path))
+            again = AnthropicBatcher(
+                client, settings, provider="emu", journal=BatchJournal(journal_path), routes=routes
+            )
             reused = await again.call(params("five"), context)
             assert reused[BATCH_KEY] == {"id": body[BATCH_KEY]["id"], "reused": True, "billed_before": True}
             assert reused["content"] == body["content"]
@@ -269,10 +279,10 @@ def test_the_emulator_speaks_openais_batch_api_through_the_sdk() -> None:
     script = {"tasks": REPLIES, "batches": {"polls": 1, "errored": ["t2"], "expired": ["t3"]}}
 
     async def scenario() -> None:
-        with Emulator(script) as emu:
+        routes = {"a": ["t1", "main", 1], "b": ["t2", "main", 1], "c": ["t3", "main", 1]}
+        with Emulator(script, batch_routes=routes) as emu:
             client = AsyncOpenAI(base_url=emu.openai_base_url, api_key="x", max_retries=0)
             body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-            routes = {"a": ["t1", "main", 1], "b": ["t2", "main", 1], "c": ["t3", "main", 1]}
             lines = "".join(
                 json.dumps({"custom_id": c, "method": "POST", "url": "/v1/chat/completions", "body": body}) + "\n"
                 for c in routes
@@ -283,7 +293,6 @@ def test_the_emulator_speaks_openais_batch_api_through_the_sdk() -> None:
                 input_file_id=upload.id,
                 endpoint="/v1/chat/completions",
                 completion_window="24h",
-                extra_headers={ROUTES_HEADER: json.dumps(routes)},
             )
             assert batch.status == "in_progress" and batch.request_counts.total == 3
             assert (await client.batches.retrieve(batch.id)).status == "in_progress"  # one scripted poll
@@ -303,5 +312,73 @@ def test_the_emulator_speaks_openais_batch_api_through_the_sdk() -> None:
             )
             assert (await client.batches.cancel(other.id)).status == "cancelled"
             assert [b.id async for b in client.batches.list()] == [other.id, batch.id]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_thousand_batched_calls_send_the_provider_nothing_but_their_requests(protocol: str) -> None:
+    """What each custom id stands for stays with the run: no header grows with the batch (task ids never leave),
+    and the emulator the run started answers each call from the run's own map."""
+    from openai import AsyncOpenAI
+
+    tasks = [f"t{n}" for n in range(1000)]
+    script = {"tasks": {t: [{"text": f"answer {t}"}] for t in tasks}}
+    sent: list[dict[str, str]] = []
+
+    async def keep(request: Any) -> None:
+        sent.append(dict(request.headers))
+
+    async def scenario() -> list[dict[str, Any]]:
+        routes: BatchRoutes = {}
+        settings = BatchSettings(max_size=1000, max_wait_s=0.5, poll_s=0.01)
+        with Emulator(script, batch_routes=routes) as emu:
+            common: dict[str, Any] = {"provider": "emu", "journal": BatchJournal(None), "routes": routes}
+            batcher: Batcher
+            if protocol == "anthropic":  # each SDK with the HTTP package it is built on
+                hooks: Any = httpx2.AsyncClient(event_hooks={"request": [keep]})
+                client: Any = AsyncAnthropic(base_url=emu.base_url, api_key="x", max_retries=0, http_client=hooks)
+                batcher = AnthropicBatcher(client, settings, **common)
+            else:
+                hooks = httpx.AsyncClient(event_hooks={"request": [keep]})
+                client = AsyncOpenAI(base_url=emu.openai_base_url, api_key="x", max_retries=0, http_client=hooks)
+                batcher = OpenAIBatcher(client, settings, endpoint=OPENAI_ENDPOINTS[protocol], **common)
+            body = params() if protocol != "openai_responses" else {"model": MODEL, "input": "hi"}
+            replies = await asyncio.gather(*(batcher.call(body, CallContext(task_id=t, turn=1)) for t in tasks))
+            await batcher.aclose()
+            return replies
+
+    replies = asyncio.run(scenario())
+    assert len({r[BATCH_KEY]["id"] for r in replies}) == 1
+    for task, reply in zip(tasks, replies, strict=True):
+        assert f"answer {task}" in json.dumps(reply), "each call answered as its own task"
+    assert sent and not [name for headers in sent for name in headers if name.startswith("x-flowllm")]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "most"), [("anthropic", 100_000), ("openai_chat", 50_000), ("openai_responses", 50_000)]
+)
+def test_a_batch_size_over_the_providers_limit_is_refused_at_start(tmp_path: Path, protocol: str, most: int) -> None:
+    script = write_script(tmp_path, {})
+    check_provider_config(batch_config(script, protocol, max_size=most))
+    with pytest.raises(ProviderConfigError, match=f"provider.batch.max_size must be from 1 to {most} "):
+        check_provider_config(batch_config(script, protocol, max_size=most + 1))
+
+
+def test_a_queue_past_the_byte_limit_goes_out_as_several_batches() -> None:
+    one = len(orjson.dumps({"custom_id": "c" + "0" * 40, "params": params("t1")})) + 1
+    settings = BatchSettings(max_size=10, max_wait_s=0.05, poll_s=0.01, max_bytes=2 * one)  # two calls a batch
+
+    async def scenario() -> None:
+        routes: BatchRoutes = {}
+        with Emulator({"tasks": REPLIES}, batch_routes=routes) as emu:
+            client = AsyncAnthropic(base_url=emu.base_url, api_key="x", max_retries=0)
+            batcher = AnthropicBatcher(client, settings, provider="emu", journal=BatchJournal(None), routes=routes)
+            tasks = ["t1", "t2", "t3", "t4", "t5"]
+            replies = await asyncio.gather(*(batcher.call(params(t), CallContext(task_id=t, turn=1)) for t in tasks))
+            await batcher.aclose()
+            assert [r["content"][0]["text"] for r in replies] == [f"answer \\boxed{{{t[1:]}}}" for t in tasks]
+            assert len({r[BATCH_KEY]["id"] for r in replies}) == 3, "five calls, two a batch by size"
+            assert len((await client.messages.batches.list()).data) == 3
 
     asyncio.run(scenario())

@@ -56,11 +56,12 @@ def test_replay_reproduces_the_original_run_exactly(runs: FixtureRuns, runner: s
     assert [_verdict(replay.run_dir, task) for task in TASKS] == [{"status": "exact"}] * 2
     assert summary["replay"]["exact"] == 2 and summary["replay"]["diverged"] == 0
     assert summary["accuracy"] == 1.0
-    # The tokens are the saved run's, priced with its model and marked as replayed: nothing was spent.
+    # The tokens are the saved run's, served again: the replay billed nothing, and names the saved run's cost apart.
     original_cost = read_json(runs.original.run_dir / "summary.json")["cost"]
-    assert summary["cost"]["replayed"] is True
-    assert summary["cost"]["total_usd"] == original_cost["total_usd"] is not None
+    assert summary["cost"]["replayed"] is True and summary["cost_usd"] == summary["cost"]["total_usd"] == 0.0
+    assert summary["cost"]["saved_run_usd"] == pytest.approx(original_cost["total_usd"], abs=1e-5)  # its tokens, priced
     assert summary["cost"]["model"] == original_cost["model"]
+    assert "$0.0000 billed in this run folder" in replay.stdout and "the saved run's cost: $" in replay.stdout
 
 
 def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: FixtureRuns) -> None:
