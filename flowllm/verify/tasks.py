@@ -100,14 +100,23 @@ class TaskChecker:
             correct = self.one_run(epoch_result, task, number, epoch_file)
             for key in ("status", "answer"):
                 self.audit.check(file, f"epoch_log[{number - 1}].{key}", entry.get(key), epoch_result.get(key))
-            self.audit.check(file, f"epoch_log[{number - 1}].correct", entry.get("correct"), correct)
+            if epoch_result.get("status") != BUDGET:  # an epoch the budget stopped has no verdict to compare
+                self.audit.check(file, f"epoch_log[{number - 1}].correct", entry.get("correct"), correct)
             entry["correct"] = correct
         reducer = saved_choice(Reducer, result.get("epoch_reducer") or self.ev.cfg.experiment.epoch_reducer)
         score = reduce_entries(entries, reducer) if entries else None
-        self.audit.check(file, "score", result.get("score"), score, f"the epochs reduced by {reducer}")
-        self.audit.check(file, "correct", result.get("correct"), epoch_score(score))
+        stopped = any(e.get("status") == BUDGET for e in saved.values())
+        if stopped:  # an epoch the budget stopped leaves the task unfinished: a rerun runs the rest
+            self.audit.check(file, "status", result.get("status"), BUDGET, "an epoch of it the budget stopped")
+        if stopped or result.get("status") == BUDGET:  # unfinished: its epochs are not reduced
+            score = None
+        else:
+            self.audit.check(file, "score", result.get("score"), score, f"the epochs reduced by {reducer}")
+            self.audit.check(file, "correct", result.get("correct"), epoch_score(score))
         outcome = TaskOutcome.from_dict(result)
         outcome.epoch_log, outcome.score, outcome.correct = entries, score, epoch_score(score)
+        if stopped:
+            outcome.status = BUDGET
         outcome.ground_truth = task.ground_truth
         return outcome
 
