@@ -42,7 +42,7 @@ from flowllm.experiment.task_usage import read_bills
 from flowllm.experiment.vision import plan_vision, unavailable_tools
 from flowllm.experiment.webconf import check_web_tools
 from flowllm.providers import UsageLedger, check_provider_config
-from flowllm.providers.fork import ForkProvider, check_fork_pipeline
+from flowllm.providers.fork import ForkProvider, check_fork_pipeline, live_config
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.resources import bundled
 from flowllm.rundir.layout import RunLayout
@@ -161,7 +161,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     subagents = problems.check(lambda: subagent_specs(cfg))
     vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg)) if provider_cfg is not None else None
     if prices is not None and provider_cfg is not None and judge is not None and spend_caps is not None:
-        models = [t.cfg.model for t in preflight_targets(provider_cfg)]
+        models = billed_models(provider_cfg)
         models += [c.model for c in (judge[1], vision.provider_cfg if vision is not None else None) if c is not None]
         problems.check(lambda: refuse_unpriced(models, prices, *spend_caps))
     if problems.found:
@@ -199,6 +199,19 @@ def preflight_targets(provider_cfg: ProviderConfig) -> list[ProviderTarget]:
         return [ProviderTarget(provider_cfg.name, provider_cfg)]
     members = [ProviderTarget(m.id, m.cfg) for m in plan.members.values()]
     return members or [ProviderTarget(provider_cfg.name, provider_cfg)]
+
+
+def billed_models(provider_cfg: ProviderConfig) -> list[str]:
+    """The models the run's own calls bill: each target's, but a replay bills none of its replayed calls, and a
+    fork bills its live provider's."""
+    if provider_cfg.protocol != REPLAY_PROTOCOL:
+        return [t.cfg.model for t in preflight_targets(provider_cfg)]
+    if provider_cfg.fork is None:
+        return []
+    try:
+        return [live_config(provider_cfg, None).model]
+    except FlowError:  # reported by prepare, with what to do
+        return []
 
 
 def priced_model(provider_cfg: ProviderConfig) -> str:

@@ -99,8 +99,9 @@ def check_fork(ev: RunEvidence, outcomes: list[TaskOutcome], audit: Audit) -> No
     live_calls, live_cost = _totals(bills_by_task(line.value for line in ev.ledger), task_ids)
     audit.check(SUMMARY, "fork.live_calls", fork.get("live_calls"), live_calls, "usage.jsonl")
     audit.check(SUMMARY, "fork.live_cost_usd", fork.get("live_cost_usd"), live_cost, "usage.jsonl")
-    per_task = sum(int((o.replay or {}).get("live_calls") or 0) for o in outcomes)
-    audit.check(SUMMARY, "fork.live_calls", fork.get("live_calls"), per_task, "the tasks' replay verdicts")
+    if all(o.attempts == 1 and o.epochs == 1 for o in outcomes):  # else a verdict is its last attempt's or epoch's
+        per_task = sum(int((o.replay or {}).get("live_calls") or 0) for o in outcomes)
+        audit.check(SUMMARY, "fork.live_calls", fork.get("live_calls"), per_task, "the tasks' replay verdicts")
     saved = _saved_run(ev, fork)
     if saved is None:
         audit.skip(f"the fork's full re-run cost: the saved run {fork.get('saved_run')} is not at hand")
