@@ -277,6 +277,13 @@ def outcome_problems(data: Any) -> list[str]:
     return problems
 
 
+def stopped_by_budget(path: Path, task: Task, rescore: RuleScore | None) -> TaskOutcome | None:
+    """The task's saved result when an earlier session's budget stopped it (unfinished, its turns and tokens
+    spent): still the folder's record of the task while a rerun does not start it again."""
+    outcome = read_outcome(path, task, rescore)
+    return outcome if outcome is not None and outcome.status == BUDGET else None
+
+
 def load_outcomes(run_dir: Path, tasks: Iterable[Task], rescore: RuleScore | None = None) -> list[TaskOutcome]:
     """The outcomes on disk for ``tasks`` (dataset order): how a summary is rebuilt after an interruption.
     ``rescore``: the scorer's rules, so ``correct`` is recomputed from the answer, never read from the file."""

@@ -52,6 +52,7 @@ from flowllm.experiment.outcome import (
     LIMIT,
     TaskOutcome,
     read_outcome,
+    stopped_by_budget,
     unscored_or,
 )
 from flowllm.experiment.pricing import PriceTable, cost_summary, uncached_input
@@ -170,12 +171,6 @@ class Experiment:
         if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
             return None  # an epoch whose answer could not be scored runs again; the others are kept
         return outcome if outcome is not None and outcome.status in FINISHED else None
-
-    def stopped_before(self, task: Task) -> TaskOutcome | None:
-        """The task's result from an earlier session whose budget stopped it (unfinished, its turns and tokens
-        spent), so a rerun that starts it no more still counts what the folder holds."""
-        outcome = read_outcome(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
-        return outcome if outcome is not None and outcome.status == BUDGET else None
 
     def _records_dir(self, task: Task) -> Path:
         """The folder of the running attempt's records: the task's, or its epoch's in an epochs run."""
@@ -549,7 +544,7 @@ class Experiment:
                 if self.stop_reason is not None:  # the run directory cannot be written: do not start it
                     return
                 if self.budget_reached():  # the run's budget is spent: the task stays for a rerun
-                    stopped = self.stopped_before(task)
+                    stopped = stopped_by_budget(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
                     if stopped is not None:  # an earlier session's budget stop: still this folder's record of it
                         outcomes[task.task_id] = stopped
                     return

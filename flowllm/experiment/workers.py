@@ -47,7 +47,7 @@ from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.budget_report import budget_spent, spending_settings
 from flowllm.experiment.build import build_experiment, prepare, run_summary
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
-from flowllm.experiment.outcome import FINISHED, TaskOutcome, read_outcome
+from flowllm.experiment.outcome import FINISHED, TaskOutcome, read_outcome, stopped_by_budget
 from flowllm.experiment.prepared import PreparedRun
 from flowllm.experiment.progress import ProgressReporter
 from flowllm.experiment.projection import Projector
@@ -434,7 +434,13 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so).
     pending = bool(watcher.pending) and not budget_spent(cfg, run_dir)
     interrupted = pool.signals > 0 or pool.failure is not None or pending
-    outcomes = [already.get(t.task_id) or watcher.outcomes.get(t.task_id) for t in tasks]
+    outcomes = [
+        already.get(t.task_id)
+        or watcher.outcomes.get(t.task_id)
+        # Not started again (the budget is spent): an earlier session's budget stop is still the folder's record.
+        or stopped_by_budget(layout.result(t.task_id), t, rescore)
+        for t in tasks
+    ]
     finished = [o for o in outcomes if o is not None]
     # The same summary as a one-process run's, built by the same function.
     result = RunResult(finished, interrupted, len(already), tools_unavailable=None, tools_start_s=None)

@@ -107,7 +107,7 @@ def check_totals(ev: RunEvidence, outcomes: Sequence[TaskOutcome], audit: Audit)
     """The summary's tallies, statistics and replay accounting against the recomputed outcomes."""
     summary = ev.summary
     expected = _tallies(ev, outcomes)
-    replay = replay_summary([(o.replay, o.correct) for o in outcomes])
+    replay = replay_summary([(o.replay, o.correct) for o in counted(outcomes)])
     if replay is not None:
         expected["accuracy"] = replay["accuracy_scored"]
         check_leaves(audit, SUMMARY, "replay", summary.get("replay"), replay)
