@@ -159,6 +159,7 @@ class TaskOutcome:
             "stop": self.stop,
             "error": self.error,
             "usage": self.usage.to_dict(),
+            "scored": self.scored,
         }
 
 
@@ -211,12 +212,24 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
 def _rescore_epochs(outcome: TaskOutcome, task: Task, rescore: RuleScore) -> None:
     """An epochs result: each epoch's verdict is recomputed from its answer, and the task's score from them."""
     for entry in outcome.epoch_log:
-        verdict = rescore(task, entry.get("answer")) if entry.get("status") == COMPLETED else unscored_or(task, False)
+        verdict = _epoch_verdict(entry, task, rescore)
         entry["correct"] = None if verdict is None else bool(verdict)
     reducer = Reducer(outcome.epoch_reducer or Reducer.mean)
-    outcome.score = reduce_entries(outcome.epoch_log, reducer)
+    outcome.score = reduce_entries(outcome.epoch_log, reducer) if is_scored(outcome.replay) else None
     outcome.correct = epoch_score(outcome.score)
     outcome.ground_truth = task.ground_truth
+
+
+def _epoch_verdict(entry: dict[str, Any], task: Task, rescore: RuleScore) -> bool | None:
+    """One epoch's verdict from its entry: a finished epoch scored on its answer (a limit's only when it scored
+    partial answers), an unfinished one (the budget stopped it) or one that had none when it ran (a replay that
+    did not replay) none, a failed one wrong where there is a ground truth."""
+    status = entry.get("status")
+    if status == COMPLETED or (status == LIMIT and entry.get("scored", True)):
+        return rescore(task, entry.get("answer"))
+    if status == BUDGET or entry.get("correct") is None:
+        return None
+    return unscored_or(task, False)
 
 
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {

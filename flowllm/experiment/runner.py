@@ -435,6 +435,8 @@ class Experiment:
         off = [o.replay for o in epochs if o.replay is not None and o.replay.get("status") != "exact"]
         if off:
             combined.replay = off[0]
+        if not is_scored(combined.replay):  # an epoch that did not replay: the task's score is not known
+            combined.score, combined.correct = None, None
         return combined
 
     async def _run_attempts(self, task: Task) -> TaskOutcome:

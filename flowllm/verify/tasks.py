@@ -108,8 +108,8 @@ class TaskChecker:
         stopped = any(e.get("status") == BUDGET for e in saved.values())
         if stopped:  # an epoch the budget stopped leaves the task unfinished: a rerun runs the rest
             self.audit.check(file, "status", result.get("status"), BUDGET, "an epoch of it the budget stopped")
-        if stopped or result.get("status") == BUDGET:  # unfinished: its epochs are not reduced
-            score = None
+        if stopped or result.get("status") == BUDGET or not is_scored(result.get("replay")):
+            score = None  # unfinished, or an epoch did not replay: the epochs are not reduced
         else:
             self.audit.check(file, "score", result.get("score"), score, f"the epochs reduced by {reducer}")
             self.audit.check(file, "correct", result.get("correct"), epoch_score(score))
