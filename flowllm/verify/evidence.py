@@ -8,7 +8,6 @@ finish (an interrupted or budget-stopped run), and the tallies say so.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,14 +140,6 @@ def _prices(cfg: DictConfig) -> tuple[Path, PriceTable | None]:
         return path, PriceTable.load(path)
     except FlowError:
         return path, None
-
-
-def file_sha256(path: Path) -> str | None:
-    try:
-        with path.open("rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
-    except OSError:
-        return None
 
 
 def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:

@@ -9,10 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from flowllm.experiment.outcome import TaskOutcome
-from flowllm.verify.evidence import VerifyInputError
+from flowllm.verify.evidence import VerifyInputError, read_jsonl
 from flowllm.verify.findings import Audit
 
 __all__ = ["check_export"]
@@ -66,17 +64,12 @@ def _inspect(path: Path, outcomes: Mapping[str, TaskOutcome], audit: Audit) -> N
 
 def _submission(path: Path, outcomes: Mapping[str, TaskOutcome], audit: Audit) -> None:
     name = path.name
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            line = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise VerifyInputError(f"{path}: line {number} does not parse: {exc}") from None
-        task_id = str(line.get("task_id"))
+    for line in read_jsonl(path, path.parent):
+        task_id = str(line.value.get("task_id"))
         outcome = outcomes.get(task_id)
         expected = None if outcome is None else (outcome.answer or "")
-        audit.check(name, f"line {number} ({task_id}): model_answer", line.get("model_answer"), expected)
+        field = f"line {line.number} ({task_id}): model_answer"
+        audit.check(name, field, line.value.get("model_answer"), expected)
 
 
 def check_export(path: Path, outcomes: Sequence[TaskOutcome], audit: Audit) -> None:
