@@ -36,8 +36,10 @@
         ├── NoCommonTasks              two runs with no scored task in common: nothing to pair (inspect/paired.py)
         ├── UsageInputError            a path holding no usage ledger, or a bad --by (inspect/usage.py)
         ├── PowerUsageError            bad arguments, or a run without the figures asked for (inspect/power.py)
-        └── ExportError                nothing can be exported: not a run, a missing extra, an unwritable file
-                                       (export/source.py)
+        ├── ExportError                nothing can be exported: not a run, a missing extra, an unwritable file
+        │                              (export/source.py)
+        └── VerifyInputError           flowllm verify was given no run, or a file of it does not parse
+                                       (verify/evidence.py)
 
 A build error exits 2 ("nothing ran"); a run error that reaches the app after tasks ran exits with the code of
 the run's tasks; a ``CliError`` exits with the code it carries. Where a library catches every ``Exception``

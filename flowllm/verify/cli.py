@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         audits = audit_path(args.run, dataset=args.dataset, exports=args.export)
     except VerifyInputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
+        return exc.exit_code
     if args.json:
         body = audits[0].to_dict() if len(audits) == 1 else {"jobs": [a.to_dict() for a in audits]}
         sys.stdout.write(json.dumps(body, indent=2, default=str) + "\n")

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.task import Task
-from flowllm.errors import BuildError, FlowError
+from flowllm.errors import CliError, FlowError
 from flowllm.experiment.outcome import outcome_problems
 from flowllm.experiment.pricing import PriceTable
 from flowllm.resources import bundled
@@ -26,7 +26,7 @@ from flowllm.rundir.layout import RESULT_FILE, RunLayout
 __all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
 
 
-class VerifyInputError(BuildError):
+class VerifyInputError(CliError):
     """What ``flowllm verify`` was given cannot be audited (not a run, a file that does not parse): exit 2."""
 
 

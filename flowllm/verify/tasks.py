@@ -28,6 +28,7 @@ from flowllm.verify.totals import saved_choice
 __all__ = ["check_tasks", "expected_correct"]
 
 Rules = Callable[[Task, str | None], bool | None]
+ALL_NODES = "all"  # recorder.snapshot: every node's files kept (errors, none: fewer)
 RULES: dict[str, Rules] = {"gaia": GaiaScorer().rules, "exact": ExactScorer().rules}
 
 
@@ -55,6 +56,8 @@ class TaskChecker:
         self.audit = audit
         provider = OmegaConf.to_container(ev.cfg.provider, resolve=False)
         self.normalizers = Normalizers(provider if isinstance(provider, dict) else {})  # type: ignore[arg-type]
+        recorder = ev.cfg.get("recorder") or {}
+        self.snapshot = str(recorder.get("snapshot") or ALL_NODES)
         scorer = str(ev.cfg.dataset.get("scorer") or "gaia")
         self.rules = RULES.get(scorer)
         if self.rules is None:
@@ -67,6 +70,9 @@ class TaskChecker:
             self.audit.check(file, "answer", saved, None, "a failed task gave no answer")
             return None
         reply = final_reply(self.ev.layout.conversation(task.task_id, "", epoch), self.normalizers)
+        if reply.file is None and self.snapshot != ALL_NODES:  # the run kept no node files for this task
+            self.audit.skip(f"answers of tasks whose replies were not kept (recorder.snapshot={self.snapshot})")
+            return saved if isinstance(saved, str) else None
         if reply.text is None:
             self.audit.check(file, "answer", saved, f"(no readable reply: {reply.problem})")
             return saved if isinstance(saved, str) else None
