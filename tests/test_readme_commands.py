@@ -85,14 +85,6 @@ def test_the_readme_shows_commands() -> None:
     assert any(c.args == ("+experiment=gaia", "provider=claude") for c in COMMANDS)
 
 
-@pytest.fixture(scope="module")
-def saved_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("readme") / "run"
-    done = run_flowllm("progress=false", f"hydra.run.dir={run}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return run
-
-
 @pytest.mark.parametrize("command", COMMANDS, ids=[f"line{c.line}" for c in COMMANDS])
 def test_every_readme_command_composes(command: Command, tmp_path: Path) -> None:
     register_configs()
@@ -106,9 +98,9 @@ RUNNABLE = [c for c in COMMANDS if c.offline]
 
 
 @pytest.mark.parametrize("command", RUNNABLE, ids=[f"line{c.line}" for c in RUNNABLE])
-def test_every_offline_readme_command_runs_and_verifies(command: Command, tmp_path: Path, saved_run: Path) -> None:
+def test_every_offline_readme_command_runs_and_verifies(command: Command, tmp_path: Path, sample_run: Path) -> None:
     run = tmp_path / "run"
-    args = [*command.overrides(saved_run), "progress=false", f"hydra.run.dir={run}"]
+    args = [*command.overrides(sample_run), "progress=false", f"hydra.run.dir={run}"]
     done = run_flowllm(*args)
     assert done.returncode in (0, 3), f"README line {command.line}: {command.text}\n{done.stderr[-3000:]}"
     audit = audit_run(run)

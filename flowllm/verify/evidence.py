@@ -8,7 +8,7 @@ finish (an interrupted or budget-stopped run), and the tallies say so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,6 @@ class RunEvidence:
     history: list[dict[str, Any]]
     prices: PriceTable | None
     price_table_path: Path
-    problems: list[str] = field(default_factory=list)
 
     def rel(self, path: Path) -> str:
         """``path`` as the auditor names it: relative to the run folder."""

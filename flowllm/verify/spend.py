@@ -75,7 +75,9 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     in_flight = int(ev.cfg.experiment.get("max_concurrent") or 1) * max(1, int(ev.cfg.experiment.get("workers") or 1))
     bound = round(float(cap) + in_flight * _max_call([*ev.ledger, *ev.judge_ledger]), 6)
     if spent > bound:
-        audit.check(SUMMARY, "budget.spent.cost_usd", spent, f"at most {bound}", "the cap plus the turns in flight")
+        audit.flag(SUMMARY, "budget.spent.cost_usd", spent, f"at most {bound}", "the cap plus the turns in flight")
+    else:
+        audit.compared += 1
 
 
 def check_spend(ev: RunEvidence, audit: Audit) -> None:

@@ -36,7 +36,7 @@ def _one_run_limit(
     status, turns = result.get("status"), int(result.get("turns") or 0)
     cap = caps.get("turns")
     if cap is not None and status == COMPLETED and turns > cap:
-        audit.check(file, "turns", turns, f"at most {cap}", "agent.limits.turns: a limit the task ran past")
+        audit.flag(file, "turns", turns, f"at most {cap}", "agent.limits.turns: a limit the task ran past")
     if status != LIMIT:
         return
     limit = str(result.get("limit"))
@@ -45,7 +45,7 @@ def _one_run_limit(
     elif limit in ("tokens", "cost_usd") and bill is not None and result.get("attempts", 1) == 1:
         spent = bill.total_tokens if limit == "tokens" else bill.cost_usd
         if spent is not None and spent < float(caps[limit]):
-            audit.check(file, "limit", limit, f"not reached: {spent} < {caps[limit]}", "the task's ledger lines")
+            audit.flag(file, "limit", limit, f"not reached: {spent} < {caps[limit]}", "the task's ledger lines")
     elif limit in CLOCK_LIMITS:
         audit.skip(f"the {limit} limit's verdicts (wall-clock time is not recorded as evidence)")
 

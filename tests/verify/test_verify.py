@@ -33,29 +33,21 @@ def old_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def fresh_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("fresh") / "run"
-    done = run_flowllm("progress=false", f"hydra.run.dir={run}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return run
-
-
 def verify(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
     code = verify_main([str(run), *extra])
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
-def test_a_fresh_run_verifies(fresh_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = verify(fresh_run, capsys)
+def test_a_sample_run_verifies(sample_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = verify(sample_run, capsys)
     assert code == ExitCode.OK, out
     assert "verified (" in out and "NOT" not in out
 
 
-def test_verify_is_a_command_of_python_m_flowllm(fresh_run: Path) -> None:
+def test_verify_is_a_command_of_python_m_flowllm(sample_run: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "flowllm", "verify", str(fresh_run), "--json"],
+        [sys.executable, "-m", "flowllm", "verify", str(sample_run), "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -125,10 +117,10 @@ EDITS: dict[str, tuple[Callable[[Path], None], str]] = {
 
 @pytest.mark.parametrize("what", list(EDITS))
 def test_editing_any_number_is_named(
-    what: str, fresh_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    what: str, sample_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "run"
-    shutil.copytree(fresh_run, run)
+    shutil.copytree(sample_run, run)
     edit, expected = EDITS[what]
     edit(run)
     code, out, _ = verify(run, capsys)
@@ -185,27 +177,29 @@ def test_a_sweep_folder_audits_each_job(old_runs: Path, tmp_path: Path, capsys: 
     assert f"{sweep / '1'}: NOT verified" in out
 
 
-def test_exports_are_compared_with_the_run(fresh_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_exports_are_compared_with_the_run(
+    sample_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An Inspect AI log (read back by inspect_ai) and a GAIA submission agree with the run; an edited answer in
     the submission is named by its line."""
     log, submission = tmp_path / "run.eval", tmp_path / "answers.jsonl"
     for fmt, path in (("inspect", log), ("gaia-submission", submission)):
         done = subprocess.run(
-            [sys.executable, "-m", "flowllm.inspect", "export", str(fresh_run), "--format", fmt, "-o", str(path)],
+            [sys.executable, "-m", "flowllm.inspect", "export", str(sample_run), "--format", fmt, "-o", str(path)],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
-    code, out, _ = verify(fresh_run, capsys, "--export", str(log), "--export", str(submission))
+    code, out, _ = verify(sample_run, capsys, "--export", str(log), "--export", str(submission))
     assert code == ExitCode.OK, out
     lines = submission.read_text().splitlines()
     edited = [json.loads(line) for line in lines]
     number = next(n for n, line in enumerate(edited, start=1) if line["task_id"] == TASK)
     edited[number - 1]["model_answer"] = "8"
     submission.write_text("\n".join(json.dumps(line) for line in edited) + "\n")
-    code, out, _ = verify(fresh_run, capsys, "--export", str(submission))
+    code, out, _ = verify(sample_run, capsys, "--export", str(submission))
     assert code == ExitCode.UNVERIFIED
     assert f"answers.jsonl: line {number} ({TASK}): model_answer: the run says '8', the evidence gives '7'" in out
 
