@@ -78,9 +78,9 @@ async def run_one(overrides: list[str], run_dir: Path) -> RunFigures:
     """One run as ``python -m flowllm`` makes it (prepare, the provider with its ledger, the experiment, the
     summary), with the tools in process; the wall time covers the tasks only."""
     from flowllm.engine import Recorder
-    from flowllm.experiment.build import build_experiment, prepare, run_summary
     from flowllm.providers import UsageLedger, open_provider
     from flowllm.rundir.layout import RunLayout
+    from flowllm.setup.build import build_experiment, prepare, run_summary
 
     cfg = compose(overrides)
     parts = prepare(cfg)

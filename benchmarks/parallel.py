@@ -28,8 +28,8 @@ async def _turn_seconds(k: int, runner_name: str, sizes: Sizes, work_dir: Path) 
     from flowllm.agent.loop import build_system_prompt
     from flowllm.core.types import user_message
     from flowllm.engine import TurnContext
-    from flowllm.experiment.build import prepare
     from flowllm.providers import open_provider
+    from flowllm.setup.build import prepare
 
     work = write_workload(work_dir / f"{runner_name}-{k}", 1, fanout_script((k,), sizes.tool_seconds), "done")
     cfg = compose(

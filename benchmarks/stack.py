@@ -174,8 +174,8 @@ async def run_experiment(
     """One experiment as ``flowllm.app`` runs it, tools in process; the wall time covers the tasks only (not
     opening the provider and its emulator)."""
     from flowllm.engine import Recorder
-    from flowllm.experiment.build import build_experiment, prepare
     from flowllm.providers import open_provider
+    from flowllm.setup.build import build_experiment, prepare
 
     parts = prepare(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowllm.tools.pool import ToolPool, open_tool_pool
+from flowllm.tools.client.pool import ToolPool, open_tool_pool
 
 CONFIG = {
     "name": "benchmark",

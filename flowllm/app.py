@@ -26,32 +26,33 @@ from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import FlowError, RunStopped
 from flowllm.exit_codes import ExitCode, error_exit_code, run_exit_code
-from flowllm.experiment import fingerprint, workers
-from flowllm.experiment.budget_report import spending_settings
-from flowllm.experiment.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
-from flowllm.experiment.config_record import has_config_record, write_config_record
-from flowllm.experiment.outcome import load_outcomes
-from flowllm.experiment.preflight import PreflightError, ProviderTarget, preflight
-from flowllm.experiment.prepared import PreparedRun
-from flowllm.experiment.progress import ProgressReporter
-from flowllm.experiment.projection import Projector
-from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import RunResult
-from flowllm.experiment.spending import SpendBook
-from flowllm.experiment.sweep import build_sweep_summary
-from flowllm.experiment.tables import print_tables
-from flowllm.experiment.task_usage import read_bills
-from flowllm.experiment.vision import open_vision
-from flowllm.experiment.webconf import cache_env, web_tools
+from flowllm.experiment import workers
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.replay import REPLAY_PROTOCOL
+from flowllm.run.budget_report import spending_settings
+from flowllm.run.outcome import load_outcomes
+from flowllm.run.progress import ProgressReporter
+from flowllm.run.report import print_summary
+from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
 from flowllm.scoring.rejudge import inherit_replayed_run
+from flowllm.setup import fingerprint
+from flowllm.setup.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
+from flowllm.setup.config_record import has_config_record, write_config_record
+from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
+from flowllm.setup.prepared import PreparedRun
+from flowllm.setup.vision import open_vision
+from flowllm.setup.webconf import cache_env, web_tools
+from flowllm.spend.projection import Projector
+from flowllm.spend.spending import SpendBook
+from flowllm.spend.task_usage import read_bills
+from flowllm.sweep.summary import build_sweep_summary
+from flowllm.sweep.tables import print_tables
 from flowllm.telemetry.live import attach_telemetry
 from flowllm.tools.python import limits_from_args, probe_gaps
-from flowllm.tools.sandbox import describe_gaps, protect_process
+from flowllm.tools.sandbox.execute import describe_gaps, protect_process
 
 log = logging.getLogger("flowllm")
 

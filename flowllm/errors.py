@@ -5,7 +5,7 @@
     │   ├── ConfigError                a setting is invalid (names the setting)
     │   │   ├── ToolConfigError        a tool server entry is invalid (tools/)
     │   │   └── FingerprintMismatch    a rerun's settings differ from what produced the folder's results
-    │   │                              (experiment/fingerprint.py)
+    │   │                              (setup/fingerprint.py)
     │   ├── PipelineError              the turn graph cannot be built or cannot serve the agent (engine/errors.py)
     │   │   ├── UnknownTargetError     a node's _target_ cannot be imported
     │   │   ├── MissingInputError      a node reads what no node produces
@@ -14,8 +14,8 @@
     │   ├── DatasetError               the dataset is missing or malformed (datasets/task.py)
     │   ├── ProviderConfigError        a provider cannot work as configured (providers/errors.py)
     │   ├── ScriptError                an emulator script is invalid (emulator/script.py)
-    │   ├── PricingError               the price table is malformed (experiment/pricing.py)
-    │   └── PreflightError             every problem the checks before the first task found (experiment/preflight.py)
+    │   ├── PricingError               the price table is malformed (spend/pricing.py)
+    │   └── PreflightError             every problem the checks before the first task found (setup/preflight.py)
     ├── RunError                       raised while tasks run: the task that meets it fails, the others go on
     │   ├── NodeExecutionError         a node raised (engine/errors.py)
     │   ├── NodeContractError          a node returned other outputs than it declares (engine/errors.py)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flowllm.engine.recorder import read_json
-from flowllm.tools.sandbox import probe_bwrap
+from flowllm.tools.sandbox.execute import probe_bwrap
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ("legacy", "graph", "graph_parallel")

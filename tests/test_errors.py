@@ -18,8 +18,6 @@ from flowllm.cli.listing import help_text
 from flowllm.engine.errors import NodeContractError
 from flowllm.errors import BuildError, CarriedError, CliError, ConfigError, FlowError, RunError, RunStopped
 from flowllm.exit_codes import ExitCode, error_exit_code, run_exit_code, sweep_exit_code
-from flowllm.experiment.checks import RunDirCheck
-from flowllm.experiment.sweep import read_job
 from flowllm.export.source import ExportError
 from flowllm.inspect import cli as inspect_cli
 from flowllm.inspect.artifacts import NotARunError
@@ -27,6 +25,8 @@ from flowllm.inspect.paired import NoCommonTasks
 from flowllm.inspect.power import PowerUsageError
 from flowllm.inspect.usage import UsageInputError
 from flowllm.providers.errors import ProviderConfigError
+from flowllm.setup.checks import RunDirCheck
+from flowllm.sweep.summary import read_job
 from tests.inspect.minirun import write_run
 
 

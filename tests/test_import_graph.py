@@ -24,7 +24,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("providers", "tools", "emulator"),  # services: model endpoints, tool servers, the loopback emulator
     ("nodes", "agent", "memory"),  # what runs in a turn, and the loop around turns
     ("datasets", "scoring", "export", "telemetry"),  # tasks in, scores out; a saved run read as other tools' formats
-    ("experiment",),  # a run: tasks, workers, preflight, reports
+    ("spend",),  # prices, the run's bill and budget, per-task limits, projections
+    ("run",),  # one process's run of tasks: runner, epochs, outcomes, progress, the summary
+    ("setup", "sweep"),  # a run built from its config, preflight, fingerprint; a sweep's summary
+    ("experiment",),  # an experiment across processes: workers, Ray
     ("app", "cli", "inspect", "verify", "analysis", "__main__", "data"),  # entry points, the auditor, notebooks
 )
 # Imports that break the order, each with where it should go; the test fails when one is gone, so the lists only
@@ -150,13 +153,13 @@ def test_deferred_and_type_checking_imports_are_counted(tmp_path: Path) -> None:
         "if TYPE_CHECKING:\n"
         "    from flowllm.app import run\n"
         "def later() -> None:\n"
-        "    from flowllm.experiment import build\n",
+        "    from flowllm.setup import build\n",
         encoding="utf-8",
     )
-    modules = {"flowllm.errors", "flowllm.app", "flowllm.app.run", "flowllm.experiment", "flowllm.experiment.build"}
+    modules = {"flowllm.errors", "flowllm.app", "flowllm.app.run", "flowllm.setup", "flowllm.setup.build"}
     assert imports_of(source, modules) == modules
     assert imports_of(source, modules, type_checking=False) == {
         "flowllm.errors",
-        "flowllm.experiment",
-        "flowllm.experiment.build",
+        "flowllm.setup",
+        "flowllm.setup.build",
     }

@@ -19,7 +19,7 @@ from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage, t
 from flowllm.engine import Pipeline, Runner, TurnContext
 from flowllm.engine.runners import NodeObserver
 from flowllm.rundir.layout import subagent_scope
-from flowllm.tools.textproto import describe_server_instructions, describe_tools_for_prompt
+from flowllm.tools.client.textproto import describe_server_instructions, describe_tools_for_prompt
 
 
 def build_system_prompt(base: str, tools: list[ToolSpec], tool_protocol: str) -> list[Block]:

@@ -1,7 +1,7 @@
 """Tool servers' sampling requests answered by the run's provider (``tools.sampling=answer``).
 
 The task's pool hands each request of a task-scoped server to the handler bound to its sampler
-(flowllm/tools/sampling.py has the MCP side). The handler runs the turn graph once, as agent ``sampling`` with
+(flowllm/tools/client/sampling.py has the MCP side). The handler runs the turn graph once, as agent ``sampling`` with
 the server's system prompt and no tools, so a sampling call is what a sub-agent is: recorded under the turn whose
 tool call triggered it (``turn_NNN/subagents/sampling-<n>/turn_001/...``, ``n`` counting the task's sampling
 calls from 1), its tokens counted toward the task and in ``usage.jsonl`` (agent ``sampling``), retried and fallen

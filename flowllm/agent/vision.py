@@ -31,7 +31,7 @@ from flowllm.core.types import Block, ToolResult, ToolSpec, Usage, text_block
 
 if TYPE_CHECKING:
     from flowllm.tools.browse import UrlPolicy
-    from flowllm.tools.webcache import WebCache
+    from flowllm.tools.web.cache import WebCache
 
 VISION_SERVER = "tool-vision"
 ASK_IMAGE = "ask_image"
@@ -106,7 +106,7 @@ def load_image_file(workspace: Path, path: str, max_bytes: int) -> tuple[str, by
 async def fetch_image(url: str, spec: VisionSpec) -> tuple[str, bytes]:
     """(media type, bytes) of an image URL, from the run's web cache when it was fetched before."""
     from flowllm.tools.browse import BrowseError, BrowseLimits, Browser
-    from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
+    from flowllm.tools.web.cache import CachedError, ReplayMiss, WebCache
 
     if spec.url_policy is None:
         raise ImageError("this run reads no URLs; save the image in the task's folder first")

@@ -3,7 +3,7 @@
     flowllm run [OVERRIDES...]          = python -m flowllm [OVERRIDES...] (also: flowllm OVERRIDES...)
     flowllm inspect RUN [...]           = python -m flowllm.inspect RUN [...]
     flowllm list providers|experiments|tools|pipelines|repair|runners|subagents|launchers
-    flowllm sweep-summary SWEEP_DIR     = python -m flowllm.experiment.sweep SWEEP_DIR
+    flowllm sweep-summary SWEEP_DIR     = python -m flowllm.sweep.summary SWEEP_DIR
     flowllm verify RUN [--json]         the run auditor (flowllm/verify): every number checked against evidence
 
 ``flowllm --help`` lists the config groups and their choices without the ``base_*`` schemas (which are no
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return verify_main(args[1:])
     if args and args[0] == "sweep-summary":
-        from flowllm.experiment.sweep import main as sweep_main
+        from flowllm.sweep.summary import main as sweep_main
 
         return sweep_main(args[1:])
     from flowllm.cli.run import run_main

@@ -30,19 +30,19 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.errors import ConfigError, FlowError
-from flowllm.experiment import fingerprint
-from flowllm.experiment.build import preflight_targets, prepare_parts, resolve_path
-from flowllm.experiment.fingerprint import resume_mode
-from flowllm.experiment.preflight import (
+from flowllm.scoring.rejudge import inherit_replayed_run
+from flowllm.setup import fingerprint
+from flowllm.setup.build import preflight_targets, prepare_parts, resolve_path
+from flowllm.setup.fingerprint import resume_mode
+from flowllm.setup.preflight import (
     ProviderTarget,
     check_providers,
     check_tools,
     live_providers,
     tool_start_timeout,
 )
-from flowllm.experiment.sweep_stats import resolve_baseline
-from flowllm.experiment.webconf import web_tools
-from flowllm.scoring.rejudge import inherit_replayed_run
+from flowllm.setup.webconf import web_tools
+from flowllm.sweep.stats import resolve_baseline
 
 # Hydra escapes the sweep's values (http\://...): shown as the user wrote them.
 _UNESCAPE = re.compile(r"\\(.)")
@@ -143,7 +143,7 @@ def _target_key(target: ProviderTarget) -> tuple[Any, ...]:
 
 def tools_key(cfg: DictConfig, start_timeout_s: float) -> str:
     """What decides whether a job's tool servers start: its resolved tools settings, the start timeout, and what
-    the run's web tool environment (flowllm.experiment.webconf) reads from the rest of the config."""
+    the run's web tool environment (flowllm.setup.webconf) reads from the rest of the config."""
     what: dict[str, Any] = {"tools": OmegaConf.to_container(cfg.tools, resolve=True), "timeout_s": start_timeout_s}
     if OmegaConf.select(cfg, "tools.audio.emulator", default=False):
         what["emulator_script"] = OmegaConf.select(cfg, "provider.emulator_script")

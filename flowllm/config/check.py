@@ -264,7 +264,7 @@ def refuse_ignored_overrides(cfg: DictConfig) -> None:
     for group, choice in choices.items():
         if choice.rsplit("/", 1)[-1].startswith(SCHEMA_PREFIX) and not group.startswith("hydra"):
             raise ConfigError(f"{group}={choice} is the schema the {group} configs extend, not a choice")
-    # Unresolved: an override may hold ${workspace}, which only a task's folder resolves (tools/settings.py).
+    # Unresolved: an override may hold ${workspace}, which only a task's folder resolves (tools/client/settings.py).
     task_overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]  # type: ignore[union-attr]
     for override in OverridesParser.create().parse_overrides(task_overrides):
         problem = added_key_problem(override, cfg, groups=set(choices))

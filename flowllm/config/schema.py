@@ -144,7 +144,7 @@ class WireConfig:
 @dataclass
 class HistoryConfig:
     """How the conversation is shaped for chat templates that are strict about it (OpenAI Chat). null: what
-    the model family needs (flowllm/providers/models.py: Mistral and Gemma alternate, Mistral's ids)."""
+    the model family needs (flowllm/providers/wire/models.py: Mistral and Gemma alternate, Mistral's ids)."""
 
     # Keep user and assistant turns alternating: an assistant message between tool results and a new user
     # message, consecutive user messages joined.
@@ -258,7 +258,7 @@ class PipelineConfig:
 
 @dataclass
 class ToolServerConfig:
-    """One MCP server (flowllm/tools/settings.py reads it; unknown keys are refused there)."""
+    """One MCP server (flowllm/tools/client/settings.py reads it; unknown keys are refused there)."""
 
     command: str | None = None  # a local server over stdio...
     url: str | None = None  # ...or a remote one: streamable HTTP, or SSE with transport: sse
@@ -309,7 +309,7 @@ class VisionToolConfig:
 
 
 class SamplingMode(Choice):
-    """What the client answers to a server's ``sampling/createMessage`` (flowllm/tools/sampling.py)."""
+    """What the client answers to a server's ``sampling/createMessage`` (flowllm/tools/client/sampling.py)."""
 
     decline = "decline"  # an MCP error the server can pass on: do the work without a model
     answer = "answer"  # task-scoped servers: one call to the run's provider, recorded as agent "sampling"
@@ -318,7 +318,7 @@ class SamplingMode(Choice):
 @dataclass
 class ToolsConfig:
     name: str = MISSING
-    # Entries follow ToolServerConfig, checked by flowllm/tools/settings.py (one line per mistake). Typed Any so
+    # Entries follow ToolServerConfig, checked by flowllm/tools/client/settings.py (one line per mistake). Typed Any so
     # that `+tools.servers.NAME={url: ...}` can add a server: OmegaConf refuses a dict for a dataclass value.
     servers: dict[str, Any] = field(default_factory=dict)
     call_timeout_s: float = 60.0
@@ -379,7 +379,7 @@ class MemoryConfig:
 
 @dataclass
 class LimitsConfig:
-    """Per-task limits (flowllm/experiment/spending.py), null = none: a task that reaches one ends after the turn
+    """Per-task limits (flowllm/spend/spending.py), null = none: a task that reaches one ends after the turn
     in progress with status ``limit`` and the limit named."""
 
     tokens: int | None = None  # input + output tokens of every model call of the task
@@ -489,7 +489,7 @@ class IntervalMethod(Choice):
 
 @dataclass
 class BudgetConfig:
-    """The run's budget over its whole ledger (flowllm/experiment/spending.py), null = none: once reached no task
+    """The run's budget over its whole ledger (flowllm/spend/spending.py), null = none: once reached no task
     starts, running ones end with status ``budget``, exit 3; a rerun with a higher budget resumes."""
 
     cost_usd: float | None = None
@@ -507,7 +507,7 @@ class ExperimentConfig:
     epochs: int = 1
     epoch_reducer: Reducer = Reducer.mean
     # true: skip tasks whose result.json says completed (rerun into the same hydra.run.dir), refused when the
-    # folder's results came from other settings (flowllm/experiment/fingerprint.py); false: run every task
+    # folder's results came from other settings (flowllm/setup/fingerprint.py); false: run every task
     # again; force: resume even so, recording both settings' fingerprints.
     resume: Any = True
     # When stderr is not a terminal: one plain progress line at most this often (plus the first and the last).
@@ -544,7 +544,7 @@ class RecorderConfig:
 class ReplayTools(Choice):
     """Under provider=replay, where the tools that touch the world get their results."""
 
-    saved = "saved"  # the replayed run's search and browse results (web_cache/, flowllm/tools/webcache.py)
+    saved = "saved"  # the replayed run's search and browse results (web_cache/, flowllm/tools/web/cache.py)
     live = "live"  # fetched again
 
 
@@ -555,7 +555,7 @@ class ReplayToolsConfig:
 
 @dataclass
 class PreflightConfig:
-    """Checks before the first task (flowllm/experiment/preflight.py): every problem listed at once, exit 2."""
+    """Checks before the first task (flowllm/setup/preflight.py): every problem listed at once, exit 2."""
 
     providers: bool = True  # each real provider (and fallback) answers a models listing; emulators are skipped
     tools: bool = True  # each tool server starts and lists its tools

@@ -35,7 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 FIXTURE_DOMAIN = "web.test"
-FIXTURES_ENV = "FLOWLLM_WEB_FIXTURES"  # the address tool servers are given (experiment/webconf.py)
+FIXTURES_ENV = "FLOWLLM_WEB_FIXTURES"  # the address tool servers are given (setup/webconf.py)
 HUGE_PAGE_BYTES = 20 * 1024 * 1024
 
 

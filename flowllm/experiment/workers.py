@@ -44,26 +44,26 @@ from flowllm.config.schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped
-from flowllm.experiment.budget_report import budget_spent, spending_settings
-from flowllm.experiment.build import build_experiment, prepare, run_summary
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
-from flowllm.experiment.outcome import FINISHED, TaskOutcome, read_outcome, stopped_by_budget
-from flowllm.experiment.prepared import PreparedRun
-from flowllm.experiment.progress import ProgressReporter
-from flowllm.experiment.projection import Projector
 from flowllm.experiment.ray_executor import RayPool
-from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import RunResult
-from flowllm.experiment.spending import SpendBook
-from flowllm.experiment.vision import open_vision
-from flowllm.experiment.webconf import cache_env, web_tools
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import Resolver, default_resolver
+from flowllm.run.budget_report import budget_spent, spending_settings
+from flowllm.run.outcome import FINISHED, TaskOutcome, read_outcome, stopped_by_budget
+from flowllm.run.progress import ProgressReporter
+from flowllm.run.report import print_summary
+from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
 from flowllm.scoring.scorers import RuleScore
+from flowllm.setup.build import build_experiment, prepare, run_summary
+from flowllm.setup.prepared import PreparedRun
+from flowllm.setup.vision import open_vision
+from flowllm.setup.webconf import cache_env, web_tools
+from flowllm.spend.projection import Projector
+from flowllm.spend.spending import SpendBook
 from flowllm.telemetry.live import attach_telemetry
 
 if TYPE_CHECKING:

@@ -35,19 +35,6 @@ from rich.table import Table
 from rich.text import Text
 
 from flowllm.errors import CliError
-from flowllm.experiment.epochs import epoch_summary
-from flowllm.experiment.report import (
-    accuracy_rows,
-    acted_row,
-    cost_text,
-    format_tokens,
-    format_usd,
-    headline_accuracy,
-    plural,
-    short_error,
-)
-from flowllm.experiment.run_stats import stats_rows
-from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import MAIN_AGENT, NotARunError, RunRecord, open_run, task_summary
 from flowllm.inspect.diff import RunDiff, diff_runs
 from flowllm.inspect.paired import NoCommonTasks, paired_block, render_paired
@@ -72,7 +59,20 @@ from flowllm.inspect.views import (
     task_turn_views,
     unavailable_tools,
 )
+from flowllm.run.epochs import epoch_summary
+from flowllm.run.report import (
+    accuracy_rows,
+    acted_row,
+    cost_text,
+    format_tokens,
+    format_usd,
+    headline_accuracy,
+    plural,
+    short_error,
+)
+from flowllm.run.stats import stats_rows
 from flowllm.rundir.layout import LEDGER_FILE
+from flowllm.spend.task_usage import read_bills
 from flowllm.verify import verification
 
 PROG = "python -m flowllm.inspect"

@@ -5,7 +5,7 @@ values that differ between any two live runs ignored (server ids, clocks: ``json
 replay with another repair chain it lands on the node that changed (``repair_arguments``' output); for two live
 runs of a model, on the first reply that differs.
 
-When either run is a replay, each task carries both sides' replay verdicts (flowllm/experiment/replay_audit.py):
+When either run is a replay, each task carries both sides' replay verdicts (flowllm/run/replay_audit.py):
 a task whose verdict is not the same in two replays is flagged, and a task that diverged or missed a turn is
 listed even when its result is the same, since its answer came from replies to another conversation.
 """

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from flowllm.errors import CliError
-from flowllm.experiment.run_stats import score_map
 from flowllm.inspect.artifacts import RunRecord
+from flowllm.run.stats import score_map
 from flowllm.scoring.stats import PairedComparison, compare_paired
 
 __all__ = ["NoCommonTasks", "paired_block", "render_paired", "run_scores"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowllm.experiment.fingerprint import flatten, read_fingerprint
 from flowllm.inspect.artifacts import RunRecord, task_summary
+from flowllm.setup.fingerprint import flatten, read_fingerprint
 
 NOT_RECORDED = "not recorded"
 

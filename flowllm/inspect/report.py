@@ -23,7 +23,6 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import (
     Artifact,
     NotARunError,
@@ -49,6 +48,7 @@ from flowllm.inspect.views import (
     unavailable_tools,
 )
 from flowllm.scoring.stats import format_estimate
+from flowllm.spend.task_usage import read_bills
 from flowllm.verify import verification
 
 INTERN_MIN_CHARS = 64

@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.engine.blobs import describe_blob
-from flowllm.experiment.replay_audit import ReplayStatus, replay_summary
-from flowllm.experiment.spending import RunBill
-from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.artifacts import (
     ARTIFACT_FILES,
     MAIN_AGENT,
@@ -29,8 +26,11 @@ from flowllm.inspect.artifacts import (
     read_artifact,
     task_summary,
 )
+from flowllm.run.replay_audit import ReplayStatus, replay_summary
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import LEDGER_FILE, OUTPUT_FILE, RESULT_FILE, TIMING_FILE, RunLayout
+from flowllm.spend.spending import RunBill
+from flowllm.spend.task_usage import read_bills
 
 # Node folders whose outputs never hold what the views look for, and can be large (whole raw exchanges or
 # histories): skipped when digging for replies and calls.
@@ -535,7 +535,7 @@ def breakdown_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 # ----- replay verdicts ----------------------------------------------------------------------------------------
-# What result.json says under ``replay`` in a provider=replay run (flowllm/experiment/replay_audit.py).
+# What result.json says under ``replay`` in a provider=replay run (flowllm/run/replay_audit.py).
 REPLAY_STATUSES = tuple(s.value for s in ReplayStatus)
 # How much of a saved or a new value the divergence detail keeps (the rest: the node command).
 DETAIL_CHARS = 2000

@@ -11,7 +11,7 @@ from flowllm.nodes.executed import executed_message
 from flowllm.nodes.toolcalls import PreparedCall
 from flowllm.parsing import BadToolCall
 from flowllm.parsing.isolation import frame_native_result, neutralize_call_markup
-from flowllm.tools.textproto import format_tool_result
+from flowllm.tools.client.textproto import format_tool_result
 
 
 def _error(call_id: str, server: str | None, name: str, message: str) -> ToolResult:

@@ -40,7 +40,7 @@ from flowllm.providers.errors import (
     ProviderResponseError,
     classify_exception,
 )
-from flowllm.providers.models import Adjustment, shape_request
+from flowllm.providers.wire.models import Adjustment, shape_request
 
 if TYPE_CHECKING:
     from flowllm.providers.batch import Batcher
@@ -235,7 +235,7 @@ class BaseProvider:
 
     def build_request(self, *, system: list[Block], messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
         """The wire request: the protocol's (``unshaped_request``), then shaped for the model that receives it
-        (fields it refuses dropped or renamed: flowllm/providers/models.py)."""
+        (fields it refuses dropped or renamed: flowllm/providers/wire/models.py)."""
         request = self.unshaped_request(system=system, messages=messages, tools=tools)
         return self._shape(request)[0]
 

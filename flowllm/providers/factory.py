@@ -89,7 +89,7 @@ CustomCheck = Callable[[ProviderConfig, Resolver | None], None]
 
 
 def _build_anthropic(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
-    from flowllm.providers.anthropic import AnthropicProvider
+    from flowllm.providers.wire.anthropic import AnthropicProvider
 
     tls = once(_tls_context)
 
@@ -132,13 +132,13 @@ def _openai_shards(cfg: ProviderConfig, endpoint: Endpoint) -> ClientShards:
 
 
 def _build_openai_chat(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
-    from flowllm.providers.openai_chat import OpenAIChatProvider
+    from flowllm.providers.wire.openai_chat import OpenAIChatProvider
 
     return OpenAIChatProvider(cfg, _openai_shards(cfg, endpoint))
 
 
 def _build_openai_responses(cfg: ProviderConfig, endpoint: Endpoint) -> BaseProvider:
-    from flowllm.providers.openai_responses import OpenAIResponsesProvider
+    from flowllm.providers.wire.openai_responses import OpenAIResponsesProvider
 
     return OpenAIResponsesProvider(cfg, _openai_shards(cfg, endpoint))
 

@@ -17,7 +17,7 @@ A saved reply is kept when the request it answered is the same, even if the new 
 
 Tool state at the fork needs nothing special: the prefix's tool calls are executed again, in the task's fresh
 workspace, and each result is compared with the saved one by the replay audit; a different result changes the
-next request, which forks. The web tools read the saved run's cache first (``flowllm/experiment/webconf.py``).
+next request, which forks. The web tools read the saved run's cache first (``flowllm/setup/webconf.py``).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class PricedModel(Protocol):
 
 
 class PriceLookup(Protocol):
-    """What the ledger needs of a price table (``flowllm.experiment.pricing.PriceTable`` fits)."""
+    """What the ledger needs of a price table (``flowllm.spend.pricing.PriceTable`` fits)."""
 
     def lookup(self, model: str | None) -> PricedModel | None: ...
 

@@ -28,7 +28,7 @@ compaction call's) folder under the task, as ``CallContext.scope`` carries it.
 A multirun's folder holds one run folder per job and the comparison of them (``SweepLayout``):
 
     <sweep>/<job>/...                                     a run folder as above
-    <sweep>/sweep_summary.json, sweep_summary.md          the jobs compared (experiment/sweep.py)
+    <sweep>/sweep_summary.json, sweep_summary.md          the jobs compared (sweep/summary.py)
     <sweep>/sweep_accuracy_vs_cost.png                    the plot of them, when matplotlib is installed
 """
 

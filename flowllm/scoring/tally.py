@@ -17,7 +17,7 @@ ACCURACY_OF = "scored tasks: finished, with a ground truth (unscored and unfinis
 
 # The status of a task the run's budget stopped (experiment.budget): unfinished, a rerun runs it again.
 UNFINISHED_STATUS: Final = "budget"
-# The replay verdicts (flowllm/experiment/replay_audit.py) whose result is the new pipeline's own: every model
+# The replay verdicts (flowllm/run/replay_audit.py) whose result is the new pipeline's own: every model
 # reply answered the request it was given (exact), or the task went live where it parted (forked).
 SCORED_REPLAYS: Final = frozenset({"exact", "forked"})
 

@@ -24,23 +24,23 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flowllm.tools.pool import ToolCatalog, ToolPool, discover_tools, open_tool_catalog, open_tool_pool
-    from flowllm.tools.settings import PoolSettings, ServerSpec, load_settings
-    from flowllm.tools.textproto import describe_tools_for_prompt, format_tool_result
-    from flowllm.tools.validation import validate_arguments
+    from flowllm.tools.client.pool import ToolCatalog, ToolPool, discover_tools, open_tool_catalog, open_tool_pool
+    from flowllm.tools.client.settings import PoolSettings, ServerSpec, load_settings
+    from flowllm.tools.client.textproto import describe_tools_for_prompt, format_tool_result
+    from flowllm.tools.client.validation import validate_arguments
 
 _EXPORTS = {
-    "ToolPool": "flowllm.tools.pool",
-    "open_tool_pool": "flowllm.tools.pool",
-    "discover_tools": "flowllm.tools.pool",
-    "ToolCatalog": "flowllm.tools.pool",
-    "open_tool_catalog": "flowllm.tools.pool",
-    "load_settings": "flowllm.tools.settings",
-    "PoolSettings": "flowllm.tools.settings",
-    "ServerSpec": "flowllm.tools.settings",
-    "format_tool_result": "flowllm.tools.textproto",
-    "describe_tools_for_prompt": "flowllm.tools.textproto",
-    "validate_arguments": "flowllm.tools.validation",
+    "ToolPool": "flowllm.tools.client.pool",
+    "open_tool_pool": "flowllm.tools.client.pool",
+    "discover_tools": "flowllm.tools.client.pool",
+    "ToolCatalog": "flowllm.tools.client.pool",
+    "open_tool_catalog": "flowllm.tools.client.pool",
+    "load_settings": "flowllm.tools.client.settings",
+    "PoolSettings": "flowllm.tools.client.settings",
+    "ServerSpec": "flowllm.tools.client.settings",
+    "format_tool_result": "flowllm.tools.client.textproto",
+    "describe_tools_for_prompt": "flowllm.tools.client.textproto",
+    "validate_arguments": "flowllm.tools.client.validation",
 }
 
 __all__ = [

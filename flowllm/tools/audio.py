@@ -23,11 +23,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.tools.common import ConfinementError, add_workspace_argument, confine, scrub_workspace, workspace_from
-from flowllm.tools.documents import Kind, kind_of
 from flowllm.tools.files import ReadError, open_regular
 from flowllm.tools.needs import TRANSCRIPTION_NEEDS, unmet, withdrawn_meta
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
-from flowllm.tools.webcache import CachedError, CacheMode, ReplayMiss, TransientError, WebCache
+from flowllm.tools.web.cache import CachedError, CacheMode, ReplayMiss, TransientError, WebCache
+from flowllm.tools.web.documents import Kind, kind_of
 
 SERVER_NAME = "tool-audio"
 AUDIO_BASE_URL_ENV = "FLOWLLM_AUDIO_BASE_URL"

@@ -4,7 +4,7 @@ Run it as ``python -m flowllm.tools.browse``. A page is fetched with httpx2 (red
 time, each hop checked; a size cap, a per-read and a total time cap), then turned into text: HTML to the
 page's main content as markdown with trafilatura (navigation, cookie banners, sidebars and footers dropped;
 markitdown's converter when trafilatura finds no main content), PDFs, office files, CSV, JSON and XML through
-the converter ``read_file`` uses (``flowllm.tools.documents``). Long pages come in pages of ``--page-chars``
+the converter ``read_file`` uses (``flowllm.tools.web.documents``). Long pages come in pages of ``--page-chars``
 characters with a note saying how to read on.
 
 Only public http(s) addresses are fetched: ``file:``, ``ftp:`` and other schemes, ``localhost``, loopback,
@@ -30,10 +30,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.emulator.web import FIXTURE_DOMAIN, FIXTURES_ENV
-from flowllm.tools.documents import DocumentError, Kind, Limits, convert, decode_text, kind_of
 from flowllm.tools.needs import PAGE_NEEDS, unmet, withdrawn_meta
-from flowllm.tools.readerproc import ReaderProcess
-from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
+from flowllm.tools.web.cache import CachedError, ReplayMiss, WebCache
+from flowllm.tools.web.documents import DocumentError, Kind, Limits, convert, decode_text, kind_of
+from flowllm.tools.web.readerproc import ReaderProcess
 
 SERVER_NAME = "tool-browse"
 DEFAULT_PAGE_CHARS = 12000

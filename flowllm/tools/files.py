@@ -4,7 +4,7 @@ Run it as ``python -m flowllm.tools.files [--workspace DIR]``. Both tools are co
 ``..``, absolute paths elsewhere and symbolic links that point out are refused with a clear error. Paths in
 results are relative to the folder, so two runs in different folders answer identically.
 
-Formats (``flowllm.tools.documents``): PDF, Word, Excel (every sheet as a table), PowerPoint, HTML, notebooks
+Formats (``flowllm.tools.web.documents``): PDF, Word, Excel (every sheet as a table), PowerPoint, HTML, notebooks
 and EPUB through markitdown; zip archives member by member; CSV/TSV with a shape line; JSON/JSON-LD
 pretty-printed; XML, Markdown, code and other text as is; images come back as image content. Only regular
 files with one link are read (no FIFOs, devices or hard links), and zip containers are measured before any
@@ -33,7 +33,9 @@ from flowllm.tools.common import (
     scrub_workspace,
     workspace_from,
 )
-from flowllm.tools.documents import (
+from flowllm.tools.needs import DOCUMENT_NEEDS, infra_meta, limited_meta, unmet
+from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
+from flowllm.tools.web.documents import (
     DEFAULT_LIMITS,
     IMAGE_MIME,
     PARSED_KINDS,
@@ -43,9 +45,7 @@ from flowllm.tools.documents import (
     convert,
     kind_of,
 )
-from flowllm.tools.needs import DOCUMENT_NEEDS, infra_meta, limited_meta, unmet
-from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
-from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
+from flowllm.tools.web.readerproc import ReaderLimits, ReaderProcess
 
 SERVER_NAME = "tool-files"
 DEFAULT_PAGE_CHARS = 16000  # below the pool's default 20,000-character cut, so the paging note survives

@@ -2,7 +2,7 @@
 
 Run it as ``python -m flowllm.tools.python [--workspace DIR] [--timeout-s 30] [--memory-mb 2048]
 [--allow-network]``. Each call runs the code in a fresh interpreter inside the task's folder under the limits
-of ``flowllm.tools.sandbox``; nothing is kept between calls except the files the code writes.
+of ``flowllm.tools.sandbox.execute``; nothing is kept between calls except the files the code writes.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from mcp_types import CallToolResult, TextContent
 
 from flowllm.core.types import InfraCause
 from flowllm.tools.common import add_workspace_argument, workspace_from
-from flowllm.tools.hardening import protect_process
-from flowllm.tools.isolation import describe_gaps
 from flowllm.tools.needs import infra_meta
-from flowllm.tools.sandbox import run_python_code
-from flowllm.tools.sandbox_call import REFUSED_EXIT, Isolation, SandboxBackend, SandboxLimits
+from flowllm.tools.sandbox.call import REFUSED_EXIT, Isolation, SandboxBackend, SandboxLimits
+from flowllm.tools.sandbox.execute import run_python_code
+from flowllm.tools.sandbox.hardening import protect_process
+from flowllm.tools.sandbox.isolation import describe_gaps
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
 SERVER_NAME = "tool-python"

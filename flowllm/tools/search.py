@@ -22,7 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.config.search_keys import KEY_ENV, Backend
 from flowllm.emulator.web import FIXTURES_ENV
-from flowllm.tools.webcache import CachedError, ReplayMiss, WebCache
+from flowllm.tools.web.cache import CachedError, ReplayMiss, WebCache
 
 SERVER_NAME = "tool-search"
 MAX_RESULTS = 20

@@ -18,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.task import Task
 from flowllm.errors import CliError, FlowError
-from flowllm.experiment.outcome import outcome_problems
-from flowllm.experiment.pricing import PriceTable
 from flowllm.resources import bundled
+from flowllm.run.outcome import outcome_problems
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
+from flowllm.spend.pricing import PriceTable
 
 __all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowllm.experiment.outcome import TaskOutcome
+from flowllm.run.outcome import TaskOutcome
 from flowllm.verify.evidence import VerifyInputError, read_jsonl
 from flowllm.verify.findings import Audit
 

@@ -5,7 +5,7 @@ the dataset's files are the ones the provenance hashed.
 
 from __future__ import annotations
 
-from flowllm.experiment.fingerprint import Fingerprint, compute, dataset_files
+from flowllm.setup.fingerprint import Fingerprint, compute, dataset_files
 from flowllm.verify.evidence import RunEvidence
 from flowllm.verify.findings import Audit
 

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from flowllm.agent.answer import extract_answer, last_boxed
 from flowllm.config.schema import Reducer
 from flowllm.datasets.task import Task
-from flowllm.experiment.epochs import epoch_score, reduce_entries
-from flowllm.experiment.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome, unscored_or
-from flowllm.experiment.replay_audit import is_scored
+from flowllm.run.epochs import epoch_score, reduce_entries
+from flowllm.run.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome, unscored_or
+from flowllm.run.replay_audit import is_scored
 from flowllm.rundir.layout import RESULT_FILE
 from flowllm.scoring.scorers import ExactScorer, GaiaScorer
 from flowllm.verify.evidence import RunEvidence

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from flowllm.config.schema import IntervalMethod, Reducer
 from flowllm.core.types import Usage
-from flowllm.experiment.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome
-from flowllm.experiment.replay_audit import replay_summary
-from flowllm.experiment.run_stats import run_stats
+from flowllm.run.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome
+from flowllm.run.replay_audit import replay_summary
+from flowllm.run.stats import run_stats
 from flowllm.scoring.stats import StatsSettings
 from flowllm.scoring.tally import score_tally
 from flowllm.verify.evidence import RunEvidence

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flowllm.experiment.outcome import COMPLETED, LIMIT, TaskOutcome
-from flowllm.experiment.task_usage import TaskBill, bills_by_task
 from flowllm.providers.replay import resolve_run_dir
+from flowllm.run.outcome import COMPLETED, LIMIT, TaskOutcome
 from flowllm.rundir.layout import RunLayout
+from flowllm.spend.task_usage import TaskBill, bills_by_task
 from flowllm.verify.evidence import RunEvidence, VerifyInputError, read_jsonl
 from flowllm.verify.findings import Audit
 

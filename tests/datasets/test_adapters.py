@@ -17,7 +17,7 @@ from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.crypto import Cipher, CipherError, decrypt, encrypt
 from flowllm.datasets.gaia import load_tasks
 from flowllm.datasets.task import DatasetError, Task
-from flowllm.experiment.build import resolve_path
+from flowllm.setup.build import resolve_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from flowllm.engine.recorder import read_json
 from flowllm.errors import BuildError, ConfigError, FingerprintMismatch
-from flowllm.experiment.fingerprint import ResumeMode, guard, read_fingerprint, resume_mode
+from flowllm.setup.fingerprint import ResumeMode, guard, read_fingerprint, resume_mode
 from tests.experiment.helpers import GAIA, LIST_TASK, WRONG_TASK, gaia_overrides, run_flowllm
 
 Compose = Callable[[Sequence[str]], DictConfig]

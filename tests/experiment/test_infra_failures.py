@@ -4,10 +4,10 @@ and as a line of the summary table."""
 from __future__ import annotations
 
 from flowllm.core.types import Usage
-from flowllm.experiment.infra import infra_row
-from flowllm.experiment.outcome import COMPLETED, TaskOutcome, outcome_problems
-from flowllm.experiment.report import summary_rows
-from flowllm.experiment.runner import summarize
+from flowllm.run.infra import infra_row
+from flowllm.run.outcome import COMPLETED, TaskOutcome, outcome_problems
+from flowllm.run.report import summary_rows
+from flowllm.run.runner import summarize
 
 
 def outcome(task_id: str, causes: dict[str, int], failed: int) -> TaskOutcome:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.errors import BuildError
-from flowllm.experiment.build import prepare
+from flowllm.setup.build import prepare
 from tests.experiment.helpers import run_flowllm
 
 CANARIES = {

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flowllm.config.schema import ProviderConfig
-from flowllm.experiment.preflight import ProviderTarget, check_providers, check_tools
+from flowllm.setup.preflight import ProviderTarget, check_providers, check_tools
 from tests.experiment.helpers import run_flowllm
 from tests.loopback import serve_http
 

@@ -9,10 +9,10 @@ import yaml
 from rich.console import Console
 
 from flowllm.core.types import Usage
-from flowllm.experiment.outcome import COMPLETED, FAILED, TaskOutcome
-from flowllm.experiment.pricing import Price, PriceTable, PricingError, cost_breakdown
-from flowllm.experiment.report import print_summary
-from flowllm.experiment.runner import summarize
+from flowllm.run.outcome import COMPLETED, FAILED, TaskOutcome
+from flowllm.run.report import print_summary
+from flowllm.run.runner import summarize
+from flowllm.spend.pricing import Price, PriceTable, PricingError, cost_breakdown
 from tests.experiment.helpers import ROOT
 
 SONNET = Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)

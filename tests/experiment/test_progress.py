@@ -15,10 +15,10 @@ import pytest
 from rich.console import Console
 
 from flowllm.core.types import Usage
-from flowllm.experiment.outcome import COMPLETED, FAILED, TaskOutcome
-from flowllm.experiment.pricing import PriceTable
-from flowllm.experiment.progress import ProgressReporter
 from flowllm.providers.ledger import LedgerTail, UsageLedger
+from flowllm.run.outcome import COMPLETED, FAILED, TaskOutcome
+from flowllm.run.progress import ProgressReporter
+from flowllm.spend.pricing import PriceTable
 
 MODEL = "priced-model"
 PRICES = PriceTable.from_mapping({MODEL: {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}})

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from flowllm.experiment.fingerprint import guard
-from flowllm.experiment.provenance import NOT_INSTALLED, collect, package_versions
 from flowllm.inspect.cli import main
+from flowllm.setup.fingerprint import guard
+from flowllm.setup.provenance import NOT_INSTALLED, collect, package_versions
 from tests.experiment.helpers import GAIA, ROOT, gaia_overrides
 from tests.inspect.minirun import write_run, write_task
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from flowllm.experiment.report import acted_row, tool_server_restarts, what_acted
+from flowllm.run.report import acted_row, tool_server_restarts, what_acted
 from flowllm.rundir.layout import LOG_FILE as RUN_LOG
 from flowllm.tools import open_tool_pool
 from tests.experiment.helpers import run_flowllm

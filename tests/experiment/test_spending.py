@@ -18,10 +18,10 @@ from flowllm.core.types import Usage
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.exit_codes import ExitCode, run_exit_code
-from flowllm.experiment.pricing import PriceTable
-from flowllm.experiment.projection import Projector
-from flowllm.experiment.spending import RunBudget, SpendBook, TaskGate, TaskLimits, refuse_unpriced
 from flowllm.providers.ledger import UsageLedger
+from flowllm.spend.pricing import PriceTable
+from flowllm.spend.projection import Projector
+from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits, refuse_unpriced
 from tests.experiment.helpers import CSV_TASK, GAIA, LIST_TASK, MATH_TASK, WRONG_TASK, gaia_overrides, run_flowllm
 
 MODEL = "priced-model"

@@ -17,8 +17,8 @@ import pytest
 from omegaconf import DictConfig
 
 from flowllm.engine.recorder import read_json
-from flowllm.experiment.sweep import build_sweep_summary, collect, main
 from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
+from flowllm.sweep.summary import build_sweep_summary, collect, main
 from tests.experiment.helpers import GAIA, LIST_TASK, ROOT, WRONG_TASK, gaia_overrides, run_flowllm
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -145,7 +145,7 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
     # The jobs' own folders are enough to rebuild it.
     (sweep_dir / SWEEP_SUMMARY_FILE).unlink()
     rebuilt = subprocess.run(
-        [sys.executable, "-m", "flowllm.experiment.sweep", str(sweep_dir), "--no-plot"],
+        [sys.executable, "-m", "flowllm.sweep.summary", str(sweep_dir), "--no-plot"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from flowllm.config.schema import register_configs
 from flowllm.errors import ConfigError
-from flowllm.experiment.webconf import cache_env, check_web_tools, web_tools
-from flowllm.tools.webcache import CACHE_ENV, CACHE_MODE_ENV
+from flowllm.setup.webconf import cache_env, check_web_tools, web_tools
+from flowllm.tools.web.cache import CACHE_ENV, CACHE_MODE_ENV
 
 CONF = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 register_configs()
@@ -73,7 +73,7 @@ async def test_a_remote_server_beside_the_web_tools_gets_no_environment_and_is_a
 async def test_a_fork_serves_the_saved_runs_results_and_keeps_new_ones_in_its_own_cache(tmp_path: Path) -> None:
     """provider.fork=live: the replayed prefix's searches come from the saved run's cache, what the live part
     asks anew is fetched and kept in the fork's own cache; the saved run's cache is never written."""
-    from flowllm.tools.webcache import WebCache
+    from flowllm.tools.web.cache import WebCache
 
     old, new = tmp_path / "old", tmp_path / "new"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.experiment.workspaces import WorkspaceRoot
+from flowllm.run.workspaces import WorkspaceRoot
 
 
 def _base(tmp_path: Path) -> Path:

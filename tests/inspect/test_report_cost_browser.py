@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.experiment.task_usage import read_bills
 from flowllm.inspect.report import write_report
+from flowllm.spend.task_usage import read_bills
 from tests.inspect.chromium import WAIT_S, By, WebDriverWait, start_chromium
 from tests.inspect.test_report import make_multirun
 from tests.replay.runs import FixtureRuns

@@ -16,7 +16,7 @@ from benchmarks.profile import (
 )
 
 LOOP = [("run", "asyncio/runners.py"), ("BaseEventLoop._run_once", "asyncio/base_events.py")]
-TASK = [("Experiment.run.<locals>.bounded", "flowllm/experiment/runner.py")]
+TASK = [("Experiment.run.<locals>.bounded", "flowllm/run/runner.py")]
 
 
 def test_the_http_stack_of_the_sdk_is_the_sdks_whatever_its_package_is_called() -> None:
@@ -27,17 +27,19 @@ def test_the_http_stack_of_the_sdk_is_the_sdks_whatever_its_package_is_called() 
 
 def test_a_protocols_helpers_are_request_building_or_normalisation_by_name() -> None:
     send = [*LOOP, *TASK, ("BaseProvider._send", "flowllm/providers/base.py")]
-    assert component([*send, ("AnthropicProvider._message.<locals>.<listcomp>", "flowllm/providers/anthropic.py")]) == (
-        REQUEST
-    )
-    assert component([*send, ("_as_content", "flowllm/providers/anthropic.py")]) == REQUEST
+    assert component(
+        [*send, ("AnthropicProvider._message.<locals>.<listcomp>", "flowllm/providers/wire/anthropic.py")]
+    ) == (REQUEST)
+    assert component([*send, ("_as_content", "flowllm/providers/wire/anthropic.py")]) == REQUEST
     assert component([*send, ("BaseProvider._body", "flowllm/providers/base.py"), ("loads", "json/x.py")]) == NORMALIZE
-    assert component([*send, ("AnthropicProvider.read_body", "flowllm/providers/anthropic.py")]) == NORMALIZE
+    assert component([*send, ("AnthropicProvider.read_body", "flowllm/providers/wire/anthropic.py")]) == NORMALIZE
     # The arguments helpers both halves call go to the caller's half.
     shared = ("dump_arguments", "flowllm/providers/base.py")
-    assert component([*send, ("AnthropicProvider.read_body", "flowllm/providers/anthropic.py"), shared]) == NORMALIZE
-    assert component([*send, ("tool_call_arguments", "flowllm/providers/openai_chat.py"), shared]) == REQUEST
-    assert component([*send, ("tool_use_block", "flowllm/providers/openai_chat.py"), shared]) == NORMALIZE
+    assert (
+        component([*send, ("AnthropicProvider.read_body", "flowllm/providers/wire/anthropic.py"), shared]) == NORMALIZE
+    )
+    assert component([*send, ("tool_call_arguments", "flowllm/providers/wire/openai_chat.py"), shared]) == REQUEST
+    assert component([*send, ("tool_use_block", "flowllm/providers/wire/openai_chat.py"), shared]) == NORMALIZE
     assert component(send) == PROVIDER
     assert component([*send, ("connection_message", "flowllm/providers/errors.py")]) == PROVIDER
 
@@ -55,12 +57,12 @@ def test_only_samples_of_the_timed_part_of_a_run_count() -> None:
         f"{main};_find_and_load (<frozen importlib._bootstrap>) 11\n"  # importing, before the run
         f"{main};compose (benchmarks/stack.py) 5\n"
         f"{loop};run_experiment (benchmarks/stack.py);open_provider (flowllm/providers/factory.py) 7\n"
-        f"{loop};run_experiment (benchmarks/stack.py);Experiment.run (flowllm/experiment/runner.py) 3\n"
+        f"{loop};run_experiment (benchmarks/stack.py);Experiment.run (flowllm/run/runner.py) 3\n"
         f"{loop};EpollSelector.select (selectors.py) 4\n"  # the event loop itself, between tasks
-        "Experiment.run.<locals>.bounded (flowllm/experiment/runner.py) 2\n"  # a task's own stack
+        "Experiment.run.<locals>.bounded (flowllm/run/runner.py) 2\n"  # a task's own stack
         "CallModel.run (flowllm/nodes/model.py) 6\n"
         "one_task (benchmarks/floor.py) 2\n"
-        "Thread._bootstrap (threading.py);WorkspaceRoot.keep (flowllm/experiment/workspaces.py) 9\n"
+        "Thread._bootstrap (threading.py);WorkspaceRoot.keep (flowllm/run/workspaces.py) 9\n"
         "Thread._bootstrap (threading.py);Recorder.close (flowllm/engine/recorder.py) 8\n"  # after the run
         # A callback the event loop ran: its stack starts in asyncio.
         "Handle._run (/usr/lib/python3.11/asyncio/events.py);Normalize.run (flowllm/nodes/model.py) 1\n"

@@ -23,8 +23,6 @@ from anthropic import AsyncAnthropic
 from flowllm.config.schema import BatchConfig, ProviderConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
-from flowllm.experiment.preflight import ProviderTarget, check_providers
-from flowllm.experiment.pricing import PriceTable
 from flowllm.providers import UsageLedger, check_provider_config, open_provider
 from flowllm.providers.batch import (
     BATCH_KEY,
@@ -38,6 +36,8 @@ from flowllm.providers.batch import (
     custom_id,
 )
 from flowllm.providers.errors import ProviderConfigError
+from flowllm.setup.preflight import ProviderTarget, check_providers
+from flowllm.spend.pricing import PriceTable
 from tests.loopback import serve_http
 
 MODEL = "flowllm-emulator"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import orjson
 
-from flowllm.experiment.progress import LedgerTally
 from flowllm.providers.ledger import LedgerTail
+from flowllm.run.progress import LedgerTally
 
 
 def attempt(tokens: int, cost: float) -> bytes:

@@ -20,9 +20,9 @@ from flowllm.nodes.toolcalls import ParseToolCalls, RepairArguments
 from flowllm.parsing import BadToolCall
 from flowllm.providers import build_provider, open_provider
 from flowllm.providers.base import BaseProvider
-from flowllm.providers.chat_history import BRIDGE_TEXT, alternate, is_portable, portable_id
 from flowllm.providers.errors import ProviderCallError
-from flowllm.providers.models import CLAUDE_ADAPTIVE, OPENAI_REASONING_MODEL, rule_for, shape_request, traits_for
+from flowllm.providers.wire.chat_history import BRIDGE_TEXT, alternate, is_portable, portable_id
+from flowllm.providers.wire.models import CLAUDE_ADAPTIVE, OPENAI_REASONING_MODEL, rule_for, shape_request, traits_for
 
 from .conftest import SYSTEM, TOOLS, make_cfg
 from .test_wire_errors import http_server, read_request

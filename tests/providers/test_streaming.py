@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowllm.providers.streaming import ToolCallFragments, assemble_anthropic, assemble_responses
+from flowllm.providers.wire.streaming import ToolCallFragments, assemble_anthropic, assemble_responses
 
 
 def test_fragments_merge_by_index_overwriting_id_and_name() -> None:

@@ -5,7 +5,7 @@ validated by its pydantic server), plus the rule its chat templates add: content
 so text-only content in a list fails (HTTP 500 "can only concatenate str (not "list") to str"). LiteLLM's
 proxy adds: the Anthropic ``system`` field as a string, Responses assistant content as a string, no
 ``reasoning`` for backends that refuse it. Every model the installed anthropic and openai SDKs list gets a
-request its model table (flowllm/providers/models.py) says it takes, in the SDK's own parameter types. A change
+request its model table (flowllm/providers/wire/models.py) says it takes, in the SDK's own parameter types. A change
 to the providers that breaks one of these fails here, in the default suite, without a real server.
 """
 
@@ -27,7 +27,7 @@ from flowllm.config.schema import ContentFormat, WireConfig
 from flowllm.core.types import Message
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider
-from flowllm.providers.models import SAMPLING, ModelRule, Thinking, rule_for
+from flowllm.providers.wire.models import SAMPLING, ModelRule, Thinking, rule_for
 
 from .conftest import SYSTEM, TOOLS, make_cfg
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from flowllm.engine.recorder import read_json
-from flowllm.experiment.task_usage import read_bills
+from flowllm.spend.task_usage import read_bills
 from tests.replay.runs import TASK_OVERRIDE, Finished, finish, run_flowllm, start_flowllm
 
 FORK = ("provider.fork=live", "provider.live=offline")

@@ -13,8 +13,8 @@ from flowllm.core.interfaces import CallContext
 from flowllm.engine import TurnContext
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.recorder import Redactor, read_json
-from flowllm.experiment.replay_audit import ReplayAudit
 from flowllm.providers.replay import READ_CHUNK, build_replay_provider, read_saved
+from flowllm.run.replay_audit import ReplayAudit
 from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs, nested_scope, subagent_scope
 from tests.replay.runs import CLEAN_TASK, FixtureRuns
 

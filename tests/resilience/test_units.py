@@ -265,8 +265,8 @@ def test_bad_fault_sections_are_refused(faults: dict[str, object], fragment: str
 # ----- ledger, secrets, Hydra resolution ---------------------------------------------------------------------
 def test_ledger_prices_marks_estimates_and_buckets_by_hour(tmp_path: Path) -> None:
     from flowllm.core.types import Usage
-    from flowllm.experiment.pricing import PriceTable
     from flowllm.providers.ledger import UsageLedger
+    from flowllm.spend.pricing import PriceTable
 
     prices = PriceTable.from_mapping({"models": {"m": {"input": 1.0, "output": 2.0, "cache_read": 0.1}}})
     common = {"protocol": "anthropic", "task_id": "t", "agent": "main", "turn": 1, "key": "K"}

@@ -15,8 +15,8 @@ from flowllm.config.schema import IntervalMethod, Reducer
 from flowllm.core.types import Usage
 from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
-from flowllm.experiment.outcome import COMPLETED, TaskOutcome
-from flowllm.experiment.run_stats import check_stats, run_stats, score_map, stats_rows
+from flowllm.run.outcome import COMPLETED, TaskOutcome
+from flowllm.run.stats import check_stats, run_stats, score_map, stats_rows
 from flowllm.scoring.stats import StatsSettings
 from flowllm.scoring.tally import accuracy_text, score_tally
 
@@ -142,7 +142,7 @@ def test_a_cluster_field_the_dataset_lacks_is_refused() -> None:
 
 
 def test_epoch_summary_line() -> None:
-    from flowllm.experiment.epochs import epoch_summary
+    from flowllm.run.epochs import epoch_summary
 
     result = {
         "epochs": 3,

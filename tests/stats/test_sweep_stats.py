@@ -12,10 +12,10 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
-from flowllm.experiment.sweep import collect, main
-from flowllm.experiment.sweep_stats import pareto_front, resolve_baseline
 from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
 from flowllm.scoring.stats import TaskScore, estimate
+from flowllm.sweep.stats import pareto_front, resolve_baseline
+from flowllm.sweep.summary import collect, main
 from tests.experiment.helpers import run_flowllm
 
 N = 40

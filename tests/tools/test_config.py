@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.config.schema import register_configs
 from flowllm.errors import ToolConfigError
-from flowllm.tools.pool import ToolPool
-from flowllm.tools.settings import Scope, Transport, load_settings
+from flowllm.tools.client.pool import ToolPool
+from flowllm.tools.client.settings import Scope, Transport, load_settings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 TOOL_SETS = sorted(p.stem for p in (CONF_DIR / "tools").glob("*.yaml"))
@@ -55,7 +55,7 @@ def test_web_tools_are_disabled_with_a_warning_without_their_key(
     settings = load_settings(compose_tools("web"))
     search = next(s for s in settings.servers if s.name == "tool-search")
     assert search.requires_env == ("SERPER_API_KEY",)
-    with caplog.at_level(logging.WARNING, logger="flowllm.tools.pool"):
+    with caplog.at_level(logging.WARNING, logger="flowllm.tools.client.pool"):
         pool = ToolPool(settings, tmp_path)  # disabling happens before any process starts
     assert set(pool.unavailable) == {"tool-search"}
     assert "SERPER_API_KEY not set" in caplog.text
@@ -137,7 +137,7 @@ async def test_a_disabled_server_is_warned_about_once_per_run_however_many_tasks
 
     monkeypatch.delenv("FLOWLLM_NO_SUCH_KEY", raising=False)
     cfg = {"servers": {"keyed": {"command": "python", "args": ["-c", "pass"], "requires_env": ["FLOWLLM_NO_SUCH_KEY"]}}}
-    with caplog.at_level(logging.WARNING, logger="flowllm.tools.pool"):
+    with caplog.at_level(logging.WARNING, logger="flowllm.tools.client.pool"):
         async with open_tool_catalog(cfg) as catalog:
             for task in ("a", "b", "c"):  # three tasks of one run
                 (tmp_path / task).mkdir()

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp.server.mcpserver.exceptions import ToolError
 
-from flowllm.tools.documents import DocumentError, Limits, check_zip, convert, decode_text
 from flowllm.tools.files import read_file_result
+from flowllm.tools.web.documents import DocumentError, Limits, check_zip, convert, decode_text
 
 pytest.importorskip("markitdown")
 

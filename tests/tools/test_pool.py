@@ -108,7 +108,7 @@ async def test_servers_missing_a_key_or_failing_to_start_are_left_out_clearly(
         "args": ["-c", "import sys; sys.stderr.write('cannot load the index'); sys.exit(2)"],
     }
     cfg["servers"]["absent"] = {"command": "flowllm-no-such-command"}
-    with caplog.at_level("WARNING", logger="flowllm.tools.pool"):
+    with caplog.at_level("WARNING", logger="flowllm.tools.client.pool"):
         async with open_tool_pool(cfg, workspace) as pool:
             assert set(pool.unavailable) == {"search", "broken", "absent"}
             assert {t["server"] for t in await pool.list_tools()} == {"flaky"}

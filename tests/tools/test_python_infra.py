@@ -11,7 +11,7 @@ import pytest
 from flowllm.core.types import InfraCause
 from flowllm.tools import python as python_tool
 from flowllm.tools.needs import result_infra
-from flowllm.tools.sandbox_call import REFUSED_EXIT, SandboxLimits, SandboxResult
+from flowllm.tools.sandbox.call import REFUSED_EXIT, SandboxLimits, SandboxResult
 
 
 async def call(result: SandboxResult, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> object:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
-from flowllm.tools.documents import DocumentError, convert
 from flowllm.tools.files import read_file_result
-from flowllm.tools.readerproc import ReaderLimits, ReaderProcess
+from flowllm.tools.web.documents import DocumentError, convert
+from flowllm.tools.web.readerproc import ReaderLimits, ReaderProcess
 
 
 @pytest.fixture(params=[True, False], ids=["isolated", "fallback"])

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 import flowllm
-from flowllm.tools import readerproc
-from flowllm.tools.documents import DocumentError, Limits, convert
-from flowllm.tools.readerproc import ReaderLimits, ReaderProcess, isolation_problem
-from flowllm.tools.sandbox import python_paths, sandbox_uid
+from flowllm.tools.sandbox.execute import python_paths, sandbox_uid
+from flowllm.tools.web import readerproc
+from flowllm.tools.web.documents import DocumentError, Limits, convert
+from flowllm.tools.web.readerproc import ReaderLimits, ReaderProcess, isolation_problem
 from tests.tools.helpers import alive, descendants, needs_proc
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_a_worker_sees_no_host_folder_and_none_of_the_servers_environment(
         try:
             seen = inside(
                 reader,
-                "import os, sys, flowllm.tools.documents as documents\n"
+                "import os, sys, flowllm.tools.web.documents as documents\n"
                 f"result = {{'exists': {{p: os.path.exists(p) for p in {places!r}}}, 'env': dict(os.environ),\n"
                 "          'cwd': os.getcwd(), 'documents': documents.__file__, 'path': sys.path,\n"
                 f"          'project': os.listdir({str(PROJECT)!r}) if os.path.isdir({str(PROJECT)!r}) else []}}",
@@ -100,7 +100,7 @@ def test_a_worker_sees_no_host_folder_and_none_of_the_servers_environment(
         "PYTHONPATH",
     }, "the worker's environment is the fixed allowlist"
     # flowllm is imported from its neutral folder, not from the project (an editable install points there).
-    assert seen["documents"] == f"{readerproc.PACKAGE_ROOT_INSIDE}/flowllm/tools/documents.py"
+    assert seen["documents"] == f"{readerproc.PACKAGE_ROOT_INSIDE}/flowllm/tools/web/documents.py"
     assert not any(str(PROJECT) == entry for entry in seen["path"])
     assert seen["cwd"] == readerproc.SANDBOX_HOME
 

@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from flowllm.tools import ToolCatalog, ToolPool, open_tool_catalog, open_tool_pool
-from flowllm.tools.settings import Scope, load_settings
+from flowllm.tools.client.settings import Scope, load_settings
 from tests.tools.test_builtin_servers import compose_tools
 
 on_shared_loop = pytest.mark.asyncio(loop_scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flowllm.tools.sandbox import SandboxLimits, run_python_code
+from flowllm.tools.sandbox.execute import SandboxLimits, run_python_code
 from tests.tools.helpers import alive, descendants, needs_proc
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from flowllm.tools.sandbox import (
+from flowllm.tools.sandbox.execute import (
     Isolation,
     SandboxBackend,
     SandboxLimits,
@@ -43,11 +43,11 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 SANDBOX_MODULES = (
     "__init__.py",
     "tools/__init__.py",
-    "tools/sandbox.py",
-    "tools/sandbox_call.py",
-    "tools/isolation.py",
-    "tools/hardening.py",
-    "tools/cgroup.py",
+    "tools/sandbox/execute.py",
+    "tools/sandbox/call.py",
+    "tools/sandbox/isolation.py",
+    "tools/sandbox/hardening.py",
+    "tools/sandbox/cgroup.py",
     "tools/common.py",
     "tools/child/__init__.py",
     "tools/child/limits.py",
@@ -118,7 +118,7 @@ print(json.dumps(seen))
 DRIVER = r"""
 import asyncio, json, os, signal, socket, sys, time
 from pathlib import Path
-from flowllm.tools.sandbox import SandboxBackend, SandboxLimits, probe_bwrap, run_python_code, sandbox_uid
+from flowllm.tools.sandbox.execute import SandboxBackend, SandboxLimits, probe_bwrap, run_python_code, sandbox_uid
 
 setup = json.loads(sys.argv[1])
 hits = []

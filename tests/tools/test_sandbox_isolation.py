@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.tools import cgroup
-from flowllm.tools.sandbox import Isolation, SandboxLimits, SandboxResult, run_python_code, sandbox_uid
+from flowllm.tools.sandbox import cgroup
+from flowllm.tools.sandbox.execute import Isolation, SandboxLimits, SandboxResult, run_python_code, sandbox_uid
 from tests.tools.helpers import needs_proc
 
 CANARY = "sk-canary-0123456789abcdef0123456789"
@@ -221,7 +221,7 @@ def test_a_server_killed_mid_call_leaves_no_process_home_or_cgroup(tmp_path: Pat
         f"""
         import asyncio
         from pathlib import Path
-        from flowllm.tools.sandbox import SandboxLimits, run_python_code
+        from flowllm.tools.sandbox.execute import SandboxLimits, run_python_code
         code = "import time, sys; open('started', 'w').close(); time.sleep(60)  # {marker}"
         asyncio.run(run_python_code(code, Path({str(workspace)!r}), SandboxLimits(timeout_s=60)))
         """

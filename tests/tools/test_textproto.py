@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from flowllm.core.types import ToolResult, ToolSpec
-from flowllm.tools.textproto import describe_tools_for_prompt, format_tool_result, neutralize_tags
+from flowllm.tools.client.textproto import describe_tools_for_prompt, format_tool_result, neutralize_tags
 
 
 def result(content: str, **kw: object) -> ToolResult:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowllm.tools.validation import describe_signature, validate_arguments
+from flowllm.tools.client.validation import describe_signature, validate_arguments
 
 # The shape pydantic (and so MCPServer) emits, including Optional as anyOf and nested models as $ref.
 SCHEMA: dict[str, Any] = {

@@ -19,7 +19,7 @@ from flowllm.agent.vision import ImageError, VisionSpec, fetch_image, load_image
 from flowllm.core.images import image_media_type
 from flowllm.resources import bundled
 from flowllm.tools.browse import UrlPolicy
-from flowllm.tools.webcache import CacheMode, WebCache
+from flowllm.tools.web.cache import CacheMode, WebCache
 from tests.loopback import serve_http
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from flowllm.emulator.web import FIXTURES_ENV, WebFixtures, fixture_url
 from flowllm.tools.browse import BrowseError, Browser, UrlPolicy
 from flowllm.tools.search import Backend, SearchClient, SearchError, cached_search
-from flowllm.tools.webcache import CacheMode, WebCache, read_stats, request_key
+from flowllm.tools.web.cache import CacheMode, WebCache, read_stats, request_key
 
 pytest.importorskip("trafilatura")
 

@@ -1,4 +1,4 @@
-"""The isolated document reader's worker, run inside bubblewrap (see ``flowllm.tools.readerproc``).
+"""The isolated document reader's worker, run inside bubblewrap (see ``flowllm.tools.web.readerproc``).
 
 Run as ``python -P -s -X utf8 -c <program("reader_worker")> <config JSON>``. It sets itself up with the
 standard library alone (no flowllm import before the uid is dropped and the limits are set), imports the
@@ -67,7 +67,7 @@ def setup(cfg: dict[str, Any]) -> tuple[int, int]:
 def warm() -> None:
     # Once, at start: the first document should not pay for markitdown's import (pandas, pdfminer, ...).
     try:
-        for name in ("flowllm.tools.documents", "markitdown.converters"):
+        for name in ("flowllm.tools.web.documents", "markitdown.converters"):
             importlib.import_module(name)
     except Exception:
         pass  # under a tiny memory cap, or without markitdown: the call that needs it says why
@@ -95,7 +95,9 @@ def receive(requests: int, size: int) -> bytes:
 
 
 def is_document_error(exc: BaseException) -> bool:
-    return any(c.__name__ == "DocumentError" and c.__module__ == "flowllm.tools.documents" for c in type(exc).__mro__)
+    return any(
+        c.__name__ == "DocumentError" and c.__module__ == "flowllm.tools.web.documents" for c in type(exc).__mro__
+    )
 
 
 def failure(exc: BaseException) -> bytes:

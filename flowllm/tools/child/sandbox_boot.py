@@ -1,6 +1,6 @@
 """run_python's bootstrap: isolates the child, sets its limits, then runs the model's code as ``__main__``.
 
-Run as ``python -P -X utf8 -c <program("sandbox_boot")> <config JSON>`` (see ``flowllm.tools.sandbox``); the
+Run as ``python -P -X utf8 -c <program("sandbox_boot")> <config JSON>`` (see ``flowllm.tools.sandbox.execute``); the
 code comes on stdin. Standard library only: the child must not need flowllm. What isolation it achieved goes,
 as JSON, to the pipe whose fd is ``cfg["report"]``.
 """

@@ -1,0 +1,1 @@
+"""The wire protocols: requests built and replies normalised for each API, and model quirks."""

@@ -1,0 +1,124 @@
+"""What the caps did to a run: the ``budget`` block of ``summary.json`` and its lines on the console.
+
+Built from the run's ledger (the spend of every process and session) and the tasks' results, so the parent of
+several workers writes the same block as a one-process run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from flowllm.providers.ledger import UsageLedger
+from flowllm.run.outcome import BUDGET, TaskOutcome
+from flowllm.rundir.layout import RunLayout
+from flowllm.spend.pricing import PriceTable
+from flowllm.spend.spending import RunBill, RunBudget, SpendBook, TaskLimits
+from flowllm.spend.task_usage import TaskBill
+
+
+def spending_settings(cfg: DictConfig) -> tuple[TaskLimits, RunBudget]:
+    """``agent.limits`` and ``experiment.budget``, checked (ConfigError: one line, exit 2)."""
+    limits = OmegaConf.to_container(cfg.agent.limits) if OmegaConf.select(cfg, "agent.limits") is not None else {}
+    budget = (
+        OmegaConf.to_container(cfg.experiment.budget) if OmegaConf.select(cfg, "experiment.budget") is not None else {}
+    )
+    assert isinstance(limits, dict) and isinstance(budget, dict)
+    return TaskLimits.from_config({str(k): v for k, v in limits.items()}), RunBudget.from_config(
+        {str(k): v for k, v in budget.items()}
+    )
+
+
+def budget_spent(cfg: DictConfig, run_dir: Path) -> bool:
+    """Whether the run's ledger has reached ``experiment.budget`` (False without a budget)."""
+    budget = spending_settings(cfg)[1]
+    return budget.active and budget.reached(SpendBook.of_run(run_dir).total()) is not None
+
+
+def budget_summary(
+    budget: RunBudget,
+    outcomes: Sequence[TaskOutcome],
+    run_dir: Path,
+    *,
+    total: int,
+    bills: Mapping[str, TaskBill],
+) -> dict[str, Any]:
+    """``summary.json``'s ``budget``: the caps, what the run's ledger adds up to, whether the budget ended the run,
+    and what each task it left unfinished had used."""
+    spent = SpendBook.of_run(run_dir).total()
+    halt = budget.reached(spent) if budget.active else None
+    stopped = [o for o in outcomes if o.status == BUDGET]
+    unfinished: dict[str, Any] = {}
+    for o in stopped:
+        bill = bills.get(o.task_id)
+        unfinished[o.task_id] = {
+            "tokens": bill.total_tokens if bill is not None else o.usage.total_tokens,
+            "cost_usd": None if bill is None or bill.cost_usd is None else round(bill.cost_usd, 6),
+            "turns": o.turns,
+        }
+    finished = {o.task_id for o in outcomes if o.status != BUDGET}
+    return {
+        "cost_usd": budget.cost_usd,
+        "tokens": budget.tokens,
+        "spent": {
+            "cost_usd": None if spent.unpriced_calls else round(spent.cost_usd, 6),
+            "tokens": spent.tokens,
+        },
+        "ended_run": halt is not None and len(finished) < total,
+        "reason": halt.detail if halt is not None else None,
+        "stopped_tasks": unfinished,  # stopped mid-task by the budget: what each had used
+        "not_started": max(0, total - len(finished) - len(stopped)),
+    }
+
+
+def budget_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The console's lines about limits and the budget (none when no cap acted)."""
+    rows: list[tuple[str, str]] = []
+    limits = summary.get("limits") or {}
+    if limits:
+        shown = ", ".join(f"{name}: {count}" for name, count in limits.items())
+        rows.append(("ended by a limit", f"{summary.get('limited', 0)} ({shown})"))
+    budget = summary.get("budget") or {}
+    if budget.get("ended_run"):
+        stopped = budget.get("stopped_tasks") or {}
+        rows.append(("[red]budget", f"[red]the budget ended the run: {budget.get('reason')}"))
+        for task_id, used in stopped.items():
+            cost = used.get("cost_usd")
+            money = f", ${cost:.4f}" if cost is not None else ""
+            rows.append(("  stopped", f"{task_id}: {used.get('tokens', 0):,} tokens{money}, {used.get('turns')} turns"))
+        rows.append(
+            (
+                "  resume",
+                f"{budget.get('not_started', 0)} not started; rerun into this folder with a higher "
+                "experiment.budget to run the rest",
+            )
+        )
+    return rows
+
+
+def batch_cost(cost: Mapping[str, Any], prices: PriceTable, protocol: str, run_dir: Path) -> dict[str, Any]:
+    """``summary.json``'s ``cost`` in batch mode (provider.batch): ``batch_factor`` when every billed call went
+    through a batch (the ledger prices each call as it was made: ``billed_cost`` gives the total)."""
+    out = dict(cost)
+    ok = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempts() if a.get("outcome") == "ok"]
+    factor = prices.batch_factor(protocol)
+    if factor is not None and ok and all(a.get("batch") for a in ok):
+        out["batch_factor"] = factor
+    return out
+
+
+COST_OF = "billed in this run folder: every call of every session and attempt (usage.jsonl, judge_usage.jsonl)"
+
+
+def billed_cost(priced: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``summary.json``'s ``cost``: what the run folder's ledgers say was billed, stopped tasks and the judge
+    included, split agent / judge (``total_usd`` is the headline). What ``priced`` (the finished tasks' recorded
+    tokens at the model's price) adds stays: its model and prices, and a replay's ``saved_run_usd``."""
+    out = {k: v for k, v in priced.items() if k not in ("total_usd", "by_kind_usd")}
+    out.update(RunBill.read(run_dir).to_dict(), of=COST_OF)
+    if out["total_usd"] is not None and not (priced.get("replayed") or priced.get("forked")):
+        out.pop("note", None)  # a note on a price the tasks' tokens lacked: the ledger priced every call
+    return out

@@ -1,0 +1,1 @@
+"""A run put together from its config: build, preflight, checks, fingerprint, provenance."""

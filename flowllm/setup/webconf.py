@@ -1,0 +1,110 @@
+"""The run-level side of the web tools: config checks, the ``requires_env`` resolver, the fixture server, the cache.
+
+``${flowllm_search_env:<backend>}`` (conf/tools/web.yaml) gives tool-search the key variable of the chosen
+backend as its ``requires_env``, so a missing key disables the server with the pool's one warning naming the
+variable. ``web_tools`` starts the loopback fixture server for a run whose ``tools.web_fixtures`` is true and
+hands every local (stdio) tool server its address (``$FLOWLLM_WEB_FIXTURES``) and the run's web cache
+(``$FLOWLLM_WEB_CACHE``: ``<run dir>/web_cache``; under ``provider=replay`` the replayed run's, read-only,
+unless ``replay.tools=live``). A remote (``url:``) server gets none of it: it is not started here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from flowllm.emulator import Emulator
+from flowllm.emulator.script import Script
+from flowllm.emulator.web import FIXTURES_ENV, WebFixtures
+from flowllm.errors import ConfigError
+from flowllm.providers.factory import resolve_script
+from flowllm.providers.replay import resolve_run_dir
+from flowllm.rundir.layout import RunLayout
+from flowllm.tools.audio import AUDIO_BASE_URL_ENV
+from flowllm.tools.search import SearchError, parse_backend
+from flowllm.tools.web.cache import CACHE_ENV, CACHE_MODE_ENV, STATS_FILE, CacheMode
+
+
+def check_web_tools(cfg: DictConfig) -> None:
+    """Bad web tool settings, as one line before the first task."""
+    # replay.tools is a ReplayTools enum in the structured config: Hydra refuses another value.
+    tools = cfg.tools
+    search = tools.get("search")
+    if search is not None and "tool-search" in (tools.get("servers") or {}):
+        try:
+            parse_backend(search.backend)
+        except SearchError as exc:
+            raise ConfigError(f"tools.search.backend: {exc}") from None
+
+
+def _forking(cfg: DictConfig) -> bool:
+    return OmegaConf.select(cfg, "provider.protocol") == "replay" and OmegaConf.select(cfg, "provider.fork") is not None
+
+
+def seed_fork_cache(cfg: DictConfig, run_dir: Path) -> None:
+    """A fork's web cache starts as a copy of the saved run's: the replayed prefix's searches and pages are served
+    as they were, and what the live part asks anew is fetched and kept in this run's cache (never the saved run's)."""
+    if not _forking(cfg) or cfg.replay.tools != "saved":
+        return
+    saved = RunLayout(resolve_run_dir(str(cfg.provider.run_dir))).web_cache
+    if saved.is_dir():
+        shutil.copytree(
+            saved, RunLayout(Path(run_dir)).web_cache, ignore=shutil.ignore_patterns(STATS_FILE), dirs_exist_ok=True
+        )
+
+
+def cache_env(cfg: DictConfig, run_dir: Path) -> dict[str, str]:
+    """Where the tool servers keep (or, in a replay, find) the run's web results."""
+    if _forking(cfg):  # its own cache, seeded with the saved run's (seed_fork_cache)
+        return {CACHE_ENV: str(RunLayout(Path(run_dir)).web_cache), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
+    if OmegaConf.select(cfg, "provider.protocol") == "replay" and cfg.replay.tools == "saved":
+        old = resolve_run_dir(str(cfg.provider.run_dir))
+        return {CACHE_ENV: str(RunLayout(old).web_cache), CACHE_MODE_ENV: CacheMode.REPLAY.value}
+    return {CACHE_ENV: str(RunLayout(Path(run_dir)).web_cache), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
+
+
+@asynccontextmanager
+async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]:
+    """The run's web tool environment; yields the fixture server's URL, or None when it is off."""
+    env = cache_env(cfg, run_dir)
+    await asyncio.to_thread(seed_fork_cache, cfg, run_dir)
+    server: WebFixtures | None = None
+    emulator: Emulator | None = None
+    if cfg.tools.get("web_fixtures"):
+        server = WebFixtures()
+        env[FIXTURES_ENV] = await asyncio.to_thread(server.start)
+    # A replay serving saved results reads the saved transcripts: no transcription endpoint is needed.
+    replaying = env[CACHE_MODE_ENV] == CacheMode.REPLAY.value
+    if OmegaConf.select(cfg, "tools.audio.emulator", default=False) and not replaying:
+        script = OmegaConf.select(cfg, "provider.emulator_script")
+        if not script:
+            raise ConfigError("tools.audio.emulator needs provider.emulator_script (the transcripts are scripted)")
+        emulator = Emulator(Script.load(resolve_script(str(script))))
+        await asyncio.to_thread(emulator.start)
+        env[AUDIO_BASE_URL_ENV] = emulator.openai_base_url
+    try:
+        servers: Any = cfg.tools.get("servers") or {}
+        with open_dict(cfg.tools):
+            for entry in servers.values():
+                if entry.get("url"):  # a remote server runs elsewhere: it takes headers, never an environment
+                    continue
+                if entry.get("env") is None:  # server entries are checked by tools/client/settings.py: env is optional
+                    entry.env = {}
+                entry.env.update(env)
+            # The transcription key goes to tool-audio alone (servers get a minimal environment otherwise).
+            key_env = OmegaConf.select(cfg, "tools.audio.api_key_env", default="")
+            if "tool-audio" in servers and key_env and os.environ.get(key_env):
+                servers["tool-audio"].env[key_env] = os.environ[key_env]
+        yield env.get(FIXTURES_ENV)
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+        if emulator is not None:
+            await asyncio.to_thread(emulator.stop)

@@ -1,0 +1,1 @@
+"""Sweeps: the summary of a multirun, its statistics and tables."""

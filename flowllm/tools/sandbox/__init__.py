@@ -1,0 +1,1 @@
+"""The sandbox: run model-written code (and document readers) in a confined child process."""

@@ -1,0 +1,1 @@
+"""What the web and file servers read: the run's web cache, documents as text, the reader process."""
