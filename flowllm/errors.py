@@ -49,7 +49,8 @@ server answers the model with an MCP error (``mcp``'s own ``ToolError``), and a 
 preflight problem.
 
 ``ErrorKind`` names why a model call failed. It is a ``StrEnum``: the retry policy's ``retry_on`` list, the
-breaker, the ledger and ``meta.json`` all spell kinds as these strings.
+breaker, the ledger and ``meta.json`` all spell kinds as these strings. ``DEFAULT_RETRY_ON`` (the kinds a
+transient failure or a reply that arrived broken has) is the default ``retry_on`` and what the breaker counts.
 """
 
 from __future__ import annotations
@@ -110,18 +111,19 @@ class RunStopped(RunError):
 class ErrorKind(StrEnum):
     """Why one model call failed, in words a retry policy can act on."""
 
+    # (The order of the members is the order of DEFAULT_RETRY_ON, as saved configs list it.)
     # Transient by nature: worth another try.
-    OVERLOADED = "overloaded"
-    RATE_LIMIT = "rate_limit"
-    SERVER = "server"
-    TIMEOUT = "timeout"
     CONNECTION = "connection"
+    TIMEOUT = "timeout"
+    RATE_LIMIT = "rate_limit"
+    OVERLOADED = "overloaded"
+    SERVER = "server"
     CONFLICT = "conflict"
     TRUNCATED = "truncated"  # a stream that stopped before its final event
-    # The reply arrived broken: asking again usually works, but only when the policy says so.
+    # The reply arrived broken: asking again usually works (the default retry_on lists these too).
+    STREAM_ERROR = "stream_error"
     BAD_RESPONSE = "bad_response"
     EMPTY_REPLY = "empty_reply"
-    STREAM_ERROR = "stream_error"
     # A server that parses its model's reply in the family's own format (llama.cpp) could not: the same request
     # samples the same reply at temperature 0, so it is retried only when retry_on names it.
     UNPARSED_REPLY = "unparsed_reply"
@@ -141,6 +143,11 @@ class ErrorKind(StrEnum):
     def never_retried(self) -> bool:
         return self in _NEVER_RETRIED
 
+    @property
+    def retried_by_default(self) -> bool:
+        """Transient, or a reply that arrived broken: the default ``retry_on``, and a sign the provider is unwell."""
+        return self in _TRANSIENT or self in _BROKEN_REPLY
+
 
 _TRANSIENT = frozenset(
     {
@@ -153,6 +160,7 @@ _TRANSIENT = frozenset(
         ErrorKind.TRUNCATED,
     }
 )
+_BROKEN_REPLY = frozenset({ErrorKind.STREAM_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.EMPTY_REPLY})
 _NEVER_RETRIED = frozenset(
     {
         ErrorKind.BAD_REQUEST,
@@ -164,7 +172,11 @@ _NEVER_RETRIED = frozenset(
     }
 )
 
+# The default ``provider.retry.retry_on`` (config/schema.py) and the failures the breaker counts (providers/breaker.py).
+DEFAULT_RETRY_ON: tuple[ErrorKind, ...] = tuple(k for k in ErrorKind if k.retried_by_default)
+
 __all__ = [
+    "DEFAULT_RETRY_ON",
     "BuildError",
     "CarriedError",
     "CliError",

@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
+from flowllm.errors import DEFAULT_RETRY_ON
 
 
 class _ChoiceType(EnumType):
@@ -52,18 +53,7 @@ class CacheConfig:
 def _default_retry_on() -> list[str]:
     # Transient failures, plus replies that arrived broken (a malformed body, a cut stream, an empty reply):
     # asking again usually works. Never 400/401/403/404, quota or context length (refused at start-up).
-    return [
-        "connection",
-        "timeout",
-        "rate_limit",
-        "overloaded",
-        "server",
-        "conflict",
-        "truncated",
-        "stream_error",
-        "bad_response",
-        "empty_reply",
-    ]
+    return [str(kind) for kind in DEFAULT_RETRY_ON]
 
 
 @dataclass

@@ -24,27 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowllm.config.schema import BreakerConfig
+from flowllm.errors import DEFAULT_RETRY_ON
 from flowllm.providers.errors import ProviderCallError, ProviderConfigError
 
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
 
-# Failure kinds that mean "this provider is unwell right now".
-HEALTH_KINDS = frozenset(
-    {
-        "connection",
-        "timeout",
-        "rate_limit",
-        "overloaded",
-        "server",
-        "conflict",
-        "truncated",
-        "stream_error",
-        "bad_response",
-        "empty_reply",
-    }
-)
+# Failure kinds that mean "this provider is unwell right now": those a retry policy retries by default.
+HEALTH_KINDS = frozenset(DEFAULT_RETRY_ON)
 
 
 @dataclass(frozen=True)
