@@ -15,6 +15,7 @@
     │   ├── ProviderConfigError        a provider cannot work as configured (providers/errors.py)
     │   ├── ScriptError                an emulator script is invalid (emulator/script.py)
     │   ├── PricingError               the price table is malformed (spend/pricing.py)
+    │   ├── PluginError                an installed plug-in's entry point cannot be loaded (core/registry.py)
     │   └── PreflightError             every problem the checks before the first task found (setup/preflight.py)
     ├── RunError                       raised while tasks run: the task that meets it fails, the others go on
     │   ├── NodeExecutionError         a node raised (engine/errors.py)
@@ -98,6 +99,11 @@ class ToolConfigError(ConfigError):
 
 class FingerprintMismatch(ConfigError):
     """A rerun into a run directory whose results other settings produced (``experiment.resume=force`` proceeds)."""
+
+
+class PluginError(BuildError):
+    """An installed package's entry point (``flowllm.scorers``...) failed to load or is not what its group takes;
+    the message names the entry point and its distribution."""
 
 
 class RunStopped(RunError):
@@ -184,6 +190,7 @@ __all__ = [
     "ErrorKind",
     "FingerprintMismatch",
     "FlowError",
+    "PluginError",
     "RunError",
     "RunStopped",
     "ToolConfigError",
