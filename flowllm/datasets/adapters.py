@@ -73,12 +73,7 @@ class DatasetSpec:
             value = getattr(cfg, name, default) if not isinstance(cfg, Mapping) else cfg.get(name, default)
             return default if value is None else value
 
-        cipher_name = str(get("decrypt", "none"))
-        try:
-            cipher = Cipher(cipher_name)
-        except ValueError:
-            known = ", ".join(c.value for c in Cipher)
-            raise DatasetError(f"dataset.decrypt must be one of {known}, not '{cipher_name}'") from None
+        cipher = Registry.of_enum("dataset.decrypt", Cipher, error=DatasetError).require(str(get("decrypt", "none")))
         levels = getattr(cfg, "levels", None) if not isinstance(cfg, Mapping) else cfg.get("levels")
         task_ids = getattr(cfg, "task_ids", None) if not isinstance(cfg, Mapping) else cfg.get("task_ids")
         limit = getattr(cfg, "limit", None) if not isinstance(cfg, Mapping) else cfg.get("limit")
@@ -324,7 +319,21 @@ def _plain(value: Any) -> Any:
 
 # -- the registry -------------------------------------------------------------------------------------------
 
-ADAPTERS: Registry[Adapter] = Registry("dataset.adapter", {"gaia": _gaia, "table": _table})
+
+def _adapter(name: str, loaded: Any) -> Adapter:
+    if not callable(loaded):
+        raise TypeError(f"expected a function of a DatasetSpec returning a list of Tasks, got {loaded!r}")
+    return loaded
+
+
+# dataset.* names the dataset the run reads: an unknown name is a DatasetError, which `flowllm export` reports.
+ADAPTERS: Registry[Adapter] = Registry(
+    "dataset.adapter",
+    {"gaia": _gaia, "table": _table},
+    group="flowllm.dataset_adapters",
+    error=DatasetError,
+    adapt=_adapter,
+)
 
 
 def source_of(spec: DatasetSpec) -> str:
@@ -336,7 +345,7 @@ def source_of(spec: DatasetSpec) -> str:
 
 def load_dataset(spec: DatasetSpec) -> list[Task]:
     """Every selected task of the dataset, in file order; ``DatasetError`` (one line) when it cannot be read."""
-    adapter = ADAPTERS.require(spec.adapter, DatasetError)
+    adapter = ADAPTERS.require(spec.adapter)
     tasks = adapter(spec)
     _check_unique(tasks, spec)
     if not tasks:

@@ -23,11 +23,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from flowllm.core.registry import Registry
 from flowllm.datasets.task import DatasetError, Task, ground_truth_of
 
 METADATA = "metadata.jsonl"
 STANDARDIZED = "standardized_data.jsonl"
-FORMATS = ("auto", "gaia", "standardized")
+# dataset.format of the gaia adapter: auto tells the two layouts apart by the file's name.
+FORMATS: Registry[str] = Registry(
+    "dataset.format", {f: f for f in ("auto", "gaia", "standardized")}, error=DatasetError
+)
 # Where the gaia experiment looks by default, and the variable that moves it (conf/experiment/gaia.yaml).
 DEFAULT_GAIA_DIR = "data/gaia/2023/validation"
 GAIA_DIR_ENV = "FLOWLLM_GAIA_DIR"
@@ -165,8 +169,7 @@ def _standardized_row(row: dict[str, Any], folder: Path, where: str) -> Task:
 
 def find_dataset_file(path: Path, fmt: str = "auto") -> tuple[Path, str]:
     """The JSON-lines file of a dataset folder (or the file itself) and its format."""
-    if fmt not in FORMATS:
-        raise DatasetError(f"dataset.format must be one of {', '.join(FORMATS)}, not '{fmt}'")
+    FORMATS.require(fmt)
     if path.is_file():
         if fmt == "auto":
             fmt = "standardized" if path.name == STANDARDIZED else "gaia"

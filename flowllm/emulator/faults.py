@@ -42,7 +42,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-FAULTS = ("status", "delay", "reset", "truncate", "stream_error", "malformed", "empty")
+from flowllm.core.registry import Registry
+
+FAULTS: Registry[str] = Registry(
+    "fault", {f: f for f in ("status", "delay", "reset", "truncate", "stream_error", "malformed", "empty")}
+)
 STREAM_ONLY = frozenset({"truncate", "stream_error"})
 _RULE_KEYS = {
     "fault",
@@ -277,8 +281,7 @@ def _rule(raw: Any, where: str) -> FaultRule:
     if unknown:
         raise FaultConfigError(f"{where}: unknown keys {sorted(unknown)} (allowed: {sorted(_RULE_KEYS)})")
     fault = raw.get("fault")
-    if fault not in FAULTS:
-        raise FaultConfigError(f"{where}.fault must be one of {', '.join(FAULTS)}, not {fault!r}")
+    FAULTS.require(str(fault), FaultConfigError, key=f"{where}.fault")
     try:
         rate = float(raw.get("rate", 1.0))
         status = int(raw.get("status", 500))

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowllm.engine.errors import PipelineError, UnknownTargetError
 from flowllm.engine.node import BoundNode, node_ports
+from flowllm.errors import ConfigError
 
 # Keys of a node's config that wire it into the graph instead of going to its constructor.
 WIRING_KEYS = ("inputs", "outputs")
@@ -85,6 +86,8 @@ def instantiate_node(
             node_obj = instantiate(ctor, _convert_="all")
         except Exception as exc:
             cause = exc.__cause__ or exc
+            if isinstance(cause, ConfigError):  # a setting the node was given names no choice: it says which
+                raise cause from None
             raise PipelineError(
                 f"could not build '{target}': {type(cause).__name__}: {cause}", node=name, source=source
             ) from None

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from flowllm.core.registry import Registry
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
@@ -44,7 +45,7 @@ from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
 from flowllm.rundir.taskdirs import task_folder_name
 
-SNAPSHOT_MODES = ("all", "errors", "none")
+SNAPSHOT_MODES: Registry[str] = Registry("recorder.snapshot", {m: m for m in ("all", "errors", "none")})
 REDACTED = "[redacted]"
 _SECRET_ENV_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET|PRIVATE", re.I)
 _SECRET_KEY = re.compile(r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I)
@@ -295,8 +296,7 @@ class Recorder:
     """Writes a run's artifacts. One instance per run; thread-safe; ``close()`` waits for pending writes."""
 
     def __init__(self, run_dir: Path | str, snapshot: str = "all", secrets: Iterable[str] = ()) -> None:
-        if snapshot not in SNAPSHOT_MODES:
-            raise ValueError(f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'")
+        SNAPSHOT_MODES.require(snapshot)
         self.run_dir = Path(run_dir)
         self.layout = RunLayout(self.run_dir)
         self._tasks_root = str(self.layout.tasks)

@@ -30,6 +30,7 @@ from flowllm.engine.context import FanOut, TurnContext
 from flowllm.engine.errors import NodeContractError, NodeExecutionError, PipelineError
 from flowllm.engine.node import BoundNode
 from flowllm.engine.pipeline import Pipeline
+from flowllm.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -388,17 +389,24 @@ class GraphParallelRunner(Runner):
         return _WhenInputsReady(plan)
 
 
+def _runner_class(name: str, loaded: Any) -> type[Runner]:
+    if not (isinstance(loaded, type) and issubclass(loaded, Runner)):
+        raise TypeError(f"expected a subclass of flowllm.engine.runners.Runner, got {loaded!r}")
+    return loaded
+
+
 RUNNERS: Registry[type[Runner]] = Registry(
-    "runner", {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)}
+    "runner",
+    {r.name: r for r in (LegacyRunner, GraphRunner, GraphParallelRunner)},
+    group="flowllm.runners",
+    adapt=_runner_class,
 )
 
 
 def make_runner(
     name: str, item_timeout_s: float = ITEM_TIMEOUT_S, fanout_timeout_s: float = FANOUT_TIMEOUT_S
 ) -> Runner:
-    cls = RUNNERS.get(name)
-    if cls is None:
-        raise PipelineError(f"unknown runner '{name}'; choose one of: {', '.join(RUNNERS)} (runner=<name>)")
+    cls = RUNNERS.require(name, ConfigError)
     return cls(item_timeout_s=item_timeout_s, fanout_timeout_s=fanout_timeout_s)
 
 

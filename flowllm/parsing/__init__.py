@@ -5,8 +5,9 @@
     r = repair_json(text, key=None, stages=None)       # -> Repaired(ok, value, stage, error, raw)
     r = repair_arguments(text)                         # the same, value always a dict when ok
 
-``STAGES`` maps repair stage names to their functions and ``validate_stages`` checks a configured chain;
-``FORMATS`` lists the tool-call formats ``parse_tool_calls(formats=...)`` accepts.
+``STAGES`` (a ``Registry``: built-ins and plug-ins of ``flowllm.repair_stages``) maps repair stage names to their
+stages and ``validate_stages`` checks a configured chain; ``FORMATS`` (plug-ins: ``flowllm.toolcall_formats``)
+holds the tool-call formats ``parse_tool_calls(formats=...)`` accepts.
 """
 
 from flowllm.parsing.repair import (

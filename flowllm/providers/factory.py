@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import Provider
-from flowllm.core.registry import Registry
+from flowllm.core.registry import Registry, unknown_choice
 from flowllm.providers.base import BaseProvider, as_provider_config
 from flowllm.providers.batch import BatchRoutes, batch_journal, check_batch_config, open_batcher
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
@@ -154,6 +154,15 @@ class ProtocolEntry:
     check: CustomCheck | None = None
 
 
+def _protocol_entry(name: str, loaded: Any) -> ProtocolEntry:
+    """A plug-in protocol: a ``ProtocolEntry``, or the ``open`` function of one."""
+    if isinstance(loaded, ProtocolEntry):
+        return loaded
+    if callable(loaded):
+        return ProtocolEntry(open=loaded)
+    raise TypeError(f"expected a flowllm.providers.factory.ProtocolEntry or an opener function, got {loaded!r}")
+
+
 PROTOCOLS: Registry[ProtocolEntry] = Registry(
     "provider.protocol",
     {
@@ -161,6 +170,9 @@ PROTOCOLS: Registry[ProtocolEntry] = Registry(
         "openai_chat": ProtocolEntry(build=_build_openai_chat),
         "openai_responses": ProtocolEntry(build=_build_openai_responses),
     },
+    group="flowllm.protocols",
+    error=ProviderConfigError,
+    adapt=_protocol_entry,
 )
 
 
@@ -218,23 +230,17 @@ def check_provider_config(
 
 
 def _check_one(pcfg: ProviderConfig) -> None:
-    if pcfg.protocol not in PROTOCOLS:
-        raise ProviderConfigError(
-            f"provider '{pcfg.name}': unknown protocol '{pcfg.protocol}' (expected one of "
-            f"{', '.join(known_protocols())})"
-        )
+    PROTOCOLS.require(pcfg.protocol)
     if _custom(pcfg.protocol) is not None:
         return
-    if pcfg.tool_protocol not in ("xml", "native"):
-        raise ProviderConfigError(f"provider.tool_protocol must be xml or native, not '{pcfg.tool_protocol}'")
-    if pcfg.thinking.mode not in ("enabled", "adaptive", "disabled"):
-        raise ProviderConfigError(
-            f"provider.thinking.mode must be enabled, adaptive or disabled, not '{pcfg.thinking.mode}'"
-        )
-    if pcfg.auth not in ("bearer", "x-api-key"):
-        raise ProviderConfigError(f"provider.auth must be bearer or x-api-key, not '{pcfg.auth}'")
-    if pcfg.cache.ttl not in ("5m", "1h"):
-        raise ProviderConfigError(f"provider.cache.ttl must be 5m or 1h, not '{pcfg.cache.ttl}'")
+    for key, value, allowed in (
+        ("provider.tool_protocol", pcfg.tool_protocol, ("xml", "native")),
+        ("provider.thinking.mode", pcfg.thinking.mode, ("enabled", "adaptive", "disabled")),
+        ("provider.auth", pcfg.auth, ("bearer", "x-api-key")),
+        ("provider.cache.ttl", pcfg.cache.ttl, ("5m", "1h")),
+    ):
+        if value not in allowed:
+            raise ProviderConfigError(unknown_choice(key, value, allowed))
     RetryPolicy.from_config(pcfg.retry, provider=pcfg.name)
     check_batch_config(pcfg)
     check_breaker_config(pcfg.breaker, provider=pcfg.name)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from flowllm.config.schema import JudgeConfig, ProviderConfig
 from flowllm.core.registry import Registry
@@ -72,14 +73,23 @@ async def _open_judge(settings: ScorerSettings) -> AsyncIterator[Scorer]:
         yield scorer
 
 
-# The scorers ``dataset.scorer`` chooses from, by name.
+def _scorer_opener(name: str, loaded: Any) -> ScorerOpener:
+    if not callable(loaded):
+        raise TypeError(f"expected a function of ScorerSettings returning an async context manager, got {loaded!r}")
+    return loaded
+
+
+# The scorers ``dataset.scorer`` chooses from, by name; a plug-in adds one under ``flowllm.scorers``.
 SCORERS: Registry[ScorerOpener] = Registry(
-    "dataset.scorer", {"gaia": _open_gaia, "exact": _open_exact, "judge": _open_judge}
+    "dataset.scorer",
+    {"gaia": _open_gaia, "exact": _open_exact, "judge": _open_judge},
+    group="flowllm.scorers",
+    adapt=_scorer_opener,
 )
 
 
 def check_scorer(name: str) -> None:
-    SCORERS.require(name, ConfigError)
+    SCORERS.require(name)
 
 
 @asynccontextmanager
@@ -93,7 +103,7 @@ async def open_scorer(
     prices: PriceLookup | None = None,
 ) -> AsyncIterator[Scorer]:
     """The configured scorer, open for the run (the judge's provider is opened only for ``judge``)."""
-    opener = SCORERS.require(name, ConfigError)
+    opener = SCORERS.require(name)
     settings = ScorerSettings(run_dir, judge, judge_provider, redactor, prices)
     async with opener(settings) as scorer:
         yield scorer

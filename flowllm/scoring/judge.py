@@ -54,10 +54,7 @@ def judge_dir(run_dir: Path, task_id: str, attempt: int) -> Path:
 
 
 def judge_template(name: str) -> JudgeTemplate:
-    template = TEMPLATES.get(name)
-    if template is None:
-        raise ConfigError(f"judge.template must be one of {', '.join(sorted(TEMPLATES))}, not '{name}'")
-    return template
+    return TEMPLATES.require(name)
 
 
 def judge_provider_config(judge: JudgeConfig, agent_cfg: ProviderConfig) -> ProviderConfig:

@@ -19,6 +19,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+from flowllm.core.registry import Registry
 
 
 class Verdict(StrEnum):
@@ -151,8 +154,20 @@ def parse_letter(reply: str) -> Verdict | None:
     return None
 
 
-TEMPLATES: dict[str, JudgeTemplate] = {
-    "browsecomp": JudgeTemplate("browsecomp", _YES_NO_PROMPT, parse_yes_no),
-    "hle": JudgeTemplate("hle", _HLE_PROMPT, parse_yes_no),
-    "simpleqa": JudgeTemplate("simpleqa", _SIMPLEQA_PROMPT, parse_letter),
-}
+def _template(name: str, loaded: Any) -> JudgeTemplate:
+    if not isinstance(loaded, JudgeTemplate):
+        raise TypeError(f"expected a flowllm.scoring.templates.JudgeTemplate, got {loaded!r}")
+    return loaded
+
+
+# judge.template; a plug-in adds one under ``flowllm.judge_templates``.
+TEMPLATES: Registry[JudgeTemplate] = Registry(
+    "judge.template",
+    {
+        "browsecomp": JudgeTemplate("browsecomp", _YES_NO_PROMPT, parse_yes_no),
+        "hle": JudgeTemplate("hle", _HLE_PROMPT, parse_yes_no),
+        "simpleqa": JudgeTemplate("simpleqa", _SIMPLEQA_PROMPT, parse_letter),
+    },
+    group="flowllm.judge_templates",
+    adapt=_template,
+)

@@ -41,7 +41,7 @@ def check_web_tools(cfg: DictConfig) -> None:
         try:
             parse_backend(search.backend)
         except SearchError as exc:
-            raise ConfigError(f"tools.search.backend: {exc}") from None
+            raise ConfigError(str(exc)) from None  # the message names tools.search.backend
 
 
 def _forking(cfg: DictConfig) -> bool:

@@ -21,6 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from flowllm.config.search_keys import KEY_ENV, Backend
+from flowllm.core.registry import Registry
 from flowllm.emulator.web import FIXTURES_ENV
 from flowllm.tools.web.cache import CachedError, ReplayMiss, WebCache
 
@@ -47,11 +48,8 @@ class SearchError(Exception):
 
 
 def parse_backend(name: str) -> Backend:
-    try:
-        return Backend(str(name).strip().lower())
-    except ValueError:
-        known = ", ".join(b.value for b in Backend)
-        raise SearchError(f"unknown search backend '{name}' (expected one of {known})") from None
+    backends = Registry.of_enum("tools.search.backend", Backend, error=SearchError)
+    return backends.require(str(name).strip().lower())
 
 
 def required_env(name: str) -> list[str]:

@@ -33,7 +33,7 @@ def test_tools_web_runs_only_flowllms_own_servers_and_names_the_backends_key() -
 
 
 def test_bad_settings_are_one_line() -> None:
-    with pytest.raises(ConfigError, match=r"tools\.search\.backend: unknown search backend 'bing'"):
+    with pytest.raises(ConfigError, match=r"^tools\.search\.backend must be one of serper, .*, not 'bing'$"):
         check_web_tools(composed("tools=web", "tools.search.backend=bing"))
     # replay.tools is an enum of the structured config: composing refuses another value, naming both.
     with pytest.raises(Exception, match=r"replay.tools=sometimes") as refused:

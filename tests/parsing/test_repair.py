@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from flowllm.errors import ConfigError
 from flowllm.parsing import PRESETS, STAGES, Repaired, repair_arguments, repair_json, validate_stages
 
 
@@ -110,9 +111,11 @@ def test_each_result_records_the_stage_that_succeeded() -> None:
 
 def test_validate_stages_names_the_unknown_and_the_valid() -> None:
     validate_stages(["strict", "lenient"])
-    with pytest.raises(ValueError, match=r"unknown repair stage 'jsno5'.*valid stages are: strict, fences"):
+    with pytest.raises(
+        ConfigError, match=r"^repair\.stages must be one of strict, fences, .*, not 'jsno5' \(did you mean 'json5'\?\)$"
+    ):
         validate_stages(["strict", "jsno5"])
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match=r"^repair\.stages is empty"):
         validate_stages([])
     assert set(STAGES) >= {"strict", "fences", "escapes", "python", "json5", "lenient"}
 

@@ -9,6 +9,7 @@ from openai.types.chat import ChatCompletionMessageToolCall
 from openai.types.responses import ResponseFunctionToolCall
 
 from flowllm.core.types import ModelResponse, NativeToolCall
+from flowllm.errors import ConfigError
 from flowllm.parsing import (
     FORMATS,
     BadToolCall,
@@ -115,7 +116,7 @@ def test_formats_restrict_detection() -> None:
     assert [c.name for c in parse_tool_calls(text, formats=["hermes"]).calls] == ["a"]
     assert [c.name for c in parse_tool_calls(text, formats=["json"]).calls] == ["a", "b"]  # plain JSON only
     assert parse_tool_calls(text, formats=["mcp_xml"]).calls == []
-    with pytest.raises(ValueError, match="unknown tool-call format"):
+    with pytest.raises(ConfigError, match=r"^parse_tool_calls\.formats must be one of mcp_xml, .*, not 'xml'"):
         validate_formats(["hermes", "xml"])
     assert {"mcp_xml", "hermes", "json", "pythonic", "mistral", "qwen3_coder", "glm4"} <= set(FORMATS)
 

@@ -56,7 +56,7 @@ def test_local_needs_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        ({"protocol": "carrier_pigeon"}, "unknown protocol 'carrier_pigeon'"),
+        ({"protocol": "carrier_pigeon"}, r"^provider\.protocol must be one of anthropic, .*, not 'carrier_pigeon'$"),
         ({"tool_protocol": "json"}, "tool_protocol"),
         ({"auth": "basic"}, "provider.auth"),
         ({"emulator_script": "no/such/script.yaml"}, "file not found"),

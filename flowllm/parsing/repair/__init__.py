@@ -11,15 +11,15 @@ back as ``ok=False`` with an error message and the raw text.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from flowllm.errors import ConfigError
 from flowllm.parsing.repair.lenient import CODE_FIELDS, decode_string, parse_lenient
 from flowllm.parsing.repair.stages import (
     FULL_CHAIN,
     PRESETS,
-    STAGE_BY_NAME,
-    STAGE_LIST,
+    STAGES,
     Found,
     Stage,
     loads_strict,
@@ -27,21 +27,15 @@ from flowllm.parsing.repair.stages import (
 from flowllm.parsing.safety import DEFAULT_MAX_CHARS, failure_reason, too_long_reason
 from flowllm.parsing.types import Repaired
 
-STAGES: dict[str, Callable[[str, str | None], Any]] = {s.name: s.fn for s in STAGE_LIST}
-
 
 def validate_stages(stages: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming any unknown stage and the valid ones (called once at start-up)."""
+    """Raise ``ConfigError`` naming the first unknown stage and the valid ones (called once at start-up)."""
     if isinstance(stages, str):
-        raise ValueError(f"repair stages must be a list of names, got the string {stages!r}")
-    unknown = [s for s in stages if s not in STAGE_BY_NAME]
-    if unknown:
-        raise ValueError(
-            f"unknown repair stage{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"valid stages are: {', '.join(STAGE_BY_NAME)}"
-        )
+        raise ConfigError(f"repair.stages must be a list of names, got the string {stages!r}")
     if not stages:
-        raise ValueError(f"the repair chain is empty; list at least 'strict' (valid: {', '.join(STAGE_BY_NAME)})")
+        raise ConfigError(f"repair.stages is empty; list at least 'strict' (valid: {STAGES.choices()})")
+    for name in stages:
+        STAGES.require(name)
 
 
 def _as_text(text: Any) -> str | None:
@@ -90,7 +84,7 @@ def _repair_json(text: Any, key: str | None, stages: Sequence[str] | None) -> Re
         return Repaired(False, None, None, f"expected text, got {type(text).__name__}", repr(text))
     current = source
     for name in names:
-        stage: Stage | None = STAGE_BY_NAME.get(name)
+        stage: Stage | None = STAGES.get(name)
         if stage is None:
             return Repaired(False, None, None, f"unknown repair stage {name!r}", source)
         try:

@@ -23,6 +23,7 @@ from typing import Any
 import json5
 import orjson
 
+from flowllm.core.registry import Registry
 from flowllm.parsing.pyliteral import parse_python_literal
 from flowllm.parsing.repair.lenient import CODE_FIELDS, parse_lenient
 
@@ -386,7 +387,22 @@ STAGE_LIST: tuple[Stage, ...] = (
     Stage("json5", _json5, False, "the JSON5 grammar (json5 library)"),
     Stage("lenient", _lenient, False, "structural repair of everything else"),
 )
-STAGE_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGE_LIST}
+
+
+def _plugin_stage(name: str, loaded: Any) -> Stage:
+    """A plug-in's stage: a ``Stage``, or a bare stage function (a fixing stage, summarised by its docstring)."""
+    if isinstance(loaded, Stage):
+        return loaded
+    if callable(loaded):
+        summary = ((getattr(loaded, "__doc__", None) or "").strip().splitlines() or [f"plug-in stage {name}"])[0]
+        return Stage(name, loaded, False, summary)
+    raise TypeError(f"expected a flowllm.parsing.repair.stages.Stage or a stage function, got {loaded!r}")
+
+
+# repair.stages names stages from here; a plug-in adds its own under ``flowllm.repair_stages``.
+STAGES: Registry[Stage] = Registry(
+    "repair.stages", {s.name: s for s in STAGE_LIST}, group="flowllm.repair_stages", adapt=_plugin_stage
+)
 
 # The chains conf/repair/*.yaml name; the YAML files list the same stages so a sweep shows what each one ran.
 PRESETS: dict[str, tuple[str, ...]] = {

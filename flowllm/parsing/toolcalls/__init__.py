@@ -5,8 +5,8 @@
 ``payload`` is model text, an OpenAI Chat ``tool_calls`` list (dicts or SDK objects), a Responses
 ``function_call`` item / output list / response, Anthropic ``tool_use`` blocks, or a ``ModelResponse`` (its
 native calls when it has any, else its text). ``formats`` restricts text parsing to some of ``FORMATS``
-(None: detect). ``tools`` (ToolSpecs, or a mapping of tool name to input schema) types the values of XML
-formats and turns calls to unknown tools into bad calls.
+(None: every one registered, plug-ins included). ``tools`` (ToolSpecs, or a mapping of tool name to input
+schema) types the values of XML formats and turns calls to unknown tools into bad calls.
 
 Text formats with a marker of their own are tried first; the markerless ones (pythonic lists, plain JSON)
 only when none of those found anything. Calls parsed from text are numbered ``call_0``, ``call_1``, ... in
@@ -16,10 +16,11 @@ order of appearance, so the same text always gives the same output.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any
 
+from flowllm.core.registry import Registry
 from flowllm.core.types import ModelResponse
 from flowllm.parsing.safety import (
     DEFAULT_MAX_CHARS,
@@ -30,40 +31,51 @@ from flowllm.parsing.safety import (
     too_many_blocks_reason,
 )
 from flowllm.parsing.toolcalls import families, markerless, mcp_xml, special, tagged
-from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, split_server
+from flowllm.parsing.toolcalls.base import Context, Hit, RawCall, Scanner, ToolCallFormat, split_server
 from flowllm.parsing.toolcalls.native import native_item, native_items
 from flowllm.parsing.types import BadToolCall, Parsed, ToolCall
 
-Scanner = Callable[[str, Context, bool, frozenset[str]], list[Hit]]
 
-# name -> (scanner, markers that must appear in the text for it to run; empty: markerless)
-_TEXT_FORMATS: dict[str, tuple[Scanner, tuple[str, ...]]] = {
-    "mcp_xml": (lambda t, c, f, fm: mcp_xml.scan(t, c, f), (mcp_xml.MARKER,)),
-    "kimi_k2": (lambda t, c, f, fm: special.scan_kimi(t, c, f), special.KIMI_MARKERS),
-    "deepseek_v3": (lambda t, c, f, fm: special.scan_deepseek(t, c, f), special.DEEPSEEK_MARKERS),
-    "mistral": (lambda t, c, f, fm: special.scan_mistral(t, c, f), (special.MISTRAL,)),
-    "minimax_m2": (lambda t, c, f, fm: families.scan_minimax(t, c, f), (families.MINIMAX,)),
-    "harmony": (lambda t, c, f, fm: families.scan_harmony(t, c, f), (families.HARMONY,)),
-    "gemma4": (lambda t, c, f, fm: families.scan_gemma(t, c, f), (families.GEMMA,)),
-    "functionary": (lambda t, c, f, fm: families.scan_functionary(t, c, f), (families.FUNCTIONARY,)),
-    # One scanner reads every <tool_call> block and tells the three apart by content.
-    "hermes": (tagged.scan, tagged.MARKERS),
-    "qwen3_coder": (tagged.scan, tagged.MARKERS),
-    "glm4": (tagged.scan, tagged.MARKERS),
-    "pythonic": (lambda t, c, f, fm: markerless.scan_pythonic(t, c, f), ()),
-    "json": (lambda t, c, f, fm: markerless.scan_json(t, c, f), ()),
-}
-_EMPTY_CONTEXT = Context()
+def _format(name: str, loaded: Any) -> ToolCallFormat:
+    if not isinstance(loaded, ToolCallFormat):
+        raise TypeError(f"expected a flowllm.parsing.toolcalls.base.ToolCallFormat, got {loaded!r}")
+    return loaded
+
+
+# The providers' own tool-call lists: read from the reply's structure, not its text.
 NATIVE_FORMATS = ("openai_chat", "openai_responses", "anthropic")
-FORMATS: tuple[str, ...] = (*_TEXT_FORMATS, *NATIVE_FORMATS)
+# Every format ``formats`` may name, in the order they are tried (marked ones first: see _plan); a plug-in adds
+# one under ``flowllm.toolcall_formats``.
+FORMATS: Registry[ToolCallFormat] = Registry(
+    "parse_tool_calls.formats",
+    {
+        "mcp_xml": ToolCallFormat(lambda t, c, f, fm: mcp_xml.scan(t, c, f), (mcp_xml.MARKER,)),
+        "kimi_k2": ToolCallFormat(lambda t, c, f, fm: special.scan_kimi(t, c, f), special.KIMI_MARKERS),
+        "deepseek_v3": ToolCallFormat(lambda t, c, f, fm: special.scan_deepseek(t, c, f), special.DEEPSEEK_MARKERS),
+        "mistral": ToolCallFormat(lambda t, c, f, fm: special.scan_mistral(t, c, f), (special.MISTRAL,)),
+        "minimax_m2": ToolCallFormat(lambda t, c, f, fm: families.scan_minimax(t, c, f), (families.MINIMAX,)),
+        "harmony": ToolCallFormat(lambda t, c, f, fm: families.scan_harmony(t, c, f), (families.HARMONY,)),
+        "gemma4": ToolCallFormat(lambda t, c, f, fm: families.scan_gemma(t, c, f), (families.GEMMA,)),
+        "functionary": ToolCallFormat(lambda t, c, f, fm: families.scan_functionary(t, c, f), (families.FUNCTIONARY,)),
+        # One scanner reads every <tool_call> block and tells the three apart by content.
+        "hermes": ToolCallFormat(tagged.scan, tagged.MARKERS),
+        "qwen3_coder": ToolCallFormat(tagged.scan, tagged.MARKERS),
+        "glm4": ToolCallFormat(tagged.scan, tagged.MARKERS),
+        "pythonic": ToolCallFormat(lambda t, c, f, fm: markerless.scan_pythonic(t, c, f)),
+        "json": ToolCallFormat(lambda t, c, f, fm: markerless.scan_json(t, c, f)),
+        **{name: ToolCallFormat(None) for name in NATIVE_FORMATS},
+    },
+    group="flowllm.toolcall_formats",
+    adapt=_format,
+)
+_EMPTY_CONTEXT = Context()
 _TAGGED = frozenset({"hermes", "qwen3_coder", "glm4"})
 
 
 def validate_formats(formats: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming unknown format names and the valid ones."""
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ValueError(f"unknown tool-call format(s) {', '.join(map(repr, unknown))}; valid: {', '.join(FORMATS)}")
+    """Raise ``ConfigError`` naming the first unknown format name and the valid ones."""
+    for name in formats:
+        FORMATS.require(name)
 
 
 _MCP_ANY_CASE = re.compile(re.escape(mcp_xml.MARKER), re.I)
@@ -98,12 +110,19 @@ def _first_marker(text: str, markers: tuple[str, ...]) -> int:
     return min(found, default=0)
 
 
-@cache
 def _plan(enabled: frozenset[str]) -> tuple[tuple[str, Scanner, tuple[str, ...]], ...]:
-    """The scanners to run for a set of enabled formats, in priority order (the <tool_call> one once)."""
+    return _plan_of(enabled, len(FORMATS))
+
+
+@cache
+def _plan_of(enabled: frozenset[str], registered: int) -> tuple[tuple[str, Scanner, tuple[str, ...]], ...]:
+    """The scanners to run for a set of enabled formats, in priority order (the <tool_call> one once): marked
+    formats first, then markerless ones. ``registered`` keys the cache to the formats known when it was made."""
     plan = []
     tagged_done = False
-    for name, (scanner, markers) in _TEXT_FORMATS.items():
+    formats = [(name, f.scanner, f.markers) for name, f in FORMATS.items() if f.scanner is not None]
+    formats.sort(key=lambda entry: not entry[2])  # stable: marked formats keep their order, then markerless ones
+    for name, scanner, markers in formats:
         if name not in enabled:
             continue
         if name in _TAGGED:
@@ -280,4 +299,4 @@ def _safe_repr(item: Any) -> str:
         return f"<{type(item).__name__} that cannot be shown: {failure_reason(exc)}>"
 
 
-__all__ = ["FORMATS", "parse_tool_calls", "scan_text", "validate_formats"]
+__all__ = ["FORMATS", "ToolCallFormat", "parse_tool_calls", "scan_text", "validate_formats"]

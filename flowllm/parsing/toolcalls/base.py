@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,21 @@ class Context:
         # Longest first, so "tool-python-extra" wins over "tool-python" when both are servers.
         ordered = tuple(sorted({s for s in servers or () if s}, key=len, reverse=True))
         return cls(ordered, schemas, frozenset(known) if known is not None else None)
+
+
+# A text format's reader: (text, context, final, the enabled format names) -> the calls it found, as spans of
+# the text. ``final`` is False while a stream is still arriving: an unclosed block is then ``complete=False``.
+Scanner = Callable[[str, Context, bool, frozenset[str]], list[Hit]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFormat:
+    """One tool-call format ``formats`` may name: a text format's ``scanner`` and the ``markers`` that must
+    appear in the text for it to run (none: a markerless format, tried only when no marked format found a
+    call); a native format (a provider's own tool-call list) has no scanner."""
+
+    scanner: Scanner | None
+    markers: tuple[str, ...] = ()
 
 
 def split_server(name: str, ctx: Context, *, native: bool) -> tuple[str | None, str]:

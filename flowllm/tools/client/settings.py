@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.config.schema import SamplingMode, ToolsConfig, ToolServerConfig
+from flowllm.core.registry import Registry
 from flowllm.errors import ToolConfigError
 
 WORKSPACE_TOKEN = "${workspace}"
@@ -149,11 +150,7 @@ def _mapping(value: Any, where: str) -> dict[str, str]:
 
 
 def _choice(enum: type[StrEnum], value: Any, where: str) -> Any:
-    try:
-        return enum(str(value))
-    except ValueError:
-        allowed = ", ".join(e.value for e in enum)
-        raise ToolConfigError(f"{where} must be one of {allowed}, not '{value}'") from None
+    return Registry.of_enum(where, enum, error=ToolConfigError).require(str(value))
 
 
 def _number(value: Any, where: str) -> float:
