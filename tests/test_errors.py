@@ -122,3 +122,25 @@ def test_a_budget_stop_has_its_own_code_3_in_a_run_a_sweep_and_the_help(tmp_path
     failed = {**row, "failed": 1, "budget": None}
     assert sweep_exit_code([row, failed]) is ExitCode.SOME_FAILED
     assert "3 the run's budget (experiment.budget) ended it" in " ".join(help_text().split())
+
+
+def test_the_kinds_retried_by_default_are_defined_once_and_the_schema_and_breaker_follow() -> None:
+    from flowllm.config.schema import BreakerConfig, RetryConfig
+    from flowllm.errors import DEFAULT_RETRY_ON, ErrorKind
+    from flowllm.providers.breaker import CircuitBreaker
+    from flowllm.providers.errors import ProviderCallError
+    from flowllm.providers.retry import RetryPolicy
+
+    # The order the default config has always listed (a saved config's fingerprint depends on it).
+    assert RetryConfig().retry_on == [
+        "connection", "timeout", "rate_limit", "overloaded", "server", "conflict", "truncated",
+        "stream_error", "bad_response", "empty_reply",
+    ]  # fmt: skip
+    assert [str(k) for k in DEFAULT_RETRY_ON] == RetryConfig().retry_on
+    policy = RetryPolicy.from_config(RetryConfig())
+    for kind in ErrorKind:
+        error = ProviderCallError("failed", kind=kind)
+        assert policy.retryable(error) is kind.retried_by_default
+        breaker = CircuitBreaker("p", BreakerConfig(failure_threshold=1))
+        breaker.record_failure(error)  # the breaker opens on exactly the kinds retried by default
+        assert (breaker.state == "open") is kind.retried_by_default, kind
