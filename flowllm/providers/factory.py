@@ -7,7 +7,8 @@ async context manager the experiment holds for the whole run: a ``ResilientProvi
 fallbacks, breakers, the usage ledger) over one SDK client per key and provider; with ``emulator_script`` set
 it also runs the loopback emulator (with its fault injection) for that lifetime and points the SDK at it.
 
-A new wire protocol is one ``register_protocol`` call (the replay provider plugs in the same way).
+A new wire protocol is one ``register_protocol`` call (the replay provider plugs in the same way), or, from an
+installed package, an entry point of the group ``flowllm.protocols`` naming a ``ProtocolEntry`` or its opener.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Scoring: a small registry of scorers chosen by ``dataset.scorer`` (gaia | exact | judge).
+"""Scoring: a small registry of scorers chosen by ``dataset.scorer`` (gaia | exact | judge, and those installed
+packages add under the entry-point group ``flowllm.scorers``: a function of ``ScorerSettings`` returning an async
+context manager that yields a ``Scorer``).
 
 async with open_scorer(cfg.dataset.scorer, judge=..., run_dir=...) as scorer:
     score = await scorer.score(task, answer, attempt=1)
