@@ -1,8 +1,9 @@
-"""The manual's other commands are executed too: every ``flowllm inspect|verify|sweep-summary ...`` line the README
-and the documentation pages show (also spelled ``python -m flowllm.inspect``, ``python -m flowllm verify``,
+"""The manual's other commands are executed too: every ``flowllm inspect|verify|sweep-summary|list ...`` line the
+README and the documentation pages show (also spelled ``python -m flowllm.inspect``, ``python -m flowllm verify``,
 ``python -m flowllm.sweep.summary``) is parsed by the command's own argument parser as written (its subcommands,
-options and choices exist), and the ``flowllm verify`` lines that need no file of the reader's are run on the
-offline sample, which they must find verified (exit 0). The run commands: tests/test_readme_commands.py.
+options and choices exist), ``flowllm list ...`` lists, and the ``flowllm verify`` lines that need no file of the
+reader's are run on the offline sample, which they must find verified (exit 0). The run commands:
+tests/test_readme_commands.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ SPELLINGS = {
     "python -m flowllm verify": ("verify",),
     "flowllm sweep-summary": ("sweep-summary",),
     "python -m flowllm.sweep.summary": ("sweep-summary",),
+    "flowllm list": ("list",),
 }
 TOOL = re.compile(
     r"(?:^|`|# or )\s*(" + "|".join(re.escape(s) for s in sorted(SPELLINGS, key=len, reverse=True)) + r")(?= |$|`)"
@@ -84,11 +86,22 @@ def test_the_manual_shows_these_commands() -> None:
     verbs = {c.argv[:2] for c in COMMANDS}
     assert {("inspect", "diff"), ("inspect", "power"), ("inspect", "export"), ("verify", "RUN")} <= verbs
     assert any(c.argv[0] == "sweep-summary" for c in COMMANDS)
+    assert ("list", "providers") in verbs
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=[f"{c.page}:{c.line}" for c in COMMANDS])
+PARSED = [c for c in COMMANDS if c.argv[0] != "list"]
+LISTINGS = [c for c in COMMANDS if c.argv[0] == "list"]
+
+
+@pytest.mark.parametrize("command", PARSED, ids=[f"{c.page}:{c.line}" for c in PARSED])
 def test_every_manual_tool_command_parses(command: ToolCommand) -> None:
     parse_only(command.argv)
+
+
+@pytest.mark.parametrize("command", LISTINGS, ids=[f"{c.page}:{c.line}" for c in LISTINGS])
+def test_every_manual_listing_lists(command: ToolCommand, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(list(command.argv)) == ExitCode.OK
+    assert capsys.readouterr().out.strip()
 
 
 AUDITS = [c for c in COMMANDS if c.argv[0] == "verify" and "--export" not in c.argv]
