@@ -9,6 +9,7 @@ cannot stand in for it.
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -37,13 +38,33 @@ def api_page() -> str:
         "# API reference",
         "",
         "Generated from the docstrings of each package (its `__init__.py`, and the names it exports) and of each "
-        "top-level module. Where a package's layer is and what it may import: [Architecture](../concepts/"
-        "architecture.md).",
+        "top-level module, with each package's modules and the first paragraph of their docstrings. Where a "
+        "package's layer is and what it may import: [Architecture](../concepts/architecture.md).",
         "",
     ]
     for entry in api_entries():
-        lines += [f"::: {entry}", ""]
+        lines += [f"::: {entry}", "", *module_list(entry), ""]
     return "\n".join(lines)
+
+
+def summary(path: Path) -> str:
+    """The first paragraph of a module's docstring, on one line, read without importing the module."""
+    doc = (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").strip()
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def module_list(entry: str) -> list[str]:
+    """A package's modules, each with the first line of its docstring (plain text: nothing to break on a move)."""
+    folder = ROOT / Path(*entry.split("."))
+    if not folder.is_dir():
+        return []
+    modules = sorted(p for p in folder.rglob("*.py") if p.name != "__init__.py" and "__pycache__" not in p.parts)
+    lines = [f"Modules of `{entry}`:", ""]
+    for path in modules:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        about = summary(path).replace("<", "&lt;").replace("*", r"\*")
+        lines.append(f"- `{name}`" + (f": {about}" if about else ""))
+    return lines if modules else []
 
 
 PAGES = {
