@@ -5,8 +5,9 @@ that closes a cycle only hides it (import order then matters, and the two module
 Imports under ``if TYPE_CHECKING:`` count for the layers too (a type named from a higher layer is a dependency
 on it all the same); only the module-level cycle check leaves them out, since they never run.
 
-The layers (README, "Layout"), lowest first; a package imports its own layer and those below, never above, and
-no two packages import each other (directly or round a longer loop):
+The layers (docs/concepts/architecture.md, "Layers": tests/test_manual_pages.py checks the page), lowest first; a
+package imports its own layer and those below, never above, and no two packages import each other (directly or
+round a longer loop):
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def _layer(package: str) -> int:
     for number, layer in enumerate(LAYERS):
         if package in layer:
             return number
-    raise AssertionError(f"package flowllm.{package} is in no layer: add it to LAYERS (and the README's Layout)")
+    raise AssertionError(f"package flowllm.{package} is in no layer: add it to LAYERS, docs/concepts/architecture.md")
 
 
 def test_every_package_has_a_layer() -> None:

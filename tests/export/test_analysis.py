@@ -10,6 +10,7 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.export.source import ExportError
+from tests.manual import page
 
 pd = pytest.importorskip("pandas", reason='pandas is not installed (pip install "flowllm[analysis]")')
 
@@ -75,22 +76,21 @@ def test_a_folder_without_runs_is_refused(tmp_path: Path) -> None:
         analysis.load(tmp_path)
 
 
-def _readme_analysis_example() -> str:
-    """The README's ``flowllm.analysis`` example, as written there."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    after = readme.split("`flowllm.analysis` loads runs", 1)[1]
+def _manual_analysis_example() -> str:
+    """The exports guide's ``flowllm.analysis`` example (docs/guides/exports.md), as written there."""
+    after = page("guides/exports.md").split("`flowllm.analysis` loads runs", 1)[1]
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_analysis_example_runs_on_a_sweep(saved_run: Path, tmp_path: Path) -> None:
-    example = _readme_analysis_example()
+def test_the_manual_analysis_example_runs_on_a_sweep(saved_run: Path, tmp_path: Path) -> None:
+    example = _manual_analysis_example()
     written = '"runs/multirun/2026-12-04/10-00-00"'
     assert written in example
     sweep = tmp_path / "multirun" / "2026-12-04" / "10-00-00"
     for job in ("0", "1"):
         shutil.copytree(saved_run, sweep / job, ignore=shutil.ignore_patterns("workspace"))
     namespace: dict[str, object] = {}
-    exec(compile(example.replace(written, repr(str(sweep))), "README.md", "exec"), namespace)
+    exec(compile(example.replace(written, repr(str(sweep))), "docs/guides/exports.md", "exec"), namespace)
     frames = namespace["frames"]
     assert isinstance(frames, analysis.Frames)
     summary = read_json(saved_run / "summary.json")

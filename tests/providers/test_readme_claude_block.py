@@ -1,4 +1,5 @@
-"""The README's "conf/provider/claude.yaml as shipped" block says what the shipped file holds, key by key."""
+"""The providers guide's "conf/provider/claude.yaml as shipped" block (docs/guides/providers.md) says what the
+shipped file holds, key by key."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from flowllm.config.schema import register_configs
+from tests.manual import page
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_block_matches_the_shipped_claude_provider() -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"```yaml\n# conf/provider/claude\.yaml as shipped.*?\n(.*?)```", readme, re.DOTALL)
+def test_the_manual_block_matches_the_shipped_claude_provider() -> None:
+    text = page("guides/providers.md")
+    block = re.search(r"```yaml\n# conf/provider/claude\.yaml as shipped.*?\n(.*?)```", text, re.DOTALL)
     assert block is not None
     shown = yaml.safe_load(block.group(1))
     register_configs()
@@ -27,7 +29,7 @@ def test_the_readme_block_matches_the_shipped_claude_provider() -> None:
 
 
 def shown_part(actual: object, shown: object) -> object:
-    """``actual`` cut down to the keys the README shows (a nested mapping shows only some of its keys)."""
+    """``actual`` cut down to the keys the manual shows (a nested mapping shows only some of its keys)."""
     if isinstance(shown, dict) and isinstance(actual, dict):
         return {key: shown_part(actual.get(key), value) for key, value in shown.items()}
     return actual

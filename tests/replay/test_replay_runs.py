@@ -98,8 +98,8 @@ def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: Fixtu
 def test_a_replay_that_rescores_a_change_headlines_that_its_effect_on_the_diverged_task_is_not_known(
     runs: FixtureRuns,
 ) -> None:
-    """The README's re-score offline: 100% on the exact replay must not read as the change's effect; the
-    headline says it is not known for the diverged task, and how to learn it (a fork)."""
+    """The manual's re-score offline (docs/guides/replay-fork.md): 100% on the exact replay must not read as the
+    change's effect; the headline says it is not known for the diverged task, and how to learn it (a fork)."""
     strict = runs.strict.check()
     note = "the change's effect on 1 of 2 tasks is not known (they did not replay exactly): rerun with "
     summary = read_json(strict.run_dir / "summary.json")

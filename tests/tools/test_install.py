@@ -53,7 +53,8 @@ def test_constraints_pin_every_requirement_inside_its_range() -> None:
         for req in wanted
         if not req.specifier.contains(pins.get(canonicalize_name(req.name), ""), prereleases=True)
     ]
-    assert not wrong, "regenerate constraints.txt (README, 'Reproducible installs'): " + "; ".join(wrong)
+    where = "docs/getting-started.md, 'Reproducible installs'"
+    assert not wrong, f"regenerate constraints.txt ({where}): " + "; ".join(wrong)
     assert "lxml-html-clean" in pins
 
 
