@@ -32,15 +32,11 @@ from flowllm.inspect.artifacts import (
     open_run,
     task_summary,
 )
+from flowllm.inspect.replay import is_replay, replay_counts, replay_detail, replay_label, replay_verdict
 from flowllm.inspect.views import (
     blob_ref,
     breakdown_rows,
-    is_replay,
     media_label,
-    replay_counts,
-    replay_detail,
-    replay_label,
-    replay_verdict,
     result_row,
     run_spend,
     task_failures,
