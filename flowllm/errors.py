@@ -31,8 +31,8 @@
     │                                  saved and the exit code follows the tasks (3 or 4, exit_codes.py)
     └── CliError                       a command that reads saved runs (flowllm inspect, export) cannot do what it
         │                              was asked; carries its exit code (2: bad input, nothing was done)
-        ├── UsageError                 bad arguments, or a folder that is not a run (inspect/cli.py)
-        ├── NotFound                   a task, turn or node the run does not have (inspect/cli.py)
+        ├── UsageError                 bad arguments, or a folder that is not a run (inspect/commands/common.py)
+        ├── NotFound                   a task, turn or node the run does not have (inspect/commands/common.py)
         ├── NotARunError               the folder is not a flowllm run or multirun (inspect/artifacts.py)
         ├── NoCommonTasks              two runs with no scored task in common: nothing to pair (inspect/paired.py)
         ├── UsageInputError            a path holding no usage ledger, or a bad --by (inspect/usage.py)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from flowllm.emulator.common import (
@@ -98,7 +99,17 @@ def _text_of_content(content: Any) -> str:
     return ""
 
 
-def parse_request(body: Any) -> ParsedRequest:
+@dataclass
+class _Prompt:
+    """What the validation collects while it walks a request, in prompt order."""
+
+    units: list[Unit] = field(default_factory=list)
+    tool_results: list[str] = field(default_factory=list)
+    breakpoints: list[int] = field(default_factory=lambda: [0])  # cache_control blocks seen (at most 4)
+
+
+def _check_top_level(body: Any) -> tuple[int, list[Any], bool]:
+    """The body's keys, model, max_tokens, messages and stream; returns (max_tokens, messages, stream)."""
     require(isinstance(body, dict), "Request body must be a JSON object")
     extra = sorted(set(body) - ALLOWED_KEYS)
     require(
@@ -121,7 +132,11 @@ def parse_request(body: Any) -> ParsedRequest:
     )
     stream = body.get("stream", False)
     require(isinstance(stream, bool), "stream: Input should be a valid boolean")
+    return max_tokens, messages, stream
 
+
+def _check_thinking(body: dict[str, Any], max_tokens: int) -> bool:
+    """The thinking settings and the temperature they allow; returns whether thinking is on."""
     thinking_on = False
     thinking = body.get("thinking")
     if thinking is not None:
@@ -155,50 +170,201 @@ def parse_request(body: Any) -> ParsedRequest:
             "temperature: Input should be less than or equal to 1",
             param="temperature",
         )
+    return thinking_on
 
-    breakpoints = [0]
-    units: list[Unit] = []
+
+def _check_tools(tools: Any, prompt: _Prompt) -> list[str]:
+    """The tool definitions (names unique and well formed, object schemas); returns the names offered."""
     offered: list[str] = []
-    tools = body.get("tools")
-    if tools is not None:
-        require(isinstance(tools, list), "tools: Input should be a valid list")
-        names: set[str] = set()
-        for i, tool in enumerate(tools):
-            where = f"tools.{i}"
-            require(isinstance(tool, dict), f"{where}: Input should be an object")
-            name = tool.get("name")
+    if tools is None:
+        return offered
+    require(isinstance(tools, list), "tools: Input should be a valid list")
+    names: set[str] = set()
+    for i, tool in enumerate(tools):
+        where = f"tools.{i}"
+        require(isinstance(tool, dict), f"{where}: Input should be an object")
+        name = tool.get("name")
+        require(
+            is_str(name) and bool(TOOL_NAME.match(name)),
+            f"{where}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'",
+        )
+        require(name not in names, f"tools: Tool names must be unique. Duplicate: {name}")
+        names.add(name)
+        if tool.get("type") in (None, "custom"):
+            schema = tool.get("input_schema")
             require(
-                is_str(name) and bool(TOOL_NAME.match(name)),
-                f"{where}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'",
+                isinstance(schema, dict) and schema.get("type") == "object",
+                f"{where}.custom.input_schema.type: Input should be 'object'",
             )
-            require(name not in names, f"tools: Tool names must be unique. Duplicate: {name}")
-            names.add(name)
-            if tool.get("type") in (None, "custom"):
-                schema = tool.get("input_schema")
-                require(
-                    isinstance(schema, dict) and schema.get("type") == "object",
-                    f"{where}.custom.input_schema.type: Input should be 'object'",
-                )
-            bp = _check_cache_control(tool.get("cache_control"), where, breakpoints)
-            units.append(Unit(tool_def_chars(name, tool.get("description"), tool.get("input_schema")), bp))
-            offered.append(name)
+        bp = _check_cache_control(tool.get("cache_control"), where, prompt.breakpoints)
+        prompt.units.append(Unit(tool_def_chars(name, tool.get("description"), tool.get("input_schema")), bp))
+        offered.append(name)
+    return offered
 
-    system = body.get("system")
-    if system is not None:
-        if isinstance(system, str):
-            units.append(Unit(len(system)))
-        else:
-            require(isinstance(system, list), "system: Input should be a valid string or list")
-            for i, block in enumerate(system):
-                require(
-                    isinstance(block, dict) and block.get("type") == "text" and is_str(block.get("text")),
-                    f"system.{i}: Input should be a text block",
-                )
-                require(block["text"] != "", f"system.{i}: text content blocks must be non-empty")
-                bp = _check_cache_control(block.get("cache_control"), f"system.{i}", breakpoints)
-                units.append(Unit(len(block["text"]), bp))
 
-    tool_results: list[str] = []
+def _check_system(system: Any, prompt: _Prompt) -> None:
+    if system is None:
+        return
+    if isinstance(system, str):
+        prompt.units.append(Unit(len(system)))
+        return
+    require(isinstance(system, list), "system: Input should be a valid string or list")
+    for i, block in enumerate(system):
+        require(
+            isinstance(block, dict) and block.get("type") == "text" and is_str(block.get("text")),
+            f"system.{i}: Input should be a text block",
+        )
+        require(block["text"] != "", f"system.{i}: text content blocks must be non-empty")
+        bp = _check_cache_control(block.get("cache_control"), f"system.{i}", prompt.breakpoints)
+        prompt.units.append(Unit(len(block["text"]), bp))
+
+
+def _message_blocks(content: Any, where: str, role: Any, is_last: bool) -> list[Any]:
+    """A message's content as blocks; only a final assistant message (a prefill) may be empty."""
+    if isinstance(content, str):
+        require(
+            content != "" or (role == "assistant" and is_last),
+            f"{where}: all messages must have non-empty content except for the optional final assistant message",
+        )
+        return [{"type": "text", "text": content}] if content else []
+    require(isinstance(content, list), f"{where}.content: Input should be a valid string or list")
+    require(
+        len(content) > 0 or (role == "assistant" and is_last),
+        f"{where}: all messages must have non-empty content except for the optional final assistant message",
+    )
+    return content
+
+
+def _check_answers(where: str, blocks: list[Any], pending: list[str]) -> None:
+    """A user message answers every tool_use of the message before (and nothing else), results first."""
+    answered = [b.get("tool_use_id") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+    missing = [t for t in pending if t not in answered]
+    if missing:
+        raise _unanswered(where, missing)
+    unexpected = [t for t in answered if t not in pending]
+    if unexpected:
+        raise RequestError(
+            f"{where}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+            f"{unexpected[0]}. Each `tool_result` block must have a corresponding `tool_use` block "
+            "in the previous message."
+        )
+    if answered:
+        seen_other = False
+        for b in blocks:
+            if b.get("type") == "tool_result":
+                require(
+                    not seen_other,
+                    f"{where}: `tool_result` blocks must come first in the content "
+                    "of a user message that answers tool calls",
+                )
+            else:
+                seen_other = True
+
+
+def _image_block(block: Any, bw: str) -> None:
+    src = block.get("source")
+    require(
+        isinstance(src, dict) and src.get("type") in ("base64", "url", "file"),
+        f"{bw}.source: Field required",
+    )
+    if src["type"] == "base64":
+        require(
+            src.get("media_type") in ("image/jpeg", "image/png", "image/gif", "image/webp"),
+            f"{bw}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        )
+        require(is_str(src.get("data")), f"{bw}.source.base64.data: Field required")
+
+
+def _tool_result_block(block: Any, bw: str, bp: bool, prompt: _Prompt) -> None:
+    require(is_str(block.get("tool_use_id")), f"{bw}.tool_use_id: Field required")
+    inner = block.get("content", "")
+    if isinstance(inner, list):
+        for k, part in enumerate(inner):
+            require(
+                isinstance(part, dict) and part.get("type") in ("text", "image", "document", "search_result"),
+                f"{bw}.content.{k}: Input should be a text or image block",
+            )
+            if part.get("type") == "text":
+                require(
+                    is_str(part.get("text")) and part["text"] != "",
+                    f"{bw}.content.{k}: text content blocks must be non-empty",
+                )
+    else:
+        require(is_str(inner), f"{bw}.content: Input should be a valid string or list")
+    is_error = block.get("is_error")
+    require(
+        is_error is None or isinstance(is_error, bool),
+        f"{bw}.is_error: Input should be a boolean",
+    )
+    text = _text_of_content(inner)
+    images = sum(1 for p in inner if isinstance(p, dict) and p.get("type") == "image") if isinstance(inner, list) else 0
+    prompt.units.append(Unit(len(text) + images * IMAGE_CHARS, bp))
+    prompt.tool_results.append(unescape_tool_result(text))
+
+
+def _thinking_block(block: Any, bw: str, bp: bool) -> None:
+    require(bp is False, f"{bw}: cache_control cannot be set on thinking blocks")
+    require(is_str(block.get("thinking")), f"{bw}.thinking: Field required")
+    require(is_str(block.get("signature")), f"{bw}.signature: Field required")
+    require(
+        signature_valid(block["thinking"], block["signature"]),
+        f"{bw}: Invalid `signature` in `thinking` block",
+    )
+
+
+def _check_block(block: Any, bw: str, role: str, uses: list[str], prompt: _Prompt) -> None:
+    """One content block of a message: allowed for its role and well formed; its size counted."""
+    require(
+        isinstance(block, dict) and is_str(block.get("type")),
+        f"{bw}: Input should be a content block",
+    )
+    btype = block["type"]
+    allowed = USER_BLOCKS if role == "user" else ASSISTANT_BLOCKS
+    require(btype in allowed, f"{bw}.type: '{btype}' blocks are not allowed in {role} messages")
+    bp = _check_cache_control(block.get("cache_control"), bw, prompt.breakpoints)
+    asst = role == "assistant"
+    if btype == "text":
+        require(is_str(block.get("text")), f"{bw}.text: Field required")
+        require(block["text"] != "", f"{bw}: text content blocks must be non-empty")
+        prompt.units.append(Unit(len(block["text"]), bp, asst))
+        if role == "user":
+            prompt.tool_results.extend(xml_tool_results(block["text"]))
+    elif btype == "image":
+        _image_block(block, bw)
+        prompt.units.append(Unit(IMAGE_CHARS, bp, asst))
+    elif btype == "tool_use":
+        require(is_str(block.get("id")) and block["id"], f"{bw}.id: Field required")
+        require(is_str(block.get("name")), f"{bw}.name: Field required")
+        require(isinstance(block.get("input"), dict), f"{bw}.input: Input should be a valid dictionary")
+        require(block["id"] not in uses, f"{bw}: `tool_use` ids must be unique")
+        uses.append(block["id"])
+        prompt.units.append(Unit(len(block["name"]) + args_chars(block["input"]), bp, asst))
+    elif btype == "tool_result":
+        _tool_result_block(block, bw, bp, prompt)
+    elif btype == "thinking":
+        _thinking_block(block, bw, bp)
+    elif btype == "redacted_thinking":
+        require(
+            is_str(block.get("data")) and redacted_valid(block["data"]),
+            f"{bw}: Invalid `data` in `redacted_thinking` block",
+        )
+
+
+def _check_thinking_leads(where: str, blocks: list[Any]) -> None:
+    """With thinking on, the assistant message of an open tool loop starts with its thinking block."""
+    first = blocks[0].get("type") if blocks else None
+    require(
+        first in ("thinking", "redacted_thinking"),
+        f"{where}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+        f"`{first}`. When `thinking` is enabled, a final `assistant` message must start with a "
+        "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+        "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+        "disable `thinking`.",
+    )
+
+
+def _check_messages(messages: list[Any], thinking_on: bool, prompt: _Prompt) -> int:
+    """Roles, content blocks and the tool loop of every message; returns how many assistant turns came before."""
     assistants = 0
     require(
         messages[0].get("role") == "user" if isinstance(messages[0], dict) else False,
@@ -210,154 +376,42 @@ def parse_request(body: Any) -> ParsedRequest:
         require(isinstance(msg, dict), f"{where}: Input should be an object")
         role = msg.get("role")
         require(role in ("user", "assistant"), f"{where}.role: Input should be 'user' or 'assistant'")
-        content = msg.get("content")
-        is_last = i == len(messages) - 1
-        if isinstance(content, str):
-            require(
-                content != "" or (role == "assistant" and is_last),
-                f"{where}: all messages must have non-empty content except for the optional final assistant message",
-            )
-            blocks: list[Any] = [{"type": "text", "text": content}] if content else []
-        else:
-            require(isinstance(content, list), f"{where}.content: Input should be a valid string or list")
-            require(
-                len(content) > 0 or (role == "assistant" and is_last),
-                f"{where}: all messages must have non-empty content except for the optional final assistant message",
-            )
-            blocks = content
+        blocks = _message_blocks(msg.get("content"), where, role, i == len(messages) - 1)
         if role == "user":
-            answered = [b.get("tool_use_id") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-            missing = [t for t in pending if t not in answered]
-            if missing:
-                raise _unanswered(where, missing)
-            unexpected = [t for t in answered if t not in pending]
-            if unexpected:
-                raise RequestError(
-                    f"{where}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
-                    f"{unexpected[0]}. Each `tool_result` block must have a corresponding `tool_use` block "
-                    "in the previous message."
-                )
-            if answered:
-                seen_other = False
-                for b in blocks:
-                    if b.get("type") == "tool_result":
-                        require(
-                            not seen_other,
-                            f"{where}: `tool_result` blocks must come first in the content "
-                            "of a user message that answers tool calls",
-                        )
-                    else:
-                        seen_other = True
+            _check_answers(where, blocks, pending)
             pending = []
         elif pending:
             raise _unanswered(where, pending)
         else:
             assistants += 1
-        allowed = USER_BLOCKS if role == "user" else ASSISTANT_BLOCKS
         uses: list[str] = []
         for j, block in enumerate(blocks):
-            bw = f"{where}.content.{j}"
-            require(
-                isinstance(block, dict) and is_str(block.get("type")),
-                f"{bw}: Input should be a content block",
-            )
-            btype = block["type"]
-            require(btype in allowed, f"{bw}.type: '{btype}' blocks are not allowed in {role} messages")
-            bp = _check_cache_control(block.get("cache_control"), bw, breakpoints)
-            asst = role == "assistant"
-            if btype == "text":
-                require(is_str(block.get("text")), f"{bw}.text: Field required")
-                require(block["text"] != "", f"{bw}: text content blocks must be non-empty")
-                units.append(Unit(len(block["text"]), bp, asst))
-                if role == "user":
-                    tool_results.extend(xml_tool_results(block["text"]))
-            elif btype == "image":
-                src = block.get("source")
-                require(
-                    isinstance(src, dict) and src.get("type") in ("base64", "url", "file"),
-                    f"{bw}.source: Field required",
-                )
-                if src["type"] == "base64":
-                    require(
-                        src.get("media_type") in ("image/jpeg", "image/png", "image/gif", "image/webp"),
-                        f"{bw}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', "
-                        "'image/gif' or 'image/webp'",
-                    )
-                    require(is_str(src.get("data")), f"{bw}.source.base64.data: Field required")
-                units.append(Unit(IMAGE_CHARS, bp, asst))
-            elif btype == "tool_use":
-                require(is_str(block.get("id")) and block["id"], f"{bw}.id: Field required")
-                require(is_str(block.get("name")), f"{bw}.name: Field required")
-                require(isinstance(block.get("input"), dict), f"{bw}.input: Input should be a valid dictionary")
-                require(block["id"] not in uses, f"{bw}: `tool_use` ids must be unique")
-                uses.append(block["id"])
-                units.append(Unit(len(block["name"]) + args_chars(block["input"]), bp, asst))
-            elif btype == "tool_result":
-                require(is_str(block.get("tool_use_id")), f"{bw}.tool_use_id: Field required")
-                inner = block.get("content", "")
-                if isinstance(inner, list):
-                    for k, part in enumerate(inner):
-                        require(
-                            isinstance(part, dict)
-                            and part.get("type") in ("text", "image", "document", "search_result"),
-                            f"{bw}.content.{k}: Input should be a text or image block",
-                        )
-                        if part.get("type") == "text":
-                            require(
-                                is_str(part.get("text")) and part["text"] != "",
-                                f"{bw}.content.{k}: text content blocks must be non-empty",
-                            )
-                else:
-                    require(is_str(inner), f"{bw}.content: Input should be a valid string or list")
-                is_error = block.get("is_error")
-                require(
-                    is_error is None or isinstance(is_error, bool),
-                    f"{bw}.is_error: Input should be a boolean",
-                )
-                text = _text_of_content(inner)
-                images = (
-                    sum(1 for p in inner if isinstance(p, dict) and p.get("type") == "image")
-                    if isinstance(inner, list)
-                    else 0
-                )
-                units.append(Unit(len(text) + images * IMAGE_CHARS, bp))
-                tool_results.append(unescape_tool_result(text))
-            elif btype == "thinking":
-                require(bp is False, f"{bw}: cache_control cannot be set on thinking blocks")
-                require(is_str(block.get("thinking")), f"{bw}.thinking: Field required")
-                require(is_str(block.get("signature")), f"{bw}.signature: Field required")
-                require(
-                    signature_valid(block["thinking"], block["signature"]),
-                    f"{bw}: Invalid `signature` in `thinking` block",
-                )
-            elif btype == "redacted_thinking":
-                require(
-                    is_str(block.get("data")) and redacted_valid(block["data"]),
-                    f"{bw}: Invalid `data` in `redacted_thinking` block",
-                )
+            _check_block(block, f"{where}.content.{j}", role, uses, prompt)
         if role == "assistant":
             pending = uses
             open_loop = bool(uses) and i >= len(messages) - 2
             if thinking_on and open_loop:
-                first = blocks[0].get("type") if blocks else None
-                require(
-                    first in ("thinking", "redacted_thinking"),
-                    f"{where}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
-                    f"`{first}`. When `thinking` is enabled, a final `assistant` message must start with a "
-                    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
-                    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
-                    "disable `thinking`.",
-                )
+                _check_thinking_leads(where, blocks)
     if pending:
         raise _unanswered(f"messages.{len(messages)}", pending)
+    return assistants
+
+
+def parse_request(body: Any) -> ParsedRequest:
+    max_tokens, messages, stream = _check_top_level(body)
+    thinking_on = _check_thinking(body, max_tokens)
+    prompt = _Prompt()
+    offered = _check_tools(body.get("tools"), prompt)
+    _check_system(body.get("system"), prompt)
+    assistants = _check_messages(messages, thinking_on, prompt)
     last_role = messages[-1].get("role")
     # An assistant message at the end is a prefill: the reply continues it, it is not a new turn.
     turn = assistants + 1 - (1 if last_role == "assistant" else 0)
     return ParsedRequest(
         model=body["model"],
         turn=max(turn, 1),
-        tool_results=tool_results,
-        units=units,
+        tool_results=prompt.tool_results,
+        units=prompt.units,
         stream=stream,
         tools_offered=offered,
         thinking=thinking_on,

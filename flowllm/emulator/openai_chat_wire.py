@@ -144,7 +144,8 @@ def _text_parts(content: Any, where: str, *, allow_images: bool) -> tuple[str, i
     return "\n".join(texts), images
 
 
-def parse_request(body: Any) -> ParsedRequest:
+def _check_settings(body: Any) -> tuple[list[Any], bool, Any]:
+    """The body's keys, model, messages, stream and token limits; returns (messages, stream, stream_options)."""
     require(isinstance(body, dict), "We could not parse the JSON body of your request.")
     extra = sorted(set(body) - ALLOWED_KEYS)
     if extra:
@@ -172,10 +173,11 @@ def parse_request(body: Any) -> ParsedRequest:
             f"Invalid '{key}': integer below minimum value. Expected a value >= 1.",
             param=key,
         )
-    _no_cache_control(messages, "messages")
-    _no_cache_control(body.get("tools"), "tools")
+    return messages, stream, options
 
-    units: list[Unit] = []
+
+def _check_tools(body: Any, units: list[Unit]) -> list[str]:
+    """Function tools with well-formed names and parameters; returns the names offered."""
     offered: list[str] = []
     for i, tool in enumerate(body.get("tools") or []):
         fn: Any = tool.get("function") if isinstance(tool, dict) else None
@@ -195,8 +197,60 @@ def parse_request(body: Any) -> ParsedRequest:
         require(params is None or isinstance(params, dict), f"Invalid type for 'tools[{i}].function.parameters'")
         units.append(Unit(tool_def_chars(name, fn.get("description"), params)))
         offered.append(name)
+    return offered
 
-    tool_results: list[str] = []
+
+def _tool_message(msg: Any, where: str, pending: list[str], units: list[Unit], tool_results: list[str]) -> None:
+    """A ``tool`` message answers one call of the assistant message before it."""
+    call_id = msg.get("tool_call_id")
+    require(
+        is_str(call_id),
+        f"Missing required parameter: '{where}.tool_call_id'.",
+        param=f"{where}.tool_call_id",
+    )
+    require(
+        call_id in pending,
+        "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+        param=f"{where}.role",
+    )
+    pending.remove(call_id)
+    text, _ = _text_parts(msg.get("content"), where, allow_images=False)
+    units.append(Unit(len(text)))
+    tool_results.append(unescape_tool_result(text))
+
+
+def _assistant_message(msg: Any, where: str, pending: list[str], units: list[Unit]) -> None:
+    """An assistant message: its text (null only beside tool calls) and its calls, now pending an answer."""
+    calls = msg.get("tool_calls") or []
+    require(isinstance(calls, list), f"Invalid type for '{where}.tool_calls'")
+    content = msg.get("content")
+    require(
+        content is not None or bool(calls),
+        f"Invalid value for '{where}.content': expected a string, got null.",
+        param=f"{where}.content",
+    )
+    text, _ = _text_parts(content, where, allow_images=False)
+    units.append(Unit(len(text), assistant=True))
+    for j, call in enumerate(calls):
+        cw = f"{where}.tool_calls[{j}]"
+        fn: Any = call.get("function") if isinstance(call, dict) else {}
+        require(
+            isinstance(fn, dict) and is_str(call.get("id")) and call.get("type") == "function",
+            f"Missing required parameter: '{cw}.id'.",
+            param=cw,
+        )
+        require(
+            is_str(fn.get("name")) and is_str(fn.get("arguments")),
+            f"Missing required parameter: '{cw}.function.arguments'.",
+            param=cw,
+        )
+        require(call["id"] not in pending, f"Duplicate tool_call id: {call['id']}", param=cw)
+        pending.append(call["id"])
+        units.append(Unit(len(fn["name"]) + args_chars(fn["arguments"]), assistant=True))
+
+
+def _check_messages(messages: list[Any], units: list[Unit], tool_results: list[str]) -> int:
+    """Roles, contents and the tool loop of every message; returns how many assistant messages there are."""
     assistants = 0
     pending: list[str] = []
     for i, msg in enumerate(messages):
@@ -209,53 +263,13 @@ def parse_request(body: Any) -> ParsedRequest:
             param=f"{where}.role",
         )
         if role == "tool":
-            call_id = msg.get("tool_call_id")
-            require(
-                is_str(call_id),
-                f"Missing required parameter: '{where}.tool_call_id'.",
-                param=f"{where}.tool_call_id",
-            )
-            require(
-                call_id in pending,
-                "Invalid parameter: messages with role 'tool' must be a response to a "
-                "preceeding message with 'tool_calls'.",
-                param=f"{where}.role",
-            )
-            pending.remove(call_id)
-            text, _ = _text_parts(msg.get("content"), where, allow_images=False)
-            units.append(Unit(len(text)))
-            tool_results.append(unescape_tool_result(text))
+            _tool_message(msg, where, pending, units, tool_results)
             continue
         if pending:
             raise _unanswered(pending)
         if role == "assistant":
             assistants += 1
-            calls = msg.get("tool_calls") or []
-            require(isinstance(calls, list), f"Invalid type for '{where}.tool_calls'")
-            content = msg.get("content")
-            require(
-                content is not None or bool(calls),
-                f"Invalid value for '{where}.content': expected a string, got null.",
-                param=f"{where}.content",
-            )
-            text, _ = _text_parts(content, where, allow_images=False)
-            units.append(Unit(len(text), assistant=True))
-            for j, call in enumerate(calls):
-                cw = f"{where}.tool_calls[{j}]"
-                fn = call.get("function") if isinstance(call, dict) else {}
-                require(
-                    isinstance(fn, dict) and is_str(call.get("id")) and call.get("type") == "function",
-                    f"Missing required parameter: '{cw}.id'.",
-                    param=cw,
-                )
-                require(
-                    is_str(fn.get("name")) and is_str(fn.get("arguments")),
-                    f"Missing required parameter: '{cw}.function.arguments'.",
-                    param=cw,
-                )
-                require(call["id"] not in pending, f"Duplicate tool_call id: {call['id']}", param=cw)
-                pending.append(call["id"])
-                units.append(Unit(len(fn["name"]) + args_chars(fn["arguments"]), assistant=True))
+            _assistant_message(msg, where, pending, units)
             continue
         content = msg.get("content")
         require(content is not None, f"Missing required parameter: '{where}.content'.", param=f"{where}.content")
@@ -265,6 +279,17 @@ def parse_request(body: Any) -> ParsedRequest:
             tool_results.extend(xml_tool_results(text))
     if pending:
         raise _unanswered(pending)
+    return assistants
+
+
+def parse_request(body: Any) -> ParsedRequest:
+    messages, stream, options = _check_settings(body)
+    _no_cache_control(messages, "messages")
+    _no_cache_control(body.get("tools"), "tools")
+    units: list[Unit] = []
+    tool_results: list[str] = []
+    offered = _check_tools(body, units)
+    assistants = _check_messages(messages, units, tool_results)
     thinking = (
         body.get("reasoning_effort") in ("low", "medium", "high")
         or body.get("enable_thinking") is True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from flowllm.emulator.common import (
@@ -69,7 +70,37 @@ USER_PARTS = ("input_text", "input_image", "input_file")
 ASSISTANT_PARTS = ("output_text", "refusal")
 
 
-def parse_request(body: Any) -> ParsedRequest:
+@dataclass
+class _Walk:
+    """What the validation collects while it walks the input items, and the assistant turns it has seen: a turn
+    is a maximal run of assistant-side items (messages, function calls, reasoning)."""
+
+    units: list[Unit] = field(default_factory=list)
+    tool_results: list[str] = field(default_factory=list)
+    calls: dict[str, bool] = field(default_factory=dict)  # call_id -> answered
+    runs: int = 0
+    in_run: bool = False
+    run_has_reasoning: bool = False
+    run_calls: list[str] = field(default_factory=list)
+    last_run_calls: list[str] = field(default_factory=list)
+    last_run_reasoning: bool = False
+
+    def step(self, assistant_side: bool) -> None:
+        """An item: it starts an assistant turn, or ends one, or goes on with what is under way."""
+        if assistant_side and not self.in_run:
+            self.runs += 1
+            self.in_run, self.run_has_reasoning, self.run_calls = True, False, []
+        elif not assistant_side and self.in_run:
+            self.in_run = False
+            self.last_run_calls, self.last_run_reasoning = self.run_calls, self.run_has_reasoning
+
+    def finish(self) -> None:
+        if self.in_run:
+            self.last_run_calls, self.last_run_reasoning = self.run_calls, self.run_has_reasoning
+
+
+def _check_settings(body: Any) -> tuple[bool, Any, bool]:
+    """The body's keys, model, stream, limits, include and reasoning; returns (stream, store, thinking)."""
     require(isinstance(body, dict), "We could not parse the JSON body of your request.")
     extra = sorted(set(body) - ALLOWED_KEYS)
     if extra:
@@ -99,10 +130,11 @@ def parse_request(body: Any) -> ParsedRequest:
             param="reasoning.effort",
         )
     thinking = isinstance(reasoning, dict) and reasoning.get("effort", "medium") not in ("none", "minimal")
-    _no_cache_control(body.get("input"), "input")
-    _no_cache_control(body.get("tools"), "tools")
+    return stream, store, thinking
 
-    units: list[Unit] = []
+
+def _check_tools(body: Any, units: list[Unit]) -> list[str]:
+    """Function tools only, with well-formed names and parameters; returns the names offered."""
     offered: list[str] = []
     for i, tool in enumerate(body.get("tools") or []):
         require(
@@ -124,145 +156,163 @@ def parse_request(body: Any) -> ParsedRequest:
         )
         units.append(Unit(tool_def_chars(name, tool.get("description"), tool.get("parameters"))))
         offered.append(name)
-    instructions = body.get("instructions")
-    if instructions is not None:
-        require(is_str(instructions), "Invalid type for 'instructions': expected a string", param="instructions")
-        units.append(Unit(len(instructions)))
+    return offered
 
-    raw_input = body.get("input")
-    require(raw_input is not None, "Missing required parameter: 'input'.", param="input")
-    items = [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
-    require(isinstance(items, list), "Invalid type for 'input': expected a string or an array", param="input")
 
-    tool_results: list[str] = []
-    calls: dict[str, bool] = {}  # call_id -> answered
-    runs = 0  # assistant turns: maximal runs of assistant-side items
-    in_run = False
-    run_has_reasoning = False
-    run_calls: list[str] = []
-    last_run_calls: list[str] = []
-    last_run_reasoning = False
+def _content_text(content: Any, where: str, role: Any) -> tuple[str, int]:
+    """A message's text, its parts joined, and how many images it holds."""
+    if isinstance(content, str):
+        return content, 0
+    allowed = ASSISTANT_PARTS if role == "assistant" else USER_PARTS
+    require(isinstance(content, list), f"Invalid type for '{where}.content'", param=f"{where}.content")
+    texts: list[str] = []
+    images = 0
+    for j, part in enumerate(content):
+        pw = f"{where}.content[{j}]"
+        ptype = part.get("type") if isinstance(part, dict) else None
+        require(
+            ptype in allowed,
+            f"Invalid value: '{ptype}'. Supported values are: " + ", ".join(f"'{a}'" for a in allowed) + ".",
+            param=f"{pw}.type",
+        )
+        if ptype in ("input_text", "output_text"):
+            require(is_str(part.get("text")), f"Missing required parameter: '{pw}.text'.", param=pw)
+            texts.append(part["text"])
+        elif ptype == "input_image":
+            require(
+                is_str(part.get("image_url")) or is_str(part.get("file_id")),
+                f"Missing required parameter: '{pw}.image_url'.",
+                param=pw,
+            )
+            images += 1
+        elif ptype == "refusal":
+            texts.append(str(part.get("refusal", "")))
+    return "\n".join(texts), images
+
+
+def _message_item(item: Any, where: str, role: Any, walk: _Walk) -> None:
+    require(
+        role in ("user", "assistant", "system", "developer"),
+        f"Invalid value: '{role}'. Supported values are: 'assistant', 'system', 'developer', and 'user'.",
+        param=f"{where}.role",
+    )
+    text, images = _content_text(item.get("content"), where, role)
+    walk.units.append(Unit(len(text) + images * IMAGE_CHARS, assistant=role == "assistant"))
+    if role == "user":
+        walk.tool_results.extend(xml_tool_results(text))
+
+
+def _function_call_item(item: Any, where: str, walk: _Walk) -> None:
+    for key in ("call_id", "name", "arguments"):
+        require(
+            is_str(item.get(key)),
+            f"Missing required parameter: '{where}.{key}'.",
+            param=f"{where}.{key}",
+        )
+    require(item["call_id"] not in walk.calls, f"Duplicate call_id: {item['call_id']}", param=where)
+    walk.calls[item["call_id"]] = False
+    walk.run_calls.append(item["call_id"])
+    walk.units.append(Unit(len(item["name"]) + args_chars(item["arguments"]), assistant=True))
+
+
+def _function_call_output_item(item: Any, where: str, walk: _Walk) -> None:
+    call_id = item.get("call_id")
+    require(is_str(call_id), f"Missing required parameter: '{where}.call_id'.", param=f"{where}.call_id")
+    require(
+        call_id in walk.calls,
+        f"No tool call found for function call output with call_id {call_id}.",
+        param="input",
+    )
+    walk.calls[call_id] = True
+    output = item.get("output")
+    if isinstance(output, str):
+        text = output
+    else:
+        text = "\n".join(p.get("text", "") for p in (output or []) if isinstance(p, dict))
+    walk.units.append(Unit(len(text)))
+    walk.tool_results.append(unescape_tool_result(text))
+
+
+def _reasoning_item(item: Any, where: str, store: Any, walk: _Walk) -> None:
+    """A reasoning item: stored server-side (``store``) or carrying encrypted content this server can verify."""
+    require(
+        isinstance(item.get("summary"), list),
+        f"Missing required parameter: '{where}.summary'.",
+        param=f"{where}.summary",
+    )
+    blob = item.get("encrypted_content")
+    if blob is None:
+        require(
+            store is not False,
+            f"Item with id '{item.get('id', '')}' not found. Items are not "
+            "persisted when `store` is set to false. Try again with `store` set to true, or pass "
+            "the item's encrypted_content.",
+            param="input",
+        )
+    else:
+        require(
+            is_str(blob) and decrypt_reasoning(blob) is not None,
+            f"The encrypted content for item {item.get('id', where)} could not be verified.",
+            param=f"{where}.encrypted_content",
+        )
+    walk.run_has_reasoning = True
+
+
+def _check_items(items: list[Any], store: Any, walk: _Walk) -> None:
     for i, item in enumerate(items):
         where = f"input[{i}]"
         require(isinstance(item, dict), f"Invalid type for '{where}': expected an object", param=where)
         itype = item.get("type", "message")
         role = item.get("role")
-        assistant_side = itype in ("function_call", "reasoning") or (itype == "message" and role == "assistant")
-        if assistant_side and not in_run:
-            runs += 1
-            in_run, run_has_reasoning, run_calls = True, False, []
-        elif not assistant_side and in_run:
-            in_run = False
-            last_run_calls, last_run_reasoning = run_calls, run_has_reasoning
+        walk.step(itype in ("function_call", "reasoning") or (itype == "message" and role == "assistant"))
         if itype == "message":
-            require(
-                role in ("user", "assistant", "system", "developer"),
-                f"Invalid value: '{role}'. Supported values are: 'assistant', 'system', 'developer', and 'user'.",
-                param=f"{where}.role",
-            )
-            content = item.get("content")
-            allowed = ASSISTANT_PARTS if role == "assistant" else USER_PARTS
-            if isinstance(content, str):
-                text, images = content, 0
-            else:
-                require(isinstance(content, list), f"Invalid type for '{where}.content'", param=f"{where}.content")
-                texts: list[str] = []
-                images = 0
-                for j, part in enumerate(content):
-                    pw = f"{where}.content[{j}]"
-                    ptype = part.get("type") if isinstance(part, dict) else None
-                    require(
-                        ptype in allowed,
-                        f"Invalid value: '{ptype}'. Supported values are: "
-                        + ", ".join(f"'{a}'" for a in allowed)
-                        + ".",
-                        param=f"{pw}.type",
-                    )
-                    if ptype in ("input_text", "output_text"):
-                        require(is_str(part.get("text")), f"Missing required parameter: '{pw}.text'.", param=pw)
-                        texts.append(part["text"])
-                    elif ptype == "input_image":
-                        require(
-                            is_str(part.get("image_url")) or is_str(part.get("file_id")),
-                            f"Missing required parameter: '{pw}.image_url'.",
-                            param=pw,
-                        )
-                        images += 1
-                    elif ptype == "refusal":
-                        texts.append(str(part.get("refusal", "")))
-                text = "\n".join(texts)
-            units.append(Unit(len(text) + images * IMAGE_CHARS, assistant=role == "assistant"))
-            if role == "user":
-                tool_results.extend(xml_tool_results(text))
+            _message_item(item, where, role, walk)
         elif itype == "function_call":
-            for key in ("call_id", "name", "arguments"):
-                require(
-                    is_str(item.get(key)),
-                    f"Missing required parameter: '{where}.{key}'.",
-                    param=f"{where}.{key}",
-                )
-            require(item["call_id"] not in calls, f"Duplicate call_id: {item['call_id']}", param=where)
-            calls[item["call_id"]] = False
-            run_calls.append(item["call_id"])
-            units.append(Unit(len(item["name"]) + args_chars(item["arguments"]), assistant=True))
+            _function_call_item(item, where, walk)
         elif itype == "function_call_output":
-            call_id = item.get("call_id")
-            require(is_str(call_id), f"Missing required parameter: '{where}.call_id'.", param=f"{where}.call_id")
-            require(
-                call_id in calls,
-                f"No tool call found for function call output with call_id {call_id}.",
-                param="input",
-            )
-            calls[call_id] = True
-            output = item.get("output")
-            text = (
-                output
-                if isinstance(output, str)
-                else "\n".join(p.get("text", "") for p in (output or []) if isinstance(p, dict))
-            )
-            units.append(Unit(len(text)))
-            tool_results.append(unescape_tool_result(text))
+            _function_call_output_item(item, where, walk)
         elif itype == "reasoning":
-            require(
-                isinstance(item.get("summary"), list),
-                f"Missing required parameter: '{where}.summary'.",
-                param=f"{where}.summary",
-            )
-            blob = item.get("encrypted_content")
-            if blob is None:
-                require(
-                    store is not False,
-                    f"Item with id '{item.get('id', '')}' not found. Items are not "
-                    "persisted when `store` is set to false. Try again with `store` set to true, or pass "
-                    "the item's encrypted_content.",
-                    param="input",
-                )
-            else:
-                require(
-                    is_str(blob) and decrypt_reasoning(blob) is not None,
-                    f"The encrypted content for item {item.get('id', where)} could not be verified.",
-                    param=f"{where}.encrypted_content",
-                )
-            run_has_reasoning = True
+            _reasoning_item(item, where, store, walk)
         else:
             raise RequestError(f"Invalid value: '{itype}'.", param=f"{where}.type")
-    if in_run:
-        last_run_calls, last_run_reasoning = run_calls, run_has_reasoning
-    unanswered = [c for c, done in calls.items() if not done]
+    walk.finish()
+
+
+def _check_loop_closed(walk: _Walk, thinking: bool) -> None:
+    """Every function call answered; with reasoning on, the open tool loop keeps its reasoning item."""
+    unanswered = [c for c, done in walk.calls.items() if not done]
     if unanswered:
         raise RequestError(f"No tool output found for function call {unanswered[0]}.", param="input")
-    if thinking and last_run_calls and not last_run_reasoning:
+    if thinking and walk.last_run_calls and not walk.last_run_reasoning:
         raise RequestError(
-            f"Item of type 'function_call' ({last_run_calls[0]}) was provided without its required "
+            f"Item of type 'function_call' ({walk.last_run_calls[0]}) was provided without its required "
             "'reasoning' item: keep the reasoning items of the tool loop in the input.",
             param="input",
         )
-    last_assistant = in_run and items and items[-1].get("type", "message") == "message"
+
+
+def parse_request(body: Any) -> ParsedRequest:
+    stream, store, thinking = _check_settings(body)
+    _no_cache_control(body.get("input"), "input")
+    _no_cache_control(body.get("tools"), "tools")
+    walk = _Walk()
+    offered = _check_tools(body, walk.units)
+    instructions = body.get("instructions")
+    if instructions is not None:
+        require(is_str(instructions), "Invalid type for 'instructions': expected a string", param="instructions")
+        walk.units.append(Unit(len(instructions)))
+    raw_input = body.get("input")
+    require(raw_input is not None, "Missing required parameter: 'input'.", param="input")
+    items = [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
+    require(isinstance(items, list), "Invalid type for 'input': expected a string or an array", param="input")
+    _check_items(items, store, walk)
+    _check_loop_closed(walk, thinking)
+    last_assistant = walk.in_run and items and items[-1].get("type", "message") == "message"
     return ParsedRequest(
         model=body["model"],
-        turn=max(runs + 1 - (1 if last_assistant else 0), 1),
-        tool_results=tool_results,
-        units=units,
+        turn=max(walk.runs + 1 - (1 if last_assistant else 0), 1),
+        tool_results=walk.tool_results,
+        units=walk.units,
         stream=stream,
         tools_offered=offered,
         thinking=thinking,
@@ -357,108 +407,60 @@ def response_json(plan: Plan, parsed: ParsedRequest) -> dict[str, Any]:
     return out
 
 
+class _Events:
+    """The stream's events in order, each numbered as it is added."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str | None, Any]] = []
+
+    def emit(self, etype: str, **fields: Any) -> None:
+        self.events.append((etype, {"type": etype, "sequence_number": len(self.events), **fields}))
+
+
+def _reasoning_events(out: _Events, index: int, item: dict[str, Any]) -> None:
+    out.emit("response.output_item.added", output_index=index, item={**item, "summary": []})
+    for s, part in enumerate(item["summary"]):
+        where = {"item_id": item["id"], "output_index": index, "summary_index": s}
+        out.emit("response.reasoning_summary_part.added", **where, part={"type": "summary_text", "text": ""})
+        for piece in chunks(part["text"]):
+            out.emit("response.reasoning_summary_text.delta", **where, delta=piece)
+        out.emit("response.reasoning_summary_text.done", **where, text=part["text"])
+        out.emit("response.reasoning_summary_part.done", **where, part=copy.deepcopy(part))
+
+
+def _message_events(out: _Events, index: int, item: dict[str, Any]) -> None:
+    out.emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+    part = item["content"][0]
+    where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+    out.emit("response.content_part.added", **where, part={**part, "text": ""})
+    for piece in chunks(part["text"]):
+        out.emit("response.output_text.delta", **where, delta=piece, logprobs=[])
+    out.emit("response.output_text.done", **where, text=part["text"], logprobs=[])
+    out.emit("response.content_part.done", **where, part=copy.deepcopy(part))
+
+
+def _call_events(out: _Events, index: int, item: dict[str, Any]) -> None:
+    out.emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+    for piece in chunks(item["arguments"], 12):
+        out.emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=piece)
+    out.emit(
+        "response.function_call_arguments.done", item_id=item["id"], output_index=index, arguments=item["arguments"]
+    )
+
+
 def response_events(plan: Plan, parsed: ParsedRequest) -> list[tuple[str | None, Any]]:
-    body = parsed.body
-    events: list[tuple[str | None, Any]] = []
-
-    def emit(etype: str, **fields: Any) -> None:
-        events.append((etype, {"type": etype, "sequence_number": len(events), **fields}))
-
-    start = _envelope(plan, body)
-    emit("response.created", response=start)
-    emit("response.in_progress", response=start)
-    for index, item in enumerate(_items(plan, body)):
-        itype = item["type"]
-        if itype == "reasoning":
-            emit("response.output_item.added", output_index=index, item={**item, "summary": []})
-            for s, part in enumerate(item["summary"]):
-                emit(
-                    "response.reasoning_summary_part.added",
-                    item_id=item["id"],
-                    output_index=index,
-                    summary_index=s,
-                    part={"type": "summary_text", "text": ""},
-                )
-                for piece in chunks(part["text"]):
-                    emit(
-                        "response.reasoning_summary_text.delta",
-                        item_id=item["id"],
-                        output_index=index,
-                        summary_index=s,
-                        delta=piece,
-                    )
-                emit(
-                    "response.reasoning_summary_text.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    summary_index=s,
-                    text=part["text"],
-                )
-                emit(
-                    "response.reasoning_summary_part.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    summary_index=s,
-                    part=copy.deepcopy(part),
-                )
-        elif itype == "message":
-            emit(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "status": "in_progress", "content": []},
-            )
-            part = item["content"][0]
-            emit(
-                "response.content_part.added",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part={**part, "text": ""},
-            )
-            for piece in chunks(part["text"]):
-                emit(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    delta=piece,
-                    logprobs=[],
-                )
-            emit(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=part["text"],
-                logprobs=[],
-            )
-            emit(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part=copy.deepcopy(part),
-            )
+    out = _Events()
+    start = _envelope(plan, parsed.body)
+    out.emit("response.created", response=start)
+    out.emit("response.in_progress", response=start)
+    for index, item in enumerate(_items(plan, parsed.body)):
+        if item["type"] == "reasoning":
+            _reasoning_events(out, index, item)
+        elif item["type"] == "message":
+            _message_events(out, index, item)
         else:
-            emit(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "status": "in_progress", "arguments": ""},
-            )
-            for piece in chunks(item["arguments"], 12):
-                emit(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    delta=piece,
-                )
-            emit(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                arguments=item["arguments"],
-            )
-        emit("response.output_item.done", output_index=index, item=item)
+            _call_events(out, index, item)
+        out.emit("response.output_item.done", output_index=index, item=item)
     final = response_json(plan, parsed)
-    emit("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)
-    return events
+    out.emit("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)
+    return out.events

@@ -200,23 +200,22 @@ class EmulatorApp:
             headers={"request-id": request_id, "x-request-id": request_id},
         )
 
-    async def handle(self, proto: WireProtocol, request: Request) -> Response:
-        try:
-            raw = await request.body()
-        except ClientDisconnect:
-            # The client went away mid-request (a run interrupted with Ctrl-C): nobody reads an answer, and a
-            # traceback in the run's log would be noise about a normal stop.
-            return Response(status_code=499)
-        request_id = "req_" + hashlib.sha256(raw).hexdigest()[:24]
-        task_id = request.headers.get("x-flowllm-task")
-        agent = request.headers.get("x-flowllm-agent")
+    def _capture_request(self, task_id: str | None, agent: str | None, raw: bytes) -> None:
         if self.capture is not None:
             line = json.dumps({"task": task_id, "agent": agent, "body": raw.decode("utf-8", "replace")})
             with self.capture.open("a", encoding="utf-8") as out:
                 out.write(line + "\n")
-        auth = _auth_scheme(request)
-        parsed: ParsedRequest | None = None
-        attempt: int | None = None
+
+    def _logger(
+        self,
+        proto: WireProtocol,
+        request: Request,
+        auth: str,
+        parsed: ParsedRequest | None,
+        attempt: int | None = None,
+    ) -> Callable[[int, str | None], None]:
+        """What records one answered request (its status and the fault injected, if any) in ``requests``."""
+        task_id, agent = request.headers.get("x-flowllm-task"), request.headers.get("x-flowllm-agent")
 
         def log(status: int, fault: str | None = None) -> None:
             self.requests.append(
@@ -233,34 +232,92 @@ class EmulatorApp:
                 )
             )
 
+        return log
+
+    @staticmethod
+    def _parse(proto: WireProtocol, auth: str, raw: bytes) -> ParsedRequest:
+        """The request's key and body checked as the real API would; raises ``RequestError`` for a bad one."""
+        if auth == "none":
+            raise RequestError(
+                "authentication required: send an API key",
+                status=401,
+                error_type="authentication_error",
+                code="invalid_api_key",
+            )
+        if auth == "both":
+            raise RequestError(
+                "send the key once: either `x-api-key` or `Authorization`, not both",
+                error_type="invalid_request_error",
+            )
         try:
-            if auth == "none":
-                raise RequestError(
-                    "authentication required: send an API key",
-                    status=401,
-                    error_type="authentication_error",
-                    code="invalid_api_key",
-                )
-            if auth == "both":
-                raise RequestError(
-                    "send the key once: either `x-api-key` or `Authorization`, not both",
-                    error_type="invalid_request_error",
-                )
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise RequestError(f"There was an error parsing the body: {exc}") from exc
-            parsed = proto.module.parse_request(body)
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise RequestError(f"There was an error parsing the body: {exc}") from exc
+        parsed: ParsedRequest = proto.module.parse_request(body)
+        return parsed
+
+    def _reply(self, request: Request, parsed: ParsedRequest, rule: FaultRule | None) -> Reply:
+        """The script's reply for this turn (an empty one for the ``empty`` fault)."""
+        if rule is not None and rule.fault == "empty":
+            return Reply("", None, None, (), "end_turn")
+        return self.script.reply(
+            self.script.key(request.headers.get("x-flowllm-task"), request.headers.get("x-flowllm-agent")),
+            _script_turn(request, parsed.turn),
+            parsed.tool_results,
+            tuple(request_image_digests(parsed.body)),
+        )
+
+    @staticmethod
+    def _stream(
+        proto: WireProtocol, plan: Plan, parsed: ParsedRequest, rule: FaultRule | None, headers: dict[str, str]
+    ) -> Response:
+        """The reply as server-sent events, cut short or broken as a ``truncate``, ``stream_error`` or
+        ``malformed`` fault asks."""
+        sse = proto.reply_events(plan, parsed)
+        if rule is not None and rule.fault in ("truncate", "stream_error"):
+            cut = len(sse) // 2 if rule.after_events is None else min(rule.after_events, len(sse) - 1)
+            sse = sse[:cut]
+            if rule.fault == "stream_error":
+                sse.append(_stream_error_event(proto.name, rule, cut))
+        events = _sse_bytes(sse)
+        if rule is not None and rule.fault == "malformed":
+            middle = len(events) // 2
+            events[middle] = events[middle][: max(len(events[middle]) // 2, 8)].rstrip(b"\n") + b"\n\n"
+
+        async def body_iter() -> AsyncIterator[bytes]:
+            for chunk in events:
+                yield chunk
+
+        return StreamingResponse(
+            body_iter(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
+        )
+
+    async def handle(self, proto: WireProtocol, request: Request) -> Response:
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            # The client went away mid-request (a run interrupted with Ctrl-C): nobody reads an answer, and a
+            # traceback in the run's log would be noise about a normal stop.
+            return Response(status_code=499)
+        request_id = "req_" + hashlib.sha256(raw).hexdigest()[:24]
+        task_id = request.headers.get("x-flowllm-task")
+        agent = request.headers.get("x-flowllm-agent")
+        self._capture_request(task_id, agent, raw)
+        auth = _auth_scheme(request)
+        try:
+            parsed = self._parse(proto, auth, raw)
         except RequestError as err:
-            log(err.status)
+            self._logger(proto, request, auth, None)(err.status, None)
             return self._error(proto, err, request_id)
         if self.throttle is not None and (wait := self.throttle.take()) > 0:  # the server's own quota
             over = FaultRule(
                 "status", status=429, retry_after_s=wait, message="rate limit exceeded (requests per minute)"
             )
-            return await self._fault_response(proto, request, over, request_id, log)
+            throttled = self._logger(proto, request, auth, parsed)
+            return await self._fault_response(proto, request, over, request_id, throttled)
         self.attempts[(task_id, agent, parsed.turn)] += 1
         attempt = self.attempts[(task_id, agent, parsed.turn)]
+        log = self._logger(proto, request, auth, parsed, attempt)
         rule = self.faults.pick(
             Draw(task_id, agent, parsed.turn, attempt, proto.name, parsed.stream, _api_key(request))
         )
@@ -269,36 +326,10 @@ class EmulatorApp:
             await asyncio.sleep(rule.delay_s)  # then answer normally: late, not wrong
         elif rule is not None and rule.fault not in ("truncate", "stream_error", "malformed", "empty"):
             return await self._fault_response(proto, request, rule, request_id, log)
-        if rule is not None and rule.fault == "empty":
-            reply = Reply("", None, None, (), "end_turn")
-        else:
-            reply = self.script.reply(
-                self.script.key(task_id, agent),
-                _script_turn(request, parsed.turn),
-                parsed.tool_results,
-                tuple(request_image_digests(parsed.body)),
-            )
-        plan = plan_reply(parsed, reply, call_prefix=proto.call_prefix)
+        plan = plan_reply(parsed, self._reply(request, parsed, rule), call_prefix=proto.call_prefix)
         log(200, _fault_name(rule))
         if parsed.stream:
-            sse = proto.reply_events(plan, parsed)
-            if rule is not None and rule.fault in ("truncate", "stream_error"):
-                cut = len(sse) // 2 if rule.after_events is None else min(rule.after_events, len(sse) - 1)
-                sse = sse[:cut]
-                if rule.fault == "stream_error":
-                    sse.append(_stream_error_event(proto.name, rule, cut))
-            events = _sse_bytes(sse)
-            if rule is not None and rule.fault == "malformed":
-                middle = len(events) // 2
-                events[middle] = events[middle][: max(len(events[middle]) // 2, 8)].rstrip(b"\n") + b"\n\n"
-
-            async def body_iter() -> AsyncIterator[bytes]:
-                for chunk in events:
-                    yield chunk
-
-            return StreamingResponse(
-                body_iter(), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
-            )
+            return self._stream(proto, plan, parsed, rule, headers)
         if rule is not None and rule.fault == "malformed":
             text = json.dumps(proto.reply_json(plan, parsed), ensure_ascii=False)
             return Response(text[: len(text) // 2], media_type="application/json", headers=headers)

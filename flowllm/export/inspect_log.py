@@ -28,7 +28,7 @@ from flowllm.export.trace import Conversation, ModelCall, TaskTrace, Turn
 
 if TYPE_CHECKING:
     from inspect_ai.event import Event
-    from inspect_ai.log import EvalLog, EvalSample
+    from inspect_ai.log import EvalLog, EvalSample, EvalSpec
     from inspect_ai.model import ChatMessage, ModelUsage
 
 INSTALL = 'pip install "flowllm[inspect]"'
@@ -356,22 +356,8 @@ def _calls(conv: Conversation) -> Iterator[ModelCall]:
             yield from _calls(sub)
 
 
-def build_eval_log(source: RunSource) -> EvalLog:
-    require_inspect()
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalMetric, EvalResults, EvalScore, EvalSpec, EvalStats
-    from inspect_ai.model import GenerateConfig
-
-    model = eval_model(source)
-    builder = SampleBuilder(source, model, task_costs(read_ledger(source.ledger)))
-    traces = source.finished
-    samples = [builder.sample(t) for t in traces]
-    scored = [t for t in traces if isinstance(t.field("correct"), bool)]
-    summary = source.summary or {}
-    plan = EpochPlan.of(source)
-    accuracy = plan.accuracy(source) if plan.epochs_run else _share_correct(scored)
-    metrics = {"accuracy": EvalMetric(name="accuracy", value=accuracy)} if accuracy is not None else {}
-    starts = [t.conversation.started_at for t in traces if t.conversation.started_at is not None]
-    ends = [t.conversation.ended_at for t in traces if t.conversation.ended_at is not None]
+def _usage_totals(traces: list[TaskTrace]) -> dict[str, Any]:
+    """The integer usage counts of the tasks' answers, summed by key."""
     totals: dict[str, Any] = {}
     for t in traces:
         usage = t.field("usage")
@@ -379,15 +365,16 @@ def build_eval_log(source: RunSource) -> EvalLog:
             for key, value in usage.items():
                 if isinstance(value, int) and not isinstance(value, bool):
                     totals[key] = totals.get(key, 0) + value
-    cost = summary.get("cost_usd")
-    status: Literal["started", "success", "cancelled"] = (
-        "success" if summary.get("status") == "finished" and not source.unfinished else "started"
-    )
-    if summary.get("interrupted"):
-        status = "cancelled"
-    created = _when(min(starts)) if starts else datetime.now(UTC)
-    assert created is not None
-    spec = EvalSpec(
+    return totals
+
+
+def _eval_spec(source: RunSource, model: str, plan: EpochPlan, created: datetime) -> EvalSpec:
+    """What was evaluated: the experiment, dataset, model and its settings, and the run it came from."""
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
+    from inspect_ai.model import GenerateConfig
+
+    summary = source.summary or {}
+    return EvalSpec(
         created=created.isoformat(),
         task=str(summary.get("experiment") or source.setting("experiment.name") or "flowllm"),
         task_id=uuid.uuid5(uuid.NAMESPACE_URL, str(source.path)).hex,
@@ -417,6 +404,33 @@ def build_eval_log(source: RunSource) -> EvalLog:
             ],
         },
     )
+
+
+def build_eval_log(source: RunSource) -> EvalLog:
+    require_inspect()
+    from inspect_ai.log import EvalLog, EvalMetric, EvalResults, EvalScore, EvalStats
+
+    model = eval_model(source)
+    builder = SampleBuilder(source, model, task_costs(read_ledger(source.ledger)))
+    traces = source.finished
+    samples = [builder.sample(t) for t in traces]
+    scored = [t for t in traces if isinstance(t.field("correct"), bool)]
+    summary = source.summary or {}
+    plan = EpochPlan.of(source)
+    accuracy = plan.accuracy(source) if plan.epochs_run else _share_correct(scored)
+    metrics = {"accuracy": EvalMetric(name="accuracy", value=accuracy)} if accuracy is not None else {}
+    starts = [t.conversation.started_at for t in traces if t.conversation.started_at is not None]
+    ends = [t.conversation.ended_at for t in traces if t.conversation.ended_at is not None]
+    totals = _usage_totals(traces)
+    cost = summary.get("cost_usd")
+    status: Literal["started", "success", "cancelled"] = (
+        "success" if summary.get("status") == "finished" and not source.unfinished else "started"
+    )
+    if summary.get("interrupted"):
+        status = "cancelled"
+    created = _when(min(starts)) if starts else datetime.now(UTC)
+    assert created is not None
+    spec = _eval_spec(source, model, plan, created)
     results = EvalResults(
         total_samples=len(plan.task_ids) * plan.epochs if plan.epochs_run else len(source.traces),
         completed_samples=len(samples),

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, task_summary
-from flowllm.inspect.views import CallView, replay_counts, replay_label, replay_verdict, task_turn_views
+from flowllm.inspect.replay import replay_counts, replay_label, replay_verdict
+from flowllm.inspect.views import CallView, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE
 

@@ -25,22 +25,23 @@ from typing import Any
 
 from flowllm.inspect.artifacts import (
     Artifact,
+    NodeRecord,
     NotARunError,
     RunRecord,
+    TaskRecord,
+    TurnRecord,
     is_run_dir,
     multirun_jobs,
     open_run,
     task_summary,
 )
+from flowllm.inspect.replay import is_replay, replay_counts, replay_detail, replay_label, replay_verdict
 from flowllm.inspect.views import (
+    NodeView,
+    TurnView,
     blob_ref,
     breakdown_rows,
-    is_replay,
     media_label,
-    replay_counts,
-    replay_detail,
-    replay_label,
-    replay_verdict,
     result_row,
     run_spend,
     task_failures,
@@ -48,7 +49,7 @@ from flowllm.inspect.views import (
     unavailable_tools,
 )
 from flowllm.scoring.stats import format_estimate
-from flowllm.spend.task_usage import read_bills
+from flowllm.spend.task_usage import TaskBill, read_bills
 from flowllm.verify import verification
 
 INTERN_MIN_CHARS = 64
@@ -113,62 +114,66 @@ class _Strings:
         return {ERROR_KEY: artifact.error}
 
 
+def _node_data(node: NodeRecord, nv: NodeView, strings: _Strings) -> dict[str, Any]:
+    return {
+        "folder": nv.folder,
+        "name": nv.name,
+        "status": nv.status,
+        "duration_s": nv.duration_s,
+        "started_at": nv.started_at,
+        "error": nv.error,
+        "traceback": strings.pack(node.traceback) if node.traceback else None,
+        "input": strings.artifact(node.input()),
+        "output": strings.artifact(node.output()),
+    }
+
+
+def _turn_data(record: TurnRecord, view: TurnView, strings: _Strings) -> dict[str, Any]:
+    nodes = [_node_data(node, nv, strings) for node, nv in zip(record.nodes, view.nodes, strict=True)]
+    return {
+        "agent": view.agent,
+        "number": view.number,
+        "duration_s": view.duration_s,
+        "text": strings.pack(view.text),
+        "stop_reason": view.stop_reason,
+        "usage": view.usage,
+        "calls": [{**strings.pack(c.__dict__), "label": c.label} for c in view.calls],
+        "bad_calls": [strings.pack(b.__dict__) for b in view.bad_calls],
+        "problems": view.problems,
+        "nodes": nodes,
+    }
+
+
+def _task_data(
+    run: RunRecord, task: TaskRecord, bills: dict[str, TaskBill], replayed: bool, strings: _Strings
+) -> dict[str, Any]:
+    """One task's row of the page: its result, bill, failures, replay verdict and turns."""
+    views = task_turn_views(task)
+    turns_by_key = {(agent, t.number): t for agent, t in task.all_turns()}
+    turns = [_turn_data(turns_by_key[(view.agent, view.number)], view, strings) for view in views]
+    row = result_row(task)
+    bill = bills.get(task.task_id)
+    # What the task was billed (the ledger's every call, failed tasks included), not only its answer's usage.
+    row["billed_tokens"] = bill.total_tokens if bill else None
+    row["cost_usd"] = None if bill is None or bill.cost_usd is None else round(bill.cost_usd, 6)
+    row["tokens_estimated"] = bool(bill and bill.estimated)
+    row["failures"] = [f.__dict__ for f in task_failures(task, views)]
+    if replayed:  # the replay verdict, and where it diverged what the saved and the new run produced
+        row["replay"] = replay_verdict(task)
+        row["replay_label"] = replay_label(row["replay"])
+        detail = replay_detail(run, task)
+        row["replay_detail"] = strings.pack(detail.to_dict()) if detail and detail.status != "exact" else None
+    row["turn_records"] = turns
+    return row  # the row's own fields are short; only the turns are interned
+
+
 def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dict[str, Any]:
     """Everything the page shows about one run, as JSON-able data."""
     bills = read_bills(run.path)
     spend = run_spend(run)  # the same figures as `inspect RUN` and `inspect diff` (source: where they come from)
     replayed = is_replay(run)
     strings.run_dir = run.path
-    tasks = []
-    for task in run.tasks:
-        views = task_turn_views(task)
-        turns_by_key = {(agent, t.number): t for agent, t in task.all_turns()}
-        turns = []
-        for view in views:
-            record = turns_by_key[(view.agent, view.number)]
-            nodes = []
-            for node, nv in zip(record.nodes, view.nodes, strict=True):
-                nodes.append(
-                    {
-                        "folder": nv.folder,
-                        "name": nv.name,
-                        "status": nv.status,
-                        "duration_s": nv.duration_s,
-                        "started_at": nv.started_at,
-                        "error": nv.error,
-                        "traceback": strings.pack(node.traceback) if node.traceback else None,
-                        "input": strings.artifact(node.input()),
-                        "output": strings.artifact(node.output()),
-                    }
-                )
-            turns.append(
-                {
-                    "agent": view.agent,
-                    "number": view.number,
-                    "duration_s": view.duration_s,
-                    "text": strings.pack(view.text),
-                    "stop_reason": view.stop_reason,
-                    "usage": view.usage,
-                    "calls": [{**strings.pack(c.__dict__), "label": c.label} for c in view.calls],
-                    "bad_calls": [strings.pack(b.__dict__) for b in view.bad_calls],
-                    "problems": view.problems,
-                    "nodes": nodes,
-                }
-            )
-        row = result_row(task)
-        bill = bills.get(task.task_id)
-        # What the task was billed (the ledger's every call, failed tasks included), not only its answer's usage.
-        row["billed_tokens"] = bill.total_tokens if bill else None
-        row["cost_usd"] = None if bill is None or bill.cost_usd is None else round(bill.cost_usd, 6)
-        row["tokens_estimated"] = bool(bill and bill.estimated)
-        row["failures"] = [f.__dict__ for f in task_failures(task, views)]
-        if replayed:  # the replay verdict, and where it diverged what the saved and the new run produced
-            row["replay"] = replay_verdict(task)
-            row["replay_label"] = replay_label(row["replay"])
-            detail = replay_detail(run, task)
-            row["replay_detail"] = strings.pack(detail.to_dict()) if detail and detail.status != "exact" else None
-        row["turn_records"] = turns
-        tasks.append(row)  # the row's own fields are short; only the turns are interned
+    tasks = [_task_data(run, task, bills, replayed, strings) for task in run.tasks]
     summary = task_summary(run)
     stats = summary.get("stats") if isinstance(summary.get("stats"), dict) else None
     # The page shows it as written: "62.4% ± 3.8 [55.0, 69.8] n=120" (flowllm/scoring/stats.py).

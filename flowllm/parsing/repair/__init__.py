@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowllm.errors import ConfigError
-from flowllm.parsing.repair.lenient import CODE_FIELDS, decode_string, parse_lenient
+from flowllm.parsing.repair.lenient import CODE_FIELDS, parse_lenient
 from flowllm.parsing.repair.stages import (
     FULL_CHAIN,
     PRESETS,
@@ -24,6 +24,7 @@ from flowllm.parsing.repair.stages import (
     Stage,
     loads_strict,
 )
+from flowllm.parsing.repair.strings import decode_string
 from flowllm.parsing.safety import DEFAULT_MAX_CHARS, failure_reason, too_long_reason
 from flowllm.parsing.types import Repaired
 

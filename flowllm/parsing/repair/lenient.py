@@ -19,9 +19,10 @@ this stage several times faster than the json_repair library on the same inputs.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from flowllm.parsing.repair.strings import decode_string, string_value
 
 # Fields whose string values are program text: never cut at a guessed boundary, never trimmed.
 CODE_FIELDS = frozenset(
@@ -57,41 +58,11 @@ _BRACE_KEY = re.compile(r"\}\s+[A-Za-z_]\w*\s*:")
 _SET_BODY = re.compile(
     r"\{\s*((?:\"[^\"]*\"|'[^']*'|[-+]?\d+(?:\.\d+)?)(?:\s*,\s*(?:\"[^\"]*\"|'[^']*'|[-+]?\d+(?:\.\d+)?))*)\s*,?\s*\}"
 )
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(.))", re.S)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_SIMPLE_ESCAPES = {
-    '"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'",
-    "\u201c": "\u201c", "\u201d": "\u201d", "\u201e": "\u201e", "\u2018": "\u2018", "\u2019": "\u2019", "`": "`",
-}  # fmt: skip
-_FENCED_JSON = re.compile(r"```[a-zA-Z0-9]*\s*(.*?)\s*```\s*\Z", re.S)
-
 _MISSING = object()
 
 
 class _TooDeep(ValueError):
     pass
-
-
-def _unescape(match: re.Match[str]) -> str:
-    hexa, char = match.group(1), match.group(2)
-    if hexa is not None:
-        return chr(int(hexa, 16))
-    mapped = _SIMPLE_ESCAPES.get(char)
-    # An unknown escape keeps its backslash: a Windows path or a regex means exactly what it says.
-    return mapped if mapped is not None else "\\" + char
-
-
-def decode_string(raw: str) -> str:
-    """The value of a string's raw content: JSON escapes decoded, anything else kept as written."""
-    if "\\" not in raw:
-        return raw
-    run = len(raw) - len(raw.rstrip("\\"))
-    if run % 2:  # a lone trailing backslash is an escape that was cut off
-        raw = raw[:-1]
-    out = _ESCAPE.sub(_unescape, raw)
-    if _SURROGATE.search(out):  # \ud83d\ude00 pairs arrive as two halves
-        out = out.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return out
 
 
 def _same_shape(a: Any, b: Any) -> bool:
@@ -468,7 +439,7 @@ class LenientParser:
             j = s.find(close + close, start + 1)
             if j > start + 1 and close not in s[start + 1 : j] and self._ends_here(j + 2, key):
                 self.i = j + 2  # ""doubled"" delimiters
-                return self._finish(s[start + 1 : j], key, code, terminated=True)
+                return string_value(s[start + 1 : j], key, code, terminated=True)
             start += 1  # a doubled opening quote: one of them is a typo
         in_array = not key and bool(self.stack) and self.stack[-1] != "}"
         pos, inner, last_q, end = start, 0, -1, -1
@@ -520,7 +491,7 @@ class LenientParser:
             cut = self._comma_key_cut(start, end, terminated)
             if cut >= 0:
                 end = self.i = cut
-        return self._finish(s[start:end], key, code, terminated)
+        return string_value(s[start:end], key, code, terminated)
 
     def _comma_key_cut(self, start: int, end: int, terminated: bool) -> int:
         """Where ``, "key":`` inside a value shows its closing quote was forgotten, or -1."""
@@ -544,24 +515,6 @@ class LenientParser:
                 continue  # "Note, however: ..." is prose, unless what follows the colon is clearly a value
             return p
         return -1
-
-    def _finish(self, raw: str, key: bool, code: bool, terminated: bool) -> Any:
-        if not code:
-            tail = raw[len(raw.rstrip()) :]
-            if tail and ("\n" in tail or not terminated):
-                raw = raw.rstrip()  # a raw line break before the closing quote is layout, not content
-        value = decode_string(raw)
-        if not key and not code and value.startswith("```"):
-            m = _FENCED_JSON.match(value)
-            if m is not None:
-                try:
-                    inner = json.loads(m.group(1))
-                except ValueError:
-                    pass
-                else:
-                    if isinstance(inner, dict | list):
-                        return inner
-        return value
 
     # ----------------------------------------------------------------------------------------- document
     def parse_document(self, field: str | None = None) -> tuple[bool, Any]:

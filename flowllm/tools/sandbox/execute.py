@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowllm.tools.child import program
@@ -219,17 +220,22 @@ def _bwrap_exit_code(code: int | None) -> int | None:
     return code
 
 
-async def run_python_code(
-    code: str, workspace: Path, limits: SandboxLimits | None = None, *, home: str | None = None
-) -> SandboxResult:
-    """Run ``code`` with ``workspace`` as the working directory under ``limits``.
+@dataclass
+class _Launch:
+    """A prepared run of the sandbox: its command line, home, cgroup and the pipe the bootstrap reports on."""
 
-    ``home``: a host folder to use as ``HOME`` (bound read-write under bubblewrap); by default a fresh one.
-    Never raises for problems of the code itself (syntax errors, exceptions, timeouts, limits): those are in
-    the result. ``asyncio.CancelledError`` propagates after every process the code started has been killed.
-    """
-    limits = limits or SandboxLimits()
-    workspace = workspace.resolve()
+    args: list[str]
+    home: str
+    own_home: str | None  # a fresh home folder made on the host: removed afterwards
+    group: cgroup.Cgroup | None
+    report_read: int
+    report_write: int
+    backend: SandboxBackend
+    use_bwrap: bool
+
+
+async def _prepare(limits: SandboxLimits, workspace: Path, home: str | None) -> _Launch:
+    """The backend chosen, the home folder and cgroup made, the workspace handed over, the command built."""
     as_root = hasattr(os, "getuid") and os.getuid() == 0
     backend, probe, gaps_known = await asyncio.to_thread(_choose_backend, limits.backend, as_root)
     use_bwrap = probe is not None
@@ -259,27 +265,45 @@ async def run_python_code(
         args = [*_bwrap_command(probe, limits, str(workspace), home_bind, as_root), *args]
         if procs:
             args = ["/bin/sh", "-c", _JOIN_CGROUP, "sh", *procs, "--", *args]
-    out, err = StreamCapture(limits.max_stdout_chars), StreamCapture(limits.max_stderr_chars)
-    timed_out = False
-    exceeded = False
+    return _Launch(args, home, own_home, group, report_read, report_write, backend, use_bwrap)
+
+
+async def _start(launch: _Launch, workspace: Path) -> asyncio.subprocess.Process:
+    """The sandbox's process; if it cannot start, the pipe is closed and the cgroup removed."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *args,
+            *launch.args,
             cwd=str(workspace),
-            env=child_env(home),
+            env=child_env(launch.home),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
-            pass_fds=(report_write,),
+            pass_fds=(launch.report_write,),
         )
     except BaseException:
-        os.close(report_read)
-        os.close(report_write)
-        if group is not None:
-            await asyncio.to_thread(group.remove)
+        os.close(launch.report_read)
+        os.close(launch.report_write)
+        if launch.group is not None:
+            await asyncio.to_thread(launch.group.remove)
         raise
-    os.close(report_write)
+    os.close(launch.report_write)
+    return proc
+
+
+async def _supervise(
+    proc: asyncio.subprocess.Process,
+    code: str,
+    limits: SandboxLimits,
+    workspace: Path,
+    group: cgroup.Cgroup | None,
+    out: StreamCapture,
+    err: StreamCapture,
+) -> tuple[bool, bool]:
+    """Feeds the code in, waits for the end or the time limit, and leaves no process of it alive; returns
+    (timed out, workspace limit exceeded)."""
+    timed_out = False
+    exceeded = False
 
     def stop_for_size() -> None:
         nonlocal exceeded
@@ -316,11 +340,32 @@ async def run_python_code(
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+    return timed_out, exceeded
+
+
+async def run_python_code(
+    code: str, workspace: Path, limits: SandboxLimits | None = None, *, home: str | None = None
+) -> SandboxResult:
+    """Run ``code`` with ``workspace`` as the working directory under ``limits``.
+
+    ``home``: a host folder to use as ``HOME`` (bound read-write under bubblewrap); by default a fresh one.
+    Never raises for problems of the code itself (syntax errors, exceptions, timeouts, limits): those are in
+    the result. ``asyncio.CancelledError`` propagates after every process the code started has been killed.
+    """
+    limits = limits or SandboxLimits()
+    workspace = workspace.resolve()
+    launch = await _prepare(limits, workspace, home)
+    out, err = StreamCapture(limits.max_stdout_chars), StreamCapture(limits.max_stderr_chars)
+    proc = await _start(launch, workspace)
+    group = launch.group
+    try:
+        timed_out, exceeded = await _supervise(proc, code, limits, workspace, group, out, err)
+    finally:
         if group is not None:
             await asyncio.shield(asyncio.to_thread(group.remove))
-        gaps = _read_report(report_read)
-        if own_home is not None:
-            remove_tree(own_home)
+        gaps = _read_report(launch.report_read)
+        if launch.own_home is not None:
+            remove_tree(launch.own_home)
 
     spellings = workspace_spellings(workspace)
     stdout_text, stdout_cut = out.text()
@@ -330,14 +375,14 @@ async def run_python_code(
     return SandboxResult(
         stdout=scrub_workspace(stdout_text, spellings),
         stderr=scrub_workspace(stderr_text, spellings),
-        exit_code=None if timed_out else _bwrap_exit_code(proc.returncode) if use_bwrap else proc.returncode,
+        exit_code=None if timed_out else _bwrap_exit_code(proc.returncode) if launch.use_bwrap else proc.returncode,
         timed_out=timed_out and not exceeded,
         stdout_cut=stdout_cut,
         stderr_cut=stderr_cut,
         limits=limits,
         workspace_exceeded=exceeded,
         gaps=gaps,
-        backend=backend,
+        backend=launch.backend,
     )
 
 
