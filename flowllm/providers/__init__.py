@@ -10,7 +10,7 @@ compatible endpoint is one YAML file in ``conf/provider/``. ``open_provider`` wr
 layer (``resilient.py``): retries, key pools, fallback chains with circuit breakers, the usage ledger.
 """
 
-from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.base import BaseProvider
 from flowllm.providers.errors import (
     ProviderCallError,
     ProviderConfigError,
@@ -41,7 +41,6 @@ __all__ = [
     "ProviderResponseError",
     "ResilientProvider",
     "UsageLedger",
-    "as_provider_config",
     "build_provider",
     "check_provider_config",
     "classify_exception",

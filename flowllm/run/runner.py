@@ -74,7 +74,7 @@ from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.scoring.tally import ACCURACY_OF, finished, score_tally
 from flowllm.spend.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits
-from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
+from flowllm.tools import PoolSettings, ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Experiment:
         *,
         agent: Agent,
         provider: Provider,
-        tools_cfg: Any,
+        tools: PoolSettings,
         recorder: Recorder,
         settings: ExperimentSettings,
         progress: ProgressReporter | None = None,
@@ -139,7 +139,7 @@ class Experiment:
             )
         self.agent = agent
         self.provider = provider
-        self.tools_cfg = tools_cfg
+        self.tools = tools  # loaded once by the run's set-up; each task's pool starts from them
         self.recorder = recorder
         self.settings = settings
         self.progress = progress
@@ -495,8 +495,8 @@ class Experiment:
 
     def _open_tools(self, workspace: Path) -> Any:
         if self.tools_catalog is not None:
-            return self.open_tools(self.tools_cfg, workspace, catalog=self.tools_catalog)
-        return self.open_tools(self.tools_cfg, workspace)
+            return self.open_tools(self.tools, workspace, catalog=self.tools_catalog)
+        return self.open_tools(self.tools, workspace)
 
     async def _discover_tools(self, stack: contextlib.AsyncExitStack) -> None:
         """Check the servers once for the run; the run-scoped ones stay connected until ``stack`` closes.
@@ -505,7 +505,7 @@ class Experiment:
         already up and the caller stops them."""
         if self.open_tools is not open_tool_pool or self.tools_catalog is not None:
             return
-        self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools_cfg))
+        self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools))
 
     async def run(self, tasks: list[Task]) -> RunResult:
         """Run every task not completed before; outcomes come back in dataset order."""
