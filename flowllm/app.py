@@ -42,6 +42,7 @@ from flowllm.setup.config_record import has_config_record, write_config_record
 from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.setup.prepared import PreparedRun
 from flowllm.setup.rejudge import inherit_replayed_run
+from flowllm.setup.settings import telemetry_endpoint
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import WebEnvironment, web_tools
 from flowllm.spend.projection import Projector
@@ -216,7 +217,9 @@ class _RunSession:
                 if other is not None:
                     secrets += [s for s in provider_secrets(other, resolve=parts.providers) if s not in secrets]
             self.recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
-            if (telemetry := attach_telemetry(cfg, self.recorder)) is not None:  # telemetry.otlp_endpoint
+            # telemetry.otlp_endpoint: spans of every node, sent as the run goes
+            telemetry = attach_telemetry(telemetry_endpoint(cfg), self.recorder, protocol=parts.provider_cfg.protocol)
+            if telemetry is not None:
                 stack.callback(telemetry.close)
             # One line per attempt, appended across resumed sessions: what was really spent, failures included.
             self.ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))

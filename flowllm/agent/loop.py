@@ -58,11 +58,7 @@ class Agent:
         subagents: dict[str, SubAgentSpec] | None = None,
         vision: VisionSpec | None = None,
     ) -> None:
-        if settings.max_turns < 1:
-            raise ValueError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
-        for spec in (subagents or {}).values():
-            if spec.max_turns < 1:
-                raise ValueError(f"subagents.{spec.name}.max_turns must be at least 1, not {spec.max_turns}")
+        # agent.max_turns and each sub-agent's are checked where the config is read (flowllm/setup/settings.py).
         if pipeline.contract is not AGENT_TURN:
             AGENT_TURN.check(pipeline.nodes, pipeline.source)
         self.pipeline = pipeline

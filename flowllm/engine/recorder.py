@@ -39,7 +39,7 @@ import orjson
 from flowllm.engine.blobs import BlobStore
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
-from flowllm.errors import RunError
+from flowllm.errors import ConfigError, RunError
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
 from flowllm.rundir.taskdirs import task_folder_name
@@ -296,7 +296,7 @@ class Recorder:
 
     def __init__(self, run_dir: Path | str, snapshot: str = "all", secrets: Iterable[str] = ()) -> None:
         if snapshot not in SNAPSHOT_MODES:
-            raise ValueError(f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'")
+            raise ConfigError(f"recorder.snapshot must be one of {', '.join(SNAPSHOT_MODES)}, not '{snapshot}'")
         self.run_dir = Path(run_dir)
         self.layout = RunLayout(self.run_dir)
         self._tasks_root = str(self.layout.tasks)

@@ -60,6 +60,7 @@ from flowllm.scoring import open_scorer
 from flowllm.scoring.scorers import RuleScore
 from flowllm.setup.build import build_experiment, prepare, run_summary
 from flowllm.setup.prepared import PreparedRun
+from flowllm.setup.settings import telemetry_endpoint
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import web_tools
 from flowllm.spend.projection import Projector
@@ -222,7 +223,8 @@ def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     parts.experiment = replace(parts.experiment, max_concurrent=concurrent)
     secrets = provider_secrets(parts.provider_cfg, resolve=parts.providers)
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
-    telemetry = attach_telemetry(cfg, recorder)  # telemetry.otlp_endpoint: each worker sends its own tasks' spans
+    # telemetry.otlp_endpoint: each worker sends its own tasks' spans
+    telemetry = attach_telemetry(telemetry_endpoint(cfg), recorder, protocol=parts.provider_cfg.protocol)
     ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:

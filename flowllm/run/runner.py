@@ -41,7 +41,6 @@ from flowllm.datasets.gaia import task_prompt
 from flowllm.datasets.task import Task
 from flowllm.engine import Recorder
 from flowllm.engine.heap import run_collector
-from flowllm.errors import ConfigError
 from flowllm.providers.replay import ReplayMissError
 from flowllm.run.epochs import epoch_score, reduce_entries
 from flowllm.run.infra import infra_tool_failures
@@ -129,14 +128,7 @@ class Experiment:
         breakdown: Iterable[str] = (),
         tools_unavailable: dict[str, str] | None = None,
     ) -> None:
-        if settings.attempts < 1:
-            raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
-        if settings.epochs < 1:
-            raise ConfigError(f"experiment.epochs must be at least 1, not {settings.epochs}")
-        if not settings.task_timeout_s > 0:  # also refuses NaN
-            raise ConfigError(
-                f"experiment.task_timeout_s must be a positive number of seconds, not {settings.task_timeout_s}"
-            )
+        # ``settings`` were checked where they were read (flowllm/setup/settings.py).
         self.agent = agent
         self.provider = provider
         self.tools = tools  # loaded once by the run's set-up; each task's pool starts from them

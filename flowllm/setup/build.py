@@ -149,7 +149,9 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     # ToolConfigError: a server entry that cannot work, before anything starts.
     tools = problems.check(lambda: load_settings(plain_config(cfg.tools)))
     tasks = problems.check(
-        lambda: load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
+        lambda: load_dataset(
+            DatasetSpec.from_config(plain_config(cfg.dataset), resolve_path(cfg.dataset.path, "dataset.path"))
+        )
     )
     if tasks is not None:
         problems.check(lambda: check_stats(cfg.stats, tasks))
@@ -225,6 +227,8 @@ def subagent_specs(cfg: DictConfig) -> dict[str, SubAgentSpec]:
     """``subagents.<name>`` configs as the agent loop's specs."""
     specs: dict[str, SubAgentSpec] = {}
     for name, sub in (cfg.get("subagents") or {}).items():
+        if sub.max_turns < 1:
+            raise ConfigError(f"subagents.{name}.max_turns must be at least 1, not {sub.max_turns}")
         specs[str(name)] = SubAgentSpec(
             name=str(name),
             description=sub.description,

@@ -19,7 +19,7 @@ from flowllm.setup.checks import check_timeouts
 from flowllm.spend.spending import RunBudget, TaskLimits
 from flowllm.telemetry.live import check_telemetry
 
-__all__ = ["check_settings", "experiment_settings", "spending_settings"]
+__all__ = ["check_settings", "experiment_settings", "spending_settings", "telemetry_endpoint"]
 
 
 def _at_least_one(value: Any, setting: str) -> None:
@@ -40,7 +40,13 @@ def check_settings(cfg: DictConfig) -> None:
         timeout = cfg.experiment.task_timeout_s
         raise ConfigError(f"experiment.task_timeout_s must be a positive number of seconds, not {timeout}")
     check_timeouts(cfg)
-    check_telemetry(cfg)
+    check_telemetry(telemetry_endpoint(cfg))
+
+
+def telemetry_endpoint(cfg: DictConfig) -> str | None:
+    """``telemetry.otlp_endpoint``, None when unset."""
+    endpoint = OmegaConf.select(cfg, "telemetry.otlp_endpoint")
+    return str(endpoint) if endpoint else None
 
 
 def _section(cfg: DictConfig, key: str) -> dict[str, Any]:

@@ -81,13 +81,6 @@ async def test_an_unreadable_call_is_answered_and_the_loop_goes_on(tmp_path: Pat
     assert "could not be read" in out["tool_results"][0]["content"]
 
 
-def test_max_turns_must_be_positive(pipeline_cfg) -> None:
-    with pytest.raises(ValueError, match="max_turns"):
-        Agent(
-            pipeline_from_config(plain_config(pipeline_cfg.pipeline)), make_runner("graph"), AgentSettings(max_turns=0)
-        )
-
-
 class OneTool(ToolBackendDefaults):
     """A tool backend with one tool that always answers "2" (the ToolBackend protocol, nothing more)."""
 

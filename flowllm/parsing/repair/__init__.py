@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flowllm.errors import ConfigError
 from flowllm.parsing.repair.lenient import CODE_FIELDS, decode_string, parse_lenient
 from flowllm.parsing.repair.stages import (
     FULL_CHAIN,
@@ -33,7 +34,7 @@ STAGES: dict[str, Callable[[str, str | None], Any]] = {s.name: s.fn for s in STA
 def validate_stages(stages: Sequence[str]) -> None:
     """Raise ``ValueError`` naming any unknown stage and the valid ones (called once at start-up)."""
     if isinstance(stages, str):
-        raise ValueError(f"repair stages must be a list of names, got the string {stages!r}")
+        raise ConfigError(f"repair stages must be a list of names, got the string {stages!r}")
     unknown = [s for s in stages if s not in STAGE_BY_NAME]
     if unknown:
         raise ValueError(
@@ -41,7 +42,7 @@ def validate_stages(stages: Sequence[str]) -> None:
             f"valid stages are: {', '.join(STAGE_BY_NAME)}"
         )
     if not stages:
-        raise ValueError(f"the repair chain is empty; list at least 'strict' (valid: {', '.join(STAGE_BY_NAME)})")
+        raise ConfigError(f"the repair chain is empty; list at least 'strict' (valid: {', '.join(STAGE_BY_NAME)})")
 
 
 def _as_text(text: Any) -> str | None:

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any
 
 from flowllm.core.types import ModelResponse
+from flowllm.errors import ConfigError
 from flowllm.parsing.safety import (
     DEFAULT_MAX_CHARS,
     MAX_CALL_BLOCKS,
@@ -63,7 +64,7 @@ def validate_formats(formats: Sequence[str]) -> None:
     """Raise ``ValueError`` naming unknown format names and the valid ones."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
-        raise ValueError(f"unknown tool-call format(s) {', '.join(map(repr, unknown))}; valid: {', '.join(FORMATS)}")
+        raise ConfigError(f"unknown tool-call format(s) {', '.join(map(repr, unknown))}; valid: {', '.join(FORMATS)}")
 
 
 _MCP_ANY_CASE = re.compile(re.escape(mcp_xml.MARKER), re.I)
