@@ -123,15 +123,6 @@ def prepare(cfg: DictConfig) -> PreparedRun:
     return parts
 
 
-def _check_provider(problems: _Problems, cfg: DictConfig, resolve: Resolver | None) -> ProviderConfig | None:
-    """The run's provider config, with every provider it names checked (read through ``resolve``)."""
-    provider_cfg: ProviderConfig | None = problems.check(lambda: _provider(cfg))
-    if provider_cfg is None:
-        return None
-    problems.check(lambda: check_provider_config(provider_cfg, resolve=resolve))
-    return provider_cfg
-
-
 def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig | None, list[str]]:
     """The prepared run (None if anything is wrong), the provider config when it could be read, and every
     problem found on the way (so that a run lists them all at once)."""
@@ -139,12 +130,13 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     problems.check(lambda: check_settings(cfg))
     pipeline_runner = problems.check(lambda: _pipeline(cfg))
     spend_caps = problems.check(lambda: spending_settings(cfg))  # agent.limits, experiment.budget
-    read = problems.check(lambda: _provider(cfg))
+    provider_cfg: ProviderConfig | None = problems.check(lambda: _provider(cfg))
     # Every provider the run names, read once (fallbacks, aliases, agent models, judge, vision, a fork's live one).
-    names = NameResolver(default_resolver(read)) if read is not None else None
-    provider_cfg = _check_provider(problems, cfg, names)
-    if provider_cfg is not None and pipeline_runner is not None:  # a fork needs the saved run's nodes
-        problems.check(lambda: check_fork_pipeline(provider_cfg, pipeline_runner[0]))
+    names = NameResolver(default_resolver(provider_cfg)) if provider_cfg is not None else None
+    if provider_cfg is not None:
+        problems.check(lambda: check_provider_config(provider_cfg, resolve=names))
+        if pipeline_runner is not None:  # a fork needs the saved run's nodes in this pipeline
+            problems.check(lambda: check_fork_pipeline(provider_cfg, pipeline_runner[0]))
     problems.check(lambda: check_web_tools(cfg))
     # ToolConfigError: a server entry that cannot work, before anything starts.
     tools = problems.check(lambda: load_settings(plain_config(cfg.tools)))
