@@ -1,6 +1,6 @@
 """The provider layer: one ``ModelResponse`` and one history format whatever the wire protocol.
 
-    async with open_provider(cfg.provider) as provider:
+    async with open_provider(provider_config(cfg.provider), resolve=table) as provider:
         request = provider.build_request(system=..., messages=..., tools=...)
         raw = await provider.send(request, context=CallContext(task_id, turn))
         response = provider.normalize(raw)
@@ -8,6 +8,10 @@
 Protocols: ``anthropic`` (Messages), ``openai_chat`` (Chat Completions), ``openai_responses`` (Responses); any
 compatible endpoint is one YAML file in ``conf/provider/``. ``open_provider`` wraps them in the resilience
 layer (``resilient.py``): retries, key pools, fallback chains with circuit breakers, the usage ledger.
+
+Providers take a typed ``ProviderConfig`` (``flowllm.config.providers.provider_config`` types a config node) and
+read no config file: the providers a config names (fallbacks, aliases...) come from ``resolve``, the
+``ProviderTable`` the run's set-up resolved once.
 """
 
 from flowllm.providers.base import BaseProvider
