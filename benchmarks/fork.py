@@ -90,7 +90,7 @@ async def run_one(overrides: list[str], run_dir: Path) -> RunFigures:
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot)
     ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices)
     try:
-        async with open_provider(parts.provider_cfg, ledger=ledger) as provider:
+        async with open_provider(parts.provider_cfg, ledger=ledger, resolve=parts.providers) as provider:
             experiment = build_experiment(cfg, parts, provider, recorder, open_tools=open_in_process_tools)
             t0, cpu0 = time.perf_counter(), time.process_time()
             result = await experiment.run(parts.tasks)

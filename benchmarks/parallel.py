@@ -44,7 +44,7 @@ async def _turn_seconds(k: int, runner_name: str, sizes: Sizes, work_dir: Path) 
     tools = InProcessTools()
     specs = await tools.list_tools()
     samples = []
-    async with open_provider(parts.provider_cfg) as provider:
+    async with open_provider(parts.provider_cfg, resolve=parts.providers) as provider:
         system = build_system_prompt("Use the tools.", specs, provider.tool_protocol)
         inputs = {"messages": [user_message("Run the tools.")], "system": system, "tools": specs}
         for i in range(sizes.runs + 1):

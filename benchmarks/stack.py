@@ -63,7 +63,7 @@ class InProcessTools(ToolBackendDefaults):
         return None
 
 
-def open_in_process_tools(tools_cfg: Any, workspace: Path, **_: Any) -> Any:
+def open_in_process_tools(tools: Any, workspace: Path, **_: Any) -> Any:
     """``Experiment(open_tools=...)``: every task gets an ``InProcessTools``."""
 
     @asynccontextmanager
@@ -184,7 +184,7 @@ async def run_experiment(
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra" / "config.yaml")
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot)
     try:
-        async with open_provider(parts.provider_cfg) as provider:
+        async with open_provider(parts.provider_cfg, resolve=parts.providers) as provider:
             experiment = build_experiment(cfg, parts, provider, recorder, open_tools=open_tools)
             with GcClock() as collector:
                 t0 = time.perf_counter()

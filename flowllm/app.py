@@ -30,28 +30,29 @@ from flowllm.experiment import workers
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.replay import REPLAY_PROTOCOL
-from flowllm.run.budget_report import spending_settings
 from flowllm.run.outcome import load_outcomes
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.report import print_summary
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import open_scorer
-from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.setup import fingerprint
 from flowllm.setup.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
 from flowllm.setup.config_record import has_config_record, write_config_record
 from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.setup.prepared import PreparedRun
+from flowllm.setup.rejudge import inherit_replayed_run
+from flowllm.setup.settings import telemetry_endpoint
 from flowllm.setup.vision import open_vision
-from flowllm.setup.webconf import cache_env, web_tools
+from flowllm.setup.webconf import WebEnvironment, web_tools
 from flowllm.spend.projection import Projector
 from flowllm.spend.spending import SpendBook
 from flowllm.spend.task_usage import read_bills
 from flowllm.sweep.summary import build_sweep_summary
 from flowllm.sweep.tables import print_tables
 from flowllm.telemetry.live import attach_telemetry
-from flowllm.tools.python import limits_from_args, probe_gaps
+from flowllm.tools import PoolSettings
+from flowllm.tools.python import limits_from_args, probe_gaps, server_arguments
 from flowllm.tools.sandbox.execute import describe_gaps, protect_process
 
 log = logging.getLogger("flowllm")
@@ -70,12 +71,11 @@ def key_values(api_key_env: str | None) -> list[str]:
 
 
 async def _run_async(
-    cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, fixtures_url: str | None
+    cfg: DictConfig, parts: PreparedRun, recorder: Recorder, ledger: UsageLedger, web: WebEnvironment
 ) -> RunResult:
     """The tasks, once the preflight passed; the web tool environment (``web_tools``) is up already."""
-    projector = (
-        Projector(SpendBook.of_run(ledger.path.parent), spending_settings(cfg)[1]) if ledger.path is not None else None
-    )
+    budget = parts.experiment.budget
+    projector = Projector(SpendBook.of_run(ledger.path.parent), budget) if ledger.path is not None else None
     # This session's calls: the agent's (its ledger's lines) and the judge's (appended from now on).
     judged = LedgerTail(RunLayout(ledger.path.parent).judge_ledger, from_end=True) if ledger.path else None
     progress = ProgressReporter(
@@ -93,11 +93,16 @@ async def _run_async(
         run_dir=recorder.run_dir,
         redactor=recorder.redactor,
         prices=parts.prices,
+        providers=parts.providers,
     )
     async with (
-        open_provider(parts.provider_cfg, ledger=ledger) as provider,
+        open_provider(parts.provider_cfg, ledger=ledger, resolve=parts.providers) as provider,
         open_vision(
-            parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=fixtures_url
+            parts.vision,
+            ledger=ledger,
+            cache_env=web.env,
+            fixtures_url=web.fixtures_url,
+            resolve=parts.providers,
         ) as vision,
         scorer_ctx as scorer,
     ):
@@ -121,10 +126,10 @@ def plan_preflight(cfg: DictConfig) -> tuple[PreparedRun | None, list[ProviderTa
         # a provider without its key is not probed (which could only add "cannot connect").
         raise PreflightError(problems)
     targets: list[ProviderTarget] = []
-    if provider_cfg is not None:
-        targets = preflight_targets(provider_cfg)
-    if cfg.progress:
-        servers = len(cfg.tools.get("servers") or {}) if cfg.preflight.tools else 0
+    if provider_cfg is not None and parts is not None:
+        targets = preflight_targets(provider_cfg, parts.providers)
+    if cfg.progress and parts is not None:
+        servers = len(parts.tools.servers) if cfg.preflight.tools else 0
         checked = sum(1 for t in targets if not t.cfg.emulator_script) if cfg.preflight.providers else 0
         ProgressReporter().status(
             f"preflight: starting {servers} tool server{'s' if servers != 1 else ''}, "
@@ -137,15 +142,20 @@ async def run_preflight(
     cfg: DictConfig,
     planned: tuple[PreparedRun | None, list[ProviderTarget], list[str]],
     stack: contextlib.AsyncExitStack,
+    web: WebEnvironment,
 ) -> PreparedRun:
-    """The live checks (providers answer, tool servers start), then every problem at once. The tool catalog lives
-    on ``stack``: its run-scoped servers serve the run's tasks."""
+    """The live checks (providers answer, tool servers start), then every problem at once. The tool servers get
+    the run's web environment (``web``). The tool catalog lives on ``stack``: its run-scoped servers serve the
+    run's tasks."""
     parts, targets, problems = planned
+    if parts is None:
+        raise PreflightError(problems)
+    parts.tools = web.apply(parts.tools)
     catalog = None
     try:
         catalog = await preflight(
             targets,
-            cfg.tools,
+            parts.tools,
             providers=bool(cfg.preflight.providers),
             tools=bool(cfg.preflight.tools),
             timeout_s=float(cfg.preflight.timeout_s),
@@ -154,25 +164,22 @@ async def run_preflight(
     except PreflightError as exc:
         # A tool entry that cannot work is found by prepare and again by the start-up check: say it once.
         problems.extend(problem for problem in exc.problems if problem not in problems)
-    if problems or parts is None:
+    if problems:
         raise PreflightError(problems)
     parts.tools_catalog = catalog
     return parts
 
 
-def sandbox_gaps(cfg: DictConfig) -> list[str] | None:
+def sandbox_gaps(cfg: DictConfig, tools: PoolSettings) -> list[str] | None:
     """What run_python's sandbox cannot isolate on this machine, said once before the first task (None: the run
     has no tool-python, or replays its saved results)."""
-    entry = (cfg.tools.get("servers") or {}).get("tool-python")
-    args = [str(a) for a in entry.get("args") or []] if entry is not None else []
-    if "flowllm.tools.python" not in args:
+    found = [args for spec in tools.servers if (args := server_arguments(spec)) is not None]
+    if not found:
         return None
     if OmegaConf.select(cfg, "provider.protocol") == REPLAY_PROTOCOL and cfg.replay.tools == "saved":
         return None
-    # The sandbox the server will use (--sandbox-backend, --isolation...), not the default one.
-    server_args = args[args.index("flowllm.tools.python") + 1 :]
-    try:
-        limits = limits_from_args(server_args)
+    try:  # the sandbox the server will use (--sandbox-backend, --isolation...), not the default one
+        limits = limits_from_args(found[0])
     except SystemExit:  # arguments the server refuses: it would not have started, which preflight reports
         limits = None
     gaps = probe_gaps(limits)
@@ -199,22 +206,24 @@ class _RunSession:
         async with contextlib.AsyncExitStack() as stack:
             # The web cache and the loopback web fixture server (tools.web_fixtures) come first: the tool servers
             # the preflight starts serve the run, so they must be given their addresses when they start.
-            fixtures_url = await stack.enter_async_context(web_tools(cfg, run_dir))
-            parts = self.parts = await run_preflight(cfg, planned, stack)
-            self.gaps = await asyncio.to_thread(sandbox_gaps, cfg)
+            web = await stack.enter_async_context(web_tools(cfg, run_dir))
+            parts = self.parts = await run_preflight(cfg, planned, stack, web)
+            self.gaps = await asyncio.to_thread(sandbox_gaps, cfg, parts.tools)
             self.started = time.perf_counter()
             self.resumed = _completed_before(run_dir, parts.tasks, cfg.experiment.resume)
             # Every key the run may send (pools, fallbacks) is masked wherever it would appear in an artifact.
-            secrets = provider_secrets(parts.provider_cfg)
+            secrets = provider_secrets(parts.provider_cfg, resolve=parts.providers)
             for other in (parts.judge_provider, parts.vision.provider_cfg if parts.vision is not None else None):
                 if other is not None:
-                    secrets += [s for s in provider_secrets(other) if s not in secrets]
+                    secrets += [s for s in provider_secrets(other, resolve=parts.providers) if s not in secrets]
             self.recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
-            if (telemetry := attach_telemetry(cfg, self.recorder)) is not None:  # telemetry.otlp_endpoint
+            # telemetry.otlp_endpoint: spans of every node, sent as the run goes
+            telemetry = attach_telemetry(telemetry_endpoint(cfg), self.recorder, protocol=parts.provider_cfg.protocol)
+            if telemetry is not None:
                 stack.callback(telemetry.close)
             # One line per attempt, appended across resumed sessions: what was really spent, failures included.
             self.ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
-            return await _run_async(cfg, parts, self.recorder, self.ledger, fixtures_url)
+            return await _run_async(cfg, parts, self.recorder, self.ledger, web)
 
     def close(self) -> None:
         if self.recorder is not None:

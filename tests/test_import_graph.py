@@ -35,6 +35,25 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # shrink.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 KNOWN_LOOPS: dict[tuple[str, str], str] = {}
+# The composed Hydra config is read by the loader (config) and the layers that build a run from it; the packages
+# below them take plain mappings and typed settings. Only the node builder hands plain mappings to Hydra's
+# ``instantiate`` (a node's ``_target_`` and arguments).
+CONFIG_FREE = (
+    "core",
+    "rundir",
+    "engine",
+    "parsing",
+    "providers",
+    "tools",
+    "emulator",
+    "nodes",
+    "agent",
+    "memory",
+    "datasets",
+    "scoring",
+)
+CONFIG_LIBRARIES = ("omegaconf", "hydra")
+ALLOWED_CONFIG_IMPORTS = {("flowllm.engine.instantiate", "hydra.utils.instantiate")}
 
 
 def module_name(path: Path) -> str:
@@ -139,6 +158,37 @@ def test_no_two_packages_import_each_other() -> None:
             packages.add_edge(pa, pb)
     cycles = list(nx.simple_cycles(packages))
     assert cycles == [], f"package-level import cycles: {cycles[:5]}"
+
+
+def config_imports(path: Path) -> set[str]:
+    """The names a file imports from omegaconf or hydra (``hydra.utils.instantiate``, ``omegaconf``...)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] in CONFIG_LIBRARIES)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in CONFIG_LIBRARIES:
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def test_layers_below_the_run_builders_do_not_read_hydra_config() -> None:
+    offenders = sorted(
+        (module_name(path), name)
+        for path in PACKAGE.rglob("*.py")
+        if package_of(module_name(path)) in CONFIG_FREE
+        for name in config_imports(path)
+        if (module_name(path), name) not in ALLOWED_CONFIG_IMPORTS
+    )
+    assert offenders == [], f"imports of omegaconf/hydra below the setup layer: {offenders}"
+
+
+def test_config_imports_are_found(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "import omegaconf\nfrom hydra.utils import instantiate\ndef f():\n    from omegaconf import OmegaConf\n",
+        encoding="utf-8",
+    )
+    assert config_imports(source) == {"omegaconf", "hydra.utils.instantiate", "omegaconf.OmegaConf"}
 
 
 def test_the_known_exceptions_still_exist() -> None:

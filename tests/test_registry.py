@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from flowllm.config.schema import ProviderConfig
 from flowllm.core import registry as registry_module
 from flowllm.core.registry import Registry, unknown_choice
 from flowllm.datasets.adapters import ADAPTERS, DatasetSpec, load_dataset
@@ -80,7 +81,7 @@ def test_a_misspelt_name_gets_the_closest_choice() -> None:
         (lambda: validate_formats(["hermez"]), ConfigError, r"^parse_tool_calls\.formats .*did you mean 'hermes'"),
         (lambda: Recorder(Path("unused"), snapshot="al"), ConfigError, r"^recorder\.snapshot must be one of all, "),
         (
-            lambda: check_provider_config({"name": "x", "protocol": "anthropc", "model": "m"}),
+            lambda: check_provider_config(ProviderConfig(name="x", protocol="anthropc", model="m")),
             ProviderConfigError,
             r"^provider\.protocol must be one of anthropic, .*, not 'anthropc' \(did you mean 'anthropic'\?\)$",
         ),

@@ -22,8 +22,6 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # "module" (lines of the file) or "module:qualified.function" (lines of the function) -> its size today.
 KNOWN_LONG: dict[str, int] = {
-    "flowllm/agent/loop.py:Agent.run": 97,
-    "flowllm/agent/loop.py:Agent._converse": 88,
     "flowllm/config/schema.py": 630,
     "flowllm/experiment/workers.py:run_parallel": 110,
     "flowllm/providers/resilient.py:ResilientProvider._attempts": 96,

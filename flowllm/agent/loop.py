@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,58 @@ def append_user_text(messages: list[Message], text: str) -> list[Message]:
     return [*messages, user_message(text)]
 
 
+@dataclass
+class _CurrentTurn:
+    """The main conversation's turn now running: where a sub-agent's, vision or sampling call is recorded."""
+
+    number: int = 0
+
+    def set(self, turn: int) -> None:
+        self.number = turn
+
+
+@dataclass
+class _Tally:
+    """What one conversation's turns add up to: tokens, tool calls, repairs, infrastructure failures, the last
+    reply."""
+
+    usage: Usage = field(default_factory=Usage)
+    counts: Counter[str] = field(default_factory=Counter)
+    repairs: Counter[str] = field(default_factory=Counter)
+    infra: Counter[str] = field(default_factory=Counter)
+    response: ModelResponse | None = None
+
+    def add(self, outcome: TurnOutcome) -> TurnOutcome:
+        self.response = outcome.response
+        self.usage = self.usage + outcome.response.usage + outcome.extra_usage
+        self.counts["calls"] += len(outcome.prepared_calls)
+        self.counts["bad"] += len(outcome.bad_tool_calls)
+        self.counts["failed"] += sum(1 for r in outcome.tool_results if r.is_error)
+        self.infra.update(r.infra.value for r in outcome.tool_results if r.is_error and r.infra is not None)
+        for p in outcome.prepared_calls:
+            self.repairs[p.repair_stage or "failed"] += 1
+        return outcome
+
+    def result(self, *, turns: int, stop: str, halt: Halt | None) -> AgentResult:
+        response = self.response
+        assert response is not None
+        return AgentResult(
+            answer=extract_answer(response.text),
+            final_text=response.text,
+            turns=turns,
+            stop=stop,
+            usage=self.usage,
+            tool_calls=self.counts["calls"],
+            bad_tool_calls=self.counts["bad"],
+            failed_tool_calls=self.counts["failed"],
+            infra_tool_failures=dict(self.infra),
+            repairs=dict(self.repairs),
+            stop_reason=response.stop_reason,
+            model=response.model,
+            halt=halt,
+        )
+
+
 class Agent:
     """Runs one task's conversation through a validated pipeline with a given runner."""
 
@@ -58,11 +110,7 @@ class Agent:
         subagents: dict[str, SubAgentSpec] | None = None,
         vision: VisionSpec | None = None,
     ) -> None:
-        if settings.max_turns < 1:
-            raise ValueError(f"agent.max_turns must be at least 1, not {settings.max_turns}")
-        for spec in (subagents or {}).values():
-            if spec.max_turns < 1:
-                raise ValueError(f"subagents.{spec.name}.max_turns must be at least 1, not {spec.max_turns}")
+        # agent.max_turns and each sub-agent's are checked where the config is read (flowllm/setup/settings.py).
         if pipeline.contract is not AGENT_TURN:
             AGENT_TURN.check(pipeline.nodes, pipeline.source)
         self.pipeline = pipeline
@@ -93,72 +141,18 @@ class Agent:
         sampler = sampling_slot(tools)
         if not self.subagents and (self.vision is None or workspace is None) and sampler is None:
             return await self._converse(task_id, prompt, provider, tools, self.settings, gate=gate)
-        current_turn = 0
-
-        def on_turn(turn: int) -> None:
-            nonlocal current_turn
-            current_turn = turn
-
-        backend: ToolBackend | None = tools
-        subagents: SubAgentTools | None = None
-        if self.subagents:
-
-            async def run_subagent(
-                spec: SubAgentSpec, subtask: str, sub_tools: ToolBackend | None, scope: str
-            ) -> AgentResult:
-                settings = AgentSettings(
-                    max_turns=spec.max_turns,
-                    system_prompt=spec.system_prompt,
-                    summary_prompt=self.settings.summary_prompt,
-                )
-                return await self._converse(
-                    task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope, gate=gate
-                )
-
-            subagents = SubAgentTools(
-                backend,
-                self.subagents,
-                run_subagent,
-                record_dir=lambda name, call_id: subagent_scope(current_turn, name, call_id),
-            )
-            backend = subagents
-        vision: VisionTools | None = None
-        if self.vision is not None and workspace is not None:
-            spec = self.vision
-            settings = AgentSettings(
-                max_turns=1, system_prompt=spec.system_prompt, summary_prompt=self.settings.summary_prompt
-            )
-
-            async def run_vision(blocks: list[Block], scope: str) -> AgentResult:
-                model = spec.provider if spec.provider is not None else provider
-                return await self._converse(task_id, blocks, model, None, settings, agent=VISION_AGENT, scope=scope)
-
-            vision = VisionTools(
-                backend,
-                spec,
-                workspace,
-                run_vision,
-                record_dir=lambda call_id: subagent_scope(current_turn, VISION_AGENT, call_id),
-            )
-            backend = vision
-        sampling: SamplingCalls | None = None
+        clock = _CurrentTurn()
+        subagents = self._subagent_tools(task_id, provider, tools, clock, gate) if self.subagents else None
+        backend: ToolBackend | None = subagents if subagents is not None else tools
+        vision = self._vision_tools(task_id, provider, backend, workspace, clock) if workspace is not None else None
+        backend = vision if vision is not None else backend
+        sampling = self._sampling_calls(task_id, provider, clock) if sampler is not None else None
         if sampler is not None:
-            sampling_settings = AgentSettings(max_turns=1, summary_prompt=SAMPLING_SUMMARY_PROMPT)
-
-            async def run_sampling(conversation: list[Message], system_prompt: str, scope: str) -> AgentResult:
-                settings = replace(sampling_settings, system_prompt=system_prompt)
-                return await self._converse(
-                    task_id, "", provider, None, settings, agent=SAMPLING_AGENT, scope=scope, conversation=conversation
-                )
-
-            sampling = SamplingCalls(
-                run_sampling,
-                record_dir=lambda n: subagent_scope(current_turn, SAMPLING_AGENT, str(n)),
-                model=provider.model,
-            )
             sampler.bind(sampling)
         try:
-            result = await self._converse(task_id, prompt, provider, backend, self.settings, on_turn=on_turn, gate=gate)
+            result = await self._converse(
+                task_id, prompt, provider, backend, self.settings, on_turn=clock.set, gate=gate
+            )
         finally:
             if sampler is not None:
                 sampler.bind(None)  # a request that arrives after the conversation is declined
@@ -173,6 +167,67 @@ class Agent:
             result.usage = result.usage + sampling.usage
             result.sampling_calls = sampling.calls
         return result
+
+    def _subagent_tools(
+        self, task_id: str, provider: Provider, tools: ToolBackend | None, clock: _CurrentTurn, gate: TurnGate | None
+    ) -> SubAgentTools:
+        """The sub-agents offered as tools over ``tools``; each runs its own conversation of the task."""
+
+        async def run_subagent(
+            spec: SubAgentSpec, subtask: str, sub_tools: ToolBackend | None, scope: str
+        ) -> AgentResult:
+            settings = AgentSettings(
+                max_turns=spec.max_turns, system_prompt=spec.system_prompt, summary_prompt=self.settings.summary_prompt
+            )
+            return await self._converse(
+                task_id, subtask, provider, sub_tools, settings, agent=spec.name, scope=scope, gate=gate
+            )
+
+        return SubAgentTools(
+            tools,
+            self.subagents,
+            run_subagent,
+            record_dir=lambda name, call_id: subagent_scope(clock.number, name, call_id),
+        )
+
+    def _vision_tools(
+        self, task_id: str, provider: Provider, tools: ToolBackend | None, workspace: Path, clock: _CurrentTurn
+    ) -> VisionTools | None:
+        """``ask_image`` over ``tools`` when the vision tool is configured (None when it is not)."""
+        if self.vision is None:
+            return None
+        spec = self.vision
+        settings = AgentSettings(
+            max_turns=1, system_prompt=spec.system_prompt, summary_prompt=self.settings.summary_prompt
+        )
+
+        async def run_vision(blocks: list[Block], scope: str) -> AgentResult:
+            model = spec.provider if spec.provider is not None else provider
+            return await self._converse(task_id, blocks, model, None, settings, agent=VISION_AGENT, scope=scope)
+
+        return VisionTools(
+            tools,
+            spec,
+            workspace,
+            run_vision,
+            record_dir=lambda call_id: subagent_scope(clock.number, VISION_AGENT, call_id),
+        )
+
+    def _sampling_calls(self, task_id: str, provider: Provider, clock: _CurrentTurn) -> SamplingCalls:
+        """The model calls that answer the tool servers' sampling requests, one conversation each."""
+        sampling_settings = AgentSettings(max_turns=1, summary_prompt=SAMPLING_SUMMARY_PROMPT)
+
+        async def run_sampling(conversation: list[Message], system_prompt: str, scope: str) -> AgentResult:
+            settings = replace(sampling_settings, system_prompt=system_prompt)
+            return await self._converse(
+                task_id, "", provider, None, settings, agent=SAMPLING_AGENT, scope=scope, conversation=conversation
+            )
+
+        return SamplingCalls(
+            run_sampling,
+            record_dir=lambda n: subagent_scope(clock.number, SAMPLING_AGENT, str(n)),
+            model=provider.model,
+        )
 
     async def _converse(
         self,
@@ -198,33 +253,19 @@ class Agent:
             messages = [user_message(prompt)]
         else:
             messages = [{"role": "user", "content": list(prompt)}]
-        usage = Usage()
-        counts: Counter[str] = Counter()
-        repairs: Counter[str] = Counter()
-        infra: Counter[str] = Counter()
-        response: ModelResponse | None = None
+        tally = _Tally()
 
         async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> TurnOutcome:
-            nonlocal usage, response
             if on_turn is not None:
                 on_turn(number)
             ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent, scope=scope)
             # The summary turn (no backend) offers no tools: a forced tool_choice would make the model call one.
             offered = specs if backend is not None else []
             inputs: dict[str, Any] = {"messages": history, "system": system, "tools": offered}
-            if self.wants_last_usage and response is not None:
-                inputs[LAST_USAGE] = response.usage
+            if self.wants_last_usage and tally.response is not None:
+                inputs[LAST_USAGE] = tally.response.usage
             state = await self.runner.run(self.pipeline, inputs, ctx, self.observer)
-            outcome = TurnOutcome.from_state(state, self.model_usage_keys)
-            response = outcome.response
-            usage = usage + response.usage + outcome.extra_usage
-            counts["calls"] += len(outcome.prepared_calls)
-            counts["bad"] += len(outcome.bad_tool_calls)
-            counts["failed"] += sum(1 for r in outcome.tool_results if r.is_error)
-            infra.update(r.infra.value for r in outcome.tool_results if r.is_error and r.infra is not None)
-            for p in outcome.prepared_calls:
-                repairs[p.repair_stage or "failed"] += 1
-            return outcome
+            return tally.add(TurnOutcome.from_state(state, self.model_usage_keys))
 
         stop = STOP_MAX_TURNS
         number = 0
@@ -245,20 +286,4 @@ class Agent:
             number += 1
             await turn(number, messages, None)
 
-        assert response is not None
-        final_text = response.text
-        return AgentResult(
-            answer=extract_answer(final_text),
-            final_text=final_text,
-            turns=number,
-            stop=stop,
-            usage=usage,
-            tool_calls=counts["calls"],
-            bad_tool_calls=counts["bad"],
-            failed_tool_calls=counts["failed"],
-            infra_tool_failures=dict(infra),
-            repairs=dict(repairs),
-            stop_reason=response.stop_reason,
-            model=response.model,
-            halt=halt,
-        )
+        return tally.result(turns=number, stop=stop, halt=halt)

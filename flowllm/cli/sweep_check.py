@@ -29,8 +29,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
+from flowllm.config.plain import plain_config
 from flowllm.errors import ConfigError, FlowError
-from flowllm.scoring.rejudge import inherit_replayed_run
 from flowllm.setup import fingerprint
 from flowllm.setup.build import preflight_targets, prepare_parts, resolve_path
 from flowllm.setup.fingerprint import resume_mode
@@ -41,8 +41,10 @@ from flowllm.setup.preflight import (
     live_providers,
     tool_start_timeout,
 )
+from flowllm.setup.rejudge import inherit_replayed_run
 from flowllm.setup.webconf import web_tools
 from flowllm.sweep.stats import resolve_baseline
+from flowllm.tools import load_settings
 
 # Hydra escapes the sweep's values (http\://...): shown as the user wrote them.
 _UNESCAPE = re.compile(r"\\(.)")
@@ -110,7 +112,7 @@ def check_job(overrides: Sequence[str], number: int = 0) -> JobCheck:
         problems = folder_problems(cfg, folder)
     if problems or parts is None:
         return JobCheck(problems, baseline=baseline)
-    targets = live_providers(preflight_targets(parts.provider_cfg)) if cfg.preflight.providers else []
+    targets = live_providers(preflight_targets(parts.provider_cfg, parts.providers)) if cfg.preflight.providers else []
     starts_tools = bool(cfg.preflight.tools and cfg.tools.get("servers"))
     return JobCheck([], targets, float(cfg.preflight.timeout_s), cfg if starts_tools else None, baseline)
 
@@ -157,8 +159,9 @@ async def start_tools(cfg: DictConfig, start_timeout_s: float) -> list[str]:
     the web tool environment a run gives them, with a scratch folder for the run's."""
     try:
         with tempfile.TemporaryDirectory(prefix="flowllm-sweep-check-") as scratch:
-            async with web_tools(cfg, Path(scratch)):
-                problems, _ = await check_tools(cfg.tools, start_timeout_s, warn=False)
+            async with web_tools(cfg, Path(scratch)) as web:
+                tools = web.apply(load_settings(plain_config(cfg.tools)))
+                problems, _ = await check_tools(tools, start_timeout_s, warn=False)
     except FlowError as exc:
         return str(exc).splitlines()
     return problems

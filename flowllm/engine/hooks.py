@@ -34,8 +34,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
 from flowllm.engine.errors import PipelineError
 from flowllm.engine.instantiate import WIRING_KEYS, instantiate_node
 from flowllm.engine.node import BoundNode
@@ -73,20 +71,13 @@ class HookConfig:
     @classmethod
     def from_config(
         cls,
-        nodes_cfg: Any,
         *,
         hooks: Any = None,
         hook_nodes: Any = None,
         hook_points: Any = None,
         source: str = "<pipeline>",
     ) -> HookConfig:
-        """Read hooks from the arguments, or else from the pipeline config that holds ``nodes_cfg``."""
-        if hooks is None and hook_nodes is None and hook_points is None and isinstance(nodes_cfg, DictConfig):
-            parent = nodes_cfg._get_parent()
-            if isinstance(parent, DictConfig):
-                hooks = parent.get("hooks")
-                hook_nodes = parent.get("hook_nodes")
-                hook_points = parent.get("hook_points")
+        """Read hooks from a pipeline config's ``hooks``, ``hook_nodes`` and ``hook_points`` (plain mappings)."""
         points = dict(DEFAULT_POINTS)
         for point, keys in (_plain(hook_points) or {}).items():
             points[str(point)] = tuple(str(k) for k in (keys or ()))
@@ -136,8 +127,6 @@ class HookConfig:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, DictConfig | ListConfig):
-        return OmegaConf.to_container(value, resolve=True)
     if isinstance(value, Mapping):
         return dict(value)
     return value

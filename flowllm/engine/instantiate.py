@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 
 from flowllm.engine.errors import PipelineError, UnknownTargetError
 from flowllm.engine.node import BoundNode, node_ports
@@ -56,12 +55,9 @@ def _locate_target(target: str, name: str, source: str) -> None:
         ) from None
 
 
-def instantiate_nodes(nodes_cfg: Mapping[str, Any] | DictConfig, source: str) -> list[BoundNode]:
-    """Build every node of a pipeline config, in YAML order."""
-    if isinstance(nodes_cfg, DictConfig):
-        items = [(str(k), v) for k, v in nodes_cfg.items()]
-    else:
-        items = [(str(k), v) for k, v in dict(nodes_cfg).items()]
+def instantiate_nodes(nodes_cfg: Mapping[str, Any], source: str) -> list[BoundNode]:
+    """Build every node of a pipeline config (plain mappings: the loader resolved it), in YAML order."""
+    items = [(str(k), v) for k, v in dict(nodes_cfg).items()]
     if not items:
         raise PipelineError("the pipeline has no nodes", source=source)
     return [instantiate_node(name, spec, index, source) for index, (name, spec) in enumerate(items, start=1)]
@@ -70,8 +66,9 @@ def instantiate_nodes(nodes_cfg: Mapping[str, Any] | DictConfig, source: str) ->
 def instantiate_node(
     name: str, spec: Any, index: int, source: str, wiring_keys: Iterable[str] = WIRING_KEYS
 ) -> BoundNode:
-    """Build one node from its config; ``wiring_keys`` are the keys that do not go to its constructor."""
-    spec_dict: Any = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else spec
+    """Build one node from its config (a plain mapping); ``wiring_keys`` are the keys that do not go to its
+    constructor."""
+    spec_dict: Any = dict(spec) if isinstance(spec, Mapping) else spec
     if not isinstance(spec_dict, dict) or "_target_" not in spec_dict:
         raise PipelineError("has no _target_ (the class that implements it)", node=name, source=source)
     target = spec_dict["_target_"]

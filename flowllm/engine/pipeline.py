@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-from omegaconf import DictConfig
 
 from flowllm.engine.contract import TurnContract
 from flowllm.engine.errors import CycleError, DuplicateProducerError, MissingInputError, PipelineError
@@ -111,20 +110,21 @@ def check_acyclic(graph: nx.DiGraph, source: str) -> None:
 
 
 def build_pipeline(
-    nodes_cfg: Mapping[str, Any] | DictConfig,
+    nodes_cfg: Mapping[str, Any],
     *,
     provided: Iterable[str] | None = None,
     contract: TurnContract | None = None,
     source: str = "<pipeline>",
-    hooks: Mapping[str, Any] | DictConfig | None = None,
-    hook_nodes: Mapping[str, Any] | DictConfig | None = None,
-    hook_points: Mapping[str, Any] | DictConfig | None = None,
+    hooks: Mapping[str, Any] | None = None,
+    hook_nodes: Mapping[str, Any] | None = None,
+    hook_points: Mapping[str, Any] | None = None,
 ) -> Pipeline:
     """Instantiate, wire and validate a turn graph. Raises a ``PipelineError`` subclass when it is wrong.
 
-    ``hooks``/``hook_nodes``/``hook_points`` insert nodes at hook points (flowllm/engine/hooks.py). When
-    ``nodes_cfg`` is the ``nodes`` of a composed pipeline config and they are not given, they are read from
-    that pipeline config (``pipeline.hooks`` ...), so a config override alone switches hooks on.
+    ``nodes_cfg`` and the hook settings are plain mappings (a composed config is turned into them by
+    ``pipeline_from_config``). ``hooks``/``hook_nodes``/``hook_points`` insert nodes at hook points
+    (flowllm/engine/hooks.py): a pipeline config's ``pipeline.hooks`` ..., so a config override alone switches
+    hooks on.
 
     ``contract`` states what the caller provides each turn (its required ``consumes``, unless ``provided`` is
     given) and what it reads afterwards; a pipeline that does not produce it is refused here.
@@ -133,9 +133,7 @@ def build_pipeline(
         provided = contract.provided if contract is not None else ("messages", "system", "tools")
     provided = tuple(provided)
     nodes = instantiate_nodes(nodes_cfg, source)
-    hook_cfg = HookConfig.from_config(
-        nodes_cfg, hooks=hooks, hook_nodes=hook_nodes, hook_points=hook_points, source=source
-    )
+    hook_cfg = HookConfig.from_config(hooks=hooks, hook_nodes=hook_nodes, hook_points=hook_points, source=source)
     if hook_cfg.active:
         nodes = insert_hooks(nodes, hook_cfg, provided, source)
     names = [n.name for n in nodes]
@@ -149,3 +147,22 @@ def build_pipeline(
     if contract is not None:
         contract.check(nodes, source)
     return Pipeline(nodes=nodes, graph=graph, provided=provided, source=source, contract=contract)
+
+
+def pipeline_from_config(
+    pipeline_cfg: Mapping[str, Any],
+    *,
+    provided: Iterable[str] | None = None,
+    contract: TurnContract | None = None,
+    source: str = "<pipeline>",
+) -> Pipeline:
+    """``build_pipeline`` of a whole pipeline section (plain mappings): its ``nodes`` and its hook settings."""
+    return build_pipeline(
+        pipeline_cfg.get("nodes") or {},
+        provided=provided,
+        contract=contract,
+        source=source,
+        hooks=pipeline_cfg.get("hooks"),
+        hook_nodes=pipeline_cfg.get("hook_nodes"),
+        hook_points=pipeline_cfg.get("hook_points"),
+    )

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
+from flowllm.config.schema import RunnerConfig
 from flowllm.core.registry import Registry
 from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
 from flowllm.engine.context import FanOut, TurnContext
@@ -410,7 +411,7 @@ def make_runner(
     return cls(item_timeout_s=item_timeout_s, fanout_timeout_s=fanout_timeout_s)
 
 
-def runner_from_config(cfg: Any) -> Runner:
+def runner_from_config(cfg: RunnerConfig) -> Runner:
     """The runner the ``runner`` config section names. The old name of ``fanout_timeout_s``, ``turn_timeout_s``
     (it never bounded a turn, only one node's fan-out), still works and says so once."""
     fanout = cfg.fanout_timeout_s

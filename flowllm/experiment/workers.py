@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -49,8 +49,8 @@ from flowllm.experiment.ray_executor import RayPool
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
-from flowllm.providers.registry import Resolver, default_resolver
-from flowllm.run.budget_report import budget_spent, spending_settings
+from flowllm.providers.registry import ProviderTable, Resolver
+from flowllm.run.budget_report import budget_spent
 from flowllm.run.outcome import FINISHED, TaskOutcome, read_outcome, stopped_by_budget
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.report import print_summary
@@ -60,8 +60,9 @@ from flowllm.scoring import open_scorer
 from flowllm.scoring.scorers import RuleScore
 from flowllm.setup.build import build_experiment, prepare, run_summary
 from flowllm.setup.prepared import PreparedRun
+from flowllm.setup.settings import telemetry_endpoint
 from flowllm.setup.vision import open_vision
-from flowllm.setup.webconf import cache_env, web_tools
+from flowllm.setup.webconf import web_tools
 from flowllm.spend.projection import Projector
 from flowllm.spend.spending import SpendBook
 from flowllm.telemetry.live import attach_telemetry
@@ -142,16 +143,18 @@ def _shared(pcfg: ProviderConfig, index: int, of: int) -> ProviderConfig:
     return shared
 
 
-def shared_provider(pcfg: ProviderConfig, index: int, of: int) -> tuple[ProviderConfig, Resolver]:
-    """The provider config of worker ``index``, and a resolver giving its fallbacks' configs, each with the
-    worker's share of its rate limits."""
-    resolve = default_resolver(pcfg)
-    return _shared(pcfg, index, of), lambda name: _shared(resolve(name), index, of)
+def shared_provider(
+    pcfg: ProviderConfig, providers: ProviderTable, index: int, of: int
+) -> tuple[ProviderConfig, ProviderTable]:
+    """The provider config of worker ``index``, and the configs its fallbacks name (``providers``: the run's),
+    each with the worker's share of its rate limits."""
+    shares = {name: _shared(cfg, index, of) for name, cfg in providers.configs.items()}
+    return _shared(pcfg, index, of), ProviderTable(shares)
 
 
-def check_in_flight(pcfg: ProviderConfig, workers: int) -> None:
+def check_in_flight(pcfg: ProviderConfig, providers: Resolver, workers: int) -> None:
     """A max_in_flight below the worker count cannot be shared out (a worker needs at least one slot)."""
-    plan = check_provider_config(pcfg)
+    plan = check_provider_config(pcfg, resolve=providers)
     members = [(pcfg.name, pcfg)] if plan is None else [(m.id, m.cfg) for m in plan.members.values()]
     for name, cfg in members:
         flight = cfg.rate_limit.max_in_flight
@@ -188,17 +191,18 @@ async def _run_shard_async(
     recorder: Recorder,
     ledger: UsageLedger,
 ) -> RunResult:
-    pcfg, resolve = shared_provider(parts.provider_cfg, shard.index, shard.of)
+    pcfg, resolve = shared_provider(parts.provider_cfg, parts.providers, shard.index, shard.of)
     # Each worker sets up the web tool environment for the servers it starts, as a one-process run does: the
     # run's one web cache (written atomically, so workers share it) and, offline, a fixture server and an audio
     # emulator of its own (they keep no state a task could see).
     async with (
-        web_tools(cfg, recorder.run_dir) as fixtures_url,
+        web_tools(cfg, recorder.run_dir) as web,
         open_provider(pcfg, ledger=ledger, resolve=resolve) as provider,
         open_vision(
-            parts.vision, ledger=ledger, cache_env=cache_env(cfg, recorder.run_dir), fixtures_url=fixtures_url
+            parts.vision, ledger=ledger, cache_env=web.env, fixtures_url=web.fixtures_url, resolve=parts.providers
         ) as vision,
     ):
+        parts.tools = web.apply(parts.tools)
         experiment = build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
         return await experiment.run(tasks)
 
@@ -215,9 +219,12 @@ def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"worker {shard.index}: task {missing[0]!r} is not in the dataset any more")
     tasks = [by_id[t] for t in shard.task_ids]
     # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
-    cfg.experiment.max_concurrent = share(int(cfg.experiment.max_concurrent), shard.index, shard.of)
-    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=provider_secrets(parts.provider_cfg))
-    telemetry = attach_telemetry(cfg, recorder)  # telemetry.otlp_endpoint: each worker sends its own tasks' spans
+    concurrent = share(parts.experiment.max_concurrent, shard.index, shard.of)
+    parts.experiment = replace(parts.experiment, max_concurrent=concurrent)
+    secrets = provider_secrets(parts.provider_cfg, resolve=parts.providers)
+    recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
+    # telemetry.otlp_endpoint: each worker sends its own tasks' spans
+    telemetry = attach_telemetry(telemetry_endpoint(cfg), recorder, protocol=parts.provider_cfg.protocol)
     ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:
@@ -381,16 +388,16 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     todo_tasks = [t for t in tasks if t.task_id not in already]
     todo = [t.task_id for t in todo_tasks]
     # No more workers than tasks to run, nor than tasks allowed at once (max_concurrent is the whole run's).
-    count = min(workers, len(todo), int(cfg.experiment.max_concurrent))
+    count = min(workers, len(todo), parts.experiment.max_concurrent)
     if count > 1:
-        check_in_flight(parts.provider_cfg, count)
-    secrets = provider_secrets(parts.provider_cfg)
+        check_in_flight(parts.provider_cfg, parts.providers, count)
+    secrets = provider_secrets(parts.provider_cfg, resolve=parts.providers)
     run_dir.mkdir(parents=True, exist_ok=True)
     layout.ledger.open("ab").close()  # the workers append to it; an empty run still has one
     watcher = ResultWatcher(layout, rescore)
     watcher.watch(todo_tasks)
     # Tokens and cost follow every worker's calls: the bar reads the run's one ledger as the workers append to it.
-    projector = Projector(SpendBook.of_run(run_dir), spending_settings(cfg)[1])
+    projector = Projector(SpendBook.of_run(run_dir), parts.experiment.budget)
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=LedgerTail(layout.ledger),
@@ -432,7 +439,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so).
-    pending = bool(watcher.pending) and not budget_spent(cfg, run_dir)
+    pending = bool(watcher.pending) and not budget_spent(parts.experiment.budget, run_dir)
     interrupted = pool.signals > 0 or pool.failure is not None or pending
     outcomes = [
         already.get(t.task_id)

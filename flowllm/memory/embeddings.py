@@ -20,6 +20,8 @@ import re
 from collections import Counter
 from typing import Any, Protocol
 
+from flowllm.errors import ConfigError
+
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _SUFFIXES = ("ing", "ies", "es", "ed", "ly", "s")
 
@@ -60,7 +62,7 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 512) -> None:
         if dim < 16:
-            raise ValueError(f"memory.embedding.dim must be at least 16, not {dim}")
+            raise ConfigError(f"memory.embedding.dim must be at least 16, not {dim}")
         self.dim = dim
         self.name = f"hashing-v1-{dim}"
 
@@ -93,7 +95,7 @@ class OpenAIEmbedder:
 
         key = os.environ.get(api_key_env, "") if api_key_env else ""
         if api_key_env and not key:
-            raise ValueError(f"memory.embedding.api_key_env names {api_key_env}, which is not set")
+            raise ConfigError(f"memory.embedding.api_key_env names {api_key_env}, which is not set")
         self.model = model
         self.dimensions = dimensions
         self.name = f"openai:{model}" + (f":{dimensions}" if dimensions else "")
@@ -131,4 +133,4 @@ def make_embedder(cfg: Any) -> Embedder:
             dimensions=get("dimensions"),
             timeout_s=float(get("timeout_s", 30.0)),
         )
-    raise ValueError(f"memory.embedding.kind must be hashing or openai, not '{kind}'")
+    raise ConfigError(f"memory.embedding.kind must be hashing or openai, not '{kind}'")

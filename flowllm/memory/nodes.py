@@ -23,6 +23,7 @@ from typing import Any
 from flowllm.agent.answer import extract_answer
 from flowllm.core.types import Block, Message, ModelResponse, text_block
 from flowllm.engine import Node, TurnContext
+from flowllm.errors import ConfigError
 from flowllm.memory.embeddings import Embedder, make_embedder
 from flowllm.memory.store import MemoryStore
 from flowllm.parsing import BadToolCall, ToolCall
@@ -85,7 +86,7 @@ class RecallMemory(_MemoryNode, Node):
     ) -> None:
         super().__init__(path, namespace, embedding, agents)
         if top_k < 1:
-            raise ValueError(f"memory.top_k must be at least 1, not {top_k}")
+            raise ConfigError(f"memory.top_k must be at least 1, not {top_k}")
         self.top_k = top_k
         self.min_score = min_score
         self.max_block_chars = max_block_chars
@@ -150,7 +151,7 @@ class Remember(_MemoryNode, Node):
         kinds = list(remember if remember is not None else KINDS)
         unknown = set(kinds) - set(KINDS)
         if unknown:
-            raise ValueError(f"memory.remember: unknown kinds {sorted(unknown)} (known: {', '.join(KINDS)})")
+            raise ConfigError(f"memory.remember: unknown kinds {sorted(unknown)} (known: {', '.join(KINDS)})")
         self.kinds = kinds
         self.max_turns = max_turns
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from flowllm.core.types import Block, Message, ToolSpec
 from flowllm.engine import Node, TurnContext
+from flowllm.errors import ConfigError
 
 
 def _mark_last(blocks: list[Block], marker: dict[str, Any]) -> list[Block]:
@@ -30,7 +31,7 @@ class MarkCache(Node):
 
     def __init__(self, enabled: bool = True, ttl: str = "5m") -> None:
         if ttl not in ("5m", "1h"):
-            raise ValueError(f"cache ttl must be '5m' or '1h', not '{ttl}'")
+            raise ConfigError(f"cache ttl must be '5m' or '1h', not '{ttl}'")
         self.enabled = enabled
         self.marker: dict[str, Any] = {"type": "ephemeral"}
         if ttl == "1h":

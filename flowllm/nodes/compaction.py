@@ -25,6 +25,7 @@ from typing import Any
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ToolSpec, Usage, text_block, user_message
 from flowllm.engine import Node, TurnContext
+from flowllm.errors import ConfigError
 from flowllm.nodes.tokens import TokenCount, count_context
 from flowllm.rundir.layout import nested_scope
 
@@ -108,12 +109,12 @@ class CompactHistory(Node):
     ) -> None:
         if threshold_tokens is None:
             if max_context_tokens is None:
-                raise ValueError("compact_history needs agent.compaction.threshold_tokens or agent.max_context_tokens")
+                raise ConfigError("compact_history needs agent.compaction.threshold_tokens or agent.max_context_tokens")
             threshold_tokens = int(max_context_tokens * threshold_fraction)
         if threshold_tokens <= 0:
-            raise ValueError(f"compaction threshold must be positive, not {threshold_tokens}")
+            raise ConfigError(f"compaction threshold must be positive, not {threshold_tokens}")
         if keep_turns < 1:
-            raise ValueError(f"agent.compaction.keep_turns must be at least 1, not {keep_turns}")
+            raise ConfigError(f"agent.compaction.keep_turns must be at least 1, not {keep_turns}")
         self.threshold = threshold_tokens
         self.keep_turns = keep_turns
         self.agent = agent

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from flowllm.core.types import Block, Message, ToolSpec, Usage
 from flowllm.engine import Node, TurnContext
+from flowllm.errors import ConfigError
 from flowllm.nodes.tokens import TokenCount, count_context, last_assistant_index, message_tokens
 
 PLACEHOLDER = "Tool result is omitted to save tokens."
@@ -193,7 +194,7 @@ class BudgetTrimHistory(TrimHistory):
 
     def __init__(self, keep_tool_result: int = -1, max_context_tokens: int | None = None) -> None:
         if max_context_tokens is None or max_context_tokens <= 0:
-            raise ValueError(f"agent.max_context_tokens must be a positive number, not {max_context_tokens}")
+            raise ConfigError(f"agent.max_context_tokens must be a positive number, not {max_context_tokens}")
         super().__init__(keep_tool_result, max_context_tokens)
         self.budget = max_context_tokens
 

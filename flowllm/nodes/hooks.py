@@ -25,7 +25,7 @@ from typing import Any
 
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, text_block
 from flowllm.engine import Node, TurnContext
-from flowllm.errors import RunError
+from flowllm.errors import ConfigError, RunError
 from flowllm.nodes.tokens import estimate_request
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class IsolateSystemPrompt(Node):
 
     def __init__(self, tag: str = "operator_instructions", preamble: str = DEFAULT_PREAMBLE) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", tag):
-            raise ValueError(f"isolation tag must be a plain XML name, not {tag!r}")
+            raise ConfigError(f"isolation tag must be a plain XML name, not {tag!r}")
         self.tag = tag
         self.preamble = preamble.replace("{tag}", tag)
         # Any spelling a model would read as our marker: case, spaces, attributes, a closing slash.
@@ -79,7 +79,7 @@ class LogRequests(Node):
         self.preview_chars = preview_chars
         self.level = logging.getLevelName(level.upper())
         if not isinstance(self.level, int):
-            raise ValueError(f"unknown log level {level!r}")
+            raise ConfigError(f"unknown log level {level!r}")
 
     def run(
         self,
@@ -133,7 +133,7 @@ class FilterUserTurns(Node):
     def __init__(self, speakers: list[str] | None = None) -> None:
         names = [re.escape(s) for s in (speakers or DEFAULT_SPEAKERS)]
         if not names:
-            raise ValueError("filter_user_turns needs at least one speaker name")
+            raise ConfigError("filter_user_turns needs at least one speaker name")
         # A line that starts a new speaker's turn: "User:", "**Human:**", "\n\nUSER :".
         self.turn = re.compile(rf"^[ \t>*_]*(?:{'|'.join(names)})[ \t*_]*:", re.IGNORECASE | re.MULTILINE)
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from flowllm.core.types import ModelResponse, ToolSpec
 from flowllm.engine import Node, TurnContext
+from flowllm.errors import ConfigError
 from flowllm.parsing import ToolCall, parse_tool_calls, repair_arguments, validate_formats, validate_stages
 from flowllm.parsing.safety import DEFAULT_MAX_CHARS
 
@@ -34,7 +35,7 @@ async def run_parsing(size: int, fn: Callable[[], T]) -> T:
 
 def _check_limit(max_chars: int | None) -> int | None:
     if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1):
-        raise ValueError(f"max_chars must be a positive number of characters or null, got {max_chars!r}")
+        raise ConfigError(f"max_chars must be a positive number of characters or null, got {max_chars!r}")
     return max_chars
 
 

@@ -1,6 +1,6 @@
 """The provider layer: one ``ModelResponse`` and one history format whatever the wire protocol.
 
-    async with open_provider(cfg.provider) as provider:
+    async with open_provider(provider_config(cfg.provider), resolve=table) as provider:
         request = provider.build_request(system=..., messages=..., tools=...)
         raw = await provider.send(request, context=CallContext(task_id, turn))
         response = provider.normalize(raw)
@@ -8,9 +8,13 @@
 Protocols: ``anthropic`` (Messages), ``openai_chat`` (Chat Completions), ``openai_responses`` (Responses); any
 compatible endpoint is one YAML file in ``conf/provider/``. ``open_provider`` wraps them in the resilience
 layer (``resilient.py``): retries, key pools, fallback chains with circuit breakers, the usage ledger.
+
+Providers take a typed ``ProviderConfig`` (``flowllm.config.providers.provider_config`` types a config node) and
+read no config file: the providers a config names (fallbacks, aliases...) come from ``resolve``, the
+``ProviderTable`` the run's set-up resolved once.
 """
 
-from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.base import BaseProvider
 from flowllm.providers.errors import (
     ProviderCallError,
     ProviderConfigError,
@@ -41,7 +45,6 @@ __all__ = [
     "ProviderResponseError",
     "ResilientProvider",
     "UsageLedger",
-    "as_provider_config",
     "build_provider",
     "check_provider_config",
     "classify_exception",

@@ -1,4 +1,4 @@
-"""What the three wire protocols share: config coercion, the call skeleton, tool naming, token estimates.
+"""What the three wire protocols share: the call skeleton, tool naming, token estimates.
 
 A provider has three halves: ``build_request`` (pure), ``send`` (the only I/O: the
 official SDK, streamed or not) and ``normalize`` (pure). ``BaseProvider`` implements ``send`` and
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from omegaconf import DictConfig, OmegaConf
 
 from flowllm.config.schema import ContentFormat, ProviderConfig
 from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
@@ -36,7 +35,6 @@ from flowllm.errors import ErrorKind
 from flowllm.providers.clients import ClientShards
 from flowllm.providers.errors import (
     ProviderCallError,
-    ProviderConfigError,
     ProviderResponseError,
     classify_exception,
 )
@@ -57,19 +55,6 @@ PROMPT_CHARS_KEY = "flowllm_prompt_chars"
 _PROMPT_KEYS = frozenset(
     {"content", "text", "arguments", "output", "instructions", "system", "name", "description", "input"}
 )
-
-
-def as_provider_config(cfg: ProviderConfig | DictConfig | dict[str, Any]) -> ProviderConfig:
-    """The typed ``ProviderConfig`` of a dataclass, a (structured or plain) DictConfig, or a dict."""
-    if isinstance(cfg, ProviderConfig):
-        return cfg
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(ProviderConfig), cfg)
-        obj = OmegaConf.to_object(merged)
-    except Exception as exc:  # omegaconf raises several error types; all mean "this config is wrong"
-        raise ProviderConfigError(f"invalid provider config: {exc}".splitlines()[0]) from exc
-    assert isinstance(obj, ProviderConfig)
-    return obj
 
 
 def estimate_tokens(text: str) -> int:

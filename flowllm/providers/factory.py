@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import Provider
 from flowllm.core.registry import Registry, unknown_choice
-from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.base import BaseProvider
 from flowllm.providers.batch import BatchRoutes, batch_journal, check_batch_config, open_batcher
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
 from flowllm.providers.clients import ClientShards, once
@@ -204,12 +202,9 @@ def _needs_key(cfg: ProviderConfig) -> bool:
     return not cfg.emulator_script and cfg.name not in NO_KEY_PROVIDERS and bool(cfg.api_key_env)
 
 
-def check_provider_config(
-    cfg: ProviderConfig | DictConfig | dict[str, Any], *, resolve: Resolver | None = None
-) -> RoutePlan | None:
+def check_provider_config(pcfg: ProviderConfig, *, resolve: Resolver | None = None) -> RoutePlan | None:
     """Raise ``ProviderConfigError`` if ``cfg`` (or any provider it falls back to) cannot work; opens
     nothing, calls nothing. Returns the resolved chains (None for a custom protocol such as replay)."""
-    pcfg = as_provider_config(cfg)
     _check_one(pcfg)
     entry = PROTOCOLS.get(pcfg.protocol)
     if entry is not None and entry.open is not None:
@@ -265,12 +260,9 @@ def _check_one(pcfg: ProviderConfig) -> None:
         raise ProviderConfigError("provider 'local' needs provider.base_url (e.g. http://127.0.0.1:8000/v1)")
 
 
-def provider_secrets(
-    cfg: ProviderConfig | DictConfig | dict[str, Any], *, resolve: Resolver | None = None
-) -> list[str]:
+def provider_secrets(pcfg: ProviderConfig, *, resolve: Resolver | None = None) -> list[str]:
     """Every API key the run may send (the provider's pool and those of its fallbacks, aliases and agent
     models), one by one: what the recorder must mask."""
-    pcfg = as_provider_config(cfg)
     plan = check_provider_config(pcfg, resolve=resolve)
     configs = [pcfg] if plan is None else [pcfg, *(m.cfg for m in plan.members.values())]
     values: list[str] = []
@@ -280,13 +272,12 @@ def provider_secrets(
 
 
 def build_provider(
-    cfg: ProviderConfig | DictConfig | dict[str, Any],
+    pcfg: ProviderConfig,
     *,
     base_url: str | None = None,
     api_key: str | None = None,
 ) -> BaseProvider:
     """A provider on an explicit endpoint (``open_provider`` resolves it from config and environment)."""
-    pcfg = as_provider_config(cfg)
     entry = PROTOCOLS.get(pcfg.protocol)
     builder = entry.build if entry is not None else None
     if builder is None:
@@ -296,7 +287,7 @@ def build_provider(
 
 @asynccontextmanager
 async def open_provider(
-    cfg: ProviderConfig | DictConfig | dict[str, Any],
+    pcfg: ProviderConfig,
     *,
     ledger: UsageLedger | None = None,
     resolve: Resolver | None = None,
@@ -307,11 +298,10 @@ async def open_provider(
     scripted).
 
     ``ledger``: where every attempt is written (``UsageLedger(run_dir / "usage.jsonl", prices=...)``); without
-    one the ledger is kept in memory (``provider.ledger``). ``resolve`` maps a provider name to its config
-    (default: Hydra's ``provider=<name>``, see ``registry.py``); ``clock`` and ``sleep`` drive breakers, key
-    cooldowns and retry waits.
+    one the ledger is kept in memory (``provider.ledger``). ``resolve`` maps a provider name to its config (a
+    ``ProviderTable`` the run's set-up resolved; without one, a name fails); ``clock`` and ``sleep`` drive
+    breakers, key cooldowns and retry waits.
     """
-    pcfg = as_provider_config(cfg)
     plan = check_provider_config(pcfg, resolve=resolve)
     ledger = ledger if ledger is not None else UsageLedger(None)
     custom = _custom(pcfg.protocol)

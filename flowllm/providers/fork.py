@@ -30,14 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.config.saved import saved_section
 from flowllm.config.schema import ForkMode, ProviderConfig
 from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
 from flowllm.engine.pipeline import Pipeline
-from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.errors import ConfigError
+from flowllm.providers.base import BaseProvider
 from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import Opening, check_provider_config, open_provider
-from flowllm.providers.registry import Resolver, default_resolver
+from flowllm.providers.registry import ProviderTable, Resolver
 from flowllm.providers.replay import (
     REPLAY_PROTOCOL,
     ReplayMissError,
@@ -223,8 +225,8 @@ def live_config(pcfg: ProviderConfig, resolve: Resolver | None) -> ProviderConfi
             "continues each task from its fork"
         )
     try:
-        live = (resolve or default_resolver(pcfg))(str(pcfg.live))
-    except ProviderConfigError as exc:
+        live = (resolve or ProviderTable())(str(pcfg.live))
+    except (ProviderConfigError, ConfigError) as exc:
         raise ProviderConfigError(f"provider.live={pcfg.live}: {exc}") from None
     if live.protocol == REPLAY_PROTOCOL:
         raise ProviderConfigError(
@@ -261,12 +263,10 @@ def check_replay(cfg: ProviderConfig, resolve: Resolver | None) -> None:
 
 def saved_node_names(run_dir: Path) -> list[str]:
     """The nodes of the saved run's turn graph, from its ``.hydra/config.yaml`` (empty when it names none)."""
-    from omegaconf import OmegaConf
-
     try:
-        nodes = OmegaConf.select(OmegaConf.load(RunLayout(run_dir).config), "pipeline.nodes")
-    except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
-        raise ProviderConfigError(f"provider.run_dir: cannot read {RunLayout(run_dir).config}: {exc}") from None
+        nodes = saved_section(RunLayout(run_dir).config, "pipeline.nodes", resolve=False)
+    except ConfigError as exc:
+        raise ProviderConfigError(f"provider.run_dir: {exc}") from None
     return [str(name) for name in nodes] if nodes is not None else []
 
 
@@ -284,9 +284,8 @@ def check_fork_pipeline(cfg: ProviderConfig, pipeline: Pipeline) -> None:
         )
 
 
-async def open_replay_or_fork(cfg: ProviderConfig, opening: Opening) -> Provider:
+async def open_replay_or_fork(pcfg: ProviderConfig, opening: Opening) -> Provider:
     """The ``register_protocol`` opener for ``protocol: replay``: a plain replay, or with ``fork=live`` a fork."""
-    pcfg = as_provider_config(cfg)
     if pcfg.fork is None:
         return build_replay_provider(pcfg)
     replay = build_replay_provider(pcfg)

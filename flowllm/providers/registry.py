@@ -12,30 +12,25 @@ An empty provider part (``":claude-haiku-4-5"``) means the configured provider i
 * ``provider.agent_models``: ``{main: smart, browser: fast}``: the chain a given agent or sub-agent
   (``CallContext.agent``) is served by; agents not listed use the main chain.
 
-Provider configs are read the way Hydra composes ``provider=<name>``: through Hydra's compose API when the
-app runs under Hydra (so ``--config-dir`` additions are found), else from ``provider.config_dir`` or the
-project's ``conf/provider`` with the same ``defaults`` handling (``base_provider``, another provider file,
-``_self_``).
+A name is turned into its config by a ``Resolver``: the run's set-up reads each one once where the config is
+loaded (``flowllm.config.providers``) and hands the providers a ``ProviderTable`` of them; this module reads no
+file.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from flowllm.config.schema import ProviderConfig
+from flowllm.errors import ConfigError
 from flowllm.providers.errors import ProviderConfigError
-from flowllm.resources import PROVIDER_CONFIG_DIR
 
 log = logging.getLogger(__name__)
 
-PROJECT_PROVIDER_DIR = PROVIDER_CONFIG_DIR
 MAIN_AGENT = "main"
 
 Resolver = Callable[[str], ProviderConfig]
@@ -54,78 +49,22 @@ class RouteSpec:
         return cls(name.strip(), (model.strip() or None) if sep else None)
 
 
-class FileResolver:
-    """Provider configs from YAML files in one folder, composed like Hydra's ``provider=<name>`` does."""
+@dataclass(frozen=True)
+class ProviderTable:
+    """The provider configs a run names (fallbacks, aliases, agent models, judge, vision, a fork's live
+    provider), each read once by the run's set-up (``flowllm.config.providers``): a resolver that reads no file."""
 
-    def __init__(self, folder: Path | str = PROJECT_PROVIDER_DIR) -> None:
-        self.folder = Path(folder)
+    configs: Mapping[str, ProviderConfig] = field(default_factory=dict)
 
-    def known(self) -> list[str]:
-        return sorted(p.stem for p in self.folder.glob("*.yaml"))
-
-    def _load(self, name: str, stack: tuple[str, ...]) -> DictConfig:
-        path = self.folder / f"{name}.yaml"
-        if not path.is_file():
+    def __call__(self, name: str) -> ProviderConfig:
+        cfg = self.configs.get(name)
+        if cfg is None:
+            known = ", ".join(sorted(self.configs)) or "none"
             raise ProviderConfigError(
-                f"unknown provider '{name}' (no {name}.yaml in {self.folder}; known: {', '.join(self.known())})"
+                f"provider '{name}' was not resolved before the run (resolved: {known}); name it in the "
+                "provider config the run was prepared with (provider.fallbacks, aliases, agent_models, judge.provider)"
             )
-        if name in stack:
-            raise ProviderConfigError(f"provider config defaults loop: {' -> '.join((*stack, name))}")
-        data = OmegaConf.load(path)
-        assert isinstance(data, DictConfig)
-        defaults = list(data.pop("defaults", None) or ["_self_"])
-        if "_self_" not in defaults:
-            defaults.append("_self_")
-        merged: Any = OmegaConf.create({})
-        for entry in defaults:
-            if entry == "_self_":
-                merged = OmegaConf.merge(merged, data)
-            elif entry == "base_provider":
-                continue  # the schema itself, applied when the result is typed
-            elif isinstance(entry, str):
-                merged = OmegaConf.merge(merged, self._load(entry, (*stack, name)))
-            else:
-                raise ProviderConfigError(f"{path}: unsupported defaults entry {entry!r}")
-        assert isinstance(merged, DictConfig)
-        return merged
-
-    def __call__(self, name: str) -> ProviderConfig:
-        from flowllm.providers.base import as_provider_config
-
-        return as_provider_config(self._load(name, ()))
-
-
-class HydraResolver:
-    """``provider=<name>`` composed by the running Hydra app (its search path, its structured schema)."""
-
-    def __init__(self, fallback: FileResolver) -> None:
-        self.fallback = fallback
-
-    def __call__(self, name: str) -> ProviderConfig:
-        from hydra import compose
-        from hydra.errors import MissingConfigException
-
-        from flowllm.providers.base import as_provider_config
-
-        try:
-            composed = compose(config_name=None, overrides=[f"+provider={name}"])
-        except MissingConfigException:
-            return self.fallback(name)  # the file resolver's error lists the known names
-        return as_provider_config(composed.provider)
-
-
-def default_resolver(cfg: ProviderConfig) -> Resolver:
-    if cfg.config_dir:
-        return FileResolver(cfg.config_dir)
-    files = FileResolver()
-    try:
-        from hydra.core.global_hydra import GlobalHydra
-
-        if GlobalHydra.instance().is_initialized():
-            return HydraResolver(files)
-    except ImportError:  # pragma: no cover - hydra is a dependency
-        pass
-    return files
+        return copy.deepcopy(cfg)  # the planner adjusts what it is given (model, tool_protocol)
 
 
 @dataclass
@@ -174,7 +113,10 @@ class _Planner:
             base.aliases, base.agent_models = {}, {}
             name = self.configured.name
         else:
-            base = self.resolve(spec.provider)
+            try:
+                base = self.resolve(spec.provider)
+            except ConfigError as exc:  # the loader's: an unknown name, a file that does not fit the schema
+                raise ProviderConfigError(str(exc)) from None
             name = spec.provider
         if spec.model:
             base.model = spec.model
@@ -241,4 +183,4 @@ class _Planner:
 
 def plan_routes(primary: ProviderConfig, resolve: Resolver | None = None) -> RoutePlan:
     """Resolve aliases, fallback chains and agent models of ``primary``; raises ``ProviderConfigError``."""
-    return _Planner(primary, resolve or default_resolver(primary)).build()
+    return _Planner(primary, resolve or ProviderTable()).build()

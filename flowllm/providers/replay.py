@@ -33,11 +33,14 @@ from typing import Any
 
 import orjson
 
+from flowllm.config.providers import provider_config
+from flowllm.config.saved import saved_section
 from flowllm.config.schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
-from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.errors import ConfigError
+from flowllm.providers.base import BaseProvider
 from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import build_provider
 from flowllm.rundir.epochs import current_epoch
@@ -104,8 +107,6 @@ def resolve_run_dir(value: str | Path) -> Path:
 
 def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
     """The ``provider`` section of a run's saved config, with interpolations resolved against that config."""
-    from omegaconf import OmegaConf
-
     config_path = RunLayout(run_dir).config
     if not config_path.is_file():
         raise ProviderConfigError(
@@ -113,13 +114,12 @@ def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
             "is unknown (only runs made by `python -m flowllm` can be replayed)"
         )
     try:
-        root = OmegaConf.load(config_path)
-        provider = OmegaConf.to_container(root.provider, resolve=True)
-    except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
-        raise ProviderConfigError(f"provider.run_dir: cannot read {config_path}: {str(exc).splitlines()[0]}") from exc
+        provider = saved_section(config_path, "provider")
+    except ConfigError as exc:
+        raise ProviderConfigError(f"provider.run_dir: {exc}") from None
     if not isinstance(provider, dict):
         raise ProviderConfigError(f"provider.run_dir: {config_path} has no provider section")
-    return provider  # type: ignore[return-value]
+    return provider
 
 
 def source_provider_config(run_dir: Path) -> tuple[ProviderConfig, list[Path]]:
@@ -133,7 +133,10 @@ def source_provider_config(run_dir: Path) -> tuple[ProviderConfig, list[Path]]:
         if raw.get("protocol") != REPLAY_PROTOCOL:
             # emulator_script and keys do not matter here: only build_request and normalize will be used.
             raw = {**raw, "emulator_script": None, "run_dir": None}
-            return as_provider_config(raw), chain
+            try:
+                return provider_config(raw), chain
+            except ConfigError as exc:
+                raise ProviderConfigError(f"provider.run_dir: {chain[-1]}: {exc}") from None
         if not raw.get("run_dir"):
             raise ProviderConfigError(f"{chain[-1]} is a replay run whose provider.run_dir is not recorded")
         nxt = resolve_run_dir(str(raw["run_dir"]))
@@ -382,9 +385,8 @@ def checked_run_dir(pcfg: ProviderConfig) -> Path:
     return run_dir
 
 
-def build_replay_provider(cfg: ProviderConfig | Any) -> ReplayProvider:
+def build_replay_provider(pcfg: ProviderConfig) -> ReplayProvider:
     """Check ``provider.run_dir`` and build the provider; raises ``ProviderConfigError`` with what to do."""
-    pcfg = as_provider_config(cfg)
     run_dir = checked_run_dir(pcfg)
     source, _chain = source_provider_config(run_dir)
     try:

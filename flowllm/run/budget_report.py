@@ -10,31 +10,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from flowllm.providers.ledger import UsageLedger
 from flowllm.run.outcome import BUDGET, TaskOutcome
 from flowllm.rundir.layout import RunLayout
 from flowllm.spend.pricing import PriceTable
-from flowllm.spend.spending import RunBill, RunBudget, SpendBook, TaskLimits
+from flowllm.spend.spending import RunBill, RunBudget, SpendBook
 from flowllm.spend.task_usage import TaskBill
 
 
-def spending_settings(cfg: DictConfig) -> tuple[TaskLimits, RunBudget]:
-    """``agent.limits`` and ``experiment.budget``, checked (ConfigError: one line, exit 2)."""
-    limits = OmegaConf.to_container(cfg.agent.limits) if OmegaConf.select(cfg, "agent.limits") is not None else {}
-    budget = (
-        OmegaConf.to_container(cfg.experiment.budget) if OmegaConf.select(cfg, "experiment.budget") is not None else {}
-    )
-    assert isinstance(limits, dict) and isinstance(budget, dict)
-    return TaskLimits.from_config({str(k): v for k, v in limits.items()}), RunBudget.from_config(
-        {str(k): v for k, v in budget.items()}
-    )
-
-
-def budget_spent(cfg: DictConfig, run_dir: Path) -> bool:
+def budget_spent(budget: RunBudget, run_dir: Path) -> bool:
     """Whether the run's ledger has reached ``experiment.budget`` (False without a budget)."""
-    budget = spending_settings(cfg)[1]
     return budget.active and budget.reached(SpendBook.of_run(run_dir).total()) is not None
 
 

@@ -41,7 +41,6 @@ from flowllm.datasets.gaia import task_prompt
 from flowllm.datasets.task import Task
 from flowllm.engine import Recorder
 from flowllm.engine.heap import run_collector
-from flowllm.errors import ConfigError
 from flowllm.providers.replay import ReplayMissError
 from flowllm.run.epochs import epoch_score, reduce_entries
 from flowllm.run.infra import infra_tool_failures
@@ -74,7 +73,7 @@ from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.scoring.tally import ACCURACY_OF, finished, score_tally
 from flowllm.spend.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits
-from flowllm.tools import ToolCatalog, open_tool_catalog, open_tool_pool
+from flowllm.tools import PoolSettings, ToolCatalog, open_tool_catalog, open_tool_pool
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class Experiment:
         *,
         agent: Agent,
         provider: Provider,
-        tools_cfg: Any,
+        tools: PoolSettings,
         recorder: Recorder,
         settings: ExperimentSettings,
         progress: ProgressReporter | None = None,
@@ -129,17 +128,10 @@ class Experiment:
         breakdown: Iterable[str] = (),
         tools_unavailable: dict[str, str] | None = None,
     ) -> None:
-        if settings.attempts < 1:
-            raise ValueError(f"experiment.attempts must be at least 1, not {settings.attempts}")
-        if settings.epochs < 1:
-            raise ConfigError(f"experiment.epochs must be at least 1, not {settings.epochs}")
-        if not settings.task_timeout_s > 0:  # also refuses NaN
-            raise ConfigError(
-                f"experiment.task_timeout_s must be a positive number of seconds, not {settings.task_timeout_s}"
-            )
+        # ``settings`` were checked where they were read (flowllm/setup/settings.py).
         self.agent = agent
         self.provider = provider
-        self.tools_cfg = tools_cfg
+        self.tools = tools  # loaded once by the run's set-up; each task's pool starts from them
         self.recorder = recorder
         self.settings = settings
         self.progress = progress
@@ -495,8 +487,8 @@ class Experiment:
 
     def _open_tools(self, workspace: Path) -> Any:
         if self.tools_catalog is not None:
-            return self.open_tools(self.tools_cfg, workspace, catalog=self.tools_catalog)
-        return self.open_tools(self.tools_cfg, workspace)
+            return self.open_tools(self.tools, workspace, catalog=self.tools_catalog)
+        return self.open_tools(self.tools, workspace)
 
     async def _discover_tools(self, stack: contextlib.AsyncExitStack) -> None:
         """Check the servers once for the run; the run-scoped ones stay connected until ``stack`` closes.
@@ -505,7 +497,7 @@ class Experiment:
         already up and the caller stops them."""
         if self.open_tools is not open_tool_pool or self.tools_catalog is not None:
             return
-        self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools_cfg))
+        self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools))
 
     async def run(self, tasks: list[Task]) -> RunResult:
         """Run every task not completed before; outcomes come back in dataset order."""

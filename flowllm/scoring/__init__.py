@@ -19,6 +19,7 @@ from flowllm.core.registry import Registry
 from flowllm.engine.recorder import Redactor
 from flowllm.errors import ConfigError
 from flowllm.providers.ledger import PriceLookup
+from flowllm.providers.registry import Resolver
 from flowllm.scoring.judge import JudgeScorer, judge_provider_config, judge_summary, judge_template, open_judge
 from flowllm.scoring.scorers import ExactScorer, GaiaScorer, Score, Scorer, normalize_answer
 
@@ -41,13 +42,14 @@ __all__ = [
 @dataclass(frozen=True)
 class ScorerSettings:
     """What a scorer may need to open: the judge's settings and provider, where the run is, its redactor and
-    price table."""
+    price table, and the provider configs the judge's fallbacks name (resolved by the run's set-up)."""
 
     run_dir: Path
     judge: JudgeConfig | None = None
     judge_provider: ProviderConfig | None = None
     redactor: Redactor | None = None
     prices: PriceLookup | None = None
+    providers: Resolver | None = None
 
 
 ScorerOpener = Callable[[ScorerSettings], AbstractAsyncContextManager[Scorer]]
@@ -70,7 +72,12 @@ async def _open_judge(settings: ScorerSettings) -> AsyncIterator[Scorer]:
         raise ConfigError("dataset.scorer=judge needs judge.provider")
     judge_template(judge.template)
     async with open_judge(
-        judge, provider, run_dir=settings.run_dir, redactor=settings.redactor, prices=settings.prices
+        judge,
+        provider,
+        run_dir=settings.run_dir,
+        redactor=settings.redactor,
+        prices=settings.prices,
+        resolve=settings.providers,
     ) as scorer:
         yield scorer
 
@@ -103,9 +110,10 @@ async def open_scorer(
     run_dir: Path,
     redactor: Redactor | None = None,
     prices: PriceLookup | None = None,
+    providers: Resolver | None = None,
 ) -> AsyncIterator[Scorer]:
     """The configured scorer, open for the run (the judge's provider is opened only for ``judge``)."""
     opener = SCORERS.require(name)
-    settings = ScorerSettings(run_dir, judge, judge_provider, redactor, prices)
+    settings = ScorerSettings(run_dir, judge, judge_provider, redactor, prices, providers)
     async with opener(settings) as scorer:
         yield scorer

@@ -35,6 +35,7 @@ from flowllm.datasets.task import Task
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FlowError
 from flowllm.providers.ledger import PriceLookup, UsageLedger
+from flowllm.providers.registry import Resolver, RouteSpec
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE, VERDICT_FILE, RunLayout
 from flowllm.scoring.scorers import Score
@@ -57,11 +58,9 @@ def judge_template(name: str) -> JudgeTemplate:
     return TEMPLATES.require(name)
 
 
-def judge_provider_config(judge: JudgeConfig, agent_cfg: ProviderConfig) -> ProviderConfig:
-    """The judge's provider config: ``judge.provider`` resolved like a fallback name, with the judge's
-    overrides (model, max_tokens, emulator_script, run_dir) applied."""
-    from flowllm.providers.registry import RouteSpec, default_resolver
-
+def judge_provider_config(judge: JudgeConfig, resolve: Resolver) -> ProviderConfig:
+    """The judge's provider config: ``judge.provider`` resolved like a fallback name (``resolve``: the run's
+    set-up reads it), with the judge's overrides (model, max_tokens, emulator_script, run_dir) applied."""
     if not judge.provider:
         raise ConfigError(
             "dataset.scorer=judge needs a judge: add judge.provider=<name of a conf/provider config> "
@@ -70,7 +69,7 @@ def judge_provider_config(judge: JudgeConfig, agent_cfg: ProviderConfig) -> Prov
     spec = RouteSpec.parse(judge.provider)
     if not spec.provider:
         raise ConfigError(f"judge.provider '{judge.provider}' names no provider config")
-    cfg = default_resolver(agent_cfg)(spec.provider)
+    cfg = resolve(spec.provider)
     changes: dict[str, Any] = {"max_tokens": judge.max_tokens}
     if spec.model:
         changes["model"] = spec.model
@@ -191,14 +190,16 @@ async def open_judge(
     run_dir: Path,
     redactor: Redactor | None = None,
     prices: PriceLookup | None = None,
+    resolve: Resolver | None = None,
 ) -> AsyncIterator[JudgeScorer]:
-    """The judge, open for the run: its provider (and emulator, when scripted) and its own ledger."""
+    """The judge, open for the run: its provider (and emulator, when scripted) and its own ledger; ``resolve``
+    gives the configs its fallbacks name."""
     from flowllm.providers.factory import open_provider
 
     template = judge_template(judge.template)
     ledger = UsageLedger(RunLayout(Path(run_dir)).judge_ledger, prices=prices)
     try:
-        async with open_provider(provider_cfg, ledger=ledger) as provider:
+        async with open_provider(provider_cfg, ledger=ledger, resolve=resolve) as provider:
             yield JudgeScorer(provider, template, run_dir=run_dir, redactor=redactor, provider_name=provider_cfg.name)
     finally:
         ledger.close()

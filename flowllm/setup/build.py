@@ -20,37 +20,40 @@ from flowllm.agent.results import AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
-from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer
+from flowllm.config.plain import plain_config
+from flowllm.config.providers import NameResolver, default_resolver
+from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer, RunnerConfig
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
-from flowllm.engine import Recorder, build_pipeline
+from flowllm.engine import Recorder
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError
 from flowllm.providers import UsageLedger, check_provider_config
 from flowllm.providers.fork import ForkProvider, check_fork_pipeline, live_config
+from flowllm.providers.registry import ProviderTable, Resolver
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.resources import bundled
-from flowllm.run.budget_report import batch_cost, billed_cost, budget_summary, spending_settings
+from flowllm.run.budget_report import batch_cost, billed_cost, budget_summary
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.replay_audit import ReplayAudit
 from flowllm.run.report import what_acted
-from flowllm.run.runner import Experiment, ExperimentSettings, RunResult, summarize
+from flowllm.run.runner import Experiment, RunResult, summarize
 from flowllm.run.stats import check_stats, run_stats, stats_settings
 from flowllm.rundir.layout import RunLayout
 from flowllm.scoring import check_scorer, judge_provider_config
 from flowllm.scoring.judge import judge_template
 from flowllm.scoring.report import scoring_summary
 from flowllm.scoring.scorers import Scorer
-from flowllm.setup import fingerprint, provenance
-from flowllm.setup.checks import check_timeouts
+from flowllm.setup import provenance
 from flowllm.setup.preflight import PreflightError, ProviderTarget
 from flowllm.setup.prepared import PreparedRun
+from flowllm.setup.settings import check_settings, experiment_settings, spending_settings
 from flowllm.setup.vision import plan_vision, unavailable_tools
 from flowllm.setup.webconf import check_web_tools
 from flowllm.spend.fork_accounting import fork_summary
 from flowllm.spend.pricing import PriceTable
 from flowllm.spend.spending import refuse_unpriced
 from flowllm.spend.task_usage import read_bills
-from flowllm.telemetry.live import check_telemetry
 from flowllm.tools import load_settings, open_tool_pool
 
 
@@ -82,26 +85,10 @@ class _Problems:
         return None
 
 
-def _check_settings(cfg: DictConfig) -> None:
-    if cfg.experiment.max_concurrent < 1:
-        raise ConfigError("experiment.max_concurrent must be at least 1")
-    if cfg.experiment.attempts < 1:
-        raise ConfigError(f"experiment.attempts must be at least 1, not {cfg.experiment.attempts}")
-    if cfg.experiment.epochs < 1:
-        raise ConfigError(f"experiment.epochs must be at least 1, not {cfg.experiment.epochs}")
-    if cfg.agent.max_turns < 1:
-        raise ConfigError(f"agent.max_turns must be at least 1, not {cfg.agent.max_turns}")
-    if not cfg.experiment.progress_interval_s > 0:
-        interval = cfg.experiment.progress_interval_s
-        raise ConfigError(f"experiment.progress_interval_s must be a positive number of seconds, not {interval}")
-    check_timeouts(cfg)
-    check_telemetry(cfg)
-
-
 def _pipeline(cfg: DictConfig) -> tuple[Any, Any]:
     source = f"conf/pipeline/{_choice('pipeline', cfg)}.yaml"
-    pipeline = build_pipeline(cfg.pipeline.nodes, source=source, contract=AGENT_TURN)
-    runner = runner_from_config(cfg.runner)
+    pipeline = pipeline_from_config(plain_config(cfg.pipeline), source=source, contract=AGENT_TURN)
+    runner = runner_from_config(cast(RunnerConfig, OmegaConf.to_object(cfg.runner)))
     runner.validate(pipeline)
     return pipeline, runner
 
@@ -116,15 +103,15 @@ def _provider(cfg: DictConfig) -> ProviderConfig:
     return provider_cfg
 
 
-def _judge(cfg: DictConfig, provider_cfg: ProviderConfig) -> tuple[JudgeConfig, ProviderConfig | None]:
+def _judge(cfg: DictConfig, resolve: Resolver) -> tuple[JudgeConfig, ProviderConfig | None]:
     """The scorer's judge: its settings, and its provider when the dataset is judged."""
     check_scorer(cfg.dataset.scorer)
     judge_cfg = cast(JudgeConfig, OmegaConf.to_object(cfg.judge))
     judge_provider: ProviderConfig | None = None
     if cfg.dataset.scorer == "judge":
         judge_template(judge_cfg.template)
-        judge_provider = judge_provider_config(judge_cfg, provider_cfg)
-        check_provider_config(judge_provider)
+        judge_provider = judge_provider_config(judge_cfg, resolve)
+        check_provider_config(judge_provider, resolve=resolve)
     return judge_cfg, judge_provider
 
 
@@ -140,59 +127,66 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     """The prepared run (None if anything is wrong), the provider config when it could be read, and every
     problem found on the way (so that a run lists them all at once)."""
     problems = _Problems()
-    problems.check(lambda: _check_settings(cfg))
+    problems.check(lambda: check_settings(cfg))
     pipeline_runner = problems.check(lambda: _pipeline(cfg))
     spend_caps = problems.check(lambda: spending_settings(cfg))  # agent.limits, experiment.budget
-    provider_cfg = problems.check(lambda: _provider(cfg))
+    provider_cfg: ProviderConfig | None = problems.check(lambda: _provider(cfg))
+    # Every provider the run names, read once (fallbacks, aliases, agent models, judge, vision, a fork's live one).
+    names = NameResolver(default_resolver(provider_cfg)) if provider_cfg is not None else None
     if provider_cfg is not None:
-        problems.check(lambda: check_provider_config(provider_cfg))
+        problems.check(lambda: check_provider_config(provider_cfg, resolve=names))
         if pipeline_runner is not None:  # a fork needs the saved run's nodes in this pipeline
             problems.check(lambda: check_fork_pipeline(provider_cfg, pipeline_runner[0]))
     problems.check(lambda: check_web_tools(cfg))
     # ToolConfigError: a server entry that cannot work, before anything starts.
-    problems.check(lambda: load_settings(cfg.tools))
+    tools = problems.check(lambda: load_settings(plain_config(cfg.tools)))
     tasks = problems.check(
-        lambda: load_dataset(DatasetSpec.from_config(cfg.dataset, resolve_path(cfg.dataset.path, "dataset.path")))
+        lambda: load_dataset(
+            DatasetSpec.from_config(plain_config(cfg.dataset), resolve_path(cfg.dataset.path, "dataset.path"))
+        )
     )
     if tasks is not None:
         problems.check(lambda: check_stats(cfg.stats, tasks))
-    judge = problems.check(lambda: _judge(cfg, provider_cfg)) if provider_cfg is not None else None
+    judge = vision = None
+    if provider_cfg is not None and names is not None:
+        judge = problems.check(lambda: _judge(cfg, names))
+        vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg, names))
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
-    vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg)) if provider_cfg is not None else None
     if prices is not None and provider_cfg is not None and judge is not None and spend_caps is not None:
-        models = billed_models(provider_cfg)
+        models = billed_models(provider_cfg, names)
         models += [c.model for c in (judge[1], vision.provider_cfg if vision is not None else None) if c is not None]
         problems.check(lambda: refuse_unpriced(models, prices, *spend_caps))
     if problems.found:
         return None, provider_cfg, problems.found
+    assert provider_cfg is not None and names is not None and judge is not None  # else problems were found above
     pipeline, runner = pipeline_runner
-    assert judge is not None  # provider_cfg was built, or problems were found above
-    judge_cfg, judge_provider = judge
-    settings = AgentSettings(
-        max_turns=cfg.agent.max_turns,
-        system_prompt=cfg.agent.system_prompt,
-        summary_prompt=cfg.agent.summary_prompt,
-    )
     prepared = PreparedRun(
         pipeline=pipeline,
         runner=runner,
         provider_cfg=provider_cfg,
         tasks=tasks,
-        settings=settings,
+        settings=AgentSettings(
+            max_turns=cfg.agent.max_turns,
+            system_prompt=cfg.agent.system_prompt,
+            summary_prompt=cfg.agent.summary_prompt,
+        ),
         prices=prices,
         subagents=subagents,
-        judge_cfg=judge_cfg,
-        judge_provider=judge_provider,
+        judge_cfg=judge[0],
+        judge_provider=judge[1],
         vision=vision,
+        providers=ProviderTable(dict(names.resolved)),
+        tools=tools,
+        experiment=experiment_settings(cfg, *spend_caps),
     )
     return prepared, provider_cfg, []
 
 
-def preflight_targets(provider_cfg: ProviderConfig) -> list[ProviderTarget]:
+def preflight_targets(provider_cfg: ProviderConfig, resolve: Resolver | None) -> list[ProviderTarget]:
     """The providers of the run: the main one and every fallback, alias and agent model it routes to."""
     try:
-        plan = check_provider_config(provider_cfg)
+        plan = check_provider_config(provider_cfg, resolve=resolve)
     except FlowError:  # reported by prepare; the main provider can still be reached
         plan = None
     if plan is None:
@@ -201,15 +195,15 @@ def preflight_targets(provider_cfg: ProviderConfig) -> list[ProviderTarget]:
     return members or [ProviderTarget(provider_cfg.name, provider_cfg)]
 
 
-def billed_models(provider_cfg: ProviderConfig) -> list[str]:
+def billed_models(provider_cfg: ProviderConfig, resolve: Resolver | None) -> list[str]:
     """The models the run's own calls bill: each target's, but a replay bills none of its replayed calls, and a
     fork bills its live provider's."""
     if provider_cfg.protocol != REPLAY_PROTOCOL:
-        return [t.cfg.model for t in preflight_targets(provider_cfg)]
+        return [t.cfg.model for t in preflight_targets(provider_cfg, resolve)]
     if provider_cfg.fork is None:
         return []
     try:
-        return [live_config(provider_cfg, None).model]
+        return [live_config(provider_cfg, resolve).model]
     except FlowError:  # reported by prepare, with what to do
         return []
 
@@ -225,6 +219,8 @@ def subagent_specs(cfg: DictConfig) -> dict[str, SubAgentSpec]:
     """``subagents.<name>`` configs as the agent loop's specs."""
     specs: dict[str, SubAgentSpec] = {}
     for name, sub in (cfg.get("subagents") or {}).items():
+        if sub.max_turns < 1:
+            raise ConfigError(f"subagents.{name}.max_turns must be at least 1, not {sub.max_turns}")
         specs[str(name)] = SubAgentSpec(
             name=str(name),
             description=sub.description,
@@ -275,18 +271,9 @@ def build_experiment(
     return Experiment(
         agent=agent,
         provider=provider,
-        tools_cfg=cfg.tools,
+        tools=parts.tools,
         recorder=recorder,
-        settings=ExperimentSettings(
-            max_concurrent=cfg.experiment.max_concurrent,
-            task_timeout_s=cfg.experiment.task_timeout_s,
-            resume=fingerprint.resume_mode(cfg.experiment.resume) is not fingerprint.ResumeMode.off,
-            attempts=cfg.experiment.attempts,
-            epochs=cfg.experiment.epochs,
-            epoch_reducer=Reducer(cfg.experiment.epoch_reducer),
-            limits=spending_settings(cfg)[0],
-            budget=spending_settings(cfg)[1],
-        ),
+        settings=parts.experiment,
         progress=progress,
         open_tools=open_tools,
         audit=audit,
@@ -356,7 +343,7 @@ def run_summary(
         breakdown=list(cfg.dataset.breakdown or []),
     )
     summary["budget"] = budget_summary(
-        spending_settings(cfg)[1], result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir)
+        parts.experiment.budget, result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir)
     )
     summary["acted"] = what_acted(
         summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)

@@ -20,13 +20,16 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowllm.config.schema import ProviderConfig
 from flowllm.errors import BuildError
+
+if TYPE_CHECKING:
+    from flowllm.tools.client.settings import PoolSettings
 
 DISABLED_MARK = "is disabled"  # the tool pool's reason for a server left out for a missing optional key
 
@@ -147,7 +150,11 @@ def tool_start_timeout(timeout_s: float) -> float:
 
 
 async def check_tools(
-    tools_cfg: Any, start_timeout_s: float, stack: contextlib.AsyncExitStack | None = None, *, warn: bool = True
+    tools_cfg: PoolSettings | Mapping[str, Any],
+    start_timeout_s: float,
+    stack: contextlib.AsyncExitStack | None = None,
+    *,
+    warn: bool = True,
 ) -> tuple[list[str], Any]:
     """Start every configured server once; returns the problems and the catalog (None if none could be made).
 
@@ -188,7 +195,7 @@ async def check_tools(
 
 async def preflight(
     targets: Sequence[ProviderTarget],
-    tools_cfg: Any,
+    tools_cfg: PoolSettings | Mapping[str, Any],
     *,
     providers: bool = True,
     tools: bool = True,

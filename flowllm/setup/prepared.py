@@ -14,14 +14,18 @@ from flowllm.config.schema import JudgeConfig, ProviderConfig
 from flowllm.datasets.task import Task
 from flowllm.engine.pipeline import Pipeline
 from flowllm.engine.runners import Runner
+from flowllm.providers.registry import ProviderTable
+from flowllm.run.runner import ExperimentSettings
 from flowllm.setup.vision import VisionPlan
 from flowllm.spend.pricing import PriceTable
 from flowllm.tools.client.pool import ToolCatalog
+from flowllm.tools.client.settings import PoolSettings
 
 
 @dataclass
 class PreparedRun:
-    """A validated run: the turn graph and its runner, the provider, the tasks, prices, sub-agents and judge."""
+    """A validated run: the turn graph and its runner, the provider, the tasks, prices, sub-agents and judge, the
+    tool settings and the experiment's (its spending caps among them)."""
 
     pipeline: Pipeline
     runner: Runner
@@ -32,6 +36,11 @@ class PreparedRun:
     subagents: dict[str, SubAgentSpec]
     judge_cfg: JudgeConfig
     judge_provider: ProviderConfig | None  # set when the dataset is scored by an LLM judge
+    # Every provider config the run names by name (fallbacks, aliases, agent models, judge, vision, a fork's live
+    # provider), read once here: the providers resolve names from this table, never from config files.
+    providers: ProviderTable
+    tools: PoolSettings  # the tool servers, loaded and checked once (web_tools adds the run's environment)
+    experiment: ExperimentSettings  # concurrency, attempts, epochs, limits and budget
     # Every tool server's listing, from the preflight that started each once (None: the pool discovers them).
     tools_catalog: ToolCatalog | None = None
     # tool-vision (tools.vision.enabled): its provider and settings; None when the tool is off.

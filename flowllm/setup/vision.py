@@ -22,6 +22,7 @@ from flowllm.agent.vision import DEFAULT_SYSTEM_PROMPT, VISION_SERVER, VisionSpe
 from flowllm.config.schema import ProviderConfig
 from flowllm.errors import ConfigError
 from flowllm.providers import UsageLedger, check_provider_config, open_provider
+from flowllm.providers.registry import Resolver, RouteSpec
 from flowllm.providers.replay import REPLAY_PROTOCOL
 
 log = logging.getLogger("flowllm")
@@ -46,8 +47,9 @@ def _takes_images(cfg: ProviderConfig) -> bool:
     return "image" in cfg.accepts and cfg.content_format != "string"
 
 
-def plan_vision(tools: DictConfig, run_provider: ProviderConfig) -> VisionPlan | None:
-    """The vision tool of this run, or None when ``tools.vision.enabled`` is off."""
+def plan_vision(tools: DictConfig, run_provider: ProviderConfig, resolve: Resolver) -> VisionPlan | None:
+    """The vision tool of this run, or None when ``tools.vision.enabled`` is off; ``resolve`` reads the provider
+    ``tools.vision.provider`` names."""
     vision = tools.get("vision")
     if vision is None or not vision.enabled:
         return None
@@ -63,12 +65,10 @@ def plan_vision(tools: DictConfig, run_provider: ProviderConfig) -> VisionPlan |
     if run_provider.protocol == REPLAY_PROTOCOL:  # the replay serves the saved vision calls
         return VisionPlan(provider_cfg=None, **settings)
     if vision.provider:
-        from flowllm.providers.registry import RouteSpec, default_resolver
-
         spec = RouteSpec.parse(str(vision.provider))
         if not spec.provider:
             raise ConfigError(f"tools.vision.provider '{vision.provider}' names no provider config")
-        cfg = default_resolver(run_provider)(spec.provider)
+        cfg = resolve(spec.provider)
         if spec.model:
             cfg = replace(cfg, model=spec.model)
         if vision.get("emulator_script"):
@@ -80,7 +80,7 @@ def plan_vision(tools: DictConfig, run_provider: ProviderConfig) -> VisionPlan |
                 f"tools.vision.provider '{vision.provider}' takes no images (accepts: {list(cfg.accepts)}): "
                 "name a provider whose config accepts image"
             )
-        check_provider_config(cfg)
+        check_provider_config(cfg, resolve=resolve)
         return VisionPlan(provider_cfg=cfg, **settings)
     if not _takes_images(run_provider):
         reason = (
@@ -98,8 +98,10 @@ async def open_vision(
     ledger: UsageLedger | None,
     cache_env: dict[str, str],
     fixtures_url: str | None,
+    resolve: Resolver | None = None,
 ) -> AsyncIterator[VisionSpec | None]:
-    """The open vision tool for the run (its own provider open while the run lasts), or None when not offered."""
+    """The open vision tool for the run (its own provider open while the run lasts, ``resolve`` giving the configs
+    its fallbacks name), or None when not offered."""
     if plan is None:
         yield None
         return
@@ -120,7 +122,7 @@ async def open_vision(
     if plan.provider_cfg is None:
         yield spec
         return
-    async with open_provider(plan.provider_cfg, ledger=ledger) as provider:
+    async with open_provider(plan.provider_cfg, ledger=ledger, resolve=resolve) as provider:
         yield replace(spec, provider=provider)
 
 

@@ -2,10 +2,10 @@
 
 ``${flowllm_search_env:<backend>}`` (conf/tools/web.yaml) gives tool-search the key variable of the chosen
 backend as its ``requires_env``, so a missing key disables the server with the pool's one warning naming the
-variable. ``web_tools`` starts the loopback fixture server for a run whose ``tools.web_fixtures`` is true and
-hands every local (stdio) tool server its address (``$FLOWLLM_WEB_FIXTURES``) and the run's web cache
-(``$FLOWLLM_WEB_CACHE``: ``<run dir>/web_cache``; under ``provider=replay`` the replayed run's, read-only,
-unless ``replay.tools=live``). A remote (``url:``) server gets none of it: it is not started here.
+variable. ``web_tools`` starts the loopback fixture server for a run whose ``tools.web_fixtures`` is true;
+``WebEnvironment.apply`` hands every local (stdio) tool server its address (``$FLOWLLM_WEB_FIXTURES``) and the
+run's web cache (``$FLOWLLM_WEB_CACHE``: ``<run dir>/web_cache``; under ``provider=replay`` the replayed run's,
+read-only, unless ``replay.tools=live``). A remote (``url:``) server gets none of it: it is not started here.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from flowllm.emulator import Emulator
 from flowllm.emulator.script import Script
@@ -28,6 +28,7 @@ from flowllm.providers.factory import resolve_script
 from flowllm.providers.replay import resolve_run_dir
 from flowllm.rundir.layout import RunLayout
 from flowllm.tools.audio import AUDIO_BASE_URL_ENV
+from flowllm.tools.client.settings import PoolSettings, with_environment
 from flowllm.tools.search import SearchError, parse_backend
 from flowllm.tools.web.cache import CACHE_ENV, CACHE_MODE_ENV, STATS_FILE, CacheMode
 
@@ -70,9 +71,23 @@ def cache_env(cfg: DictConfig, run_dir: Path) -> dict[str, str]:
     return {CACHE_ENV: str(RunLayout(Path(run_dir)).web_cache), CACHE_MODE_ENV: CacheMode.READ_WRITE.value}
 
 
+@dataclass(frozen=True)
+class WebEnvironment:
+    """What ``web_tools`` started for the run: the fixture server's URL (None when off), the environment every
+    local tool server gets, and what one server alone gets (the transcription key, to tool-audio)."""
+
+    fixtures_url: str | None
+    env: dict[str, str]
+    only: dict[str, dict[str, str]]
+
+    def apply(self, settings: PoolSettings) -> PoolSettings:
+        """The run's tool settings with this environment in every local server's."""
+        return with_environment(settings, self.env, self.only)
+
+
 @asynccontextmanager
-async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]:
-    """The run's web tool environment; yields the fixture server's URL, or None when it is off."""
+async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[WebEnvironment]:
+    """The run's web tool environment, while the context lasts (the fixture server, the audio emulator)."""
     env = cache_env(cfg, run_dir)
     await asyncio.to_thread(seed_fork_cache, cfg, run_dir)
     server: WebFixtures | None = None
@@ -90,19 +105,10 @@ async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[str | None]
         await asyncio.to_thread(emulator.start)
         env[AUDIO_BASE_URL_ENV] = emulator.openai_base_url
     try:
-        servers: Any = cfg.tools.get("servers") or {}
-        with open_dict(cfg.tools):
-            for entry in servers.values():
-                if entry.get("url"):  # a remote server runs elsewhere: it takes headers, never an environment
-                    continue
-                if entry.get("env") is None:  # server entries are checked by tools/client/settings.py: env is optional
-                    entry.env = {}
-                entry.env.update(env)
-            # The transcription key goes to tool-audio alone (servers get a minimal environment otherwise).
-            key_env = OmegaConf.select(cfg, "tools.audio.api_key_env", default="")
-            if "tool-audio" in servers and key_env and os.environ.get(key_env):
-                servers["tool-audio"].env[key_env] = os.environ[key_env]
-        yield env.get(FIXTURES_ENV)
+        # The transcription key goes to tool-audio alone (servers get a minimal environment otherwise).
+        key_env = OmegaConf.select(cfg, "tools.audio.api_key_env", default="")
+        only = {"tool-audio": {key_env: os.environ[key_env]}} if key_env and os.environ.get(key_env) else {}
+        yield WebEnvironment(env.get(FIXTURES_ENV), env, only)
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)

@@ -194,11 +194,9 @@ def open_live_telemetry(
     return LiveTelemetry(pipeline, run_dir, dumps, replay=replay)
 
 
-def check_telemetry(cfg: Any) -> None:
+def check_telemetry(endpoint: str | None) -> None:
     """Refuses a ``telemetry.otlp_endpoint`` that is not an http(s) URL, or set without the SDK installed, before
     anything runs (exit 2)."""
-    telemetry = cfg.get("telemetry")
-    endpoint = telemetry.get("otlp_endpoint") if telemetry is not None else None
     if endpoint:
         try:
             traces_url(str(endpoint))
@@ -209,12 +207,10 @@ def check_telemetry(cfg: Any) -> None:
             ) from None
 
 
-def attach_telemetry(cfg: Any, recorder: Recorder) -> LiveTelemetry | None:
-    """Listen on the run's recorder when the config sets ``telemetry.otlp_endpoint``; the caller closes it."""
-    telemetry = cfg.get("telemetry")
-    endpoint = telemetry.get("otlp_endpoint") if telemetry is not None else None
-    provider = cfg.get("provider")
-    replay = provider is not None and provider.get("protocol") == REPLAY_PROTOCOL
+def attach_telemetry(endpoint: str | None, recorder: Recorder, *, protocol: str) -> LiveTelemetry | None:
+    """Listen on the run's recorder when ``telemetry.otlp_endpoint`` is set; the caller closes it. ``protocol``:
+    the run's provider's (a replay's spans say so)."""
+    replay = protocol == REPLAY_PROTOCOL
     live = open_live_telemetry(
         str(endpoint) if endpoint else None, recorder.run_dir, recorder.redactor.dumps, replay=replay
     )

@@ -12,6 +12,7 @@ import asyncio
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
@@ -25,7 +26,11 @@ from flowllm.tools.sandbox.hardening import protect_process
 from flowllm.tools.sandbox.isolation import describe_gaps
 from flowllm.tools.taskfolder import TaskFolders, asks_for_workspace
 
+if TYPE_CHECKING:
+    from flowllm.tools.client.settings import ServerSpec
+
 SERVER_NAME = "tool-python"
+SERVER_MODULE = "flowllm.tools.python"  # what a tools config's server entry runs: python -m flowllm.tools.python
 
 
 def _description(limits: SandboxLimits) -> str:
@@ -109,6 +114,15 @@ def _parser() -> argparse.ArgumentParser:
         help="auto: own namespaces as root, else bubblewrap (bwrap) where it works; bwrap: bubblewrap always",
     )
     return parser
+
+
+def server_arguments(spec: ServerSpec) -> list[str] | None:
+    """The arguments ``spec`` gives this server (after ``-m flowllm.tools.python``); None when ``spec`` starts
+    another server."""
+    args = list(spec.args)
+    if spec.remote or SERVER_MODULE not in args:
+        return None
+    return args[args.index(SERVER_MODULE) + 1 :]
 
 
 def limits_from_args(argv: list[str]) -> SandboxLimits:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flowllm.config.providers import provider_config
 from flowllm.errors import FlowError
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.factory import build_provider
@@ -47,7 +48,9 @@ class Normalizers:
             cfg = {**base, "protocol": protocol, "emulator_script": None, "run_dir": None}
             if route and route.get("model"):
                 cfg["model"] = route["model"]
-            found = self._built[protocol] = build_provider(_plain_provider(cfg), base_url=UNUSED_BASE_URL)
+            found = self._built[protocol] = build_provider(
+                provider_config(_plain_provider(cfg)), base_url=UNUSED_BASE_URL
+            )
         return found
 
 

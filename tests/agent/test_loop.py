@@ -10,10 +10,12 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, AgentSettings
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import ProviderConfig, register_configs
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
-from flowllm.engine import Recorder, build_pipeline, make_runner
+from flowllm.engine import Recorder, make_runner
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.engine.recorder import read_json
 from flowllm.providers import open_provider
 from flowllm.resources import CONFIG_DIR
@@ -48,7 +50,7 @@ async def run_task(tmp_path: Path, cfg, task_id: str, max_turns: int = 5):
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     provider_cfg = ProviderConfig(name="offline", model="flowllm-emulator", emulator_script=str(script))
-    pipeline = build_pipeline(cfg.pipeline.nodes)
+    pipeline = pipeline_from_config(plain_config(cfg.pipeline))
     with Recorder(tmp_path / "run") as recorder:
         agent = Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=max_turns), observer=recorder)
         async with open_provider(provider_cfg) as provider:
@@ -79,11 +81,6 @@ async def test_an_unreadable_call_is_answered_and_the_loop_goes_on(tmp_path: Pat
     assert "could not be read" in out["tool_results"][0]["content"]
 
 
-def test_max_turns_must_be_positive(pipeline_cfg) -> None:
-    with pytest.raises(ValueError, match="max_turns"):
-        Agent(build_pipeline(pipeline_cfg.pipeline.nodes), make_runner("graph"), AgentSettings(max_turns=0))
-
-
 class OneTool(ToolBackendDefaults):
     """A tool backend with one tool that always answers "2" (the ToolBackend protocol, nothing more)."""
 
@@ -107,7 +104,10 @@ async def test_the_summary_turn_offers_no_tools(tmp_path: Path, pipeline_cfg) ->
     )
     with Recorder(tmp_path / "run") as recorder:
         agent = Agent(
-            build_pipeline(pipeline_cfg.pipeline.nodes), make_runner("graph"), AgentSettings(max_turns=1), recorder
+            pipeline_from_config(plain_config(pipeline_cfg.pipeline)),
+            make_runner("graph"),
+            AgentSettings(max_turns=1),
+            recorder,
         )
         async with open_provider(provider_cfg) as provider:
             result = await agent.run("t", "What is 1+1?", provider, tools=OneTool())

@@ -11,10 +11,12 @@ from hydra import compose, initialize_config_dir
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
 from flowllm.agent.turn import AGENT_TURN, TurnOutcome
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import register_configs
 from flowllm.core.types import ModelResponse
 from flowllm.engine import NodeContractError, PipelineError, build_pipeline, make_runner
 from flowllm.engine.contract import Port, TurnContract
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.resources import CONFIG_DIR
 
 
@@ -25,7 +27,7 @@ def compose_cfg(*overrides: str):
 
 
 def test_the_default_pipeline_satisfies_the_contract() -> None:
-    pipeline = build_pipeline(compose_cfg().pipeline.nodes, contract=AGENT_TURN)
+    pipeline = pipeline_from_config(plain_config(compose_cfg().pipeline), contract=AGENT_TURN)
     assert pipeline.contract is AGENT_TURN
     assert pipeline.provided == ("messages", "system", "tools")
 
@@ -33,7 +35,7 @@ def test_the_default_pipeline_satisfies_the_contract() -> None:
 def test_a_pipeline_without_dispatch_is_refused_with_one_line() -> None:
     cfg = compose_cfg("~pipeline.nodes.dispatch_tools")
     with pytest.raises(PipelineError) as err:
-        build_pipeline(cfg.pipeline.nodes, source="conf/pipeline/agent_turn.yaml", contract=AGENT_TURN)
+        pipeline_from_config(plain_config(cfg.pipeline), source="conf/pipeline/agent_turn.yaml", contract=AGENT_TURN)
     message = str(err.value)
     assert "\n" not in message
     assert "reads 'next_messages'" in message and "no node produces it" in message
@@ -43,7 +45,7 @@ def test_a_pipeline_without_dispatch_is_refused_with_one_line() -> None:
 def test_an_output_renamed_away_is_refused() -> None:
     cfg = compose_cfg("+pipeline.nodes.normalize.outputs={response: reply}")
     with pytest.raises(PipelineError, match="'response'"):
-        build_pipeline(cfg.pipeline.nodes, contract=AGENT_TURN)
+        pipeline_from_config(plain_config(cfg.pipeline), contract=AGENT_TURN)
 
 
 def test_a_declared_output_type_the_caller_cannot_use_is_refused() -> None:
@@ -56,7 +58,7 @@ def test_a_declared_output_type_the_caller_cannot_use_is_refused() -> None:
 
 
 def test_the_agent_checks_a_pipeline_built_without_the_contract() -> None:
-    pipeline = build_pipeline(compose_cfg("~pipeline.nodes.dispatch_tools").pipeline.nodes)
+    pipeline = pipeline_from_config(plain_config(compose_cfg("~pipeline.nodes.dispatch_tools").pipeline))
     with pytest.raises(PipelineError, match="next_messages"):
         Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=2))
 

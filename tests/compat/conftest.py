@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
+from flowllm.config.providers import provider_config
 from flowllm.config.schema import register_configs
 from flowllm.providers import build_provider
-from flowllm.providers.base import BaseProvider, as_provider_config
+from flowllm.providers.base import BaseProvider
 
 from .litellm_proxy import LITELLM_ENV
 from .llamaserver import SERVER_ENV
@@ -62,7 +63,7 @@ def local_config(base_url: str, model: str, *overrides: str) -> Any:
             config_name="config",
             overrides=["provider=local", f"provider.base_url={base_url}", f"provider.model={model}", *overrides],
         )
-    return as_provider_config(cfg.provider)
+    return provider_config(cfg.provider)
 
 
 @pytest.fixture

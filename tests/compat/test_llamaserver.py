@@ -33,12 +33,14 @@ from hydra import compose, initialize_config_dir
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import STOP_MAX_TURNS, AgentSettings
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import register_configs
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import ToolResult, ToolSpec
-from flowllm.engine import build_pipeline, make_runner
+from flowllm.engine import make_runner
 from flowllm.engine.errors import NodeExecutionError
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.providers import build_provider, open_provider
 from flowllm.providers.errors import ProviderCallError
 
@@ -138,7 +140,7 @@ def pipeline() -> Any:
     register_configs()
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "flowllm" / "conf"), version_base="1.3"):
         cfg = compose(config_name="config")
-    return build_pipeline(cfg.pipeline.nodes)
+    return pipeline_from_config(plain_config(cfg.pipeline))
 
 
 def native_prompt(server: TemplateServer) -> str:

@@ -10,8 +10,10 @@ import pytest
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
+from flowllm.config.plain import plain_config
 from flowllm.core.types import Usage
-from flowllm.engine import TurnContext, build_pipeline, make_runner
+from flowllm.engine import TurnContext, make_runner
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.nodes.history import PLACEHOLDER, BudgetTrimHistory, TrimHistory, fit_budget
 from flowllm.nodes.tokens import count_context, estimate_request
 
@@ -94,7 +96,7 @@ async def test_a_budgeted_conversation_stays_valid_and_under_budget(
 ) -> None:
     budget = 4000
     cfg = compose_cfg(f"agent.max_context_tokens={budget}")
-    pipeline = build_pipeline(cfg.pipeline.nodes)
+    pipeline = pipeline_from_config(plain_config(cfg.pipeline))
     observer = Outputs()
     agent = Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=20), observer=observer)
     provider = connect(protocol, tool_protocol="native", thinking="enabled")

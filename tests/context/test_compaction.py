@@ -9,9 +9,11 @@ import pytest
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
+from flowllm.config.plain import plain_config
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Message, Usage
-from flowllm.engine import TurnContext, build_pipeline, make_runner
+from flowllm.engine import TurnContext, make_runner
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.nodes.compaction import SUMMARY_TAG, CompactHistory, split_summary
 
 from .conftest import PROTOCOLS, SUMMARY, ArchiveTools
@@ -22,7 +24,7 @@ SYSTEM = [{"type": "text", "text": "You are careful."}]
 
 async def real_history(connect: Any, compose_cfg: Any, protocol: str, tool_protocol: str) -> tuple[Any, list[Any]]:
     """Five turns of real tool use through the emulator (signed thinking included), as the history."""
-    pipeline = build_pipeline(compose_cfg().pipeline.nodes)
+    pipeline = pipeline_from_config(plain_config(compose_cfg().pipeline))
     observer = Outputs()
     provider = connect(protocol, tool_protocol=tool_protocol, thinking="enabled")
     agent = Agent(pipeline, make_runner("graph"), AgentSettings(max_turns=5), observer=observer)
@@ -94,7 +96,7 @@ async def test_compaction_switched_on_by_config_keeps_the_history_compact(
     cfg = compose_cfg(
         "agent.compaction.enabled=true", "agent.compaction.threshold_tokens=1500", "agent.compaction.keep_turns=2"
     )
-    pipeline = build_pipeline(cfg.pipeline.nodes)
+    pipeline = pipeline_from_config(plain_config(cfg.pipeline))
     assert [n.folder for n in pipeline.nodes][:2] == ["01_compact_history", "02_trim_history"]
     observer = Outputs()
     agent = Agent(pipeline, make_runner(runner), AgentSettings(max_turns=6), observer=observer)

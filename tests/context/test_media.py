@@ -14,9 +14,11 @@ import pytest
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
+from flowllm.config.plain import plain_config
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
-from flowllm.engine import build_pipeline, make_runner
+from flowllm.engine import make_runner
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.nodes.media import accepted_media, degrade_messages, describe_media
 
 from .conftest import PROTOCOLS
@@ -105,7 +107,7 @@ async def test_an_image_result_reaches_each_protocol_natively_or_as_text(
         overrides.append("pipeline.hook_nodes.degrade_media.accept=[]")
     observer = Outputs()
     agent = Agent(
-        build_pipeline(compose_cfg(*overrides).pipeline.nodes),
+        pipeline_from_config(plain_config(compose_cfg(*overrides).pipeline)),
         make_runner("graph"),
         AgentSettings(max_turns=3),
         observer=observer,

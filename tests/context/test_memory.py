@@ -16,7 +16,9 @@ from starlette.routing import Route
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
-from flowllm.engine import TurnContext, build_pipeline, make_runner
+from flowllm.config.plain import plain_config
+from flowllm.engine import TurnContext, make_runner
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.memory import HashingEmbedder, MemoryStore, OpenAIEmbedder, make_embedder
 from flowllm.memory.nodes import MEMORY_TAG, RecallMemory
 
@@ -69,7 +71,7 @@ async def test_the_recall_block_goes_into_the_system_prompt(tmp_path: Path) -> N
 
 async def _run_once(compose_cfg: Any, path: Path, connect: Any, task_id: str, prompt: str) -> Outputs:
     cfg = compose_cfg("memory.enabled=true", f"memory.path={path}", "memory.min_score=0.3")
-    pipeline = build_pipeline(cfg.pipeline.nodes)  # one build per run, as the app does
+    pipeline = pipeline_from_config(plain_config(cfg.pipeline))  # one build per run, as the app does
     observer = Outputs()
     agent = Agent(pipeline, make_runner("graph_parallel"), AgentSettings(max_turns=2), observer=observer)
     await agent.run(task_id, prompt, connect("openai_chat", tool_protocol="xml"), None)

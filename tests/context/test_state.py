@@ -10,9 +10,11 @@ import pytest
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import ProviderConfig
 from flowllm.emulator import Emulator
-from flowllm.engine import build_pipeline, make_runner
+from flowllm.engine import make_runner
+from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.providers import build_provider
 from flowllm.tools import open_tool_pool
 from flowllm.tools.state import STATE_FILE, TaskState
@@ -60,7 +62,7 @@ TOOLS = {"servers": {"tool-form": {"command": "python", "args": ["-m", "flowllm.
 async def test_a_form_filled_over_several_turns(tmp_path: Path, compose_cfg: Any, task_state: bool) -> None:
     workspace = tmp_path / "tasks" / "form" / "workspace"
     workspace.mkdir(parents=True)
-    pipeline = build_pipeline(compose_cfg(f"tools.task_state={str(task_state).lower()}").pipeline.nodes)
+    pipeline = pipeline_from_config(plain_config(compose_cfg(f"tools.task_state={str(task_state).lower()}").pipeline))
     observer = Outputs()
     agent = Agent(pipeline, make_runner("graph_parallel"), AgentSettings(max_turns=6), observer=observer)
     with Emulator(SCRIPT) as emu:

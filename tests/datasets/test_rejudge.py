@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import flowllm.app  # noqa: F401  registers the structured configs
 from flowllm.providers.errors import ProviderConfigError
-from flowllm.scoring.rejudge import inherit_replayed_run
+from flowllm.setup.rejudge import inherit_replayed_run
 
 ROOT = Path(__file__).resolve().parents[2]
 

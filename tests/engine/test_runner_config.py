@@ -6,18 +6,21 @@ import logging
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from flowllm.config.schema import register_configs
+from flowllm.config.schema import RunnerConfig, register_configs
 from flowllm.core.timeouts import FANOUT_TIMEOUT_S, ITEM_TIMEOUT_S
 from flowllm.engine import FanOut, make_runner
 from flowllm.engine.runners import RUNNERS, runner_from_config
 from flowllm.resources import CONFIG_DIR
 
 
-def runner_section(*overrides: str):  # type: ignore[no-untyped-def]
+def runner_section(*overrides: str) -> RunnerConfig:
     register_configs()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides)).runner
+        section = OmegaConf.to_object(compose(config_name="config", overrides=list(overrides)).runner)
+    assert isinstance(section, RunnerConfig)
+    return section
 
 
 @pytest.mark.parametrize("name", sorted(RUNNERS))

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import register_configs
 from flowllm.errors import ConfigError
 from flowllm.setup.webconf import cache_env, check_web_tools, web_tools
+from flowllm.tools import load_settings
 from flowllm.tools.web.cache import CACHE_ENV, CACHE_MODE_ENV
 
 CONF = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
@@ -53,19 +54,19 @@ def test_the_cache_is_the_runs_own_or_in_a_replay_the_replayed_runs(tmp_path: Pa
 
 async def test_the_fixture_server_and_the_cache_reach_every_server(tmp_path: Path) -> None:
     cfg = composed("tools=web", "tools.web_fixtures=true")
-    async with web_tools(cfg, tmp_path) as url:
+    async with web_tools(cfg, tmp_path) as web:
+        url = web.fixtures_url
         assert url is not None and url.startswith("http://127.0.0.1:")
-        env = OmegaConf.to_container(cfg.tools.servers["tool-browse"].env)
+        settings = web.apply(load_settings(plain_config(cfg.tools)))
+        env = dict(next(spec for spec in settings.servers if spec.name == "tool-browse").env)
         assert env == {"FLOWLLM_WEB_FIXTURES": url, CACHE_ENV: str(tmp_path / "web_cache"), CACHE_MODE_ENV: "rw"}
 
 
 async def test_a_remote_server_beside_the_web_tools_gets_no_environment_and_is_accepted(tmp_path: Path) -> None:
-    from flowllm.tools import load_settings
-
     cfg = composed("tools=web", "tools.web_fixtures=true", "+tools.servers.remote.url=http://127.0.0.1:9/mcp")
-    async with web_tools(cfg, tmp_path):
-        assert not cfg.tools.servers.remote.get("env")
-        specs = {spec.name: spec for spec in load_settings(cfg.tools).servers}  # refused before: env on a url server
+    async with web_tools(cfg, tmp_path) as web:
+        # refused before: env on a url server
+        specs = {spec.name: spec for spec in web.apply(load_settings(plain_config(cfg.tools))).servers}
         assert specs["remote"].remote and not specs["remote"].env
         assert "FLOWLLM_WEB_FIXTURES" in specs["tool-browse"].env
 
@@ -85,11 +86,12 @@ async def test_a_fork_serves_the_saved_runs_results_and_keeps_new_ones_in_its_ow
     cfg = composed(
         "tools=web", "provider=replay", f"provider.run_dir={old}", "provider.fork=live", "provider.live=offline"
     )
-    async with web_tools(cfg, new):
-        env = OmegaConf.to_container(cfg.tools.servers["tool-search"].env)
+    async with web_tools(cfg, new) as web:
+        settings = web.apply(load_settings(plain_config(cfg.tools)))
+        env = dict(next(spec for spec in settings.servers if spec.name == "tool-search").env)
         assert env == {CACHE_ENV: str(new / "web_cache"), CACHE_MODE_ENV: "rw"}
     assert not (new / "web_cache" / "stats.jsonl").exists()  # the saved run's hit counts are not this run's
-    cache = WebCache.from_environment(env)  # type: ignore[arg-type]
+    cache = WebCache.from_environment(env)
 
     async def offline() -> str:
         raise AssertionError("a result the saved run has must not be fetched again")

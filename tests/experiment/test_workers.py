@@ -30,6 +30,7 @@ from flowllm.experiment.workers import (
     share_rate_limit,
 )
 from flowllm.providers import UsageLedger
+from flowllm.providers.registry import ProviderTable
 from tests.experiment.helpers import (
     GAIA,
     SLOW,
@@ -277,8 +278,8 @@ def test_a_max_in_flight_below_the_worker_count_is_refused() -> None:
         rate_limit=RateLimitConfig(max_in_flight=1),
     )
     with pytest.raises(ConfigError, match=r"max_in_flight=1 cannot be shared by experiment\.workers=2"):
-        check_in_flight(cfg, 2)
-    check_in_flight(cfg, 1)
+        check_in_flight(cfg, ProviderTable(), 2)
+    check_in_flight(cfg, ProviderTable(), 1)
 
 
 def _append(path: str, marker: int, count: int) -> None:

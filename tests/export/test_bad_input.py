@@ -156,8 +156,8 @@ def test_telemetry_without_the_sdk_is_refused_before_the_run(monkeypatch: pytest
         importlib.util, "find_spec", lambda name, *a: None if name == "opentelemetry.sdk" else real(name, *a)
     )
     with pytest.raises(ConfigError, match=r'telemetry.otlp_endpoint is set, but .*pip install "flowllm\[telemetry\]"'):
-        check_telemetry({"telemetry": {"otlp_endpoint": "http://127.0.0.1:6006"}})
-    check_telemetry({"telemetry": {"otlp_endpoint": None}})  # not set: nothing is needed
+        check_telemetry("http://127.0.0.1:6006")
+    check_telemetry(None)  # not set: nothing is needed
 
 
 def test_a_replay_or_fork_sends_no_spans_to_the_saved_runs_receiver(tmp_path: Path) -> None:

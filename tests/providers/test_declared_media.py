@@ -21,6 +21,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from flowllm.config.providers import provider_config
 from flowllm.config.schema import register_configs
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Message
@@ -76,7 +77,7 @@ async def test_what_degrade_media_records_is_what_is_sent(
     # The shipped protocol, model, accepts and content format, served by the emulator instead of the vendor.
     cfg.update(emulator_script=str(script), fallbacks=[])
 
-    async with open_provider(cfg) as provider:
+    async with open_provider(provider_config(cfg)) as provider:
         ctx = TurnContext(task_id="media", turn=1, provider=provider)
         out = DegradeMedia().run(ctx, prompt_messages=PROMPT)
         request = provider.build_request(system=[], messages=out["prompt_messages"], tools=[])
@@ -106,7 +107,7 @@ def test_replay_declares_what_the_replayed_provider_declared(source: str, tmp_pa
     (run / ".hydra").mkdir()
     cfg = shipped_config(source)
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"provider": cfg}))
-    replay = build_replay_provider({**shipped_config("replay"), "run_dir": str(run)})
+    replay = build_replay_provider(provider_config({**shipped_config("replay"), "run_dir": str(run)}))
     assert isinstance(replay, Provider)
     assert replay.accepted_media == replay.inner.accepted_media
     expected = {"image", "document"} if source == "claude" else set()

@@ -16,13 +16,13 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from flowllm.config.providers import provider_config
 from flowllm.config.schema import register_configs
 from flowllm.core.interfaces import CallContext, Provider
 from flowllm.providers import (
     ProviderCallError,
     ProviderConfigError,
     ProviderResponseError,
-    as_provider_config,
     build_provider,
     check_provider_config,
     open_provider,
@@ -88,7 +88,7 @@ def test_every_shipped_provider_yaml_composes() -> None:
         (Path(tmp) / "root.yaml").write_text("defaults:\n  - provider: offline\n  - _self_\n")
         with initialize_config_dir(config_dir=tmp, version_base="1.3"):
             for name in names:
-                cfg = as_provider_config(compose(config_name="root", overrides=[f"provider={name}"]).provider)
+                cfg = provider_config(compose(config_name="root", overrides=[f"provider={name}"]).provider)
                 assert cfg.protocol in ("anthropic", "openai_chat", "openai_responses", "replay"), name
                 assert cfg.model, name
 
@@ -253,7 +253,7 @@ async def test_a_reply_that_is_no_json_object_is_a_bad_response(protocol: str, b
     assert info.value.kind == "bad_response" and says in str(info.value)
 
 
-async def test_open_provider_runs_the_emulator_from_a_dictconfig(tmp_path: Path) -> None:
+async def test_open_provider_runs_the_emulator_from_a_dictconfig_the_loader_typed(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     cfg = OmegaConf.create(
@@ -265,7 +265,7 @@ async def test_open_provider_runs_the_emulator_from_a_dictconfig(tmp_path: Path)
             "stream": True,
         }
     )
-    async with open_provider(cfg) as provider:
+    async with open_provider(provider_config(cfg)) as provider:
         assert isinstance(provider, Provider)
         reply = provider.normalize(
             await provider.send(

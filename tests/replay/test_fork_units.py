@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from flowllm.config.providers import default_resolver
 from flowllm.config.schema import ForkMode, ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Usage
@@ -127,7 +128,8 @@ def test_bad_fork_settings_say_what_to_do(tmp_path: Path, live: str | None, at_t
         fork_at_turn=at_turn,
         config_dir=str(_providers(tmp_path / "providers")),
     )
+    resolve = default_resolver(cfg)  # the loader reads provider.config_dir; the providers only ask it
     with pytest.raises(ProviderConfigError, match=message.replace("(", r"\(").replace("<", "<")):
-        check_replay(cfg, None)
+        check_replay(cfg, resolve)
     cfg.live, cfg.fork_at_turn = "live_xml", 2
-    check_replay(cfg, None)  # a good fork passes
+    check_replay(cfg, resolve)  # a good fork passes

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.engine.recorder import read_json
 from flowllm.providers import ProviderConfigError, open_provider
@@ -19,8 +20,8 @@ from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, FixtureRuns
 CALL = "turn_001/03_call_model/output.json"
 
 
-def replay_cfg(run_dir: Path | str | None) -> dict:
-    return {"name": "replay", "protocol": "replay", "model": "replay", "run_dir": str(run_dir) if run_dir else None}
+def replay_cfg(run_dir: Path | str | None) -> ProviderConfig:
+    return ProviderConfig(name="replay", protocol="replay", model="replay", run_dir=str(run_dir) if run_dir else None)
 
 
 def copy_run(runs: FixtureRuns, tmp_path: Path) -> Path:

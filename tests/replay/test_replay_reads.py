@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from flowllm.config.schema import ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.engine import TurnContext
 from flowllm.engine.blobs import BlobStore
@@ -68,7 +69,7 @@ def test_read_saved_raises_os_errors_as_read_bytes_does(tmp_path: Path) -> None:
 async def test_the_saved_call_output_a_send_read_is_given_once(runs: FixtureRuns) -> None:
     run_dir = runs.original.run_dir
     provider = build_replay_provider(
-        {"name": "replay", "protocol": "replay", "model": "replay", "run_dir": str(run_dir)}
+        ProviderConfig(name="replay", protocol="replay", model="replay", run_dir=str(run_dir))
     )
     path = TurnDirs(RunLayout(run_dir)).node_file(CLEAN_TASK, 1, 3, "call_model", OUTPUT_FILE)
     saved = read_json(Path(path))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from flowllm.config.providers import FileResolver
 from flowllm.config.schema import RateLimitConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
@@ -21,7 +22,6 @@ from flowllm.emulator.faults import FaultPlan, RateLimitSpec, RequestThrottle
 from flowllm.providers import ProviderConfigError, check_provider_config, open_provider
 from flowllm.providers.ledger import UsageLedger
 from flowllm.providers.limiter import SHARED_PAUSES_ENV, LocalLimiter, SharedPause, Unlimited, build_limiter
-from flowllm.providers.registry import FileResolver
 
 from .conftest import FakeTime, provider_cfg
 

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from flowllm.config.providers import FileResolver
 from flowllm.config.schema import BreakerConfig, KeyPoolConfig, ProviderConfig, RetryConfig
 from flowllm.emulator.faults import Draw, FaultConfigError, FaultPlan
+from flowllm.errors import ConfigError
 from flowllm.providers import ProviderCallError, ProviderConfigError, check_provider_config
 from flowllm.providers.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from flowllm.providers.keys import KeyPool, NoUsableKeyError, load_keys, secret_values
-from flowllm.providers.registry import FileResolver, plan_routes
+from flowllm.providers.registry import plan_routes
 from flowllm.providers.retry import RetryPolicy
 
 from .conftest import FakeTime, provider_cfg
@@ -329,8 +331,8 @@ def test_provider_secrets_cover_every_key_of_every_provider(
 def test_under_hydra_provider_names_resolve_through_compose() -> None:
     from hydra import initialize_config_dir
 
+    from flowllm.config.providers import HydraResolver, default_resolver
     from flowllm.config.schema import register_configs
-    from flowllm.providers.registry import HydraResolver, default_resolver
     from flowllm.resources import CONFIG_DIR
 
     register_configs()
@@ -339,5 +341,26 @@ def test_under_hydra_provider_names_resolve_through_compose() -> None:
         assert isinstance(resolve, HydraResolver)
         chat = resolve("offline_chat")
         assert (chat.name, chat.protocol, chat.model) == ("offline", "openai_chat", "flowllm-emulator")
-        with pytest.raises(ProviderConfigError, match="unknown provider 'nope'"):
+        with pytest.raises(ConfigError, match="unknown provider 'nope'"):
             resolve("nope")
+
+
+def test_providers_resolve_names_only_from_the_table_they_are_given(provider_dir: Path) -> None:
+    """Under a running Hydra app too: a name the run's set-up did not resolve is refused, never composed."""
+    from hydra import initialize_config_dir
+
+    from flowllm.config.schema import register_configs
+    from flowllm.providers.registry import ProviderTable
+    from flowllm.resources import CONFIG_DIR
+
+    resolve = FileResolver(provider_dir)
+    primary = resolve("a")
+    table = ProviderTable({"b": resolve("b"), "c": resolve("c")})
+    assert plan_routes(primary, table).chains["main"] == ["a", "b", "c"]
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        primary.fallbacks = ["offline_chat"]
+        with pytest.raises(ProviderConfigError, match="provider 'offline_chat' was not resolved before the run"):
+            check_provider_config(primary)
+    table("b").model = "changed"  # each lookup is a copy: the planner adjusts what it is given
+    assert table("b").model == "mb"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import register_configs
 from flowllm.tools import ToolPool, format_tool_result, open_tool_pool
 from tests.tools.helpers import alive, builtin_config, descendants, needs_proc
@@ -21,10 +21,13 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 CONF_DIR = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 
 
-def compose_tools(name: str) -> DictConfig:
+def compose_tools(name: str) -> dict[str, Any]:
+    """The tools section of a composed config, as the loader hands it on (plain data)."""
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(overrides=[f"+tools={name}"]).tools
+        tools = plain_config(compose(overrides=[f"+tools={name}"]).tools)
+    assert isinstance(tools, dict)
+    return tools
 
 
 def make_attachments(folder: Path) -> None:

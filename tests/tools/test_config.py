@@ -8,10 +8,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
 
+from flowllm.config.plain import plain_config
 from flowllm.config.schema import register_configs
 from flowllm.errors import ToolConfigError
 from flowllm.tools.client.pool import ToolPool
@@ -21,17 +23,20 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 TOOL_SETS = sorted(p.stem for p in (CONF_DIR / "tools").glob("*.yaml"))
 
 
-def compose_tools(name: str):
+def compose_tools(name: str) -> dict[str, Any]:
+    """The tools section of a composed config, as the loader hands it on (plain data)."""
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(overrides=[f"+tools={name}"]).tools
+        tools = plain_config(compose(overrides=[f"+tools={name}"]).tools)
+    assert isinstance(tools, dict)
+    return tools
 
 
 @pytest.mark.parametrize("name", TOOL_SETS)
 def test_every_tool_set_composes_and_its_python_servers_exist(name: str) -> None:
     cfg = compose_tools(name)
     settings = load_settings(cfg)
-    assert cfg.name == name
+    assert cfg["name"] == name
     for spec in settings.servers:
         if spec.uses_our_python:
             assert spec.executable() == sys.executable
@@ -101,7 +106,7 @@ def test_workspace_is_substituted_in_args_env_and_cwd_even_through_hydra(tmp_pat
                 "+tools.servers.ws.env={WHERE: 'in ${workspace}'}",
             ]
         ).tools
-    spec = next(s for s in load_settings(cfg).servers if s.name == "ws").for_workspace(tmp_path)
+    spec = next(s for s in load_settings(plain_config(cfg)).servers if s.name == "ws").for_workspace(tmp_path)
     assert (spec.args, spec.cwd, dict(spec.env)) == ((f"{tmp_path}/x",), str(tmp_path), {"WHERE": f"in {tmp_path}"})
 
 

@@ -126,7 +126,7 @@ async def test_a_task_scoped_server_starts_on_the_first_call_and_its_start_up_is
     """``scope: task`` still gives a task a process of its own (a third-party server that keeps task state); its
     start-up is the task's own step (``timing.json`` → ``tools_start_s``), apart from the call."""
     cfg = compose_tools("default")
-    cfg.servers["tool-files"].scope = "task"
+    cfg["servers"]["tool-files"]["scope"] = "task"
     folder = task_folder(tmp_path, "own", "mine")
     async with open_tool_catalog(cfg) as own_catalog, open_tool_pool(cfg, folder, catalog=own_catalog) as pool:
         assert "tool-files" not in own_catalog.shared

@@ -6,8 +6,8 @@ override lands in an untyped dict), a bad scope or transport, ``${workspace}`` i
 whole run.
 
 ``${workspace}`` in ``args``, ``env`` and ``cwd`` is the task's folder, substituted when the server starts
-(``ServerSpec.for_workspace``). OmegaConf would read it as an interpolation of a root key, so the strings that
-hold it are read unresolved; every other value is resolved as usual.
+(``ServerSpec.for_workspace``); the loader keeps the strings that hold it unresolved
+(``flowllm.config.plain.plain_config``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from flowllm.config.plain import WORKSPACE_TOKEN
 from flowllm.config.schema import SamplingMode, ToolsConfig, ToolServerConfig
 from flowllm.core.registry import Registry
 from flowllm.errors import ToolConfigError
 
-WORKSPACE_TOKEN = "${workspace}"
 _PYTHON_COMMANDS = {"python", "python3", "${python}"}
 _SERVER_KEYS = frozenset(f.name for f in dataclasses.fields(ToolServerConfig))
 _TOOLS_KEYS = frozenset(f.name for f in dataclasses.fields(ToolsConfig))
@@ -106,26 +106,24 @@ class PoolSettings:
     sampling: SamplingMode = SamplingMode.decline  # servers' sampling requests: declined, or answered per task
 
 
-def _plain(node: Any) -> Any:
-    """A DictConfig, a dataclass or a mapping as plain containers: interpolations resolved, except strings
-    holding ``${workspace}``, which are kept as written."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+def with_environment(
+    settings: PoolSettings, env: Mapping[str, str], only: Mapping[str, Mapping[str, str]] | None = None
+) -> PoolSettings:
+    """``settings`` with ``env`` added to every local server's environment and ``only[name]`` to that server's
+    alone (a remote server runs elsewhere: it takes headers, never an environment)."""
+    only = only or {}
+    servers = tuple(
+        spec if spec.remote else dataclasses.replace(spec, env={**spec.env, **env, **only.get(spec.name, {})})
+        for spec in settings.servers
+    )
+    return dataclasses.replace(settings, servers=servers)
 
+
+def _plain(node: Any) -> Any:
+    """A dataclass or a mapping as plain containers (the loader turns a composed config into one:
+    ``flowllm.config.plain.plain_config``)."""
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        node = OmegaConf.structured(node)
-    if isinstance(node, DictConfig | ListConfig):
-        raw = OmegaConf.to_container(node, resolve=False)
-        keys: Any = node.keys() if isinstance(node, DictConfig) else range(len(node))
-        out: dict[Any, Any] = {}
-        for key in keys:
-            raw_value = raw[key]  # type: ignore[index]
-            if isinstance(raw_value, str) and WORKSPACE_TOKEN in raw_value:
-                out[key] = raw_value
-            elif OmegaConf.is_missing(node, key):
-                out[key] = None
-            else:
-                out[key] = _plain(node[key])
-        return out if isinstance(node, DictConfig) else [out[i] for i in keys]
+        node = dataclasses.asdict(node)
     if isinstance(node, Mapping):
         return {k: _plain(v) for k, v in node.items()}
     if isinstance(node, list | tuple):
@@ -217,8 +215,11 @@ def _server(name: str, entry: Any, default_scope: Scope) -> ServerSpec:
     return spec
 
 
-def load_settings(cfg: ToolsConfig | Mapping[str, Any] | Any) -> PoolSettings:
-    """Check and normalise a ``ToolsConfig`` (dataclass, DictConfig or plain mapping); raises ToolConfigError."""
+def load_settings(cfg: PoolSettings | ToolsConfig | Mapping[str, Any]) -> PoolSettings:
+    """Check and normalise a ``ToolsConfig`` (dataclass or plain mapping); raises ToolConfigError. Settings
+    already loaded are returned as they are."""
+    if isinstance(cfg, PoolSettings):
+        return cfg
     data = _plain(cfg)
     if not isinstance(data, Mapping):
         raise ToolConfigError(f"tools config must be a mapping, got {type(cfg).__name__}")

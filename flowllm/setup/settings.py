@@ -1,0 +1,77 @@
+"""The run's own settings read from the composed config once, checked where they are read: the experiment's
+(concurrency, attempts, epochs, timeouts) and the spending caps (``agent.limits``, ``experiment.budget``).
+
+``prepare`` (setup/build.py) keeps what these return in the ``PreparedRun``; the experiment, the workers, the
+progress line and the summary are handed them and never read the raw config for them again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from flowllm.config.schema import Reducer
+from flowllm.errors import ConfigError
+from flowllm.run.runner import ExperimentSettings
+from flowllm.setup import fingerprint
+from flowllm.setup.checks import check_timeouts
+from flowllm.spend.spending import RunBudget, TaskLimits
+from flowllm.telemetry.live import check_telemetry
+
+__all__ = ["check_settings", "experiment_settings", "spending_settings", "telemetry_endpoint"]
+
+
+def _at_least_one(value: Any, setting: str) -> None:
+    if value < 1:
+        raise ConfigError(f"{setting} must be at least 1, not {value}")
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """The run-wide numbers a user may get wrong, and the timeouts and telemetry settings."""
+    _at_least_one(cfg.experiment.max_concurrent, "experiment.max_concurrent")
+    _at_least_one(cfg.experiment.attempts, "experiment.attempts")
+    _at_least_one(cfg.experiment.epochs, "experiment.epochs")
+    _at_least_one(cfg.agent.max_turns, "agent.max_turns")
+    if not cfg.experiment.progress_interval_s > 0:
+        interval = cfg.experiment.progress_interval_s
+        raise ConfigError(f"experiment.progress_interval_s must be a positive number of seconds, not {interval}")
+    if not cfg.experiment.task_timeout_s > 0:  # also refuses NaN
+        timeout = cfg.experiment.task_timeout_s
+        raise ConfigError(f"experiment.task_timeout_s must be a positive number of seconds, not {timeout}")
+    check_timeouts(cfg)
+    check_telemetry(telemetry_endpoint(cfg))
+
+
+def telemetry_endpoint(cfg: DictConfig) -> str | None:
+    """``telemetry.otlp_endpoint``, None when unset."""
+    endpoint = OmegaConf.select(cfg, "telemetry.otlp_endpoint")
+    return str(endpoint) if endpoint else None
+
+
+def _section(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = OmegaConf.select(cfg, key)
+    data = OmegaConf.to_container(node) if node is not None else {}
+    assert isinstance(data, dict)
+    return {str(k): v for k, v in data.items()}
+
+
+def spending_settings(cfg: DictConfig) -> tuple[TaskLimits, RunBudget]:
+    """``agent.limits`` and ``experiment.budget``, checked (ConfigError: one line, exit 2)."""
+    return TaskLimits.from_config(_section(cfg, "agent.limits")), RunBudget.from_config(
+        _section(cfg, "experiment.budget")
+    )
+
+
+def experiment_settings(cfg: DictConfig, limits: TaskLimits, budget: RunBudget) -> ExperimentSettings:
+    """The experiment's settings (``check_settings`` has checked the numbers)."""
+    return ExperimentSettings(
+        max_concurrent=int(cfg.experiment.max_concurrent),
+        task_timeout_s=float(cfg.experiment.task_timeout_s),
+        resume=fingerprint.resume_mode(cfg.experiment.resume) is not fingerprint.ResumeMode.off,
+        attempts=int(cfg.experiment.attempts),
+        epochs=int(cfg.experiment.epochs),
+        epoch_reducer=Reducer(cfg.experiment.epoch_reducer),
+        limits=limits,
+        budget=budget,
+    )
