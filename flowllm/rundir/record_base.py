@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Self, TypeVar
 
@@ -56,6 +56,17 @@ class Record:
                 values[f.name] = _read(hints[f.name], data[key])
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, loaded_keys=frozenset(data))
+
+    def merge(self, data: Mapping[str, Any]) -> None:
+        """Set the fields ``data`` names, read as ``from_dict`` reads them (a block of keys a builder returned);
+        keys the record does not know go to ``extra``."""
+        fields = {f.metadata.get(KEY, f.name): f.name for f in record_fields(type(self))}
+        hints = _hints(type(self))
+        for key, value in data.items():
+            if key in fields:
+                setattr(self, fields[key], _read(hints[fields[key]], value))
+            else:
+                self.extra[key] = value
 
     def omitted_keys(self) -> set[str]:
         """The keys a record built in code leaves out: ``optional`` fields at their default."""

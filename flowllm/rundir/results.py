@@ -30,6 +30,7 @@ __all__ = [
     "TaskResult",
     "ToolsBlock",
     "Versioned",
+    "result_problems",
 ]
 
 # 1: the first versioned layout (the keys below). Files without the key are older (version 0).
@@ -103,14 +104,63 @@ class TaskResult(Versioned):
     verdict: str | None = None
     judge: dict[str, Any] | None = None
     categories: dict[str, Any] = field(default_factory=dict)
+    # Older files: the task's wall time, before it moved to timing.json.
+    wall_seconds: float | None = field(default=None, metadata=OPTIONAL)
 
     def omitted_keys(self) -> set[str]:
-        omitted = {"replay"} if self.replay is None else set()
+        omitted = {"replay", "wall_seconds"} if self.replay is None else {"wall_seconds"}
         if self.epochs <= 1:
             omitted |= {"epochs", "epoch_reducer", "epoch_log", "score"}
         if self.status not in _LIMITED:
             omitted |= {"limit", "halt_detail", "scored"}
         return omitted
+
+
+# The keys a result.json must have and the JSON types of the checked ones (``result_problems``).
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,),
+    "status": (str,),
+    "correct": (bool,),  # or null: unscored
+    "turns": (int,),
+    "tool_calls": (int,),
+    "bad_tool_calls": (int,),
+    "failed_tool_calls": (int,),
+    "attempts": (int,),
+    "wall_seconds": (int, float),
+    "usage": (dict,),
+    "repairs": (dict,),
+    "attempt_log": (list,),
+}
+_RESULT_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
+    "answer": (str,),
+    "ground_truth": (str,),
+    "error": (str,),
+    "level": (int,),
+    "stop": (str,),
+    "limit": (str,),
+    "halt_detail": (str,),
+}
+_RESULT_MAY_LACK = frozenset({"attempts", "attempt_log", "repairs", "wall_seconds"})  # older files lack them
+_RESULT_NULLABLE = frozenset({"correct"})  # always present, null when not known
+
+
+def result_problems(data: Any) -> list[str]:
+    """What makes ``data`` not shaped as a ``result.json`` (empty: it is): a missing key or a value of the wrong
+    JSON type. The rules of its values (statuses, counts) are flowllm/run/outcome.py's ``outcome_problems``."""
+    if not isinstance(data, dict):
+        return [f"expected a JSON object, got {type(data).__name__}"]
+    problems = []
+    for name, types in (*_RESULT_TYPES.items(), *_RESULT_OPTIONAL_TYPES.items()):
+        if name not in data:
+            if name in _RESULT_TYPES and name not in _RESULT_MAY_LACK:
+                problems.append(f"{name} is missing")
+            continue
+        value = data[name]
+        if value is None and (name in _RESULT_OPTIONAL_TYPES or name in _RESULT_NULLABLE):
+            continue
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
+    return problems
 
 
 # ----- summary.json --------------------------------------------------------------------------------------------
