@@ -21,6 +21,7 @@ from flowllm.errors import CliError, FlowError
 from flowllm.resources import bundled
 from flowllm.run.outcome import outcome_problems
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
+from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.spend.pricing import PriceTable
 
 __all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
@@ -48,9 +49,9 @@ class RunEvidence:
     cfg: DictConfig
     dataset_path: Path
     tasks: list[Task]
-    summary: dict[str, Any]
-    results: dict[str, dict[str, Any]]  # task id -> result.json
-    epoch_results: dict[str, dict[int, dict[str, Any]]]  # task id -> epoch -> its result.json
+    summary: RunSummary
+    results: dict[str, TaskResult]  # task id -> result.json
+    epoch_results: dict[str, dict[int, TaskResult]]  # task id -> epoch -> its result.json
     ledger: list[LedgerLine]
     judge_ledger: list[LedgerLine]
     fingerprint: dict[str, Any] | None
@@ -100,15 +101,14 @@ def read_jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
     return lines
 
 
-def _result(path: Path, run_dir: Path) -> dict[str, Any] | None:
+def _result(path: Path, run_dir: Path) -> TaskResult | None:
     if not path.is_file():
         return None
     data = _json(path, run_dir)
     problems = outcome_problems(data)
     if problems:
         raise VerifyInputError(f"{path.relative_to(run_dir)} is not a task result: {'; '.join(problems[:3])}")
-    assert isinstance(data, dict)
-    return data
+    return TaskResult.from_dict(data)
 
 
 def _config(layout: RunLayout, run_dir: Path) -> DictConfig:
@@ -154,8 +154,8 @@ def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:
         raise VerifyInputError(f"{layout.summary.relative_to(run_dir)} is not a JSON object")
     dataset_path, tasks = _tasks(cfg, dataset)
     epochs = int(cfg.experiment.get("epochs") or 1)
-    results: dict[str, dict[str, Any]] = {}
-    epoch_results: dict[str, dict[int, dict[str, Any]]] = {}
+    results: dict[str, TaskResult] = {}
+    epoch_results: dict[str, dict[int, TaskResult]] = {}
     for task in tasks:
         found = _result(layout.result(task.task_id), run_dir)
         if found is not None:
@@ -176,7 +176,7 @@ def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:
         cfg=cfg,
         dataset_path=dataset_path,
         tasks=tasks,
-        summary=summary,
+        summary=RunSummary.from_dict(summary),
         results=results,
         epoch_results=epoch_results,
         ledger=read_jsonl(layout.ledger, run_dir),

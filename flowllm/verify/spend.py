@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowllm.core.types import Usage
+from flowllm.rundir.results import BudgetBlock
 from flowllm.verify.evidence import LedgerLine, RunEvidence
 from flowllm.verify.findings import Audit
 
@@ -61,16 +62,16 @@ def _max_call(lines: Sequence[LedgerLine]) -> float:
 
 
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
-    budget = ev.summary.get("budget")
-    if not isinstance(budget, dict):
+    budget = ev.summary.budget
+    if not isinstance(budget, BudgetBlock):
         return
-    audit.check(SUMMARY, "budget.spent.cost_usd", (budget.get("spent") or {}).get("cost_usd"), spent, "the ledgers")
-    cap = budget.get("cost_usd")
+    audit.check(SUMMARY, "budget.spent.cost_usd", budget.spent.get("cost_usd"), spent, "the ledgers")
+    cap = budget.cost_usd
     if cap is None or spent is None:
         return
-    unfinished = len(ev.tasks) - sum(1 for r in ev.results.values() if r.get("status") != "budget")
+    unfinished = len(ev.tasks) - sum(1 for r in ev.results.values() if r.status != "budget")
     reached = spent >= float(cap)
-    audit.check(SUMMARY, "budget.ended_run", budget.get("ended_run"), reached and unfinished > 0, "spent vs the cap")
+    audit.check(SUMMARY, "budget.ended_run", budget.ended_run, reached and unfinished > 0, "spent vs the cap")
     # A budget stops new turns; the turns in flight finish: at most one call per running task past the cap.
     in_flight = int(ev.cfg.experiment.get("max_concurrent") or 1) * max(1, int(ev.cfg.experiment.get("workers") or 1))
     bound = round(float(cap) + in_flight * _max_call([*ev.ledger, *ev.judge_ledger]), 6)
@@ -87,12 +88,12 @@ def check_spend(ev: RunEvidence, audit: Audit) -> None:
         return
     agent = _ledger_total(ev, audit, "usage.jsonl", ev.ledger)
     judge = _ledger_total(ev, audit, "judge_usage.jsonl", ev.judge_ledger)
-    providers = ev.summary.get("providers")
-    if isinstance(providers, dict) and agent is not None:
+    providers = ev.summary.providers
+    if providers and agent is not None:
         audit.check(SUMMARY, "providers.cost_usd", providers.get("cost_usd"), agent, "usage.jsonl")
     spent = None if agent is None or judge is None else round(agent + judge, 6)
     if spent is None:
         audit.skip("cost totals: a call's model has no price in the table")
     else:
-        audit.check(SUMMARY, "cost_usd", ev.summary.get("cost_usd"), spent, "every call of the run's ledgers")
+        audit.check(SUMMARY, "cost_usd", ev.summary.cost_usd, spent, "every call of the run's ledgers")
     _check_budget(ev, audit, spent)
