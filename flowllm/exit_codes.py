@@ -46,7 +46,7 @@ def run_exit_code(summary: RunSummary | Mapping[str, Any]) -> ExitCode:
 
     A run that stopped on a run error (``status: failed``, e.g. a worker process died) counts the tasks it left
     unfinished as failed: 3 when some completed, 4 when none did. A Ctrl-C is 130 whatever finished."""
-    summary = RunSummary.of(summary)
+    summary = RunSummary.coerce(summary)
     if summary.status != "failed" and summary.interrupted:
         return ExitCode.INTERRUPTED
     if summary.budget_ended_run:

@@ -230,7 +230,7 @@ def load(*paths: Path | str) -> Frames:
             turn_rows.extend(_turn_rows(run, trace))
         for entry in ledger:
             flat: dict[str, Any] = {"run": run}
-            _flat(entry, "", flat)
+            _flat(entry.to_dict(), "", flat)
             call_rows.append(flat)
     tasks = pd.DataFrame(task_rows)
     if not tasks.empty:

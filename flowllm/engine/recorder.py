@@ -395,7 +395,7 @@ class Recorder:
 
     def finish_task(self, task_id: str, result: TaskResult | Mapping[str, Any]) -> None:
         """Write a task's ``result.json``; under snapshot=errors, keep its node records only if it failed."""
-        record = TaskResult.of(result)
+        record = TaskResult.coerce(result)
         with self._lock:
             held = self._held.pop(task_id, [])
         if held and record.status != "completed":

@@ -50,7 +50,7 @@ def epoch_score(score: float | None) -> bool | None:
 def epoch_summary(result: TaskResult | Mapping[str, Any]) -> str | None:
     """One line about a ``result.json``'s epochs (None without epochs): ``3, mean 66.7%: 1 yes (42), 2 no
     (41), 3 yes (42)``; each epoch's turns are under ``epochs/<n>/`` of the task."""
-    result = TaskResult.of(result)
+    result = TaskResult.coerce(result)
     log = result.epoch_log
     if int(result.epochs or 1) <= 1 or not isinstance(log, list):
         return None

@@ -133,7 +133,7 @@ def headline_accuracy(summary: RunSummary | Mapping[str, Any]) -> str:
     """``80.0% (8/10 scored)``, then what it leaves out: unscored tasks (no ground truth) and unfinished ones.
     Counted as every breakdown is (flowllm/scoring/tally.py); a summary written before ``scored`` existed
     counted every task."""
-    summary = RunSummary.of(summary)
+    summary = RunSummary.coerce(summary)
     text = accuracy_text(summary.correct, summary.scored_count, summary.accuracy)
     notes = []
     if summary.unscored:
@@ -145,7 +145,7 @@ def headline_accuracy(summary: RunSummary | Mapping[str, Any]) -> str:
 
 def accuracy_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, str]]:
     """The accuracy line, and for a replay the exact/forked/diverged counts it is scored on (replay_audit.py)."""
-    summary = RunSummary.of(summary)
+    summary = RunSummary.coerce(summary)
     replay = summary.replay
     if replay is None:
         return [("accuracy", headline_accuracy(summary))]
@@ -203,7 +203,7 @@ def _token_rows(summary: RunSummary) -> list[tuple[str, str]]:
 
 
 def summary_rows(summary: RunSummary | Mapping[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
-    summary = RunSummary.of(summary)
+    summary = RunSummary.coerce(summary)
     rows = accuracy_rows(summary)
     for level, data in summary.by_level.items():
         name = "no level" if level == "None" else f"level {level}"

@@ -139,7 +139,7 @@ def score_map(results: Iterable[TaskResult | Mapping[str, Any]]) -> dict[str, fl
     """task id -> score of the scored tasks among ``result.json`` records (for paired comparisons)."""
     scores: dict[str, float] = {}
     for data in results:
-        result = TaskResult.of(data)
+        result = TaskResult.coerce(data)
         value = known_score(
             status=result.status,
             replay=result.replay if isinstance(result.replay, Mapping) else None,
@@ -156,7 +156,7 @@ def score_map(results: Iterable[TaskResult | Mapping[str, Any]]) -> dict[str, fl
 def stats_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, str]]:
     """The console's rows for ``summary.json → stats``: the accuracy over scored tasks with its standard error
     and 95% interval, per level, and the epochs' pass@k / pass^k."""
-    stats = RunSummary.of(summary).stats
+    stats = RunSummary.coerce(summary).stats
     if not isinstance(stats, StatsBlock):
         return []
     acc = Estimate.from_dict(stats.accuracy)

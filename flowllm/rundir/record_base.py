@@ -57,6 +57,11 @@ class Record:
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, loaded_keys=frozenset(data))
 
+    @classmethod
+    def coerce(cls, value: Self | Mapping[str, Any]) -> Self:
+        """``value`` as a record: itself, or read from a mapping (a caller that still holds a dict)."""
+        return value if isinstance(value, cls) else cls.from_dict(dict(value))  # type: ignore[arg-type]
+
     def merge(self, data: Mapping[str, Any]) -> None:
         """Set the fields ``data`` names, read as ``from_dict`` reads them (a block of keys a builder returned);
         keys the record does not know go to ``extra``."""

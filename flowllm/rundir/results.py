@@ -10,7 +10,6 @@ apart from a value), unknown keys are kept in ``extra`` (record_base.py). ``sche
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -57,11 +56,6 @@ class Versioned(Record):
         if self.loaded_keys is not None and "format_version" not in self.loaded_keys:
             out.pop("format_version", None)  # an older file stays as it was written
         return out
-
-    @classmethod
-    def of(cls, value: Self | Mapping[str, Any]) -> Self:
-        """``value`` as a record: itself, or read from a mapping (a caller that still holds a dict)."""
-        return value if isinstance(value, cls) else cls.from_dict(dict(value))  # type: ignore[arg-type]
 
 
 # ----- result.json ---------------------------------------------------------------------------------------------

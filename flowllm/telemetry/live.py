@@ -115,7 +115,7 @@ class LiveTelemetry:
         if self._broken:
             return
         try:
-            saved = TaskResult.of(result)
+            saved = TaskResult.coerce(result)
             entries: list[Any] = saved.epoch_log if isinstance(saved.epoch_log, list) else []
             if None in runs or not (runs or entries):
                 folder = RunLayout(self.run_dir).task(task_id)

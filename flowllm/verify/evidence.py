@@ -21,10 +21,10 @@ from flowllm.errors import CliError, FlowError
 from flowllm.resources import bundled
 from flowllm.run.outcome import outcome_problems
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
-from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.rundir.results import LedgerLine, RunSummary, TaskResult
 from flowllm.spend.pricing import PriceTable
 
-__all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
+__all__ = ["NumberedLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
 
 
 class VerifyInputError(CliError):
@@ -32,11 +32,17 @@ class VerifyInputError(CliError):
 
 
 @dataclass(frozen=True)
-class LedgerLine:
-    """One line of ``usage.jsonl`` (or ``judge_usage.jsonl``): its number in the file (from 1) and its value."""
+class NumberedLine:
+    """One line of a JSONL file (``usage.jsonl``, ``judge_usage.jsonl``, ``history.jsonl``): its number in the
+    file (from 1) and its value."""
 
     number: int
     value: dict[str, Any]
+
+    @property
+    def ledger(self) -> LedgerLine:
+        """The line read as a usage ledger's."""
+        return LedgerLine.from_dict(self.value)
 
 
 @dataclass
@@ -52,8 +58,8 @@ class RunEvidence:
     summary: RunSummary
     results: dict[str, TaskResult]  # task id -> result.json
     epoch_results: dict[str, dict[int, TaskResult]]  # task id -> epoch -> its result.json
-    ledger: list[LedgerLine]
-    judge_ledger: list[LedgerLine]
+    ledger: list[NumberedLine]
+    judge_ledger: list[NumberedLine]
     fingerprint: dict[str, Any] | None
     history: list[dict[str, Any]]
     prices: PriceTable | None
@@ -84,10 +90,10 @@ def _json(path: Path, run_dir: Path) -> Any:
         ) from None
 
 
-def read_jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
+def read_jsonl(path: Path, run_dir: Path) -> list[NumberedLine]:
     if not path.is_file():
         return []
-    lines: list[LedgerLine] = []
+    lines: list[NumberedLine] = []
     for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
         if not raw.strip():
             continue
@@ -97,7 +103,7 @@ def read_jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
             raise VerifyInputError(f"{path.relative_to(run_dir)}: line {number} does not parse: {exc}") from None
         if not isinstance(value, dict):
             raise VerifyInputError(f"{path.relative_to(run_dir)}: line {number} is not a JSON object")
-        lines.append(LedgerLine(number, value))
+        lines.append(NumberedLine(number, value))
     return lines
 
 

@@ -9,11 +9,10 @@ replay that made none spent nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from flowllm.core.types import Usage
-from flowllm.rundir.results import BudgetBlock
-from flowllm.verify.evidence import LedgerLine, RunEvidence
+from flowllm.rundir.results import BudgetBlock, LedgerLine
+from flowllm.verify.evidence import NumberedLine, RunEvidence
 from flowllm.verify.findings import Audit
 
 __all__ = ["check_spend"]
@@ -22,42 +21,42 @@ SUMMARY = "summary.json"
 ATTEMPT = "attempt"
 
 
-def _line_cost(ev: RunEvidence, line: dict[str, Any]) -> float | None:
+def _line_cost(ev: RunEvidence, line: LedgerLine) -> float | None:
     """The cost of one attempt line as the price table gives it (None: the model has no price)."""
-    if line.get("outcome") != "ok":
+    if not line.ok:
         return 0.0
     assert ev.prices is not None
-    price = ev.prices.lookup(str(line.get("model") or ""))
+    price = ev.prices.lookup(str(line.model or ""))
     if price is None:
         return None
     factor = 1.0
-    if line.get("batch"):
-        found = ev.prices.batch_factor(str(line.get("protocol") or ""))
+    if line.batch:
+        found = ev.prices.batch_factor(str(line.protocol or ""))
         if found is None:
             return None
         factor = found
-    return round(price.cost(Usage.from_dict(line.get("usage"))) * factor, 8)
+    return round(price.cost(Usage.from_dict(line.usage)) * factor, 8)
 
 
-def _ledger_total(ev: RunEvidence, audit: Audit, name: str, lines: Sequence[LedgerLine]) -> float | None:
+def _ledger_total(ev: RunEvidence, audit: Audit, name: str, lines: Sequence[NumberedLine]) -> float | None:
     """The sum of a ledger's attempt costs, each line's cost checked first (None: a call has no price)."""
     total = 0.0
     unpriced = False
     for line in lines:
-        value = line.value
-        if value.get("type") != ATTEMPT:
+        value = line.ledger
+        if value.type != ATTEMPT:
             continue
         recomputed = _line_cost(ev, value)
         if recomputed is None:
             unpriced = True
             continue
-        audit.check(name, f"line {line.number}: cost_usd", value.get("cost_usd"), recomputed, "usage x price table")
+        audit.check(name, f"line {line.number}: cost_usd", value.cost_usd, recomputed, "usage x price table")
         total += recomputed
     return None if unpriced else round(total, 6)
 
 
-def _max_call(lines: Sequence[LedgerLine]) -> float:
-    costs = [float(line.value.get("cost_usd") or 0.0) for line in lines if line.value.get("type") == ATTEMPT]
+def _max_call(lines: Sequence[NumberedLine]) -> float:
+    costs = [float(line.ledger.cost_usd or 0.0) for line in lines if line.ledger.type == ATTEMPT]
     return max(costs, default=0.0)
 
 

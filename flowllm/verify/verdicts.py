@@ -54,7 +54,7 @@ def check_limits(ev: RunEvidence, audit: Audit) -> None:
     caps = _limits(ev)
     if not caps:
         return
-    bills = bills_by_task(line.value for line in ev.ledger)
+    bills = bills_by_task(line.ledger for line in ev.ledger)
     for task_id, result in ev.results.items():
         per_epoch = ev.epoch_results.get(task_id)
         if per_epoch:
@@ -95,7 +95,7 @@ def check_fork(ev: RunEvidence, outcomes: list[TaskOutcome], audit: Audit) -> No
     if not isinstance(fork, ForkBlock):
         return
     task_ids = [o.task_id for o in outcomes]
-    live_calls, live_cost = _totals(bills_by_task(line.value for line in ev.ledger), task_ids)
+    live_calls, live_cost = _totals(bills_by_task(line.ledger for line in ev.ledger), task_ids)
     audit.check(SUMMARY, "fork.live_calls", fork.live_calls, live_calls, "usage.jsonl")
     audit.check(SUMMARY, "fork.live_cost_usd", fork.live_cost_usd, live_cost, "usage.jsonl")
     if all(o.attempts == 1 and o.epochs == 1 for o in outcomes):  # else a verdict is its last attempt's or epoch's
@@ -110,6 +110,6 @@ def check_fork(ev: RunEvidence, outcomes: list[TaskOutcome], audit: Audit) -> No
     except VerifyInputError as exc:
         audit.skip(f"the fork's full re-run cost: {exc}")
         return
-    full_calls, full_cost = _totals(bills_by_task(line.value for line in lines), task_ids)
+    full_calls, full_cost = _totals(bills_by_task(line.ledger for line in lines), task_ids)
     audit.check(SUMMARY, "fork.full_rerun_calls", fork.full_rerun_calls, full_calls, "the saved run's ledger")
     audit.check(SUMMARY, "fork.full_rerun_cost_usd", fork.full_rerun_cost_usd, full_cost, "the saved run's ledger")

@@ -161,7 +161,7 @@ def test_the_ledger_accounts_for_every_attempt(fault_run: dict[str, Any]) -> Non
         rule = plan.pick(Draw(line["task_id"], "main", line["turn"], seen[key], protocol, True))
         # Exactly the fault the emulator drew for this request, or a success: nothing lost, nothing invented.
         assert line["outcome"] == (rule_kind(rule) or "ok"), line
-    calls = [line for line in ledger.lines if line["type"] == "call"]
+    calls = [line.to_dict() for line in ledger.lines if line.type == "call"]
     assert len(calls) == N_TASKS  # one turn each
     ok_attempts = [a for a in ledger.attempts() if a["outcome"] == "ok"]
     assert len(ok_attempts) == sum(c["outcome"] == "ok" for c in calls)
@@ -196,8 +196,8 @@ def test_fallbacks_and_breaker_transitions_are_the_expected_ones(fault_run: dict
     ledger: UsageLedger = fault_run["ledger"]
     # An independent model of the breaker (threshold 3, recovery 0 s), fed the primary's attempts in order.
     state, failures, expected = "closed", 0, []
-    for line in ledger.lines:
-        if line["type"] != "attempt" or line["provider"] != "offline":
+    for line in ledger.attempts():
+        if line["provider"] != "offline":
             continue
         if state == "open":  # recovery timeout 0: the next call is the trial
             expected.append(("open", "half_open"))
