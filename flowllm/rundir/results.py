@@ -349,7 +349,7 @@ class RunSummary(Versioned):
     @classmethod
     def job_error(cls, message: str) -> RunSummary:
         """The summary of a multirun job that could not run: its status and why, nothing else."""
-        return cls.from_dict({"status": "error", "error": message})
+        return cls.from_dict({"format_version": FORMAT_VERSION, "status": "error", "error": message})
 
 
 # The keys every line of a type has (UsageLedger.attempt, ResilientProvider's call and skip lines), null or not.

@@ -117,3 +117,9 @@ def test_a_built_ledger_line_writes_the_keys_of_its_type() -> None:
 def test_a_file_that_is_not_an_object_is_a_one_line_error() -> None:
     with pytest.raises(RecordFormatError, match="RunSummary: expected a JSON object, got list"):
         RunSummary.from_dict([1, 2])
+
+
+def test_a_job_that_could_not_run_writes_its_status_and_error_only() -> None:
+    data = RunSummary.job_error("dataset.path: no such file").to_dict()
+    assert data == {"format_version": FORMAT_VERSION, "status": "error", "error": "dataset.path: no such file"}
+    assert RunSummary.from_dict(data).scored_count == 0
