@@ -215,17 +215,18 @@ def test_fallbacks_and_breaker_transitions_are_the_expected_ones(fault_run: dict
             elif failures >= THRESHOLD:
                 expected.append(("closed", "open"))
                 state = "open"
-    recorded = [(b["from"], b["to"]) for b in ledger.lines if b["type"] == "breaker" and b["provider"] == "offline"]
+    breakers = [b for b in ledger.lines if b.type == "breaker"]
+    recorded = [(b.from_state, b.to_state) for b in breakers if b.provider == "offline"]
     assert recorded == expected
     assert state == "closed"  # recovered after the outage
     # The outage opened the breaker on its first task, and every outage call after it was a single trial.
-    first_open = next(b for b in ledger.lines if b["type"] == "breaker" and b["to"] == "open")
-    assert first_open["ts"] >= 0
+    first_open = next(b for b in breakers if b.to_state == "open")
+    assert first_open.ts is not None and first_open.ts >= 0
     for tid in OUTAGE[1:]:
         tries = [a for a in ledger.attempts() if a["task_id"] == tid and a["provider"] == "offline"]
         assert len(tries) == 1 and tries[0]["outcome"] == "overloaded"
     # Every call the primary could not answer was answered by the fallback (except the two doomed tasks).
-    calls = {c["task_id"]: c for c in ledger.lines if c["type"] == "call"}
+    calls = {c["task_id"]: c for c in (line.to_dict() for line in ledger.lines) if c["type"] == "call"}
     for tid in OUTAGE:
         assert calls[tid]["provider"] == "backup" and calls[tid]["fallback"] is True
     summary = ledger.summary()
