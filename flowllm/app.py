@@ -35,6 +35,7 @@ from flowllm.run.progress import ProgressReporter
 from flowllm.run.report import print_summary
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import RunSummary
 from flowllm.scoring import open_scorer
 from flowllm.setup import fingerprint
 from flowllm.setup.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
@@ -275,21 +276,22 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             load_outcomes(run_dir, parts.tasks, rules), interrupted=True, resumed=session.resumed, tools_start_s=None
         )
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
-    summary["tools"]["sandbox_gaps"] = session.gaps
+    if summary.tools is not None:
+        summary.tools.sandbox_gaps = session.gaps
     try:
-        atomic_write(RunLayout(run_dir).summary, recorder.redactor.dumps(summary))
+        atomic_write(RunLayout(run_dir).summary, recorder.redactor.dumps(summary.to_dict()))
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
-        summary.update(status="failed", error=str(exc))
-        raise RunStopped(str(exc), summary) from exc
+        summary.status, summary.error = "failed", str(exc)
+        raise RunStopped(str(exc), summary.to_dict()) from exc
     bills = read_bills(run_dir)
     # A closed stdout (| tee, stopped by the same Ctrl-C) is no failure of the run: the table goes to stderr.
     print_tables(lambda console: print_summary(summary, result.outcomes, run_dir, console=console, bills=bills))
-    return summary
+    return summary.to_dict()
 
 
 def _job_error(cfg: DictConfig, run_dir: Path, message: str) -> dict[str, Any]:
     """A multirun job that could not run: its folder says why, and the sweep summary shows the row."""
-    status = {"status": "error", "error": message}
+    status = RunSummary.job_error(message).to_dict()
     secrets = key_values(OmegaConf.select(cfg, "provider.api_key_env", default=None))
     atomic_write(RunLayout(run_dir).summary, Redactor(secrets).dumps(status))
     if not has_config_record(run_dir):  # a new folder: the sweep finds its row by it (a run's is never replaced)
@@ -341,7 +343,8 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any]:
         return status
     if multirun:
         _refresh_sweep(hydra_cfg)
-        return {"status": summary["status"], "accuracy": summary["accuracy"], "cost_usd": summary["cost_usd"]}
+        record = RunSummary.from_dict(summary)
+        return {"status": record.status, "accuracy": record.accuracy, "cost_usd": record.cost_usd}
     # 130 (the shell's code for Ctrl-C) when interrupted; 3 or 4 when some or all tasks failed (flowllm/cli).
     code = run_exit_code(summary)
     if code is not ExitCode.OK:

@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import Any
 
 from flowllm.errors import BuildError, RunStopped
+from flowllm.rundir.results import RunSummary
 
 
 class ExitCode(IntEnum):
@@ -40,20 +41,21 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130, "interrupted"  # Ctrl-C: what finished is saved, a rerun into the same folder resumes
 
 
-def run_exit_code(summary: Mapping[str, Any]) -> ExitCode:
+def run_exit_code(summary: RunSummary | Mapping[str, Any]) -> ExitCode:
     """The code of one finished (or interrupted) run, from its ``summary.json``.
 
     A run that stopped on a run error (``status: failed``, e.g. a worker process died) counts the tasks it left
     unfinished as failed: 3 when some completed, 4 when none did. A Ctrl-C is 130 whatever finished."""
-    if summary.get("status") != "failed" and summary.get("interrupted"):
+    summary = RunSummary.coerce(summary)
+    if summary.status != "failed" and summary.interrupted:
         return ExitCode.INTERRUPTED
-    if (summary.get("budget") or {}).get("ended_run"):
+    if summary.budget_ended_run:
         return ExitCode.BUDGET
-    failed = int(summary.get("failed") or 0)
-    if summary.get("status") == "failed":
-        failed += int(summary.get("unfinished") or 0) or 1
+    failed = int(summary.failed or 0)
+    if summary.status == "failed":
+        failed += int(summary.unfinished or 0) or 1
     # A task ended by a per-task limit finished (it is scored on its answer): it is not a failure.
-    completed = int(summary.get("completed") or 0) + int(summary.get("limited") or 0)
+    completed = int(summary.completed or 0) + int(summary.limited or 0)
     if failed == 0:
         return ExitCode.OK
     return ExitCode.ALL_FAILED if completed == 0 else ExitCode.SOME_FAILED

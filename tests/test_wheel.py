@@ -50,6 +50,9 @@ def test_the_wheel_holds_the_configs_and_the_sample(wheel: Path) -> None:
         "flowllm/data/sample/script.yaml",
         "flowllm/py.typed",
         "flowllm/inspect/templates/report.html",  # the report's page, read as package data
+        "flowllm/rundir/schema/summary.schema.json",  # the run files' JSON Schema (flowllm/rundir/schema_gen.py)
+        "flowllm/rundir/schema/result.schema.json",
+        "flowllm/rundir/schema/usage-line.schema.json",
         "flowllm/tools/child/sandbox_boot.py",  # run_python's bootstrap, handed to the child as text
         "flowllm/tools/child/reader_worker.py",
     ):

@@ -22,6 +22,7 @@ from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, open_source
 from flowllm.export.trace import TaskTrace
 from flowllm.rundir.layout import SUMMARY_FILE, TASKS_DIR
+from flowllm.rundir.results import TaskResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,25 +85,46 @@ def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:
 
 
 def _run_row(source: RunSource) -> dict[str, Any]:
-    summary = source.summary or {}
+    summary = source.summary
     row: dict[str, Any] = {
         "run": str(source.path),
-        "experiment": summary.get("experiment", source.setting("experiment.name")),
+        "experiment": source.setting("experiment.name"),
         "provider": source.provider,
         "model": source.model,
-        "runner": summary.get("runner", source.setting("runner.name")),
-        "repair": summary.get("repair", source.setting("repair.name")),
+        "runner": source.setting("runner.name"),
+        "repair": source.setting("repair.name"),
         "overrides": " ".join(source.overrides),
-        "status": summary.get("status", "running or interrupted" if not summary else None),
+        "status": "running or interrupted",
     }
-    for key in ("tasks", "finished", "completed", "failed", "correct", "accuracy", "cost_usd", "wall_seconds"):
-        row[key] = summary.get(key)
-    tokens = summary.get("tokens")
-    if isinstance(tokens, dict):
-        row["tokens_total"] = tokens.get("total")
-    for block in ("provenance", "fingerprint", "stats"):  # stats: summary.json's accuracy with its uncertainty
-        if isinstance(summary.get(block), dict):
-            _flat(summary[block], block, row)
+    if summary is None:
+        return _with_settings(source, row)
+    # An older summary may lack a name: the saved config's stands in (as before the summary had one).
+    row["experiment"] = summary.experiment if summary.experiment is not None else row["experiment"]
+    row["runner"] = summary.runner if summary.runner is not None else row["runner"]
+    row["repair"] = summary.repair if summary.repair is not None else row["repair"]
+    row.update(
+        status=summary.status,
+        tasks=summary.tasks,
+        finished=summary.finished,
+        completed=summary.completed,
+        failed=summary.failed,
+        correct=summary.correct,
+        accuracy=summary.accuracy,
+        cost_usd=summary.cost_usd,
+        wall_seconds=summary.wall_seconds,
+    )
+    if summary.tokens:
+        row["tokens_total"] = summary.tokens.get("total")
+    # stats: summary.json's accuracy with its uncertainty; fingerprint: kept by older summaries only.
+    blocks = {"provenance": summary.provenance, "fingerprint": summary.extra.get("fingerprint")}
+    blocks["stats"] = summary.stats.to_dict() if summary.stats is not None else None
+    for name, block in blocks.items():
+        if isinstance(block, dict) and (block or name == "provenance"):
+            _flat(block, name, row)
+    return _with_settings(source, row)
+
+
+def _with_settings(source: RunSource, row: dict[str, Any]) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for group in ("provider", "agent", "experiment", "dataset", "runner", "repair", "recorder"):
         if isinstance(source.setting(group), dict):
@@ -111,10 +133,38 @@ def _run_row(source: RunSource) -> dict[str, Any]:
     return row
 
 
+def _result_columns(result: TaskResult | None) -> dict[str, Any]:
+    """The task row's columns from its result.json; None in each while the task has not finished."""
+    if result is None:
+        return {"status": "unfinished", **dict.fromkeys(_RESULT_COLUMNS)}
+    usage = result.usage
+    error = result.error
+    return {
+        "status": result.status,
+        "answer": result.answer,
+        "truth": result.ground_truth,
+        "correct": result.correct if isinstance(result.correct, bool) else None,
+        "turns": result.turns,
+        "tool_calls": result.tool_calls,
+        "bad_tool_calls": result.bad_tool_calls,
+        "failed_tool_calls": result.failed_tool_calls,
+        **{kind: usage.get(kind) for kind in USAGE_KINDS},
+        "tokens_estimated": usage.get("estimated"),
+        "stop": result.stop,
+        "failure": str(error).splitlines()[0] if error else None,
+        "level": result.level,
+    }
+
+
+_RESULT_COLUMNS = (
+    *("answer", "truth", "correct", "turns", "tool_calls", "bad_tool_calls", "failed_tool_calls"),
+    *USAGE_KINDS,
+    *("tokens_estimated", "stop", "failure", "level"),
+)
+
+
 def _task_row(source: RunSource, trace: TaskTrace, costs: TaskCosts) -> dict[str, Any]:
-    usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
-    error = trace.field("error")
-    correct = trace.field("correct")
+    columns = _result_columns(trace.result)
     row: dict[str, Any] = {
         "run": str(source.path),
         # The run's provider and model on every row: tasks of many runs compare by model without a join.
@@ -122,23 +172,18 @@ def _task_row(source: RunSource, trace: TaskTrace, costs: TaskCosts) -> dict[str
         "model": source.model,
         "task_id": trace.task_id,
         "epoch": trace.epoch,
-        "status": trace.field("status", "unfinished"),
-        "answer": trace.field("answer"),
-        "truth": trace.field("ground_truth"),
-        "correct": correct if isinstance(correct, bool) else None,
-        "turns": trace.field("turns"),
-        "tool_calls": trace.field("tool_calls"),
-        "bad_tool_calls": trace.field("bad_tool_calls"),
-        "failed_tool_calls": trace.field("failed_tool_calls"),
-        **{kind: usage.get(kind) for kind in USAGE_KINDS},
-        "tokens_estimated": usage.get("estimated"),
+        "status": columns.pop("status"),
+        **{k: columns[k] for k in ("answer", "truth", "correct", "turns", "tool_calls", "bad_tool_calls")},
+        "failed_tool_calls": columns["failed_tool_calls"],
+        **{kind: columns[kind] for kind in USAGE_KINDS},
+        "tokens_estimated": columns["tokens_estimated"],
         "cost_usd": costs.of(trace.task_id, trace.ledger_epoch),
         "wall_seconds": (trace.timing or {}).get("wall_seconds"),
-        "stop": trace.field("stop"),
-        "failure": str(error).splitlines()[0] if error else None,
-        "level": trace.field("level"),
+        "stop": columns["stop"],
+        "failure": columns["failure"],
+        "level": columns["level"],
     }
-    categories = trace.field("categories")
+    categories = trace.result.categories if trace.result is not None else None
     if isinstance(categories, dict):
         row.update({f"category.{k}": v for k, v in categories.items()})
     return row
@@ -185,7 +230,7 @@ def load(*paths: Path | str) -> Frames:
             turn_rows.extend(_turn_rows(run, trace))
         for entry in ledger:
             flat: dict[str, Any] = {"run": run}
-            _flat(entry, "", flat)
+            _flat(entry.to_dict(), "", flat)
             call_rows.append(flat)
     tasks = pd.DataFrame(task_rows)
     if not tasks.empty:

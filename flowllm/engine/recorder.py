@@ -43,6 +43,7 @@ from flowllm.engine.node import BoundNode
 from flowllm.errors import RunError
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
+from flowllm.rundir.results import TaskResult
 from flowllm.rundir.taskdirs import task_folder_name
 
 SNAPSHOT_MODES: Registry[str] = Registry("recorder.snapshot", {m: m for m in ("all", "errors", "none")})
@@ -287,7 +288,7 @@ class RunListener(Protocol):
         meta: dict[str, Any],
     ) -> None: ...
 
-    def finish_task(self, task_id: str, result: Mapping[str, Any]) -> None: ...
+    def finish_task(self, task_id: str, result: TaskResult) -> None: ...
 
     def discard_task(self, task_id: str) -> None: ...
 
@@ -392,15 +393,16 @@ class Recorder:
             return
         self._submit(files)
 
-    def finish_task(self, task_id: str, result: Mapping[str, Any]) -> None:
+    def finish_task(self, task_id: str, result: TaskResult | Mapping[str, Any]) -> None:
         """Write a task's ``result.json``; under snapshot=errors, keep its node records only if it failed."""
+        record = TaskResult.coerce(result)
         with self._lock:
             held = self._held.pop(task_id, [])
-        if held and result.get("status") != "completed":
+        if held and record.status != "completed":
             self._submit(held)
-        self.write_json(self.layout.result(task_id), dict(result))
+        self.write_json(self.layout.result(task_id), record.to_dict())
         for listener in self.listeners:
-            listener.finish_task(task_id, result)
+            listener.finish_task(task_id, record)
 
     def discard_task(self, task_id: str) -> None:
         """Forget node records of an attempt that will be retried (pass@k keeps the last attempt only)."""

@@ -452,16 +452,17 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     # The same summary as a one-process run's, built by the same function.
     result = RunResult(finished, interrupted, len(already), tools_unavailable=None, tools_start_s=None)
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
-    summary["tools"]["sandbox_gaps"] = None  # run_python's sandbox was probed by the workers, not here: not known
+    if summary.tools is not None:  # run_python's sandbox was probed by the workers, not here: not known
+        summary.tools.sandbox_gaps = None
     if pool.failure is not None:
-        summary["status"] = "failed"
-        summary["error"] = pool.failure
+        summary.status, summary.error = "failed", pool.failure
     try:
-        atomic_write(layout.summary, Redactor(secrets).dumps(summary))
+        atomic_write(layout.summary, Redactor(secrets).dumps(summary.to_dict()))
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
-        summary.update(status="failed", error=str(exc))
-        raise RunStopped(str(exc), summary) from exc
+        summary.status, summary.error = "failed", str(exc)
+        raise RunStopped(str(exc), summary.to_dict()) from exc
     print_summary(summary, finished, run_dir)
     if pool.failure is not None:
-        raise RunStopped(f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume", summary)
-    return summary
+        message = f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume"
+        raise RunStopped(message, summary.to_dict())
+    return summary.to_dict()

@@ -88,7 +88,7 @@ def submitted_trace(runs: list[TaskTrace]) -> TaskTrace | None:
     if runs[0].task_result is None:
         return None  # not every epoch has run: the task is unfinished
     done = [t for t in runs if t.finished]
-    chosen = voted_epoch([str(t.field("answer") or "") for t in done])
+    chosen = voted_epoch([str(t.saved.answer or "") for t in done])
     return done[chosen] if chosen is not None else (done[-1] if done else None)
 
 
@@ -110,7 +110,7 @@ def build_submission(source: RunSource) -> Submission:
     missing: list[str] = []
     for task_id in ids:
         trace = by_id.get(task_id)
-        answer = trace.field("answer") if trace is not None else None
+        answer = trace.saved.answer if trace is not None else None
         text = "" if answer is None else str(answer)
         if not text:
             missing.append(task_id)

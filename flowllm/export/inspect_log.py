@@ -25,6 +25,7 @@ from flowllm import __version__
 from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, write_atomically
 from flowllm.export.trace import Conversation, ModelCall, TaskTrace, Turn
+from flowllm.rundir.results import RunSummary
 
 if TYPE_CHECKING:
     from inspect_ai.event import Event
@@ -241,33 +242,33 @@ class SampleBuilder:
         self._conversation(trace.conversation, history, events, t0)
         last = next((t.model for t in reversed(trace.conversation.turns) if t.model and t.model.response_model), None)
         output = ModelOutput.from_content(last.response_model or self.model, last.text) if last else ModelOutput()
-        correct = trace.field("correct")
+        correct = trace.saved.correct
         scores: dict[str, Score] = {}
         if isinstance(correct, bool):
             scores[self.scorer] = Score(
                 value=CORRECT if correct else INCORRECT,
-                answer=trace.field("answer"),
+                answer=trace.saved.answer,
                 explanation=self._explanation(trace),
-                metadata={"verdict": trace.field("verdict"), "judge": trace.field("judge")},
+                metadata={"verdict": trace.saved.verdict, "judge": trace.saved.judge},
             )
-        usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
-        error = trace.field("error")
-        status = trace.field("status")
+        usage = trace.saved.usage
+        error = trace.saved.error
+        status = trace.saved.status
         wall = (trace.timing or {}).get("wall_seconds")
         return EvalSample(
             id=trace.task_id,
             epoch=trace.epoch,
             input=question,
-            target=str(trace.field("ground_truth") or ""),
+            target=str(trace.saved.ground_truth or ""),
             messages=history,
             output=output,
             scores=scores or None,
             metadata={
-                "level": trace.field("level"),
+                "level": trace.saved.level,
                 "status": status,
-                "stop": trace.field("stop"),
-                "turns": trace.field("turns"),
-                "categories": trace.field("categories") or {},
+                "stop": trace.saved.stop,
+                "turns": trace.saved.turns,
+                "categories": trace.saved.categories or {},
                 "scored": isinstance(correct, bool),
             },
             events=events,
@@ -280,7 +281,7 @@ class SampleBuilder:
             error=EvalError(message=str(error), traceback=str(error), traceback_ansi=str(error))
             if status == "failed" and error
             else None,
-            turn_count=trace.field("turns"),
+            turn_count=trace.saved.turns,
         )
 
     def _cost(self, trace: TaskTrace) -> float | None:
@@ -296,16 +297,16 @@ class SampleBuilder:
 
     @staticmethod
     def _explanation(trace: TaskTrace) -> str:
-        lines = [f"answer {trace.field('answer')!r}, ground truth {trace.field('ground_truth')!r}"]
+        lines = [f"answer {trace.saved.answer!r}, ground truth {trace.saved.ground_truth!r}"]
         for key in ("verdict", "judge", "score_error"):
-            value = trace.field(key)
+            value = getattr(trace.saved, key)
             if value:
                 lines.append(f"{key}: {value if isinstance(value, str) else orjson.dumps(value).decode()}")
         return "\n".join(lines)
 
 
 def _share_correct(scored: list[TaskTrace]) -> float | None:
-    return sum(1 for t in scored if t.field("correct") is True) / len(scored) if scored else None
+    return sum(1 for t in scored if t.saved.correct is True) / len(scored) if scored else None
 
 
 @dataclass(frozen=True)
@@ -326,14 +327,14 @@ class EpochPlan:
         seen = max((t.epoch for t in source.traces), default=1)
         epochs = max(configured, seen) if isinstance(configured, int) and epochs_run else seen
         # As the tasks' result.json name it (the saved config may spell the enum's name: MEAN).
-        named = next((t.task_result.get("epoch_reducer") for t in source.traces if t.task_result is not None), None)
+        named = next((t.task_result.epoch_reducer for t in source.traces if t.task_result is not None), None)
         reducer = str(named or source.setting("experiment.epoch_reducer") or "mean").lower()
         return cls(ids, epochs, epochs_run, reducer)
 
     def accuracy(self, source: RunSource) -> float | None:
         """The mean of the finished tasks' reduced scores (None: no task has one yet)."""
         results = {t.task_id: t.task_result for t in source.traces if t.task_result is not None}
-        scores = [float(r["score"]) for r in results.values() if isinstance(r.get("score"), (int, float))]
+        scores = [float(r.score) for r in results.values() if isinstance(r.score, (int, float))]
         return sum(scores) / len(scores) if scores else None
 
 
@@ -360,7 +361,7 @@ def _usage_totals(traces: list[TaskTrace]) -> dict[str, Any]:
     """The integer usage counts of the tasks' answers, summed by key."""
     totals: dict[str, Any] = {}
     for t in traces:
-        usage = t.field("usage")
+        usage = t.saved.usage
         if isinstance(usage, dict):
             for key, value in usage.items():
                 if isinstance(value, int) and not isinstance(value, bool):
@@ -373,14 +374,14 @@ def _eval_spec(source: RunSource, model: str, plan: EpochPlan, created: datetime
     from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
     from inspect_ai.model import GenerateConfig
 
-    summary = source.summary or {}
+    summary = source.summary or RunSummary.from_dict({})
     return EvalSpec(
         created=created.isoformat(),
-        task=str(summary.get("experiment") or source.setting("experiment.name") or "flowllm"),
+        task=str(summary.experiment or source.setting("experiment.name") or "flowllm"),
         task_id=uuid.uuid5(uuid.NAMESPACE_URL, str(source.path)).hex,
         run_id=uuid.uuid5(uuid.NAMESPACE_URL, f"run:{source.path}").hex,
         dataset=EvalDataset(
-            name=str(source.setting("dataset.path") or summary.get("dataset") or ""),
+            name=str(source.setting("dataset.path") or summary.dataset or ""),
             location=str(source.setting("dataset.path") or ""),
             samples=len(plan.task_ids),
             sample_ids=plan.task_ids,
@@ -396,8 +397,8 @@ def _eval_spec(source: RunSource, model: str, plan: EpochPlan, created: datetime
         metadata={
             "flowllm_run": str(source.path),
             "overrides": source.overrides,
-            "runner": summary.get("runner"),
-            "repair": summary.get("repair"),
+            "runner": summary.runner,
+            "repair": summary.repair,
             "provider": source.provider,
             "unfinished_tasks": [
                 f"{t.task_id} (epoch {t.epoch})" if t.epoch_folder else t.task_id for t in source.unfinished
@@ -414,19 +415,19 @@ def build_eval_log(source: RunSource) -> EvalLog:
     builder = SampleBuilder(source, model, task_costs(read_ledger(source.ledger)))
     traces = source.finished
     samples = [builder.sample(t) for t in traces]
-    scored = [t for t in traces if isinstance(t.field("correct"), bool)]
-    summary = source.summary or {}
+    scored = [t for t in traces if isinstance(t.saved.correct, bool)]
+    summary = source.summary or RunSummary.from_dict({})
     plan = EpochPlan.of(source)
     accuracy = plan.accuracy(source) if plan.epochs_run else _share_correct(scored)
     metrics = {"accuracy": EvalMetric(name="accuracy", value=accuracy)} if accuracy is not None else {}
     starts = [t.conversation.started_at for t in traces if t.conversation.started_at is not None]
     ends = [t.conversation.ended_at for t in traces if t.conversation.ended_at is not None]
     totals = _usage_totals(traces)
-    cost = summary.get("cost_usd")
+    cost = summary.cost_usd
     status: Literal["started", "success", "cancelled"] = (
-        "success" if summary.get("status") == "finished" and not source.unfinished else "started"
+        "success" if summary.status == "finished" and not source.unfinished else "started"
     )
-    if summary.get("interrupted"):
+    if summary.interrupted:
         status = "cancelled"
     created = _when(min(starts)) if starts else datetime.now(UTC)
     assert created is not None

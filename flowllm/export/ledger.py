@@ -10,21 +10,23 @@ from typing import Any
 
 import orjson
 
+from flowllm.rundir.results import LedgerLine
 
-def read_ledger(path: Path) -> list[dict[str, Any]]:
+
+def read_ledger(path: Path) -> list[LedgerLine]:
     """Every readable line of the ledger (a line cut by a crash is skipped); [] when there is none."""
     try:
         data = path.read_bytes()
     except OSError:
         return []
-    entries: list[dict[str, Any]] = []
+    entries: list[LedgerLine] = []
     for line in data.splitlines():
         try:
             entry = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
         if isinstance(entry, dict):
-            entries.append(entry)
+            entries.append(LedgerLine.from_dict(entry))
     return entries
 
 
@@ -52,14 +54,14 @@ class TaskCosts:
         return task_id in self.tasks if epoch is None else (task_id, epoch) in self.epochs
 
 
-def task_costs(entries: list[dict[str, Any]]) -> TaskCosts:
+def task_costs(entries: list[LedgerLine]) -> TaskCosts:
     costs = TaskCosts()
     for entry in entries:
-        if entry.get("type") != "attempt" or not entry.get("task_id"):
+        if entry.type != "attempt" or not entry.task_id:
             continue
-        task, cost = str(entry["task_id"]), entry.get("cost_usd")
+        task, cost = str(entry.task_id), entry.cost_usd
         _add(costs.tasks, task, cost)
-        epoch = entry.get("epoch")
+        epoch = entry.epoch
         if isinstance(epoch, int) and not isinstance(epoch, bool):
             _add(costs.epochs, (task, epoch), cost)
     return costs

@@ -21,6 +21,7 @@ from flowllm.export.trace import TaskTrace, read_run_traces
 from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, OVERRIDES_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.records import read_artifact
+from flowllm.rundir.results import RunSummary
 
 
 class ExportError(CliError):
@@ -30,7 +31,7 @@ class ExportError(CliError):
 @dataclass
 class RunSource:
     path: Path
-    summary: dict[str, Any] | None
+    summary: RunSummary | None  # None: no readable summary.json (a run still running, or interrupted)
     config: dict[str, Any] | None
     traces: list[TaskTrace]
     notes: list[str] = field(default_factory=list)
@@ -63,12 +64,13 @@ class RunSource:
 
     @property
     def model(self) -> str:
-        summary_model = (self.summary or {}).get("model")
+        summary_model = self.summary.model if self.summary is not None else None
         return str(summary_model or self.setting("provider.model") or "unknown")
 
     @property
     def provider(self) -> str:
-        return str((self.summary or {}).get("provider") or self.setting("provider.name") or "unknown")
+        named = self.summary.provider if self.summary is not None else None
+        return str(named or self.setting("provider.name") or "unknown")
 
     @property
     def ledger(self) -> Path:
@@ -107,7 +109,8 @@ def open_source(path: Path | str) -> RunSource:
         notes.append("no .hydra/config.yaml: the run's settings are not known")
     provider = (config or {}).get("provider")
     traces = read_run_traces(run_dir, replay=isinstance(provider, dict) and provider.get("protocol") == REPLAY_PROTOCOL)
-    source = RunSource(run_dir, summary.value if summary.ok else None, config, traces, notes)
+    saved = RunSummary.from_dict(summary.value) if summary.ok and isinstance(summary.value, dict) else None
+    source = RunSource(run_dir, saved, config, traces, notes)
     unfinished = source.unfinished
     if summary.missing:
         source.notes.insert(

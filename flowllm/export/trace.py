@@ -30,6 +30,7 @@ from flowllm.rundir.layout import (
     TIMING_FILE,
 )
 from flowllm.rundir.records import NodeRecord, read_artifact, read_turns
+from flowllm.rundir.results import TaskResult
 
 # The node outputs a trace reads; every other output is skipped (they hold whole histories).
 MODEL_KEYS = frozenset({"raw_response", "raw_request"})
@@ -164,13 +165,13 @@ class TaskTrace:
     task_id: str
     epoch: int
     folder: Path
-    result: dict[str, Any] | None  # None: the task (epoch) has not finished (or its result.json is unreadable)
+    result: TaskResult | None  # None: the task (epoch) has not finished (or its result.json is unreadable)
     timing: dict[str, Any] | None
     conversation: Conversation
     # An epochs run: ``folder`` is ``tasks/<id>/epochs/<n>/`` and ``task_result`` the task's own result.json
     # (its reduced score; None until every epoch has run). Otherwise ``task_result`` is ``result``.
     epoch_folder: bool = False
-    task_result: dict[str, Any] | None = None
+    task_result: TaskResult | None = None
 
     @property
     def finished(self) -> bool:
@@ -181,8 +182,10 @@ class TaskTrace:
         """The ``epoch`` the ledger's lines of this trace carry (None: not an epochs run, the task's lines)."""
         return self.epoch if self.epoch_folder else None
 
-    def field(self, name: str, default: Any = None) -> Any:
-        return self.result.get(name, default) if self.result is not None else default
+    @property
+    def saved(self) -> TaskResult:
+        """The result as recorded; an empty one (every field at its default) while the task has not finished."""
+        return self.result if self.result is not None else TaskResult.from_dict({})
 
     def all_conversations(self) -> Iterator[Conversation]:
         stack = [self.conversation]
@@ -362,9 +365,9 @@ class TaskFolder:
     epoch_folder: bool = False
 
 
-def _result(folder: Path) -> dict[str, Any] | None:
+def _result(folder: Path) -> TaskResult | None:
     result = read_artifact(folder / RESULT_FILE)
-    return result.value if result.ok and isinstance(result.value, dict) else None
+    return TaskResult.from_dict(result.value) if result.ok and isinstance(result.value, dict) else None
 
 
 def _epoch_numbers(task_folder: Path) -> list[int]:
@@ -386,7 +389,7 @@ def task_folders(run_dir: Path) -> list[TaskFolder]:
         epoch_dirs = [folder / EPOCHS_DIR / str(n) for n in numbers]
         # The id is in the task's result.json, or (the task still running its epochs) in an epoch's.
         results = (_result(f) for f in (folder, *epoch_dirs))
-        task_id = next((str(r["task_id"]) for r in results if r is not None and r.get("task_id")), folder.name)
+        task_id = next((str(r.task_id) for r in results if r is not None and r.task_id), folder.name)
         if not numbers:
             found.append(TaskFolder(task_id, 1, folder, folder))
         found.extend(TaskFolder(task_id, n, d, folder, True) for n, d in zip(numbers, epoch_dirs, strict=True))

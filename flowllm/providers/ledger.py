@@ -39,6 +39,7 @@ import orjson
 
 from flowllm.core.types import Usage
 from flowllm.rundir.epochs import current_epoch
+from flowllm.rundir.results import LedgerLine
 
 log = logging.getLogger(__name__)
 
@@ -98,23 +99,24 @@ class Tally:
     unpriced: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
 
-    def add(self, line: dict[str, Any]) -> None:
+    def add(self, line: LedgerLine | Mapping[str, Any]) -> None:
+        line = LedgerLine.coerce(line)
         self.attempts += 1
-        ok = line["outcome"] == "ok"
+        ok = line.ok
         self.successes += ok
         self.failures += not ok
-        self.outcomes[line["outcome"]] += 1
-        latency = float(line.get("latency_s") or 0.0)
+        self.outcomes[str(line.outcome)] += 1
+        latency = float(line.latency_s or 0.0)
         self.latency_s_total += latency
         self.latency_s_max = max(self.latency_s_max, latency)
-        usage = line.get("usage") or {}
+        usage = Usage.from_dict(line.usage)
         for kind in TOKEN_KINDS:
-            self.tokens[kind] += int(usage.get(kind, 0))
-        self.estimated += bool(ok and usage.get("estimated"))
-        if line.get("cost_usd") is None:
+            self.tokens[kind] += int(getattr(usage, kind))
+        self.estimated += bool(ok and usage.estimated)
+        if line.cost_usd is None:
             self.unpriced += ok
         else:
-            self.cost_usd += float(line["cost_usd"])
+            self.cost_usd += float(line.cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,7 +136,7 @@ class Tally:
 _Tally = Tally
 
 
-def _parse_line(raw: bytes) -> dict[str, Any] | None:
+def _parse_line(raw: bytes) -> LedgerLine | None:
     """One ledger line, or None if it is broken; recovers a whole line appended right after a cut one."""
     start = 0
     for _ in range(64):  # each retry starts at the next '{"', so a pathological line costs a bounded amount
@@ -145,7 +147,8 @@ def _parse_line(raw: bytes) -> dict[str, Any] | None:
             if start < 0:
                 return None
             continue
-        return value if isinstance(value, dict) and isinstance(value.get("type"), str) else None
+        line = LedgerLine.from_dict(value) if isinstance(value, dict) else None
+        return line if line is not None and isinstance(line.type, str) and line.type else None
     return None
 
 
@@ -156,7 +159,7 @@ class UsageLedger:
         self.path = Path(path) if path is not None else None
         self.prices = prices
         self.user = resolve_user(user)
-        self.lines: list[dict[str, Any]] = []
+        self.lines: list[LedgerLine] = []
         self.broken_lines: list[int] = []  # line numbers ``read`` could not parse (cut mid-write)
         self._lock = threading.Lock()
         self._calls = 0
@@ -171,14 +174,17 @@ class UsageLedger:
             self._calls += 1
             return self._calls
 
-    def write(self, line: dict[str, Any]) -> dict[str, Any]:
-        line.setdefault("ts", round(time.time(), 6))
+    def write(self, line: LedgerLine | Mapping[str, Any]) -> LedgerLine:
+        """Append one line (a mapping is read as a ``LedgerLine``: its keys are written as given)."""
+        record = line if isinstance(line, LedgerLine) else LedgerLine.from_dict(dict(line))
+        if record.ts is None:
+            record.ts = round(time.time(), 6)
         with self._lock:
-            self.lines.append(line)
+            self.lines.append(record)
             if self._file is not None:
-                self._file.write(orjson.dumps(line) + b"\n")
+                self._file.write(orjson.dumps(record.to_dict()) + b"\n")
                 self._file.flush()
-        return line
+        return record
 
     def cost(self, model: str, usage: Usage, *, batch_protocol: str | None = None) -> float | None:
         """USD of ``usage`` on ``model``; a batch call (``batch_protocol``) at the table's batch factor."""
@@ -209,39 +215,38 @@ class UsageLedger:
         fallback: bool = False,
         limiter_wait_s: float = 0.0,
         batch: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> LedgerLine:
         usage = usage or Usage()
         if batch is not None and batch.get("billed_before"):
             usage = Usage()  # an earlier session read (and billed) this batch result: nothing new is spent
-        line: dict[str, Any] = {
-            "type": "attempt",
-            "ts": round(started, 6),
-            "hour": hour_bucket(started),
-            "call": call,
-            "task_id": task_id,
-            "agent": agent,
-            "turn": turn,
-            "user": self.user,
-            "provider": provider,
-            "protocol": protocol,
-            "model": model,
-            "attempt": attempt,
-            "key": key,
-            "fallback": fallback,
-            "outcome": "ok" if error is None else error.kind,
-            "status": None if error is None else error.status,
-            "retry_after_s": None if error is None else error.retry_after,
-            "error": None if error is None else str(error.message)[:500],
-            "latency_s": round(latency_s, 6),
-            "limiter_wait_s": round(limiter_wait_s, 6),  # waiting for provider.rate_limit before sending
-            "usage": usage.to_dict(),
-            "cost_usd": self.cost(model, usage, batch_protocol=protocol if batch else None) if error is None else 0.0,
-        }
-        epoch = current_epoch()
-        if epoch is not None:  # experiment.epochs > 1: which epoch of the task made the call
-            line["epoch"] = epoch
-        if batch is not None:  # answered through a batch API (flowllm/providers/batch.py)
-            line["batch"] = {k: batch.get(k) for k in ("id", "reused", "billed_before")}
+        line = LedgerLine(
+            type="attempt",
+            ts=round(started, 6),
+            hour=hour_bucket(started),
+            call=call,
+            task_id=task_id,
+            agent=agent,
+            turn=turn,
+            user=self.user,
+            provider=provider,
+            protocol=protocol,
+            model=model,
+            attempt=attempt,
+            key=key,
+            fallback=fallback,
+            outcome="ok" if error is None else error.kind,
+            status=None if error is None else error.status,
+            retry_after_s=None if error is None else error.retry_after,
+            error=None if error is None else str(error.message)[:500],
+            latency_s=round(latency_s, 6),
+            limiter_wait_s=round(limiter_wait_s, 6),  # waiting for provider.rate_limit before sending
+            usage=usage.to_dict(),
+            cost_usd=self.cost(model, usage, batch_protocol=protocol if batch else None) if error is None else 0.0,
+            # experiment.epochs > 1: which epoch of the task made the call (None: not written)
+            epoch=current_epoch(),
+            # answered through a batch API (flowllm/providers/batch.py)
+            batch=None if batch is None else {k: batch.get(k) for k in ("id", "reused", "billed_before")},
+        )
         return self.write(line)
 
     def close(self) -> None:
@@ -280,45 +285,49 @@ class UsageLedger:
             )
         return ledger
 
+    def attempt_lines(self) -> list[LedgerLine]:
+        return [line for line in self.lines if line.type == "attempt"]
+
     def attempts(self) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line.get("type") == "attempt"]
+        """The attempt lines as JSON objects (flowllm/inspect reads them so until it moves to ``attempt_lines``)."""
+        return [line.to_dict() for line in self.attempt_lines()]
 
     def usage(self) -> Usage:
         """Tokens of every successful attempt: what the run was billed for."""
         total = Usage()
-        for line in self.attempts():
-            if line["outcome"] == "ok":
-                total = total + Usage.from_dict(line["usage"])
+        for line in self.attempt_lines():
+            if line.ok:
+                total = total + Usage.from_dict(line.usage)
         return total
 
     def summary(self) -> dict[str, Any]:
         """The ``providers`` block of ``summary.json``."""
-        attempts = self.attempts()
-        calls = [line for line in self.lines if line.get("type") == "call"]
+        attempts = self.attempt_lines()
+        calls = [line for line in self.lines if line.type == "call"]
         by: dict[str, dict[str, _Tally]] = {"provider": {}, "model": {}, "agent": {}}
         hourly: dict[tuple[str, str, str, str], _Tally] = {}
         total = _Tally()
         for line in attempts:
             total.add(line)
-            for dim, tallies in by.items():
-                tallies.setdefault(str(line[dim]), _Tally()).add(line)
-            key = (line["hour"], line["model"], line["agent"], line.get("user", ""))
+            for dim, value in (("provider", line.provider), ("model", line.model), ("agent", line.agent)):
+                by[dim].setdefault(str(value), _Tally()).add(line)
+            key = (str(line.hour), str(line.model), str(line.agent), line.user or "")
             hourly.setdefault(key, _Tally()).add(line)
-        answered: Counter[str] = Counter(str(c["provider"]) for c in calls if c["outcome"] == "ok")
+        answered: Counter[str] = Counter(str(c.provider) for c in calls if c.ok)
         breaker: dict[str, list[dict[str, Any]]] = {}
         for line in self.lines:
-            if line.get("type") == "breaker":
-                breaker.setdefault(line["provider"], []).append(
-                    {"from": line["from"], "to": line["to"], "reason": line["reason"], "ts": line["ts"]}
+            if line.type == "breaker":
+                breaker.setdefault(str(line.provider), []).append(
+                    {"from": line.from_state, "to": line.to_state, "reason": line.reason, "ts": line.ts}
                 )
         skips: dict[str, Counter[str]] = {}
         for line in self.lines:
-            if line.get("type") == "skip":
-                skips.setdefault(line["provider"], Counter())[line["reason"]] += 1
+            if line.type == "skip":
+                skips.setdefault(str(line.provider), Counter())[str(line.reason)] += 1
         keys: dict[str, Counter[str]] = {}
         for line in self.lines:
-            if line.get("type") == "key":
-                keys.setdefault(f"{line['provider']}/{line['key']}", Counter())[line["event"]] += 1
+            if line.type == "key":
+                keys.setdefault(f"{line.provider}/{line.key}", Counter())[str(line.event)] += 1
         providers = {}
         for name, tally in sorted(by["provider"].items()):
             entry = tally.to_dict()
@@ -327,14 +336,14 @@ class UsageLedger:
         usage = self.usage()
         return {
             "calls": len(calls),
-            "calls_ok": sum(1 for c in calls if c["outcome"] == "ok"),
-            "calls_failed": sum(1 for c in calls if c["outcome"] != "ok"),
-            "fallbacks_taken": sum(1 for c in calls if c["outcome"] == "ok" and c.get("fallback")),
+            "calls_ok": sum(1 for c in calls if c.ok),
+            "calls_failed": sum(1 for c in calls if not c.ok),
+            "fallbacks_taken": sum(1 for c in calls if c.ok and c.fallback),
             "attempts": total.attempts,
             "retries": total.attempts - len(calls) if calls else 0,
             **{k: v for k, v in total.to_dict().items() if k != "attempts"},
             "usage": usage.to_dict(),
-            "limiter_wait_s": round(sum(float(a.get("limiter_wait_s") or 0.0) for a in attempts), 6),
+            "limiter_wait_s": round(sum(float(a.limiter_wait_s or 0.0) for a in attempts), 6),
             "by_provider": providers,
             "by_model": {k: v.to_dict() for k, v in sorted(by["model"].items())},
             "by_agent": {k: v.to_dict() for k, v in sorted(by["agent"].items())},
@@ -360,10 +369,10 @@ class LedgerTail:
         # from_end: only what is appended from now on (this session's lines of a ledger earlier sessions wrote)
         self._offset = self.path.stat().st_size if from_end and self.path.is_file() else 0
         self._partial = b""
-        self._lines: list[dict[str, Any]] = []
+        self._lines: list[LedgerLine] = []
 
     @property
-    def lines(self) -> list[dict[str, Any]]:
+    def lines(self) -> list[LedgerLine]:
         try:
             with self.path.open("rb") as fh:
                 fh.seek(self._offset)
@@ -378,5 +387,5 @@ class LedgerTail:
             except orjson.JSONDecodeError:
                 continue
             if isinstance(entry, dict):
-                self._lines.append(entry)
+                self._lines.append(LedgerLine.from_dict(entry))
         return self._lines

@@ -47,6 +47,7 @@ from flowllm.providers.ledger import UsageLedger
 from flowllm.providers.limiter import Limiter, Unlimited
 from flowllm.providers.registry import MAIN_AGENT, RoutePlan
 from flowllm.providers.retry import RetryPolicy
+from flowllm.rundir.results import LedgerLine
 
 log = logging.getLogger(__name__)
 
@@ -396,15 +397,15 @@ class ResilientProvider(ProviderFacade):
         call.skipped.add((route.id, reason))
         context = call.context
         self.ledger.write(
-            {
-                "type": "skip",
-                "call": call.id,
-                "provider": route.id,
-                "reason": reason,
-                "task_id": context.task_id,
-                "agent": context.agent,
-                "turn": context.turn,
-            }
+            LedgerLine(
+                type="skip",
+                call=call.id,
+                provider=route.id,
+                reason=reason,
+                task_id=context.task_id,
+                agent=context.agent,
+                turn=context.turn,
+            )
         )
 
     def _end(
@@ -417,23 +418,23 @@ class ResilientProvider(ProviderFacade):
     ) -> None:
         context = call.context
         self.ledger.write(
-            {
-                "type": "call",
-                "call": call.id,
-                "task_id": context.task_id,
-                "agent": context.agent,
-                "turn": context.turn,
-                "provider": route.id if route else None,
-                "model": route.cfg.model if route else None,
-                "outcome": "ok" if error is None else error.kind,
-                "error": None if error is None else str(error)[:500],
-                "fallback": fallback,
-                "failed_providers": [pid for pid, _ in call.failures],
-                "attempts": sum(call.used.values()),
-                "breaker_wait_s": round(call.breaker_wait_s, 6),
+            LedgerLine(
+                type="call",
+                call=call.id,
+                task_id=context.task_id,
+                agent=context.agent,
+                turn=context.turn,
+                provider=route.id if route else None,
+                model=route.cfg.model if route else None,
+                outcome="ok" if error is None else error.kind,
+                error=None if error is None else str(error)[:500],
+                fallback=fallback,
+                failed_providers=[pid for pid, _ in call.failures],
+                attempts=sum(call.used.values()),
+                breaker_wait_s=round(call.breaker_wait_s, 6),
                 # Time of the call not spent in a request: rate limits, a resting key, retries' back-off, breakers.
-                "wait_s": round(max(0.0, time.perf_counter() - call.started - call.sending_s), 6),
-            }
+                wait_s=round(max(0.0, time.perf_counter() - call.started - call.sending_s), 6),
+            )
         )
 
     def summary(self) -> dict[str, Any]:
@@ -452,6 +453,6 @@ def breaker_listener(ledger: UsageLedger) -> Callable[[Transition], None]:
     def on_transition(transition: Transition) -> None:
         t = transition
         log.warning("provider '%s': circuit %s -> %s (%s)", t.provider, t.old, t.new, t.reason)
-        ledger.write({"type": "breaker", **transition.to_dict(), "ts": transition.at})
+        ledger.write(LedgerLine.from_dict({"type": "breaker", **transition.to_dict(), "ts": transition.at}))
 
     return on_transition

@@ -13,6 +13,7 @@ from typing import Any
 from flowllm.providers.ledger import UsageLedger
 from flowllm.run.outcome import BUDGET, TaskOutcome
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import RunSummary
 from flowllm.spend.pricing import PriceTable
 from flowllm.spend.spending import RunBill, RunBudget, SpendBook
 from flowllm.spend.task_usage import TaskBill
@@ -59,25 +60,23 @@ def budget_summary(
     }
 
 
-def budget_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+def budget_rows(summary: RunSummary) -> list[tuple[str, str]]:
     """The console's lines about limits and the budget (none when no cap acted)."""
     rows: list[tuple[str, str]] = []
-    limits = summary.get("limits") or {}
-    if limits:
-        shown = ", ".join(f"{name}: {count}" for name, count in limits.items())
-        rows.append(("ended by a limit", f"{summary.get('limited', 0)} ({shown})"))
-    budget = summary.get("budget") or {}
-    if budget.get("ended_run"):
-        stopped = budget.get("stopped_tasks") or {}
-        rows.append(("[red]budget", f"[red]the budget ended the run: {budget.get('reason')}"))
-        for task_id, used in stopped.items():
+    if summary.limits:
+        shown = ", ".join(f"{name}: {count}" for name, count in summary.limits.items())
+        rows.append(("ended by a limit", f"{summary.limited} ({shown})"))
+    budget = summary.budget
+    if budget is not None and budget.ended_run:
+        rows.append(("[red]budget", f"[red]the budget ended the run: {budget.reason}"))
+        for task_id, used in budget.stopped_tasks.items():
             cost = used.get("cost_usd")
             money = f", ${cost:.4f}" if cost is not None else ""
             rows.append(("  stopped", f"{task_id}: {used.get('tokens', 0):,} tokens{money}, {used.get('turns')} turns"))
         rows.append(
             (
                 "  resume",
-                f"{budget.get('not_started', 0)} not started; rerun into this folder with a higher "
+                f"{budget.not_started} not started; rerun into this folder with a higher "
                 "experiment.budget to run the rest",
             )
         )
@@ -88,9 +87,9 @@ def batch_cost(cost: Mapping[str, Any], prices: PriceTable, protocol: str, run_d
     """``summary.json``'s ``cost`` in batch mode (provider.batch): ``batch_factor`` when every billed call went
     through a batch (the ledger prices each call as it was made: ``billed_cost`` gives the total)."""
     out = dict(cost)
-    ok = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempts() if a.get("outcome") == "ok"]
+    ok = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempt_lines() if a.ok]
     factor = prices.batch_factor(protocol)
-    if factor is not None and ok and all(a.get("batch") for a in ok):
+    if factor is not None and ok and all(a.batch for a in ok):
         out["batch_factor"] = factor
     return out
 

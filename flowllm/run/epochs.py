@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowllm.config.schema import Reducer
+from flowllm.rundir.results import TaskResult
 from flowllm.scoring.scorers import normalize_answer
 from flowllm.scoring.stats import reduce_epochs
 from flowllm.scoring.tally import is_finished
@@ -46,13 +47,14 @@ def epoch_score(score: float | None) -> bool | None:
     return None if score is None else score >= 0.5
 
 
-def epoch_summary(result: Mapping[str, Any]) -> str | None:
+def epoch_summary(result: TaskResult | Mapping[str, Any]) -> str | None:
     """One line about a ``result.json``'s epochs (None without epochs): ``3, mean 66.7%: 1 yes (42), 2 no
     (41), 3 yes (42)``; each epoch's turns are under ``epochs/<n>/`` of the task."""
-    log = result.get("epoch_log")
-    if int(result.get("epochs") or 1) <= 1 or not isinstance(log, list):
+    result = TaskResult.coerce(result)
+    log = result.epoch_log
+    if int(result.epochs or 1) <= 1 or not isinstance(log, list):
         return None
-    score = result.get("score")
+    score = result.score
     shown = "not scored" if not isinstance(score, (int, float)) else f"{100 * float(score):.1f}%"
     verdicts = epoch_verdicts(log)
     parts = []
@@ -60,4 +62,4 @@ def epoch_summary(result: Mapping[str, Any]) -> str | None:
         word = "not scored" if verdict is None else "yes" if verdict else "no"
         answer = entry.get("answer")
         parts.append(f"{entry.get('epoch')} {word}" + (f" ({answer})" if answer is not None else ""))
-    return f"{result.get('epochs')}, {result.get('epoch_reducer') or 'mean'} {shown}: " + ", ".join(parts)
+    return f"{result.epochs}, {result.epoch_reducer or 'mean'} {shown}: " + ", ".join(parts)

@@ -10,8 +10,10 @@ the tasks it hurt, each ``result.json`` carries its own count, and the run's sum
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Protocol
+
+from flowllm.rundir.results import InfraFailures
 
 
 class _HasCauses(Protocol):
@@ -36,11 +38,9 @@ def infra_tool_failures(outcomes: Iterable[_HasCauses]) -> dict[str, Any]:
     }
 
 
-def infra_row(summary: Mapping[str, Any]) -> str | None:
+def infra_row(block: InfraFailures | None) -> str | None:
     """The summary table's line for them (None when there were none, or an older summary lacks the count)."""
-    block = summary.get("infra_tool_failures")
-    if not isinstance(block, Mapping) or not block.get("total"):
+    if block is None or not block.total:
         return None
-    causes = ", ".join(f"{cause} {n}" for cause, n in block.get("by_cause", {}).items())
-    hurt = len(block.get("tasks", []))
-    return f"{block['total']} ({causes}) in {hurt} task(s): infrastructure, not the model"
+    causes = ", ".join(f"{cause} {n}" for cause, n in block.by_cause.items())
+    return f"{block.total} ({causes}) in {len(block.tasks)} task(s): infrastructure, not the model"

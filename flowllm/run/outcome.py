@@ -20,6 +20,7 @@ from flowllm.engine.recorder import read_json
 from flowllm.run.epochs import epoch_score, reduce_entries
 from flowllm.run.replay_audit import is_scored
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import TaskResult, result_problems
 from flowllm.scoring import Score
 from flowllm.scoring.scorers import RuleScore
 from flowllm.scoring.tally import known_score
@@ -79,38 +80,43 @@ class TaskOutcome:
     # Seconds this attempt's own tool servers spent starting (inside its wall time, apart from the calls).
     _tools_start_s: float = field(default=0.0, repr=False)
 
+    def to_result(self) -> TaskResult:
+        """``result.json`` as a record: the keys of a limit or budget stop, epochs and a replay only when they apply."""
+        return TaskResult(
+            task_id=self.task_id,
+            status=self.status,
+            answer=self.answer,
+            ground_truth=self.ground_truth,
+            correct=self.correct,
+            turns=self.turns,
+            usage=self.usage.to_dict(),
+            error=self.error,
+            level=self.level,
+            stop=self.stop,
+            tool_calls=self.tool_calls,
+            bad_tool_calls=self.bad_tool_calls,
+            failed_tool_calls=self.failed_tool_calls,
+            infra_tool_failures=sum(self.infra_tool_failure_causes.values()),
+            infra_tool_failure_causes=dict(sorted(self.infra_tool_failure_causes.items())),
+            repairs=dict(sorted(self.repairs.items())),
+            attempts=self.attempts,
+            attempt_log=self.attempt_log,
+            replay=self.replay,
+            epochs=self.epochs,
+            epoch_reducer=self.epoch_reducer,
+            epoch_log=self.epoch_log,
+            score=self.score,
+            limit=self.limit,
+            halt_detail=self.halt_detail,
+            scored=self.scored,
+            score_error=self.score_error,
+            verdict=self.verdict,
+            judge=self.judge,
+            categories=self.categories,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {"replay": self.replay} if self.replay is not None else {}
-        if self.epochs > 1:
-            extra.update(epochs=self.epochs, epoch_reducer=self.epoch_reducer, epoch_log=self.epoch_log)
-            extra["score"] = self.score
-        if self.status in (LIMIT, BUDGET):
-            extra.update(limit=self.limit, halt_detail=self.halt_detail, scored=self.scored)
-        return {
-            "task_id": self.task_id,
-            "status": self.status,
-            "answer": self.answer,
-            "ground_truth": self.ground_truth,
-            "correct": self.correct,
-            "turns": self.turns,
-            "usage": self.usage.to_dict(),
-            "error": self.error,
-            "level": self.level,
-            "stop": self.stop,
-            "tool_calls": self.tool_calls,
-            "bad_tool_calls": self.bad_tool_calls,
-            "failed_tool_calls": self.failed_tool_calls,
-            "infra_tool_failures": sum(self.infra_tool_failure_causes.values()),
-            "infra_tool_failure_causes": dict(sorted(self.infra_tool_failure_causes.items())),
-            "repairs": dict(sorted(self.repairs.items())),
-            "attempts": self.attempts,
-            "attempt_log": self.attempt_log,
-            **extra,
-            "score_error": self.score_error,
-            "verdict": self.verdict,
-            "judge": self.judge,
-            "categories": self.categories,
-        }
+        return self.to_result().to_dict()
 
     def apply_score(self, score: Score) -> None:
         self.correct = score.correct
@@ -128,10 +134,44 @@ class TaskOutcome:
         }
 
     @classmethod
+    def from_result(cls, result: TaskResult) -> TaskOutcome:
+        """The outcome a ``result.json`` records (its timings are in ``timing.json``, not here)."""
+        return cls(
+            task_id=result.task_id,
+            status=result.status,
+            answer=result.answer,
+            ground_truth=result.ground_truth,
+            correct=result.correct,
+            turns=result.turns,
+            usage=Usage.from_dict(result.usage),
+            error=result.error,
+            level=result.level,
+            stop=result.stop,
+            tool_calls=result.tool_calls,
+            bad_tool_calls=result.bad_tool_calls,
+            failed_tool_calls=result.failed_tool_calls,
+            infra_tool_failure_causes=dict(result.infra_tool_failure_causes),
+            repairs=dict(result.repairs),
+            attempts=result.attempts,
+            attempt_log=result.attempt_log,
+            replay=result.replay,
+            epochs=result.epochs,
+            epoch_log=result.epoch_log,
+            epoch_reducer=result.epoch_reducer,
+            score=result.score,
+            score_error=result.score_error,
+            verdict=result.verdict,
+            judge=result.judge,
+            categories=result.categories,
+            limit=result.limit,
+            halt_detail=result.halt_detail,
+            scored=result.scored,
+            wall_seconds=float(result.wall_seconds or 0.0),
+        )
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskOutcome:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        known["usage"] = Usage.from_dict(data.get("usage"))
-        return cls(**known)
+        return cls.from_result(TaskResult.from_dict(data))
 
     @property
     def task_score(self) -> float | None:
@@ -183,12 +223,13 @@ def read_outcome(path: Path, task: Task | None = None, rescore: RuleScore | None
         log.warning("%s cannot be read (%s); the task runs again", path, exc)
         return None
     problems = outcome_problems(data)
-    if task is not None and not problems and data["task_id"] != task.task_id:
-        problems = [f"task_id is {data['task_id']!r}, not {task.task_id!r}"]
-    if problems:
+    result = TaskResult.from_dict(data) if not problems else None
+    if result is not None and task is not None and result.task_id != task.task_id:
+        problems = [f"task_id is {result.task_id!r}, not {task.task_id!r}"]
+    if result is None or problems:
         log.warning("%s is not a valid result (%s); the task runs again", path, "; ".join(problems[:3]))
         return None
-    outcome = TaskOutcome.from_dict(data)
+    outcome = TaskOutcome.from_result(result)
     if task is not None and rescore is not None and outcome.epochs > 1:
         _rescore_epochs(outcome, task, rescore)
     elif task is not None and rescore is not None:
@@ -232,61 +273,22 @@ def _epoch_verdict(entry: dict[str, Any], task: Task, rescore: RuleScore) -> boo
     return unscored_or(task, False)
 
 
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "task_id": (str,),
-    "status": (str,),
-    "correct": (bool,),  # or null: unscored (_NULLABLE)
-    "turns": (int,),
-    "tool_calls": (int,),
-    "bad_tool_calls": (int,),
-    "failed_tool_calls": (int,),
-    "attempts": (int,),
-    "wall_seconds": (int, float),
-    "usage": (dict,),
-    "repairs": (dict,),
-    "attempt_log": (list,),
-}
-_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
-    "answer": (str,),
-    "ground_truth": (str,),
-    "error": (str,),
-    "level": (int,),
-    "stop": (str,),
-    "limit": (str,),
-    "halt_detail": (str,),
-}
-
-
-# Present in every result.json, but null when not known: a task without ground truth is unscored.
-_NULLABLE = frozenset({"correct"})
-
-
 def outcome_problems(data: Any) -> list[str]:
-    """What makes ``data`` not a ``result.json`` this version wrote (empty: it is one)."""
-    if not isinstance(data, dict):
-        return [f"expected a JSON object, got {type(data).__name__}"]
-    problems = []
-    for name, types in (*_FIELD_TYPES.items(), *_OPTIONAL_TYPES.items()):
-        if name not in data:
-            if name in _FIELD_TYPES and name not in ("attempts", "attempt_log", "repairs", "wall_seconds"):
-                problems.append(f"{name} is missing")
-            continue
-        value = data[name]
-        if value is None and (name in _OPTIONAL_TYPES or name in _NULLABLE):
-            continue
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            problems.append(f"{name}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.40}")
-    if not problems:
-        if data["status"] not in STATUSES:
-            problems.append(f"status is {data['status']!r}, not one of {', '.join(STATUSES)}")
-        if data["turns"] < 0 or data["tool_calls"] < 0:
-            problems.append("a count is negative")
-        usage = data["usage"]
-        counts = [v for k, v in usage.items() if k.endswith("_tokens")]
-        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in counts):
-            problems.append("usage holds a token count that is not a whole number")
-        if any(not isinstance(v, int) or isinstance(v, bool) for v in data.get("repairs", {}).values()):
-            problems.append("repairs holds a count that is not a whole number")
+    """What makes ``data`` not a ``result.json`` this version wrote (empty: it is one): its keys' types
+    (flowllm/rundir/results.py), then its status and counts."""
+    problems = result_problems(data)
+    if problems:
+        return problems
+    result = TaskResult.from_dict(data)
+    if result.status not in STATUSES:
+        problems.append(f"status is {result.status!r}, not one of {', '.join(STATUSES)}")
+    if result.turns < 0 or result.tool_calls < 0:
+        problems.append("a count is negative")
+    counts = [v for k, v in result.usage.items() if k.endswith("_tokens")]
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in counts):
+        problems.append("usage holds a token count that is not a whole number")
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in result.repairs.values()):
+        problems.append("repairs holds a count that is not a whole number")
     return problems
 
 

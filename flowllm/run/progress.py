@@ -33,6 +33,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from flowllm.core.types import Usage
+from flowllm.rundir.results import LedgerLine
 from flowllm.scoring.tally import is_finished
 
 if TYPE_CHECKING:
@@ -66,16 +68,16 @@ class LedgerTally:
                     self._count(line)
                 self._seen[index] = end
 
-    def _count(self, line: dict[str, Any]) -> None:
-        if line.get("type") != "attempt" or line.get("outcome") != "ok":
+    def _count(self, line: LedgerLine) -> None:
+        if line.type != "attempt" or not line.ok:
             return
-        usage = line.get("usage") or {}
+        usage = Usage.from_dict(line.usage)
         self.calls += 1
-        self.tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-        if line.get("cost_usd") is None:
+        self.tokens += int(usage.input_tokens or 0) + int(usage.output_tokens or 0)
+        if line.cost_usd is None:
             self.priced = False
         else:
-            self.cost_usd += float(line["cost_usd"])
+            self.cost_usd += float(line.cost_usd)
 
 
 class _SpendColumn(ProgressColumn):

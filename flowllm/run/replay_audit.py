@@ -200,13 +200,13 @@ class ReplayAudit:
 FORK_HINT = "provider.fork=live"
 
 
-def effect_not_known(replay: Mapping[str, Any]) -> str | None:
+def effect_not_known(unknown: int, scored: int) -> str | None:
     """What a replay's headline must say when some tasks did not replay (diverged, missing, unverified): the
-    accuracy is over the others only, and the change's effect on these is not known. None: every task scored."""
-    unknown = int(replay.get("unscored") or 0)
+    accuracy is over the ``scored`` others only, and the change's effect on the ``unknown`` is not known. None:
+    every task scored."""
     if not unknown:
         return None
-    total = unknown + int(replay.get("scored") or 0)
+    total = unknown + scored
     return (
         f"the change's effect on {unknown} of {total} tasks is not known (they did not replay exactly): "
         f"rerun with {FORK_HINT} to score them live"
@@ -242,5 +242,5 @@ def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) ->
         "accuracy_scored": round(scored_correct / scored, 4) if scored else None,
         "live_calls": live_calls,
     }
-    out["effect_not_known"] = effect_not_known(out)
+    out["effect_not_known"] = effect_not_known(len(verdicts) - scored, scored)
     return out

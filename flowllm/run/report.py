@@ -13,11 +13,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flowllm.core.types import Usage
 from flowllm.run.budget_report import budget_rows
 from flowllm.run.infra import infra_row
 from flowllm.run.replay_audit import effect_not_known
 from flowllm.run.stats import stats_rows
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
+from flowllm.rundir.results import CostBlock, RunSummary
 from flowllm.scoring.tally import accuracy_text
 from flowllm.spend.fork_accounting import fork_rows
 from flowllm.spend.task_usage import TaskBill
@@ -43,22 +45,23 @@ def format_usd(value: float | None) -> str:
     return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
 
 
-def cost_text(cost: Mapping[str, Any]) -> str:
+def cost_text(cost: CostBlock | Mapping[str, Any]) -> str:
     """``summary.json``'s ``cost`` in one line: what this run folder was billed, split agent / judge (a replay:
     the saved run's cost beside it, named so)."""
-    total = cost.get("total_usd")
-    if total is None:
-        return f"- ({cost.get('note') or 'a billed model has no price'})"
-    estimated = " (estimated token counts)" if cost.get("estimated_tokens") else ""
-    if "agent_usd" not in cost:  # a summary of older runs: the finished tasks' tokens at the model's price
-        note = f": {cost['note']}" if cost.get("replayed") and cost.get("note") else ""
-        return f"{format_usd(total)} ({cost.get('model')}){estimated}{note}"
-    split = f"agent {format_usd(cost.get('agent_usd'))}"
-    if cost.get("judge_usd"):
-        split += f", judge {format_usd(cost.get('judge_usd'))}"
-    text = f"{format_usd(total)} billed in this run folder ({split}; {cost.get('model')}){estimated}"
-    if cost.get("replayed"):
-        text += f"; the saved run's cost: {format_usd(cost.get('saved_run_usd'))}"
+    cost = cost if isinstance(cost, CostBlock) else CostBlock.from_dict(dict(cost))
+    if cost.total_usd is None:
+        return f"- ({cost.note or 'a billed model has no price'})"
+    estimated = " (estimated token counts)" if cost.estimated_tokens else ""
+    if cost.agent_usd is None and (cost.loaded_keys is None or "agent_usd" not in cost.loaded_keys):
+        # a summary of older runs: the finished tasks' tokens at the model's price
+        note = f": {cost.note}" if cost.replayed and cost.note else ""
+        return f"{format_usd(cost.total_usd)} ({cost.model}){estimated}{note}"
+    split = f"agent {format_usd(cost.agent_usd)}"
+    if cost.judge_usd:
+        split += f", judge {format_usd(cost.judge_usd)}"
+    text = f"{format_usd(cost.total_usd)} billed in this run folder ({split}; {cost.model}){estimated}"
+    if cost.replayed:
+        text += f"; the saved run's cost: {format_usd(cost.saved_run_usd)}"
     return text
 
 
@@ -126,113 +129,112 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     return table
 
 
-def headline_accuracy(summary: Mapping[str, Any]) -> str:
+def headline_accuracy(summary: RunSummary | Mapping[str, Any]) -> str:
     """``80.0% (8/10 scored)``, then what it leaves out: unscored tasks (no ground truth) and unfinished ones.
     Counted as every breakdown is (flowllm/scoring/tally.py); a summary written before ``scored`` existed
     counted every task."""
-    scored = summary.get("scored", summary.get("tasks"))
-    text = accuracy_text(summary.get("correct"), scored, summary.get("accuracy"))
+    summary = RunSummary.coerce(summary)
+    text = accuracy_text(summary.correct, summary.scored_count, summary.accuracy)
     notes = []
-    if summary.get("unscored"):
-        notes.append(f"{summary['unscored']} unscored: no ground truth")
-    if summary.get("unfinished") and "scored" in summary:
-        notes.append(f"{summary['unfinished']} unfinished, not counted")
+    if summary.unscored:
+        notes.append(f"{summary.unscored} unscored: no ground truth")
+    if summary.unfinished and summary.scored is not None:
+        notes.append(f"{summary.unfinished} unfinished, not counted")
     return f"{text}; {'; '.join(notes)}" if notes else text
 
 
-def accuracy_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def accuracy_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, str]]:
     """The accuracy line, and for a replay the exact/forked/diverged counts it is scored on (replay_audit.py)."""
-    replay = summary.get("replay")
+    summary = RunSummary.coerce(summary)
+    replay = summary.replay
     if replay is None:
         return [("accuracy", headline_accuracy(summary))]
     # A replay is scored on the tasks whose every reply answered the request it was given (exact, and a fork's
     # forked tasks); a diverged task's replies answered another conversation: its score is not known.
-    exact, forked = replay.get("exact", 0), replay.get("forked", 0)
-    scored = replay.get("scored", exact)
-    correct = replay.get("scored_correct", replay.get("exact_correct", 0))
-    acc = summary.get("accuracy")
+    exact, forked = replay.exact, replay.forked
+    scored = exact if replay.scored is None else replay.scored
+    correct = replay.exact_correct if replay.scored_correct is None else replay.scored_correct
     what = "exact + forked" if forked else "exact replays"
-    shown = f"{correct / scored:.1%} ({correct}/{scored} scored: {what})" if acc is not None and scored else None
+    shown = (
+        f"{correct / scored:.1%} ({correct}/{scored} scored: {what})"
+        if summary.accuracy is not None and scored
+        else None
+    )
     counts = f"{exact} exact, "
-    if forked or summary.get("fork") is not None:
+    if forked or summary.fork is not None:
         counts += f"{forked} forked, "
     counts += (
-        f"{replay.get('diverged', 0)} diverged, {replay.get('missing', 0)} missing, "
-        f"{replay.get('unverified', 0)} unverified ({replay.get('unscored', 0)} unscored)"
+        f"{replay.diverged} diverged, {replay.missing} missing, "
+        f"{replay.unverified} unverified ({replay.unscored} unscored)"
     )
     headline = shown or "unknown: no task was scored (none replayed exactly)"
-    not_known = effect_not_known(replay)
+    not_known = effect_not_known(replay.unscored, scored)
     if not_known:  # said with the figure: it is not the change's effect on the whole run
         headline += f"; {not_known}"
     return [
         ("accuracy", headline),
         ("replay", counts),
-        *fork_rows(summary),
+        *fork_rows(summary.fork),
     ]
 
 
-def summary_rows(summary: dict[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
-    usage = summary["usage"]
-    tokens = summary.get("tokens", {})
-    rows = accuracy_rows(summary)
-    for level, data in summary.get("by_level", {}).items():
-        name = "no level" if level == "None" else f"level {level}"
-        rows.append((f"  {name}", accuracy_text(data["correct"], data.get("scored", data["tasks"]), data["accuracy"])))
-    rows.extend(stats_rows(summary))
-    if summary.get("attempts", 1) > 1:
-        rows.append(
-            ("attempts (retry until correct)", f"k={summary['attempts']}, {summary.get('attempts_used', 0)} run")
-        )
-    finished = f"{summary['completed']} / {summary['failed']}"
-    if summary.get("unfinished"):
-        finished += f" ({summary['unfinished']} unfinished)"
-    rows.append(("completed / failed", finished))
-    rows.extend(budget_rows(summary))
-    if summary.get("resumed"):
-        rows.append(("resumed", f"{plural(summary['resumed'], 'task')} already completed by an earlier run"))
-    made = summary.get("tool_calls_made", summary["tool_calls"] + summary["bad_tool_calls"])
-    parsed = summary.get("tool_calls_parsed", summary["tool_calls"])
-    rate = f" ({summary['parse_rate']:.1%})" if summary.get("parse_rate") is not None else ""
-    rows.append(("tool calls made / parsed", f"{made} / {parsed}{rate}"))
-    rows.append(("repairs by stage", ", ".join(f"{k}: {v}" for k, v in summary["repairs"].items()) or "-"))
+def _token_rows(summary: RunSummary) -> list[tuple[str, str]]:
+    usage = Usage.from_dict(summary.usage)
+    uncached = summary.tokens.get("input_uncached", usage.input_tokens)
     # Estimated counts (a server that reported none) are flagged on every token row, priced or not.
-    estimated = " [yellow](estimated)[/yellow]" if usage.get("estimated") else ""
-    rows.append(
-        (
-            "tokens in (uncached) / out",
-            f"{usage['input_tokens']:,} ({tokens.get('input_uncached', usage['input_tokens']):,}) / "
-            f"{usage['output_tokens']:,}{estimated}",
-        )
-    )
-    billed = (summary.get("providers") or {}).get("usage") or {}
-    if (
-        billed
-        and billed.get("input_tokens", 0) + billed.get("output_tokens", 0)
-        != usage["input_tokens"] + usage["output_tokens"]
-    ):
-        flag = " [yellow](estimated)[/yellow]" if billed.get("estimated") else ""
+    estimated = " [yellow](estimated)[/yellow]" if usage.estimated else ""
+    rows = [
+        ("tokens in (uncached) / out", f"{usage.input_tokens:,} ({uncached:,}) / {usage.output_tokens:,}{estimated}")
+    ]
+    billed_block = summary.providers.get("usage")  # the ledger's, every call: flowllm/providers/ledger.py
+    billed = Usage.from_dict(billed_block)
+    if billed_block and billed.input_tokens + billed.output_tokens != usage.input_tokens + usage.output_tokens:
+        flag = " [yellow](estimated)[/yellow]" if billed.estimated else ""
         rows.append(
             (
                 "billed tokens in / out",
-                f"{billed.get('input_tokens', 0):,} / {billed.get('output_tokens', 0):,} "
-                f"(every call, failed tasks included){flag}",
+                f"{billed.input_tokens:,} / {billed.output_tokens:,} (every call, failed tasks included){flag}",
             )
         )
-    rows.append(("cache read / write", f"{usage['cache_read_tokens']:,} / {usage['cache_write_tokens']:,}"))
-    if usage.get("reasoning_tokens"):
-        rows.append(("reasoning (part of out)", f"{usage['reasoning_tokens']:,}"))
-    cost = summary.get("cost") or {}
-    if cost:
-        rows.append(("cost", cost_text(cost)))
-    if summary.get("acted") is not None:
-        rows.append(("what acted", acted_row(summary["acted"])))
-    infra = infra_row(summary)
+    rows.append(("cache read / write", f"{usage.cache_read_tokens:,} / {usage.cache_write_tokens:,}"))
+    if usage.reasoning_tokens:
+        rows.append(("reasoning (part of out)", f"{usage.reasoning_tokens:,}"))
+    return rows
+
+
+def summary_rows(summary: RunSummary | Mapping[str, Any], run_dir: Path | None = None) -> list[tuple[str, str]]:
+    summary = RunSummary.coerce(summary)
+    rows = accuracy_rows(summary)
+    for level, data in summary.by_level.items():
+        name = "no level" if level == "None" else f"level {level}"
+        rows.append((f"  {name}", accuracy_text(data.correct, data.scored_count, data.accuracy)))
+    rows.extend(stats_rows(summary))
+    if summary.attempts > 1:
+        rows.append(("attempts (retry until correct)", f"k={summary.attempts}, {summary.attempts_used} run"))
+    finished = f"{summary.completed} / {summary.failed}"
+    if summary.unfinished:
+        finished += f" ({summary.unfinished} unfinished)"
+    rows.append(("completed / failed", finished))
+    rows.extend(budget_rows(summary))
+    if summary.resumed:
+        rows.append(("resumed", f"{plural(summary.resumed, 'task')} already completed by an earlier run"))
+    made = summary.tool_calls + summary.bad_tool_calls if summary.tool_calls_made is None else summary.tool_calls_made
+    parsed = summary.tool_calls if summary.tool_calls_parsed is None else summary.tool_calls_parsed
+    rate = f" ({summary.parse_rate:.1%})" if summary.parse_rate is not None else ""
+    rows.append(("tool calls made / parsed", f"{made} / {parsed}{rate}"))
+    rows.append(("repairs by stage", ", ".join(f"{k}: {v}" for k, v in summary.repairs.items()) or "-"))
+    rows.extend(_token_rows(summary))
+    if summary.cost is not None:
+        rows.append(("cost", cost_text(summary.cost)))
+    if summary.acted is not None:
+        rows.append(("what acted", acted_row(summary.acted)))
+    infra = infra_row(summary.infra_tool_failures)
     if infra is not None:
         rows.append(("[yellow]tool calls failed by infrastructure", f"[yellow]{infra}"))
-    rows.append(("wall time", f"{summary['wall_seconds']:.1f}s"))
+    rows.append(("wall time", f"{summary.wall_seconds:.1f}s"))
     if run_dir is not None:
         rows.append(("run directory", str(run_dir)))
-    if summary.get("interrupted"):
+    if summary.interrupted:
         rows.insert(0, ("[red]interrupted", "[red]yes: rerun with the same hydra.run.dir to resume"))
     return rows
 
@@ -398,7 +400,7 @@ def acted_row(acted: Mapping[str, Any]) -> str:
 
 
 def print_summary(
-    summary: dict[str, Any],
+    summary: RunSummary | Mapping[str, Any],
     outcomes: Sequence[Any],
     run_dir: Path,
     console: Console | None = None,

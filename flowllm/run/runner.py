@@ -68,6 +68,7 @@ from flowllm.rundir.layout import (
     TURN_GLOB,
     WORKSPACE_DIR,
 )
+from flowllm.rundir.results import CostBlock, InfraFailures, LevelTally, ReplayBlock, RunSummary
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.scoring.tally import ACCURACY_OF, finished, score_tally
@@ -598,7 +599,7 @@ def summarize(
     model: str | None = None,
     prices: PriceTable | None = None,
     attempts: int = 1,
-) -> dict[str, Any]:
+) -> RunSummary:
     """The run's ``summary.json``: accuracy overall and by level, tool calls, repairs, tokens, cost, time.
 
     Accuracy, overall and by level, is over the scored tasks: those that finished (completed, or failed: a
@@ -622,46 +623,45 @@ def summarize(
     cost = cost_summary(usage, model, prices)
     replay = replay_summary([(o.replay, o.correct) for o in finished(outcomes)])
     accuracy = tally["accuracy"]
-    extra: dict[str, Any] = {}
+    accuracy_of = ACCURACY_OF
     if replay is not None:
         # A replay's tokens are the saved run's, served again: nothing was spent to get them (a fork's live
         # calls are billed in usage.jsonl; fork_accounting puts them here). The saved run's cost is its own.
         saved = cost["total_usd"]
         note = "this run billed no replayed call; saved_run_usd: what the saved run paid for these answers"
         cost = {**cost, "total_usd": 0.0, "replayed": True, "saved_run_usd": saved, "note": note}
-        extra = {"replay": replay}
         accuracy = replay["accuracy_scored"]
         if replay["effect_not_known"]:  # the headline figure leaves out the tasks that did not replay: say so
-            extra["accuracy_of"] = f"{ACCURACY_OF}; {replay['effect_not_known']}"
-    return {
-        "tasks": total,
-        "finished": sum(1 for o in outcomes if o.status != BUDGET),
-        "completed": len(completed),
-        "failed": sum(1 for o in outcomes if o.status == FAILED),
+            accuracy_of = f"{ACCURACY_OF}; {replay['effect_not_known']}"
+    return RunSummary(
+        tasks=total,
+        finished=sum(1 for o in outcomes if o.status != BUDGET),
+        completed=len(completed),
+        failed=sum(1 for o in outcomes if o.status == FAILED),
         # Ended by a per-task limit (finished, scored on their answer), counted per limit.
-        "limited": sum(1 for o in outcomes if o.status == LIMIT),
-        "limits": dict(sorted(Counter(str(o.limit) for o in outcomes if o.status == LIMIT).items())),
-        "unfinished": total - sum(1 for o in outcomes if o.status != BUDGET),
-        "resumed": resumed,
-        "correct": tally["correct"],
-        "scored": tally["scored"],
-        "unscored": tally["unscored"],
-        "accuracy": accuracy,
-        "accuracy_of": ACCURACY_OF,
-        "by_level": {level: score_tally(group) for level, group in sorted(by_level.items())},
-        "attempts": attempts,
-        "attempts_used": sum(o.attempts for o in outcomes),
-        "turns": sum(o.turns for o in outcomes),
-        "tool_calls": calls,
-        "bad_tool_calls": bad,
-        "failed_tool_calls": sum(o.failed_tool_calls for o in outcomes),
-        **infra_tool_failures(outcomes),
-        "tool_calls_made": made,
-        "tool_calls_parsed": parsed,
-        "parse_rate": round(parsed / made, 4) if made else None,
-        "repairs": dict(sorted(repairs.items())),
-        "usage": usage.to_dict(),
-        "tokens": {
+        limited=sum(1 for o in outcomes if o.status == LIMIT),
+        limits=dict(sorted(Counter(str(o.limit) for o in outcomes if o.status == LIMIT).items())),
+        unfinished=total - sum(1 for o in outcomes if o.status != BUDGET),
+        resumed=resumed,
+        correct=tally["correct"],
+        scored=tally["scored"],
+        unscored=tally["unscored"],
+        accuracy=accuracy,
+        accuracy_of=accuracy_of,
+        by_level={level: LevelTally.from_dict(score_tally(group)) for level, group in sorted(by_level.items())},
+        attempts=attempts,
+        attempts_used=sum(o.attempts for o in outcomes),
+        turns=sum(o.turns for o in outcomes),
+        tool_calls=calls,
+        bad_tool_calls=bad,
+        failed_tool_calls=sum(o.failed_tool_calls for o in outcomes),
+        infra_tool_failures=InfraFailures.from_dict(infra_tool_failures(outcomes)["infra_tool_failures"]),
+        tool_calls_made=made,
+        tool_calls_parsed=parsed,
+        parse_rate=round(parsed / made, 4) if made else None,
+        repairs=dict(sorted(repairs.items())),
+        usage=usage.to_dict(),
+        tokens={
             "input_uncached": uncached_input(usage),
             "cache_read": usage.cache_read_tokens,
             "cache_write": usage.cache_write_tokens,
@@ -669,9 +669,9 @@ def summarize(
             "reasoning": usage.reasoning_tokens,
             "total": usage.total_tokens,
         },
-        "cost": cost,
-        "cost_usd": cost["total_usd"],
-        "wall_seconds": round(wall_seconds, 3),
-        "interrupted": interrupted,
-        **extra,
-    }
+        cost=CostBlock.from_dict(cost),
+        cost_usd=cost["total_usd"],
+        wall_seconds=round(wall_seconds, 3),
+        interrupted=interrupted,
+        replay=None if replay is None else ReplayBlock.from_dict(replay),
+    )

@@ -16,7 +16,8 @@ from flowllm.config.schema import IntervalMethod, Reducer
 from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
 from flowllm.run.epochs import epoch_verdict
-from flowllm.scoring.stats import CONFIDENCE, StatsSettings, TaskScore, estimate, format_estimate, pass_curves
+from flowllm.rundir.results import RunSummary, StatsBlock, TaskResult
+from flowllm.scoring.stats import CONFIDENCE, Estimate, StatsSettings, TaskScore, estimate, format_estimate, pass_curves
 from flowllm.scoring.tally import finished, known_score
 
 __all__ = ["check_stats", "run_stats", "score_map", "stats_rows", "stats_settings", "task_scores"]
@@ -134,49 +135,49 @@ def run_stats(
     return out
 
 
-def score_map(results: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """task id -> score of the scored tasks among ``result.json`` dicts (for paired comparisons)."""
+def score_map(results: Iterable[TaskResult | Mapping[str, Any]]) -> dict[str, float]:
+    """task id -> score of the scored tasks among ``result.json`` records (for paired comparisons)."""
     scores: dict[str, float] = {}
     for data in results:
+        result = TaskResult.coerce(data)
         value = known_score(
-            status=data.get("status"),
-            replay=data.get("replay") if isinstance(data.get("replay"), Mapping) else None,
-            correct=data.get("correct") if isinstance(data.get("correct"), bool) else None,
-            score_error=data.get("score_error"),
-            epochs=int(data.get("epochs") or 1),
-            score=data.get("score"),
+            status=result.status,
+            replay=result.replay if isinstance(result.replay, Mapping) else None,
+            correct=result.correct if isinstance(result.correct, bool) else None,
+            score_error=result.score_error,
+            epochs=int(result.epochs or 1),
+            score=result.score,
         )
         if value is not None:
-            scores[str(data["task_id"])] = value
+            scores[str(result.task_id)] = value
     return scores
 
 
-def stats_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+def stats_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, str]]:
     """The console's rows for ``summary.json → stats``: the accuracy over scored tasks with its standard error
     and 95% interval, per level, and the epochs' pass@k / pass^k."""
-    stats = summary.get("stats")
-    if not isinstance(stats, Mapping):
+    stats = RunSummary.coerce(summary).stats
+    if not isinstance(stats, StatsBlock):
         return []
-    acc = stats.get("accuracy") or {}
-    how = acc.get("interval") or "none"
-    se = "clustered by " + str(stats.get("cluster_by")) if acc.get("stderr_method") == "clustered" else "CLT"
-    rows = [("accuracy ± SE [95% CI]", f"{format_estimate(acc)} ({how} interval, {se} SE)")]
-    for level, est in (stats.get("by_level") or {}).items():
+    acc = Estimate.from_dict(stats.accuracy)
+    how = acc.interval or "none"
+    se = f"clustered by {stats.cluster_by}" if acc.stderr_method == "clustered" else "CLT"
+    rows = [("accuracy ± SE [95% CI]", f"{format_estimate(stats.accuracy)} ({how} interval, {se} SE)")]
+    for level, est in stats.by_level.items():
         name = "no level" if level == "None" else f"level {level}"
         rows.append((f"  {name}", format_estimate(est)))
-    epochs = int(stats.get("epochs") or 1)
+    epochs = int(stats.epochs or 1)
     if epochs > 1:
-        within = acc.get("within_task_var")
+        within = acc.within_task_var
         noise = "not known" if within is None else f"{within:.4f}"
-        unscored = f", {stats.get('unscored')} unscored" if stats.get("unscored") else ""
+        unscored = f", {stats.unscored} unscored" if stats.unscored else ""
         rows.append(
             (
                 "epochs",
-                f"{epochs} per task, reduced by {stats.get('epoch_reducer')}; within-task variance {noise}{unscored}",
+                f"{epochs} per task, reduced by {stats.epoch_reducer}; within-task variance {noise}{unscored}",
             )
         )
-        for key, label in (("pass_at_k", "pass@k"), ("pass_hat_k", "pass^k")):
-            curve = stats.get(key) or {}
-            shown = ", ".join(f"k={k}: {'-' if v is None else f'{v:.1%}'}" for k, v in curve.items())
+        for curve, label in ((stats.pass_at_k, "pass@k"), (stats.pass_hat_k, "pass^k")):
+            shown = ", ".join(f"k={k}: {'-' if v is None else f'{v:.1%}'}" for k, v in (curve or {}).items())
             rows.append((label, shown))
     return rows

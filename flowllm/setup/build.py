@@ -40,6 +40,7 @@ from flowllm.run.report import what_acted
 from flowllm.run.runner import Experiment, RunResult, summarize
 from flowllm.run.stats import check_stats, run_stats, stats_settings
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import BudgetBlock, CostBlock, ForkBlock, RunSummary, StatsBlock, ToolsBlock
 from flowllm.scoring import check_scorer, judge_provider_config
 from flowllm.scoring.judge import judge_template
 from flowllm.scoring.report import scoring_summary
@@ -285,7 +286,7 @@ def build_experiment(
 
 def run_summary(
     cfg: DictConfig, parts: PreparedRun, result: RunResult, run_dir: Path, *, wall_seconds: float
-) -> dict[str, Any]:
+) -> RunSummary:
     """``summary.json`` of a run: one place, used by one process and by the parent of several workers."""
     tasks = parts.tasks
     summary = summarize(
@@ -298,28 +299,29 @@ def run_summary(
         prices=parts.prices,
         attempts=cfg.experiment.attempts,
     )
-    summary["status"] = "interrupted" if result.interrupted else "finished"
+    summary.status = "interrupted" if result.interrupted else "finished"
+    priced = summary.cost.to_dict() if summary.cost is not None else {}
     if parts.provider_cfg.batch.enabled:  # billed at the batch factor (flowllm/providers/batch.py)
-        summary["cost"] = batch_cost(summary["cost"], parts.prices, parts.provider_cfg.protocol, run_dir)
+        priced = batch_cost(priced, parts.prices, parts.provider_cfg.protocol, run_dir)
     unavailable = result.tools_unavailable
     # None is "not known here", never "none": the parent of several workers does not see their tool servers.
-    summary["tools"] = {
-        "unavailable": dict(sorted(unavailable.items())) if unavailable is not None else None,
+    summary.tools = ToolsBlock(
+        unavailable=dict(sorted(unavailable.items())) if unavailable is not None else None,
         # The run's shared servers start once, before the first task: their start-up is the run's, not a task's.
-        "start_s": result.tools_start_s,
-    }
-    summary["experiment"] = cfg.experiment.name
+        start_s=result.tools_start_s,
+    )
+    summary.experiment = cfg.experiment.name
     # The config choice (offline_chat), not the name it shares with another (offline): what the user picked.
-    summary["provider"] = _choice("provider", cfg)
-    summary["model"] = cfg.provider.model
-    summary["runner"] = cfg.runner.name
-    summary["repair"] = cfg.repair.name
-    summary["dataset"] = str(cfg.dataset.path)
+    summary.provider = _choice("provider", cfg)
+    summary.model = cfg.provider.model
+    summary.runner = cfg.runner.name
+    summary.repair = cfg.repair.name
+    summary.dataset = str(cfg.dataset.path)
     # Calls per provider, retries, fallbacks, breaker events and the billed tokens of every attempt (failed
     # tasks included, unlike `usage`, which counts the tasks' recorded results), from the whole ledger.
-    summary["providers"] = UsageLedger.read(RunLayout(run_dir).ledger).summary()
+    summary.providers = UsageLedger.read(RunLayout(run_dir).ledger).summary()
     judge_provider = parts.judge_provider
-    summary.update(
+    summary.merge(
         scoring_summary(
             result.outcomes,
             scorer=cfg.dataset.scorer,
@@ -331,23 +333,26 @@ def run_summary(
         )
     )
     # A fork: its live spending, and what a full live re-run would have cost (spend/fork_accounting.py).
-    summary.update(fork_summary(parts.provider_cfg, [o.task_id for o in result.outcomes], run_dir))
-    summary["cost"] = billed_cost(summary["cost"], run_dir)  # the headline: the ledgers, every call
-    summary["cost_usd"] = summary["cost"]["total_usd"]
-    summary["stats"] = run_stats(
-        result.outcomes,
-        tasks,
-        epochs=int(cfg.experiment.epochs),
-        reducer=Reducer(cfg.experiment.epoch_reducer),
-        settings=stats_settings(cfg.stats),
-        breakdown=list(cfg.dataset.breakdown or []),
+    fork = fork_summary(parts.provider_cfg, [o.task_id for o in result.outcomes], run_dir)
+    if fork:
+        summary.fork = ForkBlock.from_dict(fork["fork"])
+        priced = fork["cost"]
+    summary.cost = CostBlock.from_dict(billed_cost(priced, run_dir))  # the headline: the ledgers, every call
+    summary.cost_usd = summary.cost.total_usd
+    summary.stats = StatsBlock.from_dict(
+        run_stats(
+            result.outcomes,
+            tasks,
+            epochs=int(cfg.experiment.epochs),
+            reducer=Reducer(cfg.experiment.epoch_reducer),
+            settings=stats_settings(cfg.stats),
+            breakdown=list(cfg.dataset.breakdown or []),
+        )
     )
-    summary["budget"] = budget_summary(
-        parts.experiment.budget, result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir)
+    summary.budget = BudgetBlock.from_dict(
+        budget_summary(parts.experiment.budget, result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir))
     )
-    summary["acted"] = what_acted(
-        summary["providers"], result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot)
-    )
+    summary.acted = what_acted(summary.providers, result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot))
     # What produced the numbers: versions, commit, dataset and price table hashes, the config fingerprint.
-    summary["provenance"] = provenance.collect(run_dir, resolve_path(cfg.experiment.pricing, "experiment.pricing"))
+    summary.provenance = provenance.collect(run_dir, resolve_path(cfg.experiment.pricing, "experiment.pricing"))
     return summary

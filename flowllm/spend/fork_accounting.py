@@ -16,6 +16,7 @@ from typing import Any
 from flowllm.config.schema import ProviderConfig
 from flowllm.providers.replay import REPLAY_PROTOCOL, resolve_run_dir, source_provider_config
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import ForkBlock
 from flowllm.spend.task_usage import TaskBill, read_bills
 
 NOTE = "the live calls after the forks (usage.jsonl); the replayed turns cost nothing"
@@ -72,10 +73,9 @@ def fork_summary(provider_cfg: ProviderConfig, task_ids: Sequence[str], run_dir:
     return {"fork": fork, "cost": cost, "cost_usd": live_cost}
 
 
-def fork_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The console's and inspect's lines for a fork's spending (none for another run)."""
-    fork = summary.get("fork")
-    if not isinstance(fork, dict):
+def fork_rows(fork: ForkBlock | None) -> list[tuple[str, str]]:
+    """The console's lines for a fork's spending (``summary.json → fork``; none for another run)."""
+    if fork is None:
         return []
 
     def usd(value: Any) -> str:
@@ -85,10 +85,10 @@ def fork_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         return "not known" if value is None else f"{int(value):,} calls"
 
     return [
-        ("fork: live spent", f"{usd(fork.get('live_cost_usd'))} ({calls(fork.get('live_calls'))}, {fork.get('live')})"),
+        ("fork: live spent", f"{usd(fork.live_cost_usd)} ({calls(fork.live_calls)}, {fork.live})"),
         (
             "fork: full live re-run",
-            f"{usd(fork.get('full_rerun_cost_usd'))} ({calls(fork.get('full_rerun_calls'))}, the saved run's ledger)",
+            f"{usd(fork.full_rerun_cost_usd)} ({calls(fork.full_rerun_calls)}, the saved run's ledger)",
         ),
-        ("fork: saved", f"{usd(fork.get('saved_usd'))} ({calls(fork.get('saved_calls'))})"),
+        ("fork: saved", f"{usd(fork.saved_usd)} ({calls(fork.saved_calls)})"),
     ]

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from flowllm.core.interfaces import Halt
+from flowllm.core.types import Usage
 from flowllm.errors import ConfigError
 from flowllm.providers.ledger import LedgerTail
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import LedgerLine
 from flowllm.scoring.tally import UNFINISHED_STATUS
 from flowllm.spend.pricing import PriceTable
 
@@ -148,14 +150,13 @@ class Spend:
     unpriced_calls: int = 0  # billed attempts with no price (their cost is not in cost_usd)
     wait_s: float = 0.0  # the calls' time spent not sending (ledger call lines' wait_s)
 
-    def add_attempt(self, line: Mapping[str, Any]) -> None:
-        if line.get("outcome") != "ok":
+    def add_attempt(self, line: LedgerLine) -> None:
+        if not line.ok:
             return
-        usage = line.get("usage") or {}
-        output = int(usage.get("output_tokens") or 0)
-        self.tokens += int(usage.get("input_tokens") or 0) + output
-        self.output_tokens += output
-        cost = line.get("cost_usd")
+        usage = Usage.from_dict(line.usage)
+        self.tokens += usage.input_tokens + usage.output_tokens
+        self.output_tokens += usage.output_tokens
+        cost = line.cost_usd
         if cost is None:
             self.unpriced_calls += 1
         else:
@@ -203,15 +204,15 @@ class SpendBook:
                 self._add(line)
             self._seen[index] = len(lines)
 
-    def _add(self, line: Mapping[str, Any]) -> None:
-        kind = line.get("type")
-        task = line.get("task_id")
+    def _add(self, line: LedgerLine) -> None:
+        kind = line.type
+        task = line.task_id
         if kind == "attempt":
             self._total.add_attempt(line)
             if task is not None:
                 self._tasks.setdefault(str(task), Spend()).add_attempt(line)
         elif kind == "call" and task is not None:
-            self._tasks.setdefault(str(task), Spend()).wait_s += float(line.get("wait_s") or 0.0)
+            self._tasks.setdefault(str(task), Spend()).wait_s += float(line.wait_s or 0.0)
 
     def total(self) -> Spend:
         self.refresh()

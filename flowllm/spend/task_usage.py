@@ -14,7 +14,9 @@ from typing import Any
 
 import orjson
 
+from flowllm.core.types import Usage
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import LedgerLine
 
 
 @dataclass
@@ -42,29 +44,29 @@ class TaskBill:
         return {**asdict(self), "total_tokens": self.total_tokens, "retries": self.retries}
 
 
-def bills_by_task(lines: Iterable[Mapping[str, Any]]) -> dict[str, TaskBill]:
+def bills_by_task(lines: Iterable[LedgerLine | Mapping[str, Any]]) -> dict[str, TaskBill]:
     bills: dict[str, TaskBill] = {}
-    for line in lines:
-        task = line.get("task_id")
+    for raw in lines:
+        line = LedgerLine.coerce(raw)
+        task = line.task_id
         if task is None:
             continue
         bill = bills.setdefault(str(task), TaskBill())
-        kind = line.get("type")
-        if kind == "call":
+        if line.type == "call":
             bill.calls += 1
-            bill.fallbacks += int(bool(line.get("fallback")) and line.get("outcome") == "ok")
-        elif kind == "attempt":
+            bill.fallbacks += int(bool(line.fallback) and line.ok)
+        elif line.type == "attempt":
             bill.attempts += 1
-            if line.get("outcome") != "ok":
+            if not line.ok:
                 bill.failed_attempts += 1
                 continue
-            usage = line.get("usage") or {}
-            bill.input_tokens += int(usage.get("input_tokens") or 0)
-            bill.output_tokens += int(usage.get("output_tokens") or 0)
-            bill.cache_read_tokens += int(usage.get("cache_read_tokens") or 0)
-            bill.cache_write_tokens += int(usage.get("cache_write_tokens") or 0)
-            bill.estimated = bill.estimated or bool(usage.get("estimated"))
-            cost = line.get("cost_usd")
+            usage = Usage.from_dict(line.usage)
+            bill.input_tokens += usage.input_tokens
+            bill.output_tokens += usage.output_tokens
+            bill.cache_read_tokens += usage.cache_read_tokens
+            bill.cache_write_tokens += usage.cache_write_tokens
+            bill.estimated = bill.estimated or usage.estimated
+            cost = line.cost_usd
             bill.cost_usd = None if cost is None or bill.cost_usd is None else bill.cost_usd + float(cost)
     return bills
 
@@ -78,7 +80,9 @@ def read_bills(run_dir: Path | str) -> dict[str, TaskBill]:
     for raw in path.read_bytes().splitlines():
         if raw.strip():
             try:
-                lines.append(orjson.loads(raw))
+                value = orjson.loads(raw)
             except orjson.JSONDecodeError:  # a line cut by a crash: the rest still counts
                 continue
+            if isinstance(value, dict):
+                lines.append(LedgerLine.from_dict(value))
     return bills_by_task(lines)

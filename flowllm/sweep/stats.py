@@ -19,6 +19,7 @@ from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.run.stats import score_map
 from flowllm.rundir.layout import RESULT_FILE, TASKS_DIR, RunLayout
+from flowllm.rundir.results import TaskResult
 from flowllm.scoring.stats import compare_paired, holm
 
 if TYPE_CHECKING:  # the sweep's rows; sweep.py imports this module
@@ -96,8 +97,9 @@ def job_scores(job_dir: Path) -> dict[str, float]:
             data = read_json(path)
         except Exception:
             continue  # a half-written result: the task is not finished
-        if isinstance(data, dict) and "task_id" in data:
-            results.append(data)
+        result = TaskResult.from_dict(data) if isinstance(data, dict) else None
+        if result is not None and result.task_id:
+            results.append(result)
     return score_map(results)
 
 

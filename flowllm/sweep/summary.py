@@ -44,6 +44,7 @@ from flowllm.rundir.layout import (
     RunLayout,
     SweepLayout,
 )
+from flowllm.rundir.results import RunSummary
 from flowllm.scoring.stats import format_estimate
 from flowllm.sweep.stats import (
     add_comparisons,
@@ -160,39 +161,39 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
     if not summary_path.is_file():
         return JobRow(name, overrides, "unfinished", error="no summary.json: the job has not finished")
     try:
-        summary = read_json(summary_path)
+        summary = RunSummary.from_dict(read_json(summary_path))
     except Exception as exc:
         return JobRow(name, overrides, "error", error=f"summary.json unreadable: {exc}")
-    if summary.get("status") == "error":
-        return JobRow(name, overrides, "error", error=str(summary.get("error")))
-    usage = summary.get("usage") or {}
-    status = "failed" if summary.get("status") == "failed" else "interrupted" if summary.get("interrupted") else "ok"
+    if summary.status == "error":
+        return JobRow(name, overrides, "error", error=str(summary.error))
+    usage = summary.usage
+    status = "failed" if summary.status == "failed" else "interrupted" if summary.interrupted else "ok"
     return JobRow(
         job=name,
         overrides=overrides,
         status=status,
-        error=summary.get("error") if status == "failed" else None,
-        accuracy=summary.get("accuracy"),
-        correct=summary.get("correct"),
-        scored=summary.get("scored"),
-        unscored=summary.get("unscored"),
-        tasks=summary.get("tasks"),
-        completed=summary.get("completed"),
-        failed=summary.get("failed"),
-        parse_rate=summary.get("parse_rate"),
+        error=summary.error if status == "failed" else None,
+        accuracy=summary.accuracy,
+        correct=summary.correct,
+        scored=summary.scored,
+        unscored=summary.unscored,
+        tasks=summary.tasks,
+        completed=summary.completed,
+        failed=summary.failed,
+        parse_rate=summary.parse_rate,
         input_tokens=usage.get("input_tokens"),
         output_tokens=usage.get("output_tokens"),
         cache_read_tokens=usage.get("cache_read_tokens"),
-        cost_usd=summary.get("cost_usd"),
-        wall_seconds=summary.get("wall_seconds"),
-        provider=summary.get("provider"),
-        model=summary.get("model"),
-        benchmark=summary.get("experiment"),
-        scorer=summary.get("scorer"),
-        judge_model=(summary.get("judge") or {}).get("model"),
-        scoring_errors=summary.get("scoring_errors"),
-        stats=(summary.get("stats") or {}).get("accuracy"),
-        budget=summary.get("budget"),
+        cost_usd=summary.cost_usd,
+        wall_seconds=summary.wall_seconds,
+        provider=summary.provider,
+        model=summary.model,
+        benchmark=summary.experiment,
+        scorer=summary.scorer,
+        judge_model=(summary.judge or {}).get("model"),
+        scoring_errors=summary.scoring_errors,
+        stats=summary.stats.accuracy if summary.stats is not None else None,
+        budget=summary.budget.to_dict() if summary.budget is not None else None,
     )
 
 
@@ -417,26 +418,28 @@ def _job_outcome(config: DictConfig) -> str:
     """What the job's summary.json says: accuracy, failures, cost and time; or that it wrote none."""
     folder = OmegaConf.select(config, "hydra.runtime.output_dir", default=None)
     try:
-        summary = json.loads(RunLayout(Path(str(folder))).summary.read_text(encoding="utf-8"))
+        summary = RunSummary.from_dict(json.loads(RunLayout(Path(str(folder))).summary.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return f"ended without a summary (see its folder's {LOG_FILE})"
-    if summary.get("status") == "error":
-        return f"error: {summary.get('error')}"
-    accuracy = summary.get("accuracy")
-    scored = summary.get("scored", summary.get("tasks", 0))
+    if summary.status == "error":
+        return f"error: {summary.error}"
+    accuracy = summary.accuracy
+    scored = summary.scored_count
+    if summary.replay is not None and summary.replay.scored is not None:
+        scored = summary.replay.scored
     parts = [
-        "stopped" if summary.get("status") == "failed" else "interrupted" if summary.get("interrupted") else "done",
-        f"{summary.get('correct', 0)}/{(summary.get('replay') or {}).get('scored', scored)} correct"
+        "stopped" if summary.status == "failed" else "interrupted" if summary.interrupted else "done",
+        f"{summary.correct or 0}/{scored} correct"
         + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ", accuracy not known"),
     ]
-    if summary.get("unscored"):
-        parts.append(f"{summary['unscored']} unscored")
-    if summary.get("failed"):
-        parts.append(f"{summary['failed']} failed")
-    cost = summary.get("cost_usd")
+    if summary.unscored:
+        parts.append(f"{summary.unscored} unscored")
+    if summary.failed:
+        parts.append(f"{summary.failed} failed")
+    cost = summary.cost_usd
     parts.append(f"${cost:.4f}" if isinstance(cost, int | float) else "cost unknown")
-    if isinstance(summary.get("wall_seconds"), int | float):
-        parts.append(f"{summary['wall_seconds']:.1f}s")
+    if isinstance(summary.wall_seconds, int | float):
+        parts.append(f"{summary.wall_seconds:.1f}s")
     return ", ".join(parts)
 
 

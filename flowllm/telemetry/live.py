@@ -24,6 +24,7 @@ from flowllm.export.trace import Conversation, NodeEvent, TaskTrace, TurnBuilder
 from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import SUBAGENTS_DIR, TURN_RE, RunLayout
+from flowllm.rundir.results import TaskResult
 from flowllm.telemetry.exporter import (
     EndpointError,
     SpanPipeline,
@@ -108,17 +109,17 @@ class LiveTelemetry:
         with self._lock:
             self._tasks.pop((task_id, current_epoch()), None)
 
-    def finish_task(self, task_id: str, result: Mapping[str, Any]) -> None:
+    def finish_task(self, task_id: str, result: TaskResult | Mapping[str, Any]) -> None:
         with self._lock:
             runs = {key[1]: self._tasks.pop(key) for key in [k for k in self._tasks if k[0] == task_id]}
         if self._broken:
             return
         try:
-            epoch_log = result.get("epoch_log")
-            entries: list[Any] = epoch_log if isinstance(epoch_log, list) else []
+            saved = TaskResult.coerce(result)
+            entries: list[Any] = saved.epoch_log if isinstance(saved.epoch_log, list) else []
             if None in runs or not (runs or entries):
                 folder = RunLayout(self.run_dir).task(task_id)
-                trace = TaskTrace(task_id, 1, folder, dict(result), None, self._tree(runs.get(None, {})))
+                trace = TaskTrace(task_id, 1, folder, saved, None, self._tree(runs.get(None, {})))
                 self.spans.task(trace)
             by_epoch = {e.get("epoch"): e for e in entries if isinstance(e, Mapping)}
             layout = RunLayout(self.run_dir)
@@ -129,11 +130,11 @@ class LiveTelemetry:
                         task_id=task_id,
                         epoch=epoch,
                         folder=layout.epoch(task_id, epoch),
-                        result={"task_id": task_id, **by_epoch.get(epoch, {})},
+                        result=TaskResult.from_dict({"task_id": task_id, **by_epoch.get(epoch, {})}),
                         timing=None,
                         conversation=self._tree(runs[epoch]),
                         epoch_folder=True,
-                        task_result=dict(result),
+                        task_result=saved,
                     )
                 )
         except Exception as exc:

@@ -65,9 +65,10 @@ class SpanBuilder:
         conv = trace.conversation
         start = conv.started_at
         end = conv.ended_at
-        status = trace.field("status", "unfinished")
-        correct = trace.field("correct")
-        usage = trace.field("usage") if isinstance(trace.field("usage"), dict) else {}
+        result = trace.result  # None: the task has not finished
+        status = result.status if result is not None else "unfinished"
+        correct = result.correct if result is not None else None
+        usage = result.usage if result is not None else {}
         root = self._start(
             f"task {trace.task_id}" + (f" epoch {trace.epoch}" if trace.epoch_folder else ""),
             None,
@@ -82,14 +83,14 @@ class SpanBuilder:
                 "flowllm.status": status,
                 "flowllm.correct": correct if isinstance(correct, bool) else None,
                 "flowllm.scored": isinstance(correct, bool),
-                "flowllm.answer": trace.field("answer"),
-                "flowllm.turns": trace.field("turns"),
+                "flowllm.answer": result.answer if result is not None else None,
+                "flowllm.turns": result.turns if result is not None else None,
                 "gen_ai.usage.input_tokens": usage.get("input_tokens"),
                 "gen_ai.usage.output_tokens": usage.get("output_tokens"),
             },
         )
         count = 1 + self._conversation(trace, conv, root)
-        error = trace.field("error")
+        error = result.error if result is not None else None
         self._finish(root, _ns(end), str(error) if status == "failed" and error else None)
         return count
 

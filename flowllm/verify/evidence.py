@@ -21,9 +21,10 @@ from flowllm.errors import CliError, FlowError
 from flowllm.resources import bundled
 from flowllm.run.outcome import outcome_problems
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
+from flowllm.rundir.results import LedgerLine, RunSummary, TaskResult
 from flowllm.spend.pricing import PriceTable
 
-__all__ = ["LedgerLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
+__all__ = ["NumberedLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
 
 
 class VerifyInputError(CliError):
@@ -31,11 +32,17 @@ class VerifyInputError(CliError):
 
 
 @dataclass(frozen=True)
-class LedgerLine:
-    """One line of ``usage.jsonl`` (or ``judge_usage.jsonl``): its number in the file (from 1) and its value."""
+class NumberedLine:
+    """One line of a JSONL file (``usage.jsonl``, ``judge_usage.jsonl``, ``history.jsonl``): its number in the
+    file (from 1) and its value."""
 
     number: int
     value: dict[str, Any]
+
+    @property
+    def ledger(self) -> LedgerLine:
+        """The line read as a usage ledger's."""
+        return LedgerLine.from_dict(self.value)
 
 
 @dataclass
@@ -48,11 +55,11 @@ class RunEvidence:
     cfg: DictConfig
     dataset_path: Path
     tasks: list[Task]
-    summary: dict[str, Any]
-    results: dict[str, dict[str, Any]]  # task id -> result.json
-    epoch_results: dict[str, dict[int, dict[str, Any]]]  # task id -> epoch -> its result.json
-    ledger: list[LedgerLine]
-    judge_ledger: list[LedgerLine]
+    summary: RunSummary
+    results: dict[str, TaskResult]  # task id -> result.json
+    epoch_results: dict[str, dict[int, TaskResult]]  # task id -> epoch -> its result.json
+    ledger: list[NumberedLine]
+    judge_ledger: list[NumberedLine]
     fingerprint: dict[str, Any] | None
     history: list[dict[str, Any]]
     prices: PriceTable | None
@@ -83,10 +90,10 @@ def _json(path: Path, run_dir: Path) -> Any:
         ) from None
 
 
-def read_jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
+def read_jsonl(path: Path, run_dir: Path) -> list[NumberedLine]:
     if not path.is_file():
         return []
-    lines: list[LedgerLine] = []
+    lines: list[NumberedLine] = []
     for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
         if not raw.strip():
             continue
@@ -96,19 +103,18 @@ def read_jsonl(path: Path, run_dir: Path) -> list[LedgerLine]:
             raise VerifyInputError(f"{path.relative_to(run_dir)}: line {number} does not parse: {exc}") from None
         if not isinstance(value, dict):
             raise VerifyInputError(f"{path.relative_to(run_dir)}: line {number} is not a JSON object")
-        lines.append(LedgerLine(number, value))
+        lines.append(NumberedLine(number, value))
     return lines
 
 
-def _result(path: Path, run_dir: Path) -> dict[str, Any] | None:
+def _result(path: Path, run_dir: Path) -> TaskResult | None:
     if not path.is_file():
         return None
     data = _json(path, run_dir)
     problems = outcome_problems(data)
     if problems:
         raise VerifyInputError(f"{path.relative_to(run_dir)} is not a task result: {'; '.join(problems[:3])}")
-    assert isinstance(data, dict)
-    return data
+    return TaskResult.from_dict(data)
 
 
 def _config(layout: RunLayout, run_dir: Path) -> DictConfig:
@@ -154,8 +160,8 @@ def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:
         raise VerifyInputError(f"{layout.summary.relative_to(run_dir)} is not a JSON object")
     dataset_path, tasks = _tasks(cfg, dataset)
     epochs = int(cfg.experiment.get("epochs") or 1)
-    results: dict[str, dict[str, Any]] = {}
-    epoch_results: dict[str, dict[int, dict[str, Any]]] = {}
+    results: dict[str, TaskResult] = {}
+    epoch_results: dict[str, dict[int, TaskResult]] = {}
     for task in tasks:
         found = _result(layout.result(task.task_id), run_dir)
         if found is not None:
@@ -176,7 +182,7 @@ def load_evidence(run_dir: Path, *, dataset: Path | None = None) -> RunEvidence:
         cfg=cfg,
         dataset_path=dataset_path,
         tasks=tasks,
-        summary=summary,
+        summary=RunSummary.from_dict(summary),
         results=results,
         epoch_results=epoch_results,
         ledger=read_jsonl(layout.ledger, run_dir),

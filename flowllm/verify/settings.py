@@ -28,8 +28,8 @@ def check_settings(ev: RunEvidence, audit: Audit) -> None:
         audit.check(CONFIG, key, saved, ran, "fingerprint.json: the settings the results were made with")
     if ev.history:
         audit.check("history.jsonl", "last line: fingerprint", ev.history[-1].get("fingerprint"), recorded.digest)
-    provenance = ev.summary.get("provenance")
-    if isinstance(provenance, dict):
+    provenance = ev.summary.provenance
+    if provenance:
         audit.check(
             "summary.json", "provenance.config_fingerprint", provenance.get("config_fingerprint"), recorded.digest
         )

@@ -9,10 +9,10 @@ replay that made none spent nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from flowllm.core.types import Usage
-from flowllm.verify.evidence import LedgerLine, RunEvidence
+from flowllm.rundir.results import BudgetBlock, LedgerLine
+from flowllm.verify.evidence import NumberedLine, RunEvidence
 from flowllm.verify.findings import Audit
 
 __all__ = ["check_spend"]
@@ -21,56 +21,56 @@ SUMMARY = "summary.json"
 ATTEMPT = "attempt"
 
 
-def _line_cost(ev: RunEvidence, line: dict[str, Any]) -> float | None:
+def _line_cost(ev: RunEvidence, line: LedgerLine) -> float | None:
     """The cost of one attempt line as the price table gives it (None: the model has no price)."""
-    if line.get("outcome") != "ok":
+    if not line.ok:
         return 0.0
     assert ev.prices is not None
-    price = ev.prices.lookup(str(line.get("model") or ""))
+    price = ev.prices.lookup(str(line.model or ""))
     if price is None:
         return None
     factor = 1.0
-    if line.get("batch"):
-        found = ev.prices.batch_factor(str(line.get("protocol") or ""))
+    if line.batch:
+        found = ev.prices.batch_factor(str(line.protocol or ""))
         if found is None:
             return None
         factor = found
-    return round(price.cost(Usage.from_dict(line.get("usage"))) * factor, 8)
+    return round(price.cost(Usage.from_dict(line.usage)) * factor, 8)
 
 
-def _ledger_total(ev: RunEvidence, audit: Audit, name: str, lines: Sequence[LedgerLine]) -> float | None:
+def _ledger_total(ev: RunEvidence, audit: Audit, name: str, lines: Sequence[NumberedLine]) -> float | None:
     """The sum of a ledger's attempt costs, each line's cost checked first (None: a call has no price)."""
     total = 0.0
     unpriced = False
     for line in lines:
-        value = line.value
-        if value.get("type") != ATTEMPT:
+        value = line.ledger
+        if value.type != ATTEMPT:
             continue
         recomputed = _line_cost(ev, value)
         if recomputed is None:
             unpriced = True
             continue
-        audit.check(name, f"line {line.number}: cost_usd", value.get("cost_usd"), recomputed, "usage x price table")
+        audit.check(name, f"line {line.number}: cost_usd", value.cost_usd, recomputed, "usage x price table")
         total += recomputed
     return None if unpriced else round(total, 6)
 
 
-def _max_call(lines: Sequence[LedgerLine]) -> float:
-    costs = [float(line.value.get("cost_usd") or 0.0) for line in lines if line.value.get("type") == ATTEMPT]
+def _max_call(lines: Sequence[NumberedLine]) -> float:
+    costs = [float(line.ledger.cost_usd or 0.0) for line in lines if line.ledger.type == ATTEMPT]
     return max(costs, default=0.0)
 
 
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
-    budget = ev.summary.get("budget")
-    if not isinstance(budget, dict):
+    budget = ev.summary.budget
+    if not isinstance(budget, BudgetBlock):
         return
-    audit.check(SUMMARY, "budget.spent.cost_usd", (budget.get("spent") or {}).get("cost_usd"), spent, "the ledgers")
-    cap = budget.get("cost_usd")
+    audit.check(SUMMARY, "budget.spent.cost_usd", budget.spent.get("cost_usd"), spent, "the ledgers")
+    cap = budget.cost_usd
     if cap is None or spent is None:
         return
-    unfinished = len(ev.tasks) - sum(1 for r in ev.results.values() if r.get("status") != "budget")
+    unfinished = len(ev.tasks) - sum(1 for r in ev.results.values() if r.status != "budget")
     reached = spent >= float(cap)
-    audit.check(SUMMARY, "budget.ended_run", budget.get("ended_run"), reached and unfinished > 0, "spent vs the cap")
+    audit.check(SUMMARY, "budget.ended_run", budget.ended_run, reached and unfinished > 0, "spent vs the cap")
     # A budget stops new turns; the turns in flight finish: at most one call per running task past the cap.
     in_flight = int(ev.cfg.experiment.get("max_concurrent") or 1) * max(1, int(ev.cfg.experiment.get("workers") or 1))
     bound = round(float(cap) + in_flight * _max_call([*ev.ledger, *ev.judge_ledger]), 6)
@@ -87,12 +87,12 @@ def check_spend(ev: RunEvidence, audit: Audit) -> None:
         return
     agent = _ledger_total(ev, audit, "usage.jsonl", ev.ledger)
     judge = _ledger_total(ev, audit, "judge_usage.jsonl", ev.judge_ledger)
-    providers = ev.summary.get("providers")
-    if isinstance(providers, dict) and agent is not None:
+    providers = ev.summary.providers
+    if providers and agent is not None:
         audit.check(SUMMARY, "providers.cost_usd", providers.get("cost_usd"), agent, "usage.jsonl")
     spent = None if agent is None or judge is None else round(agent + judge, 6)
     if spent is None:
         audit.skip("cost totals: a call's model has no price in the table")
     else:
-        audit.check(SUMMARY, "cost_usd", ev.summary.get("cost_usd"), spent, "every call of the run's ledgers")
+        audit.check(SUMMARY, "cost_usd", ev.summary.cost_usd, spent, "every call of the run's ledgers")
     _check_budget(ev, audit, spent)

@@ -8,7 +8,6 @@ from what ``result.json`` says.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -19,6 +18,7 @@ from flowllm.run.epochs import epoch_score, reduce_entries
 from flowllm.run.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome, unscored_or
 from flowllm.run.replay_audit import is_scored
 from flowllm.rundir.layout import RESULT_FILE
+from flowllm.rundir.results import TaskResult
 from flowllm.scoring.scorers import ExactScorer, GaiaScorer
 from flowllm.verify.evidence import RunEvidence
 from flowllm.verify.findings import Audit
@@ -32,18 +32,18 @@ ALL_NODES = "all"  # recorder.snapshot: every node's files kept (errors, none: f
 RULES: dict[str, Rules] = {"gaia": GaiaScorer().rules, "exact": ExactScorer().rules}
 
 
-def expected_correct(result: dict[str, Any], task: Task, answer: str | None, rules: Rules) -> bool | None:
+def expected_correct(result: TaskResult, task: Task, answer: str | None, rules: Rules) -> bool | None:
     """``correct`` as the evidence gives it for one run of a task (one epoch, or a task without epochs).
 
     A replay that parted from the saved run is unscored; a finished task (completed, or ended by a per-task
     limit and scored on its partial answer) is scored on its answer; a failed one is wrong where there is a
     ground truth; a budget-stopped one is unfinished: not scored."""
-    if not is_scored(result.get("replay")):
+    if not is_scored(result.replay):
         return None
-    status = result.get("status")
+    status = result.status
     if status == BUDGET:
         return None
-    if status == COMPLETED or (status == LIMIT and result.get("scored", True)):
+    if status == COMPLETED or (status == LIMIT and result.scored):
         return rules(task, answer)
     return unscored_or(task, False) if status in (FAILED, LIMIT) else None
 
@@ -63,10 +63,10 @@ class TaskChecker:
         if self.rules is None:
             audit.skip(f"verdicts of the {scorer} scorer are taken as recorded (a model judged them)")
 
-    def answer(self, result: dict[str, Any], task: Task, epoch: int | None, file: str) -> str | None:
+    def answer(self, result: TaskResult, task: Task, epoch: int | None, file: str) -> str | None:
         """The answer the evidence gives, checked against the saved one; the saved one when not readable."""
-        saved = result.get("answer")
-        if result.get("status") == FAILED:
+        saved = result.answer
+        if result.status == FAILED:
             self.audit.check(file, "answer", saved, None, "a failed task gave no answer")
             return None
         reply = final_reply(self.ev.layout.conversation(task.task_id, "", epoch), self.normalizers)
@@ -77,26 +77,26 @@ class TaskChecker:
             self.audit.check(file, "answer", saved, f"(no readable reply: {reply.problem})")
             return saved if isinstance(saved, str) else None
         text = reply.text
-        recomputed = extract_answer(text) if result.get("status") == COMPLETED else last_boxed(text)
+        recomputed = extract_answer(text) if result.status == COMPLETED else last_boxed(text)
         evidence = f"the last reply, {self.ev.rel(reply.file)}" if reply.file is not None else ""
         self.audit.check(file, "answer", saved, recomputed, evidence)
         return recomputed
 
-    def one_run(self, result: dict[str, Any], task: Task, epoch: int | None, file: str) -> bool | None:
+    def one_run(self, result: TaskResult, task: Task, epoch: int | None, file: str) -> bool | None:
         """Check one run of a task (answer, ground truth, verdict); returns the recomputed verdict."""
-        self.audit.check(file, "ground_truth", result.get("ground_truth"), task.ground_truth, "the dataset")
+        self.audit.check(file, "ground_truth", result.ground_truth, task.ground_truth, "the dataset")
         answer = self.answer(result, task, epoch, file)
         if self.rules is None:
-            return result.get("correct")
+            return result.correct
         correct = expected_correct(result, task, answer, self.rules)
-        if result.get("status") != BUDGET:
-            self.audit.check(file, "correct", result.get("correct"), correct, "scored again by the scorer's rules")
+        if result.status != BUDGET:
+            self.audit.check(file, "correct", result.correct, correct, "scored again by the scorer's rules")
         return correct
 
-    def epochs(self, result: dict[str, Any], task: Task, file: str) -> TaskOutcome:
+    def epochs(self, result: TaskResult, task: Task, file: str) -> TaskOutcome:
         """A task over epochs: each epoch checked, its log entries against the epochs' results, the reduction."""
         saved = self.ev.epoch_results.get(task.task_id, {})
-        entries = [dict(e) for e in result.get("epoch_log") or []]
+        entries = [dict(e) for e in result.epoch_log]
         for number, entry in enumerate(entries, start=1):
             epoch_result = saved.get(number)
             epoch_file = self.ev.rel(self.ev.layout.records(task.task_id, number) / RESULT_FILE)
@@ -105,21 +105,21 @@ class TaskChecker:
                 continue
             correct = self.one_run(epoch_result, task, number, epoch_file)
             for key in ("status", "answer"):
-                self.audit.check(file, f"epoch_log[{number - 1}].{key}", entry.get(key), epoch_result.get(key))
-            if epoch_result.get("status") != BUDGET:  # an epoch the budget stopped has no verdict to compare
+                self.audit.check(file, f"epoch_log[{number - 1}].{key}", entry.get(key), getattr(epoch_result, key))
+            if epoch_result.status != BUDGET:  # an epoch the budget stopped has no verdict to compare
                 self.audit.check(file, f"epoch_log[{number - 1}].correct", entry.get("correct"), correct)
             entry["correct"] = correct
-        reducer = saved_choice(Reducer, result.get("epoch_reducer") or self.ev.cfg.experiment.epoch_reducer)
+        reducer = saved_choice(Reducer, result.epoch_reducer or self.ev.cfg.experiment.epoch_reducer)
         score = reduce_entries(entries, reducer) if entries else None
-        stopped = any(e.get("status") == BUDGET for e in saved.values())
+        stopped = any(e.status == BUDGET for e in saved.values())
         if stopped:  # an epoch the budget stopped leaves the task unfinished: a rerun runs the rest
-            self.audit.check(file, "status", result.get("status"), BUDGET, "an epoch of it the budget stopped")
-        if stopped or result.get("status") == BUDGET or not is_scored(result.get("replay")):
+            self.audit.check(file, "status", result.status, BUDGET, "an epoch of it the budget stopped")
+        if stopped or result.status == BUDGET or not is_scored(result.replay):
             score = None  # unfinished, or an epoch did not replay: the epochs are not reduced
         else:
-            self.audit.check(file, "score", result.get("score"), score, f"the epochs reduced by {reducer}")
-            self.audit.check(file, "correct", result.get("correct"), epoch_score(score))
-        outcome = TaskOutcome.from_dict(result)
+            self.audit.check(file, "score", result.score, score, f"the epochs reduced by {reducer}")
+            self.audit.check(file, "correct", result.correct, epoch_score(score))
+        outcome = TaskOutcome.from_result(result)
         outcome.epoch_log, outcome.score, outcome.correct = entries, score, epoch_score(score)
         if stopped:
             outcome.status = BUDGET
@@ -131,11 +131,11 @@ class TaskChecker:
         if result is None:
             return None
         file = self.ev.rel(self.ev.layout.result(task.task_id))
-        self.audit.check(file, "task_id", result.get("task_id"), task.task_id)
-        if int(result.get("epochs") or 1) > 1:
+        self.audit.check(file, "task_id", result.task_id, task.task_id)
+        if result.epochs > 1:
             return self.epochs(result, task, file)
         correct = self.one_run(result, task, None, file)
-        outcome = TaskOutcome.from_dict(result)
+        outcome = TaskOutcome.from_result(result)
         outcome.correct, outcome.ground_truth = correct, task.ground_truth
         return outcome
 

@@ -105,19 +105,21 @@ def _stats(ev: RunEvidence, outcomes: Sequence[TaskOutcome]) -> dict[str, Any]:
 
 def check_totals(ev: RunEvidence, outcomes: Sequence[TaskOutcome], audit: Audit) -> None:
     """The summary's tallies, statistics and replay accounting against the recomputed outcomes."""
-    summary = ev.summary
+    # Compared leaf by leaf under the names the recomputed figures have: the summary as it was written.
+    summary = ev.summary.to_dict()
     expected = _tallies(ev, outcomes)
     replay = replay_summary([(o.replay, o.correct) for o in counted(outcomes)])
     if replay is not None:
         expected["accuracy"] = replay["accuracy_scored"]
-        check_leaves(audit, SUMMARY, "replay", summary.get("replay"), replay)
+        saved_replay = ev.summary.replay.to_dict() if ev.summary.replay is not None else None
+        check_leaves(audit, SUMMARY, "replay", saved_replay, replay)
     for key, value in expected.items():
         if key in ("by_level", "usage"):
             check_leaves(audit, SUMMARY, key, summary.get(key), value)
         else:
             audit.check(SUMMARY, key, summary.get(key), value, "the task results, checked")
-    if "stats" in summary:
-        saved_stats = summary.get("stats")
+    if ev.summary.stats is not None:
+        saved_stats = ev.summary.stats.to_dict()
         recomputed = _stats(ev, outcomes)
         if not same(saved_stats, recomputed):
             check_leaves(audit, SUMMARY, "stats", saved_stats, recomputed)

@@ -15,6 +15,7 @@ from typing import Any
 from flowllm.providers.replay import resolve_run_dir
 from flowllm.run.outcome import COMPLETED, LIMIT, TaskOutcome
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import ForkBlock, TaskResult
 from flowllm.spend.task_usage import TaskBill, bills_by_task
 from flowllm.verify.evidence import RunEvidence, VerifyInputError, read_jsonl
 from flowllm.verify.findings import Audit
@@ -30,19 +31,17 @@ def _limits(ev: RunEvidence) -> dict[str, Any]:
     return {str(k): v for k, v in (node or {}).items() if v is not None and k != "score_partial"}
 
 
-def _one_run_limit(
-    audit: Audit, file: str, result: dict[str, Any], caps: dict[str, Any], bill: TaskBill | None
-) -> None:
-    status, turns = result.get("status"), int(result.get("turns") or 0)
+def _one_run_limit(audit: Audit, file: str, result: TaskResult, caps: dict[str, Any], bill: TaskBill | None) -> None:
+    status, turns = result.status, int(result.turns or 0)
     cap = caps.get("turns")
     if cap is not None and status == COMPLETED and turns > cap:
         audit.flag(file, "turns", turns, f"at most {cap}", "agent.limits.turns: a limit the task ran past")
     if status != LIMIT:
         return
-    limit = str(result.get("limit"))
+    limit = str(result.limit)
     if limit == "turns" and cap is not None:
         audit.check(file, "turns", turns, int(cap), "a task ended by agent.limits.turns made that many turns")
-    elif limit in ("tokens", "cost_usd") and bill is not None and result.get("attempts", 1) == 1:
+    elif limit in ("tokens", "cost_usd") and bill is not None and result.attempts == 1:
         spent = bill.total_tokens if limit == "tokens" else bill.cost_usd
         if spent is not None and spent < float(caps[limit]):
             audit.flag(file, "limit", limit, f"not reached: {spent} < {caps[limit]}", "the task's ledger lines")
@@ -55,7 +54,7 @@ def check_limits(ev: RunEvidence, audit: Audit) -> None:
     caps = _limits(ev)
     if not caps:
         return
-    bills = bills_by_task(line.value for line in ev.ledger)
+    bills = bills_by_task(line.ledger for line in ev.ledger)
     for task_id, result in ev.results.items():
         per_epoch = ev.epoch_results.get(task_id)
         if per_epoch:
@@ -82,8 +81,8 @@ def _totals(bills: dict[str, TaskBill], task_ids: list[str]) -> tuple[int, float
     return calls, None if unpriced else round(cost, 6)
 
 
-def _saved_run(ev: RunEvidence, fork: dict[str, Any]) -> Path | None:
-    saved = resolve_run_dir(str(fork.get("saved_run") or ""))
+def _saved_run(ev: RunEvidence, fork: ForkBlock) -> Path | None:
+    saved = resolve_run_dir(str(fork.saved_run or ""))
     for candidate in (saved, ev.run_dir.parent / saved.name):
         if candidate.is_dir() and RunLayout(candidate).ledger.is_file():
             return candidate
@@ -92,27 +91,25 @@ def _saved_run(ev: RunEvidence, fork: dict[str, Any]) -> Path | None:
 
 def check_fork(ev: RunEvidence, outcomes: list[TaskOutcome], audit: Audit) -> None:
     """A fork's live spending is its own ledger's; its full re-run's is the saved run's ledger (when at hand)."""
-    fork = ev.summary.get("fork")
-    if not isinstance(fork, dict):
+    fork = ev.summary.fork
+    if not isinstance(fork, ForkBlock):
         return
     task_ids = [o.task_id for o in outcomes]
-    live_calls, live_cost = _totals(bills_by_task(line.value for line in ev.ledger), task_ids)
-    audit.check(SUMMARY, "fork.live_calls", fork.get("live_calls"), live_calls, "usage.jsonl")
-    audit.check(SUMMARY, "fork.live_cost_usd", fork.get("live_cost_usd"), live_cost, "usage.jsonl")
+    live_calls, live_cost = _totals(bills_by_task(line.ledger for line in ev.ledger), task_ids)
+    audit.check(SUMMARY, "fork.live_calls", fork.live_calls, live_calls, "usage.jsonl")
+    audit.check(SUMMARY, "fork.live_cost_usd", fork.live_cost_usd, live_cost, "usage.jsonl")
     if all(o.attempts == 1 and o.epochs == 1 for o in outcomes):  # else a verdict is its last attempt's or epoch's
         per_task = sum(int((o.replay or {}).get("live_calls") or 0) for o in outcomes)
-        audit.check(SUMMARY, "fork.live_calls", fork.get("live_calls"), per_task, "the tasks' replay verdicts")
+        audit.check(SUMMARY, "fork.live_calls", fork.live_calls, per_task, "the tasks' replay verdicts")
     saved = _saved_run(ev, fork)
     if saved is None:
-        audit.skip(f"the fork's full re-run cost: the saved run {fork.get('saved_run')} is not at hand")
+        audit.skip(f"the fork's full re-run cost: the saved run {fork.saved_run} is not at hand")
         return
     try:
         lines = read_jsonl(RunLayout(saved).ledger, saved)
     except VerifyInputError as exc:
         audit.skip(f"the fork's full re-run cost: {exc}")
         return
-    full_calls, full_cost = _totals(bills_by_task(line.value for line in lines), task_ids)
-    audit.check(SUMMARY, "fork.full_rerun_calls", fork.get("full_rerun_calls"), full_calls, "the saved run's ledger")
-    audit.check(
-        SUMMARY, "fork.full_rerun_cost_usd", fork.get("full_rerun_cost_usd"), full_cost, "the saved run's ledger"
-    )
+    full_calls, full_cost = _totals(bills_by_task(line.ledger for line in lines), task_ids)
+    audit.check(SUMMARY, "fork.full_rerun_calls", fork.full_rerun_calls, full_calls, "the saved run's ledger")
+    audit.check(SUMMARY, "fork.full_rerun_cost_usd", fork.full_rerun_cost_usd, full_cost, "the saved run's ledger")

@@ -95,7 +95,7 @@ def test_the_ledger_reader_skips_and_reports_a_cut_line(tmp_path: Path, caplog: 
     # A cut line, then (a resumed session) a whole line appended right after it, then a cut last line.
     path.write_bytes(orjson.dumps(good) + b"\n" + cut + orjson.dumps(later) + b"\n" + cut)
     ledger = UsageLedger.read(path)
-    assert [line["call"] for line in ledger.lines] == [1, 2]
+    assert [line.call for line in ledger.lines] == [1, 2]
     assert ledger.broken_lines == [3]
     assert "skipped 1 unreadable line(s) (3)" in caplog.text
     assert ledger.summary()  # and the summary is built from what was readable

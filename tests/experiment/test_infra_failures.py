@@ -31,18 +31,21 @@ def test_counts_by_cause_and_the_tasks_hurt() -> None:
         outcome("b", {}, failed=1),
         outcome("c", {"unavailable": 1, "server_lost": 1}, failed=2),
     ]
-    summary = summarize(outcomes, total=3, wall_seconds=1.0, interrupted=False)
+    record = summarize(outcomes, total=3, wall_seconds=1.0, interrupted=False)
+    summary = record.to_dict()
     assert summary["failed_tool_calls"] == 6  # every failed call, the model's and the infrastructure's
     assert summary["infra_tool_failures"] == {
         "total": 4,
         "by_cause": {"server_lost": 3, "unavailable": 1},
         "tasks": ["a", "c"],
     }
-    assert infra_row(summary) == "4 (server_lost 3, unavailable 1) in 2 task(s): infrastructure, not the model"
+    line = "4 (server_lost 3, unavailable 1) in 2 task(s): infrastructure, not the model"
+    assert infra_row(record.infra_tool_failures) == line
     rows = dict(summary_rows(summary))
     assert any("infrastructure, not the model" in value for value in rows.values())
     clean = summarize([outcomes[1]], total=1, wall_seconds=1.0, interrupted=False)
-    assert infra_row(clean) is None and not any("infrastructure" in v for v in dict(summary_rows(clean)).values())
+    assert infra_row(clean.infra_tool_failures) is None
+    assert not any("infrastructure" in v for v in dict(summary_rows(clean)).values())
 
 
 def test_result_json_marks_the_task_and_reads_back() -> None:

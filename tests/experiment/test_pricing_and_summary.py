@@ -128,7 +128,7 @@ def _summary(interrupted: bool = False) -> dict:
     )
     return summarize(
         outcomes, total=5, wall_seconds=12.5, interrupted=interrupted, resumed=1, model="m", prices=table, attempts=2
-    )
+    ).to_dict()
 
 
 def test_summary_counts() -> None:
@@ -159,6 +159,7 @@ def test_summary_counts() -> None:
 
 def test_unpriced_model_says_why() -> None:
     s = summarize([], total=0, wall_seconds=0, interrupted=False, model="mystery", prices=PriceTable({}, "p.yaml"))
+    s = s.to_dict()
     assert s["cost_usd"] is None and s["cost"]["note"] == "no price for 'mystery' in p.yaml"
     assert s["accuracy"] is None and s["parse_rate"] is None  # nothing scored: not known
 

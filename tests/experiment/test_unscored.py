@@ -36,7 +36,7 @@ def _outcome(task_id: str, correct: bool | None, *, level: int = 1, status: str 
 def test_headline_and_breakdowns_count_the_same_scored_tasks() -> None:
     # An interrupted run: 10 tasks, 5 finished (4 at level 1, all right; 1 at level 2 unscored).
     outcomes = [_outcome(f"t{i}", True) for i in range(4)] + [_outcome("u", None, level=2)]
-    summary = summarize(outcomes, total=10, wall_seconds=1.0, interrupted=True)
+    summary = summarize(outcomes, total=10, wall_seconds=1.0, interrupted=True).to_dict()
     assert (summary["scored"], summary["unscored"], summary["correct"], summary["accuracy"]) == (4, 1, 4, 1.0)
     assert summary["by_level"]["1"] == {"tasks": 4, "scored": 4, "unscored": 0, "correct": 4, "accuracy": 1.0}
     assert summary["by_level"]["2"]["accuracy"] is None  # not known, never 0
@@ -46,7 +46,7 @@ def test_headline_and_breakdowns_count_the_same_scored_tasks() -> None:
 
 
 def test_nothing_scored_is_not_known() -> None:
-    summary = summarize([_outcome("u", None)], total=1, wall_seconds=1.0, interrupted=False)
+    summary = summarize([_outcome("u", None)], total=1, wall_seconds=1.0, interrupted=False).to_dict()
     assert summary["accuracy"] is None and summary["scored"] == 0
     assert headline_accuracy(summary).startswith("not known (0 scored)")
 

@@ -300,4 +300,5 @@ def test_ledger_lines_of_several_processes_never_interleave(tmp_path: Path) -> N
         proc.join(HANG_GUARD_S)
         assert proc.exitcode == 0
     lines = UsageLedger.read(path).lines  # raises on a torn line
-    assert sorted((line["worker"], line["n"]) for line in lines) == [(w, i) for w in range(3) for i in range(300)]
+    probes = sorted((line.extra["worker"], line.extra["n"]) for line in lines)  # keys a ledger line does not know
+    assert probes == [(w, i) for w in range(3) for i in range(300)]

@@ -90,4 +90,4 @@ def test_the_frames_and_the_submission_show_the_failure(failed_run: Path, tmp_pa
     line = json.loads(target.read_text(encoding="utf-8"))
     assert (line["task_id"], line["model_answer"]) == ("broken", "")
     assert "[tool tool-python.run_python] 42" in line["reasoning_trace"]  # what it did before it failed
-    assert open_source(failed_run).finished[0].field("status") == "failed"
+    assert open_source(failed_run).finished[0].saved.status == "failed"

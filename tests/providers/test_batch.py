@@ -22,6 +22,7 @@ from anthropic import AsyncAnthropic
 
 from flowllm.config.schema import BatchConfig, ProviderConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
+from flowllm.core.types import Usage
 from flowllm.emulator import Emulator
 from flowllm.providers import UsageLedger, check_provider_config, open_provider
 from flowllm.providers.batch import (
@@ -203,7 +204,8 @@ def test_a_reused_result_is_not_billed_again(tmp_path: Path) -> None:
             attempt=1, key=None, started=0.0, latency_s=0.1,
             batch={"id": "msgbatch_1", "reused": True, "billed_before": True},
         )  # fmt: skip
-    assert line["cost_usd"] == 0.0 and line["usage"]["input_tokens"] == 0 and line["batch"]["reused"] is True
+    assert line.cost_usd == 0.0 and line.usage == Usage().to_dict() and line.batch is not None
+    assert line.batch["reused"] is True
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ def test_no_figure_counts_an_unscored_task_as_correct_or_wrong() -> None:
         total=3,
         wall_seconds=1.0,
         interrupted=False,
-    )
+    ).to_dict()
     assert summary["correct"] == 1
     assert summary["accuracy"] == 0.5  # 1 of the 2 scored tasks
     assert summary["by_level"]["2"] == {"tasks": 2, "scored": 1, "unscored": 1, "correct": 0, "accuracy": 0.0}

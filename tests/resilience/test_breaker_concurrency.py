@@ -102,7 +102,7 @@ async def _run(tmp_path: Path, *, fallback: bool) -> tuple[dict[str, str], list[
         outcomes = await asyncio.wait_for(asyncio.gather(*(_task(provider, t) for t in ids)), timeout=120)
         breakers = {rid: (r.breaker.state, r.breaker.trial_in_flight) for rid, r in provider.routes.items()}
     ledger.close()
-    lines = UsageLedger.read(path).lines
+    lines = [line.to_dict() for line in UsageLedger.read(path).lines]
     return dict(zip(ids, outcomes, strict=True)), lines, breakers
 
 
@@ -182,8 +182,8 @@ async def test_a_trial_that_finds_no_usable_key_releases_the_breaker(tmp_path: P
         t.now += 10.0  # the key is awake: the next call is the trial, and it closes the breaker
         assert await ask("c") == "ok"
         assert breaker.state == CLOSED and breaker.trial_in_flight is False
-    skips = [line for line in ledger.lines if line["type"] == "skip"]
-    assert [s["reason"] for s in skips] == ["no_usable_key"]
+    skips = [line for line in ledger.lines if line.type == "skip"]
+    assert [s.reason for s in skips] == ["no_usable_key"]
 
 
 async def test_half_open_waiters_sleep_until_the_trial_reports() -> None:

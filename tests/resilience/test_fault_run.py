@@ -161,7 +161,7 @@ def test_the_ledger_accounts_for_every_attempt(fault_run: dict[str, Any]) -> Non
         rule = plan.pick(Draw(line["task_id"], "main", line["turn"], seen[key], protocol, True))
         # Exactly the fault the emulator drew for this request, or a success: nothing lost, nothing invented.
         assert line["outcome"] == (rule_kind(rule) or "ok"), line
-    calls = [line for line in ledger.lines if line["type"] == "call"]
+    calls = [line.to_dict() for line in ledger.lines if line.type == "call"]
     assert len(calls) == N_TASKS  # one turn each
     ok_attempts = [a for a in ledger.attempts() if a["outcome"] == "ok"]
     assert len(ok_attempts) == sum(c["outcome"] == "ok" for c in calls)
@@ -196,8 +196,8 @@ def test_fallbacks_and_breaker_transitions_are_the_expected_ones(fault_run: dict
     ledger: UsageLedger = fault_run["ledger"]
     # An independent model of the breaker (threshold 3, recovery 0 s), fed the primary's attempts in order.
     state, failures, expected = "closed", 0, []
-    for line in ledger.lines:
-        if line["type"] != "attempt" or line["provider"] != "offline":
+    for line in ledger.attempts():
+        if line["provider"] != "offline":
             continue
         if state == "open":  # recovery timeout 0: the next call is the trial
             expected.append(("open", "half_open"))
@@ -215,17 +215,18 @@ def test_fallbacks_and_breaker_transitions_are_the_expected_ones(fault_run: dict
             elif failures >= THRESHOLD:
                 expected.append(("closed", "open"))
                 state = "open"
-    recorded = [(b["from"], b["to"]) for b in ledger.lines if b["type"] == "breaker" and b["provider"] == "offline"]
+    breakers = [b for b in ledger.lines if b.type == "breaker"]
+    recorded = [(b.from_state, b.to_state) for b in breakers if b.provider == "offline"]
     assert recorded == expected
     assert state == "closed"  # recovered after the outage
     # The outage opened the breaker on its first task, and every outage call after it was a single trial.
-    first_open = next(b for b in ledger.lines if b["type"] == "breaker" and b["to"] == "open")
-    assert first_open["ts"] >= 0
+    first_open = next(b for b in breakers if b.to_state == "open")
+    assert first_open.ts is not None and first_open.ts >= 0
     for tid in OUTAGE[1:]:
         tries = [a for a in ledger.attempts() if a["task_id"] == tid and a["provider"] == "offline"]
         assert len(tries) == 1 and tries[0]["outcome"] == "overloaded"
     # Every call the primary could not answer was answered by the fallback (except the two doomed tasks).
-    calls = {c["task_id"]: c for c in ledger.lines if c["type"] == "call"}
+    calls = {c["task_id"]: c for c in (line.to_dict() for line in ledger.lines) if c["type"] == "call"}
     for tid in OUTAGE:
         assert calls[tid]["provider"] == "backup" and calls[tid]["fallback"] is True
     summary = ledger.summary()

@@ -119,7 +119,7 @@ async def test_request_faults_are_never_retried(tmp_path: Path, rule: dict[str, 
             await ask(provider)
     assert info.value.kind == kind
     assert [a["outcome"] for a in ledger.attempts()] == [kind]
-    assert [c["outcome"] for c in ledger.lines if c["type"] == "call"] == [kind]
+    assert [c.outcome for c in ledger.lines if c.type == "call"] == [kind]
 
 
 async def test_retries_stop_at_max_attempts_with_the_last_error(tmp_path: Path) -> None:
