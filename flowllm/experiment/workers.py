@@ -56,6 +56,7 @@ from flowllm.run.progress import ProgressReporter
 from flowllm.run.report import print_summary
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import RunSummary
 from flowllm.scoring import open_scorer
 from flowllm.scoring.scorers import RuleScore
 from flowllm.setup.build import build_experiment, prepare, run_summary
@@ -368,23 +369,9 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     tasks: list[Task] = parts.tasks
     started = time.perf_counter()
     layout = RunLayout(run_dir)
-    ray = None
-    if str(cfg.experiment.get("executor", "local")) == "ray":
-        from flowllm.experiment import ray_executor
-
-        ray = ray_executor.connect(cfg.experiment.get("ray_address"))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ray_executor.check_nodes(ray, run_dir)  # every node sees the run directory, before the first task
-        if str(cfg.experiment.get("workers")).strip().lower() == "auto":
-            workers = min(MAX_WORKERS, ray_executor.cluster_cpus(ray))
-    # Read as a one-process resume reads them (Experiment.previous_outcome): the task's own folder, the file
-    # checked to be that task's, and its score recomputed, so a forged result.json cannot raise the accuracy.
+    ray, workers = _connect_ray(cfg, run_dir, workers)
     rescore = scorer_rules(cfg, run_dir)
-    already: dict[str, TaskOutcome] = {}
-    for task in tasks:
-        previous = read_outcome(layout.result(task.task_id), task, rescore) if cfg.experiment.resume else None
-        if previous is not None and previous.status in FINISHED:
-            already[task.task_id] = previous
+    already = _finished_before(cfg, layout, tasks, rescore)
     todo_tasks = [t for t in tasks if t.task_id not in already]
     todo = [t.task_id for t in todo_tasks]
     # No more workers than tasks to run, nor than tasks allowed at once (max_concurrent is the whole run's).
@@ -412,21 +399,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with tempfile.TemporaryDirectory(prefix="flowllm-workers-") as scratch:
-            for index, shard_ids in enumerate(deal(todo, count)):
-                shard = Shard(index, count, shard_ids, os.getpid())
-                if isinstance(pool, RayPool):  # the Ray task writes the shard file on its node
-                    pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__), str(shared_pauses))
-                    continue
-                shard_path = Path(scratch) / f"shard-{index}.json"
-                shard.save(shard_path)
-                pool.procs.append(
-                    subprocess.Popen(
-                        worker_command(hydra_cfg, run_dir, shard_path),
-                        env={**os.environ, SHARED_PAUSES_ENV: str(shared_pauses)},
-                        preexec_fn=die_with(os.getpid()),
-                        process_group=0,  # a terminal's Ctrl-C reaches the parent only, which forwards it once
-                    )
-                )
+            _start_workers(pool, hydra_cfg, run_dir, deal(todo, count), Path(scratch), shared_pauses)
             while pool.alive():
                 for outcome in watcher.poll():
                     progress.task_done(outcome)
@@ -452,17 +425,81 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     # The same summary as a one-process run's, built by the same function.
     result = RunResult(finished, interrupted, len(already), tools_unavailable=None, tools_start_s=None)
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
+    return _write_summary(summary, finished, layout, secrets, pool.failure)
+
+
+def _connect_ray(cfg: DictConfig, run_dir: Path, workers: int) -> tuple[Any, int]:
+    """With ``experiment.executor=ray``: the cluster, checked to see the run directory, and the worker count
+    (``auto``: the cluster's CPUs); else ``(None, workers)``."""
+    if str(cfg.experiment.get("executor", "local")) != "ray":
+        return None, workers
+    from flowllm.experiment import ray_executor
+
+    ray = ray_executor.connect(cfg.experiment.get("ray_address"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ray_executor.check_nodes(ray, run_dir)  # every node sees the run directory, before the first task
+    if str(cfg.experiment.get("workers")).strip().lower() == "auto":
+        workers = min(MAX_WORKERS, ray_executor.cluster_cpus(ray))
+    return ray, workers
+
+
+def _finished_before(
+    cfg: DictConfig, layout: RunLayout, tasks: list[Task], rescore: RuleScore | None
+) -> dict[str, TaskOutcome]:
+    """The tasks a resumed run need not run again. Read as a one-process resume reads them
+    (Experiment.previous_outcome): the task's own folder, the file checked to be that task's, and its score
+    recomputed, so a forged result.json cannot raise the accuracy."""
+    already: dict[str, TaskOutcome] = {}
+    if not cfg.experiment.resume:
+        return already
+    for task in tasks:
+        previous = read_outcome(layout.result(task.task_id), task, rescore)
+        if previous is not None and previous.status in FINISHED:
+            already[task.task_id] = previous
+    return already
+
+
+def _start_workers(
+    pool: _Pool | RayPool,
+    hydra_cfg: Any,
+    run_dir: Path,
+    shards: list[list[str]],
+    scratch: Path,
+    shared_pauses: Path,
+) -> None:
+    """One worker per shard: a local process, or a Ray task that writes its shard file on its node."""
+    for index, shard_ids in enumerate(shards):
+        shard = Shard(index, len(shards), shard_ids, os.getpid())
+        if isinstance(pool, RayPool):
+            pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__), str(shared_pauses))
+            continue
+        shard_path = scratch / f"shard-{index}.json"
+        shard.save(shard_path)
+        pool.procs.append(
+            subprocess.Popen(
+                worker_command(hydra_cfg, run_dir, shard_path),
+                env={**os.environ, SHARED_PAUSES_ENV: str(shared_pauses)},
+                preexec_fn=die_with(os.getpid()),
+                process_group=0,  # a terminal's Ctrl-C reaches the parent only, which forwards it once
+            )
+        )
+
+
+def _write_summary(
+    summary: RunSummary, finished: list[TaskOutcome], layout: RunLayout, secrets: list[str], failure: str | None
+) -> dict[str, Any]:
+    """Writes the parent's summary, prints it, and raises ``RunStopped`` when a worker failed."""
     if summary.tools is not None:  # run_python's sandbox was probed by the workers, not here: not known
         summary.tools.sandbox_gaps = None
-    if pool.failure is not None:
-        summary.status, summary.error = "failed", pool.failure
+    if failure is not None:
+        summary.status, summary.error = "failed", failure
     try:
         atomic_write(layout.summary, Redactor(secrets).dumps(summary.to_dict()))
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
         summary.status, summary.error = "failed", str(exc)
         raise RunStopped(str(exc), summary.to_dict()) from exc
-    print_summary(summary, finished, run_dir)
-    if pool.failure is not None:
-        message = f"{pool.failure} (its message is above); finished tasks are saved: rerun to resume"
+    print_summary(summary, finished, layout.root)
+    if failure is not None:
+        message = f"{failure} (its message is above); finished tasks are saved: rerun to resume"
         raise RunStopped(message, summary.to_dict())
     return summary.to_dict()
