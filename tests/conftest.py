@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.experiment.helpers import run_flowllm
+
+
+@pytest.fixture(scope="session", autouse=True)
+def serial_terminal_size() -> Iterator[None]:
+    """A test process started by pytest-xdist has COLUMNS=80 and LINES=24 in its environment, a serial run
+    neither: the app a test starts would draw its tables 80 columns wide (160 otherwise) and wrap the lines
+    the test reads. Its subprocesses see the environment of a serial run."""
+    with pytest.MonkeyPatch.context() as patch:
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            patch.delenv("COLUMNS", raising=False)
+            patch.delenv("LINES", raising=False)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -104,7 +104,13 @@ RUNNABLE = [c for c in COMMANDS if c.offline]
 @pytest.mark.parametrize("command", RUNNABLE, ids=[f"{c.page}:{c.line}" for c in RUNNABLE])
 def test_every_offline_manual_command_runs_and_verifies(command: Command, tmp_path: Path, sample_run: Path) -> None:
     run = tmp_path / "run"
-    args = [*command.overrides(sample_run), "progress=false", f"hydra.run.dir={run}"]
+    # memory.path's default is relative to the working directory, the checkout: each run keeps its own store.
+    args = [
+        *command.overrides(sample_run),
+        "progress=false",
+        f"hydra.run.dir={run}",
+        f"memory.path={tmp_path / 'm.db'}",
+    ]
     done = run_flowllm(*args)
     assert done.returncode in (0, 3), f"{command.page} line {command.line}: {command.text}\n{done.stderr[-3000:]}"
     audit = audit_run(run)

@@ -24,6 +24,16 @@ LIST_TASK = "5e6f7a8b-2c3d-4e5f-9a0b-7c8d9e0f1a2b"  # level 2, no tools, a list:
 WRONG_TASK = "9a0b1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"  # level 3, no tools: wrong answer
 
 
+# The fixture's replies call run_python only: a run without the other default servers starts four processes
+# fewer (about a CPU second each).
+ONLY_PYTHON_TOOL = (
+    "~tools.servers.tool-files",
+    "~tools.servers.tool-math",
+    "~tools.servers.tool-browse",
+    "~tools.servers.tool-audio",
+)
+
+
 def gaia_overrides(*extra: str) -> list[str]:
     return [
         "+experiment=gaia",

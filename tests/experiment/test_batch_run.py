@@ -17,7 +17,7 @@ import yaml
 
 from flowllm.emulator import Emulator
 from flowllm.engine.recorder import read_json
-from tests.experiment.helpers import GAIA, gaia_overrides, run_flowllm, start_flowllm
+from tests.experiment.helpers import GAIA, ONLY_PYTHON_TOOL, gaia_overrides, run_flowllm, start_flowllm
 
 CALL_TOOL = """<use_mcp_tool>
 <server_name>tool-python</server_name>
@@ -39,8 +39,8 @@ def answers(run_dir: Path) -> dict[str, tuple[str, str | None, bool]]:
 def test_a_batched_run_gives_the_direct_runs_answers_at_half_the_cost(tmp_path: Path, protocol: str) -> None:
     direct, batched = tmp_path / "direct", tmp_path / "batched"
     wire = f"provider.protocol={protocol}"
-    first = run_flowllm(*gaia_overrides(f"hydra.run.dir={direct}", wire))
-    second = run_flowllm(*gaia_overrides(f"hydra.run.dir={batched}", wire, *BATCHED))
+    first = run_flowllm(*gaia_overrides(f"hydra.run.dir={direct}", wire, *ONLY_PYTHON_TOOL))
+    second = run_flowllm(*gaia_overrides(f"hydra.run.dir={batched}", wire, *ONLY_PYTHON_TOOL, *BATCHED))
     assert first.returncode == second.returncode == 3, second.stderr[-2000:]  # the fixture's missing attachment
     assert answers(batched) == answers(direct) and len(answers(direct)) == 5
     plain, cheap = read_json(direct / "summary.json"), read_json(batched / "summary.json")

@@ -12,7 +12,7 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
-from tests.experiment.helpers import gaia_overrides, run_flowllm
+from tests.experiment.helpers import ONLY_PYTHON_TOOL, gaia_overrides, run_flowllm
 from tests.experiment.test_workers import HANG_GUARD_S, assert_same_runs
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -23,7 +23,7 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not install
 def test_ray_workers_give_the_same_results_as_one_process(tmp_path: Path) -> None:
     def one(extra: tuple[str, ...]) -> Path:
         run_dir = tmp_path / ("ray" if extra else "one")
-        proc = run_flowllm(*gaia_overrides(*extra, f"hydra.run.dir={run_dir}"), timeout=HANG_GUARD_S)
+        proc = run_flowllm(*gaia_overrides(*extra, f"hydra.run.dir={run_dir}", *ONLY_PYTHON_TOOL), timeout=HANG_GUARD_S)
         assert proc.returncode == 3, proc.stdout + proc.stderr  # the fixture's task with a missing attachment
         return run_dir
 

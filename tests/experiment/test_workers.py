@@ -33,6 +33,7 @@ from flowllm.providers import UsageLedger
 from flowllm.providers.registry import ProviderTable
 from tests.experiment.helpers import (
     GAIA,
+    ONLY_PYTHON_TOOL,
     SLOW,
     TEST_CONF,
     WRONG_TASK,
@@ -135,7 +136,9 @@ def test_two_workers_give_the_same_results_as_one_with_pass_at_k(tmp_path: Path)
     def one(workers: int) -> Path:
         run_dir = tmp_path / f"w{workers}"
         proc = run_flowllm(
-            *gaia_overrides(f"experiment.workers={workers}", "experiment.attempts=2", f"hydra.run.dir={run_dir}"),
+            *gaia_overrides(
+                f"experiment.workers={workers}", "experiment.attempts=2", f"hydra.run.dir={run_dir}", *ONLY_PYTHON_TOOL
+            ),
             timeout=HANG_GUARD_S,
         )
         # The fixture has a task whose attachment is missing: some tasks failed, exit 3, with one worker or two.
