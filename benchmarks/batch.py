@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flowllm.rundir.results import RunSummary
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(run_dir: Path, *overrides: str) -> tuple[float, dict[str, Any], dict[str, tuple[str, Any]]]:
+def run(run_dir: Path, *overrides: str) -> tuple[float, RunSummary, dict[str, tuple[str, Any]]]:
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "flowllm", "progress=false", f"hydra.run.dir={run_dir}", *overrides],
@@ -33,7 +35,7 @@ def run(run_dir: Path, *overrides: str) -> tuple[float, dict[str, Any], dict[str
         capture_output=True,
     )
     wall = time.perf_counter() - started
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text()))
     answers = {}
     for result in sorted((run_dir / "tasks").glob("*/result.json")):
         data = json.loads(result.read_text())
@@ -71,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "same": d_answers == b_answers,
                     "tasks": len(d_answers),
-                    "turns": (direct["turns"], batch["turns"]),
-                    "calls": (direct["providers"]["calls"], batch["providers"]["calls"]),
-                    "cost": (direct["cost_usd"], batch["cost_usd"]),
-                    "ledger": (direct["providers"]["cost_usd"], batch["providers"]["cost_usd"]),
-                    "accuracy": (direct["accuracy"], batch["accuracy"]),
+                    "turns": (direct.turns, batch.turns),
+                    "calls": (direct.providers["calls"], batch.providers["calls"]),
+                    "cost": (direct.cost_usd, batch.cost_usd),
+                    "ledger": (direct.providers["cost_usd"], batch.providers["cost_usd"]),
+                    "accuracy": (direct.accuracy, batch.accuracy),
                     "batches": batches(Path(scratch) / f"batch-{number}"),
                     "wall": (d_wall, b_wall),
                 }

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import ROOT, Section, Sizes, Stat, Target, md_table
 from benchmarks.stack import MATH, compose, multi_turn_answer, open_in_process_tools, tool_call_text, write_workload
+from flowllm.rundir.results import RunSummary
 
 LIVE_PROVIDER = "bench_live"
 EVERY = 4  # every fourth task writes its turn-2 call in a form only the lenient repair stages read
@@ -71,7 +72,7 @@ class RunFigures:
     fork_turns: list[int]  # the turns at which forked tasks went live (a fork only)
     calls: int  # model calls billed in the run's ledger
     cost_usd: float | None
-    summary: dict[str, Any]
+    summary: RunSummary
 
 
 async def run_one(overrides: list[str], run_dir: Path) -> RunFigures:
@@ -104,8 +105,8 @@ async def run_one(overrides: list[str], run_dir: Path) -> RunFigures:
         cpu,
         {o.task_id: o.correct for o in result.outcomes},
         sorted({int(o.replay["turn"]) for o in result.outcomes if o.replay and o.replay.get("turn") is not None}),
-        int(summary["providers"]["calls"]),
-        summary["providers"].get("cost_usd"),
+        int(summary.providers["calls"]),
+        summary.providers.get("cost_usd"),
         summary,
     )
 
@@ -161,19 +162,20 @@ def measure(sizes: Sizes) -> dict[str, Any]:
             )
             agree = sum(1 for t in ids if strict.correct.get(t) == fork.correct.get(t))
             live_runs.append({"wall_s": strict.wall_s, "cpu_s": strict.cpu_s, "calls": strict.calls})
-            replay = fork.summary["replay"]
+            replay = fork.summary.replay
+            assert replay is not None, "a fork's summary has a replay block"
             fork_runs.append(
                 {
                     "wall_s": fork.wall_s,
                     "cpu_s": fork.cpu_s,
                     "calls": fork.calls,
                     "agree": agree,
-                    "exact": replay["exact"],
-                    "forked": replay["forked"],
+                    "exact": replay.exact,
+                    "forked": replay.forked,
                     "fork_turns": fork.fork_turns,
-                    "accuracy": fork.summary["accuracy"],
-                    "live_accuracy": strict.summary["accuracy"],
-                    "fork": fork.summary["fork"],
+                    "accuracy": fork.summary.accuracy,
+                    "live_accuracy": strict.summary.accuracy,
+                    "fork": fork.summary.fork.to_dict() if fork.summary.fork else None,
                 }
             )
         results["live"] = live_runs

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowllm.rundir.results import RunSummary
+
 if __package__ in (None, ""):  # `python benchmarks/startup.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -115,8 +117,8 @@ def run_sample(overrides: tuple[str, ...], limit: int | None) -> Sample:
         cpu, wall, proc = measure_process(args)
         if proc.returncode not in (0, 3):  # 3: some tasks failed, counted below
             raise RuntimeError(f"{' '.join(args[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    return Sample(cpu, wall, int(summary["tasks"]), int(summary["completed"]))
+        summary = RunSummary.from_dict(json.loads((run_dir / "summary.json").read_text(encoding="utf-8")))
+    return Sample(cpu, wall, summary.tasks, summary.completed)
 
 
 def reference_sample() -> Sample:

@@ -39,8 +39,10 @@
         ├── PowerUsageError            bad arguments, or a run without the figures asked for (inspect/power.py)
         ├── ExportError                nothing can be exported: not a run, a missing extra, an unwritable file
         │                              (export/source.py)
-        └── VerifyInputError           flowllm verify was given no run, or a file of it does not parse
-                                       (verify/evidence.py)
+        ├── VerifyInputError           flowllm verify was given no run, or a file of it does not parse
+        │                              (verify/evidence.py)
+        └── RecordFormatError          a run file (summary, result, ledger line) is not a JSON object
+                                       (rundir/record_base.py)
 
 A build error exits 2 ("nothing ran"); a run error that reaches the app after tasks ran exits with the code of
 the run's tasks; a ``CliError`` exits with the code it carries. Where a library catches every ``Exception``

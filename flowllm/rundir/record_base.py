@@ -18,7 +18,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Self, TypeVar
 
-from flowllm.errors import FlowError
+from flowllm.errors import CliError
 
 __all__ = ["KEY", "OPTIONAL", "Record", "RecordFormatError", "record_fields", "record_type"]
 
@@ -29,7 +29,7 @@ KEY = "key"  # metadata: the field's JSON key, where it is not a Python name (``
 OPTIONAL: dict[str, Any] = {"optional": True}
 
 
-class RecordFormatError(FlowError, ValueError):
+class RecordFormatError(CliError, ValueError):
     """A run file's record is not a JSON object (the file is not one flowllm wrote, or it was cut short)."""
 
 
