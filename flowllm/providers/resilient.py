@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec

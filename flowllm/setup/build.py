@@ -21,8 +21,9 @@ from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
 from flowllm.config.plain import plain_config
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import NameResolver, default_resolver
-from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer, RunnerConfig
+from flowllm.config.schema import JudgeConfig, Reducer, RunnerConfig
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder
 from flowllm.engine.pipeline import pipeline_from_config

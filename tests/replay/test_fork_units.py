@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from flowllm.config.provider_schema import ForkMode, ProviderConfig
 from flowllm.config.providers import default_resolver
-from flowllm.config.schema import ForkMode, ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Usage
 from flowllm.datasets.task import Task
