@@ -22,7 +22,6 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # "module" (lines of the file) or "module:qualified.function" (lines of the function) -> its size today.
 KNOWN_LONG: dict[str, int] = {
-    "flowllm/providers/resilient.py:ResilientProvider._attempts": 96,
     "flowllm/run/runner.py": 685,
     "flowllm/run/runner.py:Experiment.attempt": 89,
     "flowllm/run/runner.py:Experiment.run": 81,
