@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # `python benchmarks/ratelimit.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Section, Sizes, Target, md_table
-from flowllm.config.schema import BreakerConfig, ProviderConfig, RateLimitConfig, RetryConfig
+from flowllm.config.provider_schema import BreakerConfig, ProviderConfig, RateLimitConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan

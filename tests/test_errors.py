@@ -125,7 +125,7 @@ def test_a_budget_stop_has_its_own_code_3_in_a_run_a_sweep_and_the_help(tmp_path
 
 
 def test_the_kinds_retried_by_default_are_defined_once_and_the_schema_and_breaker_follow() -> None:
-    from flowllm.config.schema import BreakerConfig, RetryConfig
+    from flowllm.config.provider_schema import BreakerConfig, RetryConfig
     from flowllm.errors import DEFAULT_RETRY_ON, ErrorKind
     from flowllm.providers.breaker import CircuitBreaker
     from flowllm.providers.errors import ProviderCallError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core import registry as registry_module
 from flowllm.core.registry import Registry, unknown_choice
 from flowllm.datasets.adapters import ADAPTERS, DatasetSpec, load_dataset

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from omegaconf import DictConfig, OmegaConf
 
-from flowllm.config.schema import ProviderConfig, RateLimitConfig
+from flowllm.config.provider_schema import ProviderConfig, RateLimitConfig
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped

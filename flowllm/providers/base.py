@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from flowllm.config.schema import ContentFormat, ProviderConfig
+from flowllm.config.provider_schema import ContentFormat, ProviderConfig
 from flowllm.core.interfaces import CallContext, ToolProtocol, WireProtocol
 from flowllm.core.media import MEDIA_TYPES, degrade_messages
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage

@@ -48,7 +48,7 @@ from flowllm.rundir.attempts import current_attempt
 from flowllm.rundir.epochs import current_epoch
 
 if TYPE_CHECKING:
-    from flowllm.config.schema import ProviderConfig
+    from flowllm.config.provider_schema import ProviderConfig
     from flowllm.providers.base import BaseProvider
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flowllm.config.schema import BreakerConfig
+from flowllm.config.provider_schema import BreakerConfig
 from flowllm.errors import DEFAULT_RETRY_ON
 from flowllm.providers.errors import ProviderCallError, ProviderConfigError
 

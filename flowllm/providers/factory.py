@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.interfaces import Provider
 from flowllm.core.registry import Registry, unknown_choice
 from flowllm.providers.base import BaseProvider

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowllm.config.provider_schema import ForkMode, ProviderConfig
 from flowllm.config.saved import saved_section
-from flowllm.config.schema import ForkMode, ProviderConfig
 from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
 from flowllm.engine.pipeline import Pipeline

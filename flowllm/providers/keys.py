@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowllm.config.schema import KeyPoolConfig
+from flowllm.config.provider_schema import KeyPoolConfig
 from flowllm.providers.errors import ProviderCallError, ProviderConfigError
 
 log = logging.getLogger(__name__)

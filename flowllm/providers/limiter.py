@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from aiolimiter import AsyncLimiter
 
-from flowllm.config.schema import RateLimitConfig
+from flowllm.config.provider_schema import RateLimitConfig
 from flowllm.providers.errors import ProviderConfigError
 
 SHARED_PAUSES_ENV = "FLOWLLM_SHARED_PAUSES"  # a folder every worker of the run sees (in the run directory)

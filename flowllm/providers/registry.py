@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.errors import ConfigError
 from flowllm.providers.errors import ProviderConfigError
 

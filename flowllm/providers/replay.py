@@ -33,9 +33,9 @@ from typing import Any
 
 import orjson
 
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import provider_config
 from flowllm.config.saved import saved_section
-from flowllm.config.schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
@@ -362,27 +362,10 @@ class ResilientProvider(ProviderFacade):
                 if not reported:  # cancelled, no usable key, a bug: the trial (if this was it) is handed back
                     route.breaker.release(permit)
 
-        def should_retry(error: BaseException) -> bool:
-            if not isinstance(error, ProviderCallError) or isinstance(error, NoUsableKeyError):
-                return False  # CancelledError and bugs included: they propagate as they are
-            if not route.breaker.closed:
-                return False  # this failure opened the breaker, or it was the half-open trial: fall back now
-            if error.kind in RETIRE_KINDS:
-                return bool(route.pool.live())  # the key was retired: another key may do
-            return policy.retryable(error)
-
-        def wait(retry_state: RetryCallState) -> float:
-            error = retry_state.outcome.exception() if retry_state.outcome else None
-            if isinstance(error, ProviderCallError) and (error.kind in RETIRE_KINDS or error.kind == "rate_limit"):
-                # The key pool does this waiting: the next key is ready now, or acquire() waits for a
-                # resting key's cooldown (its retry-after), within key_pool.max_wait_s.
-                return 0.0
-            return policy.wait_s(retry_state.attempt_number, error)
-
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(policy.max_attempts - state.number, 1)) | stop_after_delay(policy.max_total_s),
-            wait=wait,
-            retry=retry_if_exception(should_retry),
+            wait=_retry_wait(policy),
+            retry=retry_if_exception(_should_retry(route)),
             sleep=self.sleep,
             reraise=True,
         )
@@ -456,3 +439,32 @@ def breaker_listener(ledger: UsageLedger) -> Callable[[Transition], None]:
         ledger.write(LedgerLine.from_dict({"type": "breaker", **transition.to_dict(), "ts": transition.at}))
 
     return on_transition
+
+
+def _should_retry(route: Route) -> Callable[[BaseException], bool]:
+    """Whether a failed attempt on ``route`` is tried again on the same route (else the call falls back)."""
+
+    def should_retry(error: BaseException) -> bool:
+        if not isinstance(error, ProviderCallError) or isinstance(error, NoUsableKeyError):
+            return False  # CancelledError and bugs included: they propagate as they are
+        if not route.breaker.closed:
+            return False  # this failure opened the breaker, or it was the half-open trial: fall back now
+        if error.kind in RETIRE_KINDS:
+            return bool(route.pool.live())  # the key was retired: another key may do
+        return route.policy.retryable(error)
+
+    return should_retry
+
+
+def _retry_wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
+    """How long to wait before the next attempt: the policy's backoff, or none when the key pool waits."""
+
+    def wait(retry_state: RetryCallState) -> float:
+        error = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(error, ProviderCallError) and (error.kind in RETIRE_KINDS or error.kind == "rate_limit"):
+            # The key pool does this waiting: the next key is ready now, or acquire() waits for a
+            # resting key's cooldown (its retry-after), within key_pool.max_wait_s.
+            return 0.0
+        return policy.wait_s(retry_state.attempt_number, error)
+
+    return wait

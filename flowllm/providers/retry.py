@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from flowllm.config.schema import RetryConfig
+from flowllm.config.provider_schema import RetryConfig
 from flowllm.providers.errors import ALL_KINDS, NEVER_RETRY_KINDS, ProviderCallError, ProviderConfigError
 
 

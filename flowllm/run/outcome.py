@@ -309,3 +309,10 @@ def load_outcomes(run_dir: Path, tasks: Iterable[Task], rescore: RuleScore | Non
         if outcome is not None:
             found.append(outcome)
     return found
+
+
+def describe_error(exc: BaseException) -> str:
+    """A failed task's error line: the exception's type and message (the cause's, for a wrapped error)."""
+    cause = getattr(exc, "cause", None) or exc
+    text = str(cause).strip() or type(cause).__name__
+    return f"{type(cause).__name__}: {text}" if not text.startswith(type(cause).__name__) else text

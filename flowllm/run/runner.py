@@ -43,7 +43,6 @@ from flowllm.engine import Recorder
 from flowllm.engine.heap import run_collector
 from flowllm.providers.replay import ReplayMissError
 from flowllm.run.epochs import epoch_score, reduce_entries
-from flowllm.run.infra import infra_tool_failures
 from flowllm.run.outcome import (
     BUDGET,
     COMPLETED,
@@ -51,12 +50,13 @@ from flowllm.run.outcome import (
     FINISHED,
     LIMIT,
     TaskOutcome,
+    describe_error,
     read_outcome,
     stopped_by_budget,
     unscored_or,
 )
 from flowllm.run.progress import ProgressReporter
-from flowllm.run.replay_audit import ReplayAudit, is_scored, replay_summary
+from flowllm.run.replay_audit import ReplayAudit, is_scored
 from flowllm.run.workspaces import WorkspaceRoot
 from flowllm.rundir.attempts import running_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
@@ -68,11 +68,8 @@ from flowllm.rundir.layout import (
     TURN_GLOB,
     WORKSPACE_DIR,
 )
-from flowllm.rundir.results import CostBlock, InfraFailures, LevelTally, ReplayBlock, RunSummary
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
-from flowllm.scoring.tally import ACCURACY_OF, finished, score_tally
-from flowllm.spend.pricing import PriceTable, cost_summary, uncached_input
 from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.tools import PoolSettings, ToolCatalog, open_tool_catalog, open_tool_pool
 
@@ -82,7 +79,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Experiment",
     "ExperimentSettings",
-    "summarize",
     "task_prompt",
 ]
 
@@ -227,7 +223,7 @@ class Experiment:
             raise
         except Exception as exc:  # a scorer bug must not lose the agent's work: record it on the task
             log.debug("scoring task %s failed", task.task_id, exc_info=True)
-            return Score(False, error=f"scoring failed: {_describe(exc)}")
+            return Score(False, error=f"scoring failed: {describe_error(exc)}")
 
     def categories(self, task: Task) -> dict[str, Any]:
         return {name: task.metadata.get(name) for name in self.breakdown}
@@ -264,28 +260,55 @@ class Experiment:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error = _describe(exc)
+            error = describe_error(exc)
             missed = isinstance(getattr(exc, "cause", None) or exc, ReplayMissError)
             log.debug("task %s failed", task.task_id, exc_info=True)
         wall = time.perf_counter() - started
         replay = self.audit.verdict(task.task_id, missed=missed) if self.audit is not None else None
         if result is None:
-            failed = TaskOutcome(
-                task_id=task.task_id,
-                status=FAILED,
-                answer=None,
-                ground_truth=task.ground_truth,
-                correct=unscored_or(task, False) if is_scored(replay) else None,
-                turns=0,
-                usage=Usage(),
-                error=error,
-                level=task.level,
-                wall_seconds=wall,
-                replay=replay,
-                categories=self.categories(task),
+            return self._failed(task, error, wall, replay, tools_start)
+        outcome = self._completed(task, result, wall, replay, tools_start)
+        if result.halt is not None:
+            # Ended by a limit or the budget: its answer is the one it gave (boxed), if it gave one.
+            outcome.status, outcome.limit, outcome.halt_detail = (
+                result.halt.status,
+                result.halt.limit,
+                result.halt.detail,
             )
-            failed._tools_start_s = tools_start
-            return failed
+            outcome.answer = last_boxed(result.final_text)
+            outcome.scored = outcome.status == LIMIT and self.settings.limits.score_partial
+            if not outcome.scored:
+                return outcome
+        outcome.apply_score(await self.score(task, outcome.answer, number))
+        if not is_scored(replay):
+            outcome.correct = None  # the saved replies answered another conversation: the score is not known
+        return outcome
+
+    def _failed(
+        self, task: Task, error: str | None, wall: float, replay: dict[str, Any] | None, tools_start: float
+    ) -> TaskOutcome:
+        """An attempt that gave no result (an exception, a timeout): failed, with its error."""
+        failed = TaskOutcome(
+            task_id=task.task_id,
+            status=FAILED,
+            answer=None,
+            ground_truth=task.ground_truth,
+            correct=unscored_or(task, False) if is_scored(replay) else None,
+            turns=0,
+            usage=Usage(),
+            error=error,
+            level=task.level,
+            wall_seconds=wall,
+            replay=replay,
+            categories=self.categories(task),
+        )
+        failed._tools_start_s = tools_start
+        return failed
+
+    def _completed(
+        self, task: Task, result: AgentResult, wall: float, replay: dict[str, Any] | None, tools_start: float
+    ) -> TaskOutcome:
+        """An attempt the agent finished, not yet scored."""
         outcome = TaskOutcome(
             task_id=task.task_id,
             status=COMPLETED,
@@ -306,20 +329,6 @@ class Experiment:
             categories=self.categories(task),
         )
         outcome._tools_start_s = tools_start
-        if result.halt is not None:
-            # Ended by a limit or the budget: its answer is the one it gave (boxed), if it gave one.
-            outcome.status, outcome.limit, outcome.halt_detail = (
-                result.halt.status,
-                result.halt.limit,
-                result.halt.detail,
-            )
-            outcome.answer = last_boxed(result.final_text)
-            outcome.scored = outcome.status == LIMIT and self.settings.limits.score_partial
-            if not outcome.scored:
-                return outcome
-        outcome.apply_score(await self.score(task, outcome.answer, number))
-        if not is_scored(replay):
-            outcome.correct = None  # the saved replies answered another conversation: the score is not known
         return outcome
 
     def budget_reached(self) -> bool:
@@ -500,6 +509,25 @@ class Experiment:
             return
         self.tools_catalog = await stack.enter_async_context(open_tool_catalog(self.tools))
 
+    async def _rescore_unscored(self, tasks: list[Task], outcomes: dict[str, TaskOutcome]) -> None:
+        """A completed task whose answer could not be scored (the judge failed) is scored again, not rerun."""
+        rescore = [
+            t
+            for t in tasks
+            if t.task_id in outcomes and outcomes[t.task_id].score_error and outcomes[t.task_id].epochs == 1
+        ]
+        if not rescore:
+            return
+        limit = asyncio.Semaphore(max(1, self.settings.max_concurrent))
+
+        async def again(task: Task) -> None:
+            async with limit:
+                outcomes[task.task_id] = await self.rescore(task, outcomes[task.task_id])
+
+        async with asyncio.TaskGroup() as group:
+            for task in rescore:
+                group.create_task(again(task))
+
     async def run(self, tasks: list[Task]) -> RunResult:
         """Run every task not completed before; outcomes come back in dataset order."""
         outcomes: dict[str, TaskOutcome] = {}
@@ -511,22 +539,7 @@ class Experiment:
             else:
                 todo.append(task)
         resumed = len(outcomes)
-        # A completed task whose answer could not be scored (the judge failed) is scored again, not rerun.
-        rescore = [
-            t
-            for t in tasks
-            if t.task_id in outcomes and outcomes[t.task_id].score_error and outcomes[t.task_id].epochs == 1
-        ]
-        if rescore:
-            limit = asyncio.Semaphore(max(1, self.settings.max_concurrent))
-
-            async def again(task: Task) -> None:
-                async with limit:
-                    outcomes[task.task_id] = await self.rescore(task, outcomes[task.task_id])
-
-            async with asyncio.TaskGroup() as group:
-                for task in rescore:
-                    group.create_task(again(task))
+        await self._rescore_unscored(tasks, outcomes)
         tools_stack = contextlib.AsyncExitStack()
         if todo:
             await self._discover_tools(tools_stack)
@@ -581,97 +594,3 @@ class Experiment:
             tools_unavailable=unavailable,
             tools_start_s=round(started, 3),
         )
-
-
-def _describe(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None) or exc
-    text = str(cause).strip() or type(cause).__name__
-    return f"{type(cause).__name__}: {text}" if not text.startswith(type(cause).__name__) else text
-
-
-def summarize(
-    outcomes: list[TaskOutcome],
-    *,
-    total: int,
-    wall_seconds: float,
-    interrupted: bool,
-    resumed: int = 0,
-    model: str | None = None,
-    prices: PriceTable | None = None,
-    attempts: int = 1,
-) -> RunSummary:
-    """The run's ``summary.json``: accuracy overall and by level, tool calls, repairs, tokens, cost, time.
-
-    Accuracy, overall and by level, is over the scored tasks: those that finished (completed, or failed: a
-    wrong answer) and have a ground truth. ``scored`` and ``unscored`` say how many; unfinished tasks (an
-    interrupted run) count in neither. None when no task could be scored: not known, never 0."""
-    completed = [o for o in outcomes if o.status == COMPLETED]
-    tally = score_tally(outcomes)  # unfinished (budget-stopped) tasks are counted in neither scored nor unscored
-    usage = sum((o.usage for o in outcomes), Usage())
-    repairs: Counter[str] = Counter()
-    by_level: dict[str, list[TaskOutcome]] = {}
-    for o in outcomes:
-        repairs.update(o.repairs)
-    for o in finished(outcomes):
-        by_level.setdefault(str(o.level), []).append(o)
-    calls = sum(o.tool_calls for o in outcomes)
-    bad = sum(o.bad_tool_calls for o in outcomes)
-    # Made: every tool call the model wrote, malformed blocks included. Parsed: those whose arguments became a
-    # dict (at whichever repair stage). The parse rate is their ratio.
-    made = calls + bad
-    parsed = calls - repairs.get("failed", 0)
-    cost = cost_summary(usage, model, prices)
-    replay = replay_summary([(o.replay, o.correct) for o in finished(outcomes)])
-    accuracy = tally["accuracy"]
-    accuracy_of = ACCURACY_OF
-    if replay is not None:
-        # A replay's tokens are the saved run's, served again: nothing was spent to get them (a fork's live
-        # calls are billed in usage.jsonl; fork_accounting puts them here). The saved run's cost is its own.
-        saved = cost["total_usd"]
-        note = "this run billed no replayed call; saved_run_usd: what the saved run paid for these answers"
-        cost = {**cost, "total_usd": 0.0, "replayed": True, "saved_run_usd": saved, "note": note}
-        accuracy = replay["accuracy_scored"]
-        if replay["effect_not_known"]:  # the headline figure leaves out the tasks that did not replay: say so
-            accuracy_of = f"{ACCURACY_OF}; {replay['effect_not_known']}"
-    return RunSummary(
-        tasks=total,
-        finished=sum(1 for o in outcomes if o.status != BUDGET),
-        completed=len(completed),
-        failed=sum(1 for o in outcomes if o.status == FAILED),
-        # Ended by a per-task limit (finished, scored on their answer), counted per limit.
-        limited=sum(1 for o in outcomes if o.status == LIMIT),
-        limits=dict(sorted(Counter(str(o.limit) for o in outcomes if o.status == LIMIT).items())),
-        unfinished=total - sum(1 for o in outcomes if o.status != BUDGET),
-        resumed=resumed,
-        correct=tally["correct"],
-        scored=tally["scored"],
-        unscored=tally["unscored"],
-        accuracy=accuracy,
-        accuracy_of=accuracy_of,
-        by_level={level: LevelTally.from_dict(score_tally(group)) for level, group in sorted(by_level.items())},
-        attempts=attempts,
-        attempts_used=sum(o.attempts for o in outcomes),
-        turns=sum(o.turns for o in outcomes),
-        tool_calls=calls,
-        bad_tool_calls=bad,
-        failed_tool_calls=sum(o.failed_tool_calls for o in outcomes),
-        infra_tool_failures=InfraFailures.from_dict(infra_tool_failures(outcomes)["infra_tool_failures"]),
-        tool_calls_made=made,
-        tool_calls_parsed=parsed,
-        parse_rate=round(parsed / made, 4) if made else None,
-        repairs=dict(sorted(repairs.items())),
-        usage=usage.to_dict(),
-        tokens={
-            "input_uncached": uncached_input(usage),
-            "cache_read": usage.cache_read_tokens,
-            "cache_write": usage.cache_write_tokens,
-            "output": usage.output_tokens,
-            "reasoning": usage.reasoning_tokens,
-            "total": usage.total_tokens,
-        },
-        cost=CostBlock.from_dict(cost),
-        cost_usd=cost["total_usd"],
-        wall_seconds=round(wall_seconds, 3),
-        interrupted=interrupted,
-        replay=None if replay is None else ReplayBlock.from_dict(replay),
-    )

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowllm.config.schema import JudgeConfig, ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
+from flowllm.config.schema import JudgeConfig
 from flowllm.core.registry import Registry
 from flowllm.engine.recorder import Redactor
 from flowllm.errors import ConfigError

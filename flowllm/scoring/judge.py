@@ -28,7 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flowllm.config.schema import JudgeConfig, ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
+from flowllm.config.schema import JudgeConfig
 from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import user_message
 from flowllm.datasets.task import Task

@@ -21,8 +21,9 @@ from flowllm.agent.subagents import SubAgentSpec
 from flowllm.agent.turn import AGENT_TURN
 from flowllm.agent.vision import VisionSpec
 from flowllm.config.plain import plain_config
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import NameResolver, default_resolver
-from flowllm.config.schema import JudgeConfig, ProviderConfig, Reducer, RunnerConfig
+from flowllm.config.schema import JudgeConfig, Reducer, RunnerConfig
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.engine import Recorder
 from flowllm.engine.pipeline import pipeline_from_config
@@ -37,8 +38,9 @@ from flowllm.run.budget_report import batch_cost, billed_cost, budget_summary
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.replay_audit import ReplayAudit
 from flowllm.run.report import what_acted
-from flowllm.run.runner import Experiment, RunResult, summarize
+from flowllm.run.runner import Experiment, RunResult
 from flowllm.run.stats import check_stats, run_stats, stats_settings
+from flowllm.run.summary import summarize
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import BudgetBlock, CostBlock, ForkBlock, RunSummary, StatsBlock, ToolsBlock
 from flowllm.scoring import check_scorer, judge_provider_config

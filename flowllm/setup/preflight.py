@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.errors import BuildError
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from flowllm.agent.results import AgentSettings
 from flowllm.agent.subagents import SubAgentSpec
-from flowllm.config.schema import JudgeConfig, ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
+from flowllm.config.schema import JudgeConfig
 from flowllm.datasets.task import Task
 from flowllm.engine.pipeline import Pipeline
 from flowllm.engine.runners import Runner

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from flowllm.agent.vision import DEFAULT_SYSTEM_PROMPT, VISION_SERVER, VisionSpec
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.errors import ConfigError
 from flowllm.providers import UsageLedger, check_provider_config, open_provider
 from flowllm.providers.registry import Resolver, RouteSpec

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.providers.replay import REPLAY_PROTOCOL, resolve_run_dir, source_provider_config
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import ForkBlock

@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_dir
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import STOP_MAX_TURNS, STOP_NO_TOOL_CALLS, AgentSettings
 from flowllm.config.plain import plain_config
-from flowllm.config.schema import ProviderConfig, register_configs
+from flowllm.config.provider_schema import ProviderConfig
+from flowllm.config.schema import register_configs
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.engine import Recorder, make_runner

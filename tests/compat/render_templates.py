@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flowllm.config.schema import HistoryConfig, ProviderConfig
+from flowllm.config.provider_schema import HistoryConfig, ProviderConfig
 from flowllm.core.types import Message
 from flowllm.engine import TurnContext
 from flowllm.nodes.dispatch import DispatchTools

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-from flowllm.config.schema import ProviderConfig, ThinkingConfig, register_configs
+from flowllm.config.provider_schema import ProviderConfig, ThinkingConfig
+from flowllm.config.schema import register_configs
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.emulator import Emulator

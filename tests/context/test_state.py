@@ -11,7 +11,7 @@ import pytest
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
 from flowllm.config.plain import plain_config
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.emulator import Emulator
 from flowllm.engine import make_runner
 from flowllm.engine.pipeline import pipeline_from_config

@@ -7,7 +7,7 @@ from flowllm.core.types import Usage
 from flowllm.run.infra import infra_row
 from flowllm.run.outcome import COMPLETED, TaskOutcome, outcome_problems
 from flowllm.run.report import summary_rows
-from flowllm.run.runner import summarize
+from flowllm.run.summary import summarize
 
 
 def outcome(task_id: str, causes: dict[str, int], failed: int) -> TaskOutcome:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.setup.preflight import ProviderTarget, check_providers, check_tools
 from tests.experiment.helpers import run_flowllm
 from tests.loopback import serve_http

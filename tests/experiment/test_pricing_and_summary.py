@@ -11,7 +11,7 @@ from rich.console import Console
 from flowllm.core.types import Usage
 from flowllm.run.outcome import COMPLETED, FAILED, TaskOutcome
 from flowllm.run.report import print_summary
-from flowllm.run.runner import summarize
+from flowllm.run.summary import summarize
 from flowllm.spend.pricing import Price, PriceTable, PricingError, cost_breakdown
 from tests.experiment.helpers import ROOT
 

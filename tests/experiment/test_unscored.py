@@ -13,7 +13,7 @@ from flowllm.datasets.task import Task
 from flowllm.engine.recorder import read_json
 from flowllm.run.outcome import COMPLETED, FAILED, TaskOutcome, read_outcome
 from flowllm.run.report import headline_accuracy
-from flowllm.run.runner import summarize
+from flowllm.run.summary import summarize
 from flowllm.scoring import GaiaScorer
 from flowllm.scoring.report import breakdown
 from tests.experiment.helpers import GAIA, LIST_TASK, MISSING_FILE_TASK, WRONG_TASK, run_flowllm

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from flowllm.config.schema import ProviderConfig, RateLimitConfig
+from flowllm.config.provider_schema import ProviderConfig, RateLimitConfig
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.experiment.workers import (

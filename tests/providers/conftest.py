@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flowllm.config.schema import CacheConfig, ProviderConfig, ThinkingConfig
+from flowllm.config.provider_schema import CacheConfig, ProviderConfig, ThinkingConfig
 from flowllm.emulator import Emulator
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider

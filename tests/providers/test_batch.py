@@ -20,7 +20,7 @@ import pytest
 import yaml
 from anthropic import AsyncAnthropic
 
-from flowllm.config.schema import BatchConfig, ProviderConfig, RetryConfig
+from flowllm.config.provider_schema import BatchConfig, ProviderConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Usage
 from flowllm.emulator import Emulator

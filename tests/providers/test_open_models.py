@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from flowllm.config.schema import HistoryConfig, WireConfig
+from flowllm.config.provider_schema import HistoryConfig, WireConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Message, ModelResponse
 from flowllm.engine import TurnContext

@@ -23,7 +23,7 @@ import pytest
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict
 
-from flowllm.config.schema import ContentFormat, WireConfig
+from flowllm.config.provider_schema import ContentFormat, WireConfig
 from flowllm.core.types import Message
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider

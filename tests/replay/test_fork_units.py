@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from flowllm.config.provider_schema import ForkMode, ProviderConfig
 from flowllm.config.providers import default_resolver
-from flowllm.config.schema import ForkMode, ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Usage
 from flowllm.datasets.task import Task
@@ -16,7 +16,7 @@ from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.fork import ForkLog, ForkPoint, check_replay, main_turn
 from flowllm.run.outcome import COMPLETED, TaskOutcome, read_outcome
 from flowllm.run.replay_audit import is_scored, replay_summary
-from flowllm.run.runner import summarize
+from flowllm.run.summary import summarize
 
 
 def outcome(task_id: str, correct: bool | None, replay: dict | None, level: int = 1) -> TaskOutcome:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.engine.recorder import read_json
 from flowllm.providers import ProviderConfigError, open_provider

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.engine import TurnContext
 from flowllm.engine.blobs import BlobStore

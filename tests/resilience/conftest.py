@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flowllm.config.schema import BreakerConfig, KeyPoolConfig, ProviderConfig, RetryConfig
+from flowllm.config.provider_schema import BreakerConfig, KeyPoolConfig, ProviderConfig, RetryConfig
 
 
 class FakeTime:

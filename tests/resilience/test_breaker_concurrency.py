@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from flowllm.config.schema import BreakerConfig, RetryConfig
+from flowllm.config.provider_schema import BreakerConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.providers import ProviderCallError, open_provider
 from flowllm.providers.breaker import CLOSED, OPEN

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from flowllm.config.provider_schema import RateLimitConfig, RetryConfig
 from flowllm.config.providers import FileResolver
-from flowllm.config.schema import RateLimitConfig, RetryConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan, RateLimitSpec, RequestThrottle

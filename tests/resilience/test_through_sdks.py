@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flowllm.config.schema import ProviderConfig
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.interfaces import CallContext
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from flowllm.config.provider_schema import BreakerConfig, KeyPoolConfig, ProviderConfig, RetryConfig
 from flowllm.config.providers import FileResolver
-from flowllm.config.schema import BreakerConfig, KeyPoolConfig, ProviderConfig, RetryConfig
 from flowllm.emulator.faults import Draw, FaultConfigError, FaultPlan
 from flowllm.errors import ConfigError
 from flowllm.providers import ProviderCallError, ProviderConfigError, check_provider_config

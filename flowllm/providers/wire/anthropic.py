@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from flowllm.config.schema import ContentFormat
+from flowllm.config.provider_schema import ContentFormat
 from flowllm.core.interfaces import WireProtocol
 from flowllm.core.types import Block, Message, ModelResponse, NativeToolCall, ToolSpec, Usage
 from flowllm.providers.base import CACHE_KEY, BaseProvider, dump_arguments, estimate_tokens, wire_tool_name
