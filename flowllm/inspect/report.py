@@ -33,6 +33,7 @@ from flowllm.inspect.artifacts import (
     is_run_dir,
     multirun_jobs,
     open_run,
+    summary_figures,
     task_summary,
 )
 from flowllm.inspect.replay import is_replay, replay_counts, replay_detail, replay_label, replay_verdict
@@ -48,6 +49,7 @@ from flowllm.inspect.views import (
     task_turn_views,
     unavailable_tools,
 )
+from flowllm.rundir.results import StatsBlock
 from flowllm.scoring.stats import format_estimate
 from flowllm.spend.task_usage import TaskBill, read_bills
 from flowllm.verify import verification
@@ -175,9 +177,10 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
     strings.run_dir = run.path
     tasks = [_task_data(run, task, bills, replayed, strings) for task in run.tasks]
     summary = task_summary(run)
-    stats = summary.get("stats") if isinstance(summary.get("stats"), dict) else None
+    figures = summary_figures(run)
+    stats = figures.stats if isinstance(figures.stats, StatsBlock) else None
     # The page shows it as written: "62.4% ± 3.8 [55.0, 69.8] n=120" (flowllm/scoring/stats.py).
-    summary["accuracy_interval"] = format_estimate(stats.get("accuracy")) if stats else None
+    summary["accuracy_interval"] = format_estimate(stats.accuracy) if stats else None
     return {
         "label": label or run.label,
         "path": str(run.path),
@@ -192,8 +195,8 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         },
         "summary": summary,
         # Shown only when there is something to say: servers not offered (or "not known"), per-category accuracy.
-        "tools_unavailable": unavailable_tools(summary),
-        "breakdown": breakdown_rows(summary),
+        "tools_unavailable": unavailable_tools(figures),
+        "breakdown": breakdown_rows(figures),
         "replay": replay_counts(run),
         "spend": spend,
         "problems": run.problems,

@@ -78,10 +78,6 @@ def _replay_panel(run: RunRecord, task_id: str, detail: ReplayDetail, limit: int
     return Panel(Group(*parts), title="replay", title_align="left", border_style=REPLAY_STYLES[detail.status])
 
 
-def row_dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _task_panel(task: TaskRecord, row: dict[str, Any], replay: ReplayDetail | None) -> Panel:
     """The task's answer, score, counts and error, under its id and status."""
     title = Text.assemble((task.task_id, "bold"), "  ", (row["status"], status_style(row["status"], row["correct"])))
@@ -106,7 +102,7 @@ def _task_panel(task: TaskRecord, row: dict[str, Any], replay: ReplayDetail | No
                 ("wall time (s)", row["wall_seconds"]),
                 ("error", Text(row["error"], style="red") if row["error"] else None),
                 *([("replay", replay_text(replay_verdict(task)))] if replay is not None else []),
-                *([("epochs", epochs)] if (epochs := epoch_summary(row_dict(task.result.value))) else []),
+                *([("epochs", epochs)] if (epochs := epoch_summary(task.record)) else []),
             ]
         ),
         title=title,
