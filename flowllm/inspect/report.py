@@ -153,7 +153,7 @@ def _task_data(
     views = task_turn_views(task)
     turns_by_key = {(agent, t.number): t for agent, t in task.all_turns()}
     turns = [_turn_data(turns_by_key[(view.agent, view.number)], view, strings) for view in views]
-    row = result_row(task)
+    row = result_row(task).to_dict()
     bill = bills.get(task.task_id)
     # What the task was billed (the ledger's every call, failed tasks included), not only its answer's usage.
     row["billed_tokens"] = bill.total_tokens if bill else None
@@ -161,8 +161,9 @@ def _task_data(
     row["tokens_estimated"] = bool(bill and bill.estimated)
     row["failures"] = [f.__dict__ for f in task_failures(task, views)]
     if replayed:  # the replay verdict, and where it diverged what the saved and the new run produced
-        row["replay"] = replay_verdict(task)
-        row["replay_label"] = replay_label(row["replay"])
+        verdict = replay_verdict(task)
+        row["replay"] = verdict
+        row["replay_label"] = replay_label(verdict)
         detail = replay_detail(run, task)
         row["replay_detail"] = strings.pack(detail.to_dict()) if detail and detail.status != "exact" else None
     row["turn_records"] = turns

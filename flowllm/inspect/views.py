@@ -188,32 +188,61 @@ def _timing(task: TaskRecord) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def result_row(task: TaskRecord) -> dict[str, Any]:
-    """The task's result.json fields a table shows, with safe defaults for unfinished or unreadable tasks."""
+@dataclass
+class ResultRow:
+    """The task's result.json fields a table shows, with safe defaults for unfinished or unreadable tasks
+    (``to_dict``: the row ``tasks --json`` and ``task --json`` print, in this order)."""
+
+    task_id: str
+    level: int | None
+    status: str
+    correct: bool | None
+    answer: str | None
+    ground_truth: str | None
+    turns: int
+    stop: str | None
+    limit: str | None  # status limit: which of agent.limits ended it
+    halt_detail: str | None  # status limit or budget: what reached it
+    tool_calls: int
+    bad_tool_calls: int
+    failed_tool_calls: int
+    repairs: dict[str, int]
+    error: str | None
+    wall_seconds: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    problems: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def result_row(task: TaskRecord) -> ResultRow:
+    """The task's row: its result's fields, with safe defaults for unfinished or unreadable tasks."""
     result = task.record
     usage = result.usage or {}
     wall_seconds = result.wall_seconds if result.wall_seconds is not None else _timing(task).get("wall_seconds")
-    return {
-        "task_id": task.task_id,
-        "level": task.level,
-        "status": task.status,
-        "correct": task.correct,
-        "answer": result.answer,
-        "ground_truth": result.ground_truth,
-        "turns": len(task.turns) if task.result_record is None else result.turns,
-        "stop": result.stop,
-        "limit": result.limit,  # status limit: which of agent.limits ended it
-        "halt_detail": result.halt_detail,  # status limit or budget: what reached it
-        "tool_calls": result.tool_calls,
-        "bad_tool_calls": result.bad_tool_calls,
-        "failed_tool_calls": result.failed_tool_calls,
-        "repairs": result.repairs or {},
-        "error": task.error,
-        "wall_seconds": wall_seconds,
-        "input_tokens": usage.get("input_tokens") if isinstance(usage, dict) else None,
-        "output_tokens": usage.get("output_tokens") if isinstance(usage, dict) else None,
-        "problems": list(task.problems),
-    }
+    return ResultRow(
+        task_id=task.task_id,
+        level=task.level,
+        status=task.status,
+        correct=task.correct,
+        answer=result.answer,
+        ground_truth=result.ground_truth,
+        turns=len(task.turns) if task.result_record is None else result.turns,
+        stop=result.stop,
+        limit=result.limit,
+        halt_detail=result.halt_detail,
+        tool_calls=result.tool_calls,
+        bad_tool_calls=result.bad_tool_calls,
+        failed_tool_calls=result.failed_tool_calls,
+        repairs=result.repairs or {},
+        error=task.error,
+        wall_seconds=wall_seconds,
+        input_tokens=usage.get("input_tokens") if isinstance(usage, dict) else None,
+        output_tokens=usage.get("output_tokens") if isinstance(usage, dict) else None,
+        problems=list(task.problems),
+    )
 
 
 @dataclass
