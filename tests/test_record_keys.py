@@ -13,15 +13,13 @@ finds those reads:
 * a *read by key* is ``v["k"]``, ``v.get("k")`` or ``"k" in v`` of a loaded value ``v`` (or its ``.value``),
   where ``k`` is a top-level key of one of the records.
 
-The record modules themselves are the one place keys are spelled. flowllm/inspect/ is being split by another
-change and still reads dicts: its reads are counted per file in ``KNOWN_IN_INSPECT``, which can only shrink
-(the test fails when a file reads more, and when a count is no longer reached: lower it).
+The record modules themselves are the one place keys are spelled; no other module, flowllm/inspect/ included,
+reads a loaded run file by key.
 """
 
 from __future__ import annotations
 
 import ast
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,11 +46,6 @@ RUN_FILES = (
     ".judge_ledger",
 )
 ARTIFACTS = (".summary.value", ".result.value")
-# flowllm/inspect/ file -> string-key reads of loaded summaries and results it still makes (only shrinks).
-KNOWN_IN_INSPECT: dict[str, int] = {
-    "flowllm/inspect/power.py": 6,  # the baseline's summary: stats, accuracy, epochs, finished, cost_usd, cost
-    "flowllm/inspect/views.py": 1,  # the run's summary: replay
-}
 
 
 def _call_name(node: ast.expr) -> str:
@@ -176,18 +169,4 @@ def test_the_rule_sees_each_kind_of_read(tmp_path: Path) -> None:
 
 
 def test_no_module_reads_a_loaded_run_file_by_string_key() -> None:
-    found = reads_by_file()
-    outside = {name: reads for name, reads in found.items() if not name.startswith("flowllm/inspect/")}
-    assert outside == {}, "read these through RunSummary / TaskResult / LedgerLine.from_dict and attributes"
-
-
-def test_inspect_reads_no_more_keys_than_it_did() -> None:
-    counts = Counter(
-        {name: len(reads) for name, reads in reads_by_file().items() if name.startswith("flowllm/inspect/")}
-    )
-    grown = {
-        name: (n, KNOWN_IN_INSPECT.get(name, 0)) for name, n in counts.items() if n > KNOWN_IN_INSPECT.get(name, 0)
-    }
-    assert grown == {}, "new string-key reads in flowllm/inspect (found, allowed): use the records instead"
-    shrunk = {name: (counts[name], n) for name, n in KNOWN_IN_INSPECT.items() if counts[name] < n}
-    assert shrunk == {}, "fewer reads than KNOWN_IN_INSPECT allows (found, allowed): lower the count"
+    assert reads_by_file() == {}, "read these through RunSummary / TaskResult / LedgerLine.from_dict and attributes"

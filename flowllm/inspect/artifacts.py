@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from flowllm.rundir.layout import (
     RunLayout,
 )
 from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
+from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.scoring.tally import finished, score_tally
 
 __all__ = [
@@ -45,12 +47,14 @@ __all__ = [
     "RunRecord",
     "TaskRecord",
     "TurnRecord",
+    "is_computed",
     "is_run_dir",
     "multirun_jobs",
     "open_run",
     "read_artifact",
     "read_task",
     "read_turns",
+    "summary_figures",
     "task_summary",
 ]
 
@@ -70,32 +74,39 @@ class TaskRecord:
     agents: dict[str, list[TurnRecord]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
-    def field(self, name: str, default: Any = None) -> Any:
+    @cached_property
+    def result_record(self) -> TaskResult | None:
+        """``result.json`` as its record; None when the task has none that reads as a JSON object."""
         value = self.result.value
-        return value.get(name, default) if isinstance(value, dict) else default
+        return TaskResult.from_dict(value) if self.result.ok and isinstance(value, dict) else None
+
+    @property
+    def record(self) -> TaskResult:
+        """The result's record, or an empty one (every field at its default) when there is none."""
+        return self.result_record or TaskResult.from_dict({})
 
     @property
     def status(self) -> str:
         if not self.result.ok:
             return "unfinished" if self.result.missing else "unreadable"
-        return str(self.field("status", "unknown"))
+        return str(self.record.status or "unknown")
 
     @property
     def correct(self) -> bool | None:
         """True or False when scored; None when unscored (no ground truth; a diverged replay) or unfinished."""
-        value = self.field("correct")
+        value = self.record.correct
         return value if isinstance(value, bool) else None
 
     @property
     def level(self) -> int | None:
-        value = self.field("level")
+        value: Any = self.record.level
         return int(value) if isinstance(value, (int, float)) or (isinstance(value, str) and value.isdigit()) else None
 
     @property
     def error(self) -> str | None:
         if not self.result.ok:
             return self.result.error
-        value = self.field("error")
+        value = self.record.error
         return str(value) if value else None
 
     def turns_of(self, agent: str = MAIN_AGENT) -> list[TurnRecord]:
@@ -164,19 +175,25 @@ class RunRecord:
             raise KeyError(f"task '{task_id}' is ambiguous: {', '.join(t.task_id for t in hits)}")
         raise KeyError(f"no task '{task_id}' in {self.path} (tasks: {', '.join(t.task_id for t in self.tasks)})")
 
+    @cached_property
+    def summary_record(self) -> RunSummary | None:
+        """``summary.json`` as its record; None when the run has none that reads as a JSON object."""
+        value = self.summary.value
+        return RunSummary.from_dict(value) if self.summary.ok and isinstance(value, dict) else None
+
     def setting(self, dotted: str) -> Any:
         """A value of the run's summary, else of its saved config (``provider.model``...)."""
-        if self.summary.ok and isinstance(self.summary.value, dict):
-            flat = {
-                "provider.name": "provider",
-                "provider.model": "model",
-                "runner.name": "runner",
-                "repair.name": "repair",
-                "experiment.name": "experiment",
+        summary = self.summary_record
+        if summary is not None:
+            recorded = {
+                "provider.name": summary.provider,
+                "provider.model": summary.model,
+                "runner.name": summary.runner,
+                "repair.name": summary.repair,
+                "experiment.name": summary.experiment,
             }
-            key = flat.get(dotted)
-            if key and key in self.summary.value:
-                return self.summary.value[key]
+            if recorded.get(dotted) is not None:
+                return recorded[dotted]
         node: Any = self.config
         for part in dotted.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -275,25 +292,41 @@ def open_run(path: Path | str) -> RunRecord:
 
 
 def task_summary(run: RunRecord) -> dict[str, Any]:
-    """The run's headline figures: summary.json when readable, else computed from the tasks' results."""
-    if run.summary.ok and isinstance(run.summary.value, dict):
+    """The run's headline figures as JSON (``--json``, the report): summary.json when readable, else computed
+    from the tasks' results (with ``computed``: true)."""
+    if run.summary_record is not None:
         return dict(run.summary.value)
+    return _computed_summary(run)
+
+
+def summary_figures(run: RunRecord) -> RunSummary:
+    """The run's headline figures as a record: summary.json's, else computed from the tasks' results (then
+    ``is_computed(run)``)."""
+    return run.summary_record or RunSummary.from_dict(_computed_summary(run))
+
+
+def is_computed(run: RunRecord) -> bool:
+    """Whether the run's figures are computed from its tasks (summary.json unreadable or missing)."""
+    return run.summary_record is None
+
+
+def _computed_summary(run: RunRecord) -> dict[str, Any]:
     recorded = [t for t in run.tasks if t.result.ok]
     results = finished(recorded)  # a task the run's budget stopped is unfinished
     tally = score_tally(results)  # counted as summary.json counts: over the scored finished tasks
     total = len(run.tasks)
     repairs: Counter[str] = Counter()
-    for t in recorded:
-        value = t.field("repairs")
-        if isinstance(value, dict):
-            repairs.update({str(k): int(v) for k, v in value.items() if isinstance(v, int)})
     usage: Counter[str] = Counter()
     for t in recorded:
-        value = t.field("usage")
-        if isinstance(value, dict):
-            usage.update({str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)})
-    calls = sum(int(t.field("tool_calls", 0) or 0) for t in run.tasks)
-    bad = sum(int(t.field("bad_tool_calls", 0) or 0) for t in run.tasks)
+        result = t.record
+        if isinstance(result.repairs, dict):
+            repairs.update({str(k): int(v) for k, v in result.repairs.items() if isinstance(v, int)})
+        if isinstance(result.usage, dict):
+            usage.update(
+                {str(k): int(v) for k, v in result.usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+            )
+    calls = sum(int(t.record.tool_calls or 0) for t in run.tasks)
+    bad = sum(int(t.record.bad_tool_calls or 0) for t in run.tasks)
     return {
         "tasks": total,
         "finished": len(results),
@@ -304,10 +337,10 @@ def task_summary(run: RunRecord) -> dict[str, Any]:
         "scored": tally["scored"],
         "unscored": tally["unscored"],
         "accuracy": tally["accuracy"],
-        "turns": sum(int(t.field("turns", 0) or 0) for t in run.tasks),
+        "turns": sum(int(t.record.turns or 0) for t in run.tasks),
         "tool_calls": calls,
         "bad_tool_calls": bad,
-        "failed_tool_calls": sum(int(t.field("failed_tool_calls", 0) or 0) for t in run.tasks),
+        "failed_tool_calls": sum(int(t.record.failed_tool_calls or 0) for t in run.tasks),
         # The same definition as the experiment's summary.json.
         "parse_rate": round((calls - repairs.get("failed", 0)) / (calls + bad), 4) if calls else None,
         "repairs": dict(sorted(repairs.items())),

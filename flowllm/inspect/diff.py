@@ -12,41 +12,43 @@ listed even when its result is the same, since its answer came from replies to a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, task_summary
+from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, summary_figures
 from flowllm.inspect.replay import replay_counts, replay_label, replay_verdict
 from flowllm.inspect.views import CallView, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE
+from flowllm.rundir.results import RunSummary, TaskResult
 
-# result.json fields compared, in the order changes are reported.
-RESULT_FIELDS = (
-    "status",
-    "correct",
-    "answer",
-    "turns",
-    "stop",
-    "tool_calls",
-    "bad_tool_calls",
-    "failed_tool_calls",
-    "repairs",
-    "error",
-)
-SUMMARY_FIELDS = (
-    "accuracy",
-    "correct",
-    "completed",
-    "failed",
-    "turns",
-    "tool_calls",
-    "bad_tool_calls",
-    "failed_tool_calls",
-    "parse_rate",
-    "repairs",
-)
+# result.json fields compared, in the order changes are reported (status as the task reads: unfinished...).
+RESULT_FIELDS: dict[str, Callable[[TaskResult], Any]] = {
+    "status": lambda r: r.status,
+    "correct": lambda r: r.correct,
+    "answer": lambda r: r.answer,
+    "turns": lambda r: r.turns,
+    "stop": lambda r: r.stop,
+    "tool_calls": lambda r: r.tool_calls,
+    "bad_tool_calls": lambda r: r.bad_tool_calls,
+    "failed_tool_calls": lambda r: r.failed_tool_calls,
+    "repairs": lambda r: r.repairs,
+    "error": lambda r: r.error,
+}
+SUMMARY_FIELDS: dict[str, Callable[[RunSummary], Any]] = {
+    "accuracy": lambda s: s.accuracy,
+    "correct": lambda s: s.correct,
+    "completed": lambda s: s.completed,
+    "failed": lambda s: s.failed,
+    "turns": lambda s: s.turns,
+    "tool_calls": lambda s: s.tool_calls,
+    "bad_tool_calls": lambda s: s.bad_tool_calls,
+    "failed_tool_calls": lambda s: s.failed_tool_calls,
+    "parse_rate": lambda s: s.parse_rate,
+    "repairs": lambda s: s.repairs,
+}
 
 
 @dataclass
@@ -217,8 +219,9 @@ def diff_tasks(a: TaskRecord, b: TaskRecord, replay: bool = False) -> TaskDiff:
     result = TaskDiff(a.task_id)
     if replay:
         result.replay = (replay_verdict(a), replay_verdict(b))
-    for name in RESULT_FIELDS:
-        va, vb = a.field(name), b.field(name)
+    for name, read in RESULT_FIELDS.items():
+        va = None if a.result_record is None else read(a.result_record)
+        vb = None if b.result_record is None else read(b.result_record)
         if name == "status":
             va, vb = a.status, b.status
         if va != vb:
@@ -263,8 +266,8 @@ def diff_runs(a: RunRecord, b: RunRecord) -> RunDiff:
         for t in b.tasks
         if t.task_id not in ids_a
     )
-    sa, sb = task_summary(a), task_summary(b)
-    summary_changes = {k: (sa.get(k), sb.get(k)) for k in SUMMARY_FIELDS if sa.get(k) != sb.get(k)}
+    sa, sb = summary_figures(a), summary_figures(b)
+    summary_changes = {k: (read(sa), read(sb)) for k, read in SUMMARY_FIELDS.items() if read(sa) != read(sb)}
     set_a, set_b = _settings(a), _settings(b)
     settings_changes = {k: (set_a[k], set_b[k]) for k in set_a if set_a[k] != set_b[k]}
     return RunDiff(a.path, b.path, tasks, unchanged, summary_changes, settings_changes, counts if replay else None)

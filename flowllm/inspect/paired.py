@@ -27,7 +27,7 @@ class NoCommonTasks(CliError):
 
 def run_scores(run: RunRecord) -> dict[str, float]:
     """task id -> score of the run's scored tasks (epochs reduced as the run reduced them)."""
-    return score_map(t.result.value for t in run.tasks if t.result.ok and isinstance(t.result.value, dict))
+    return score_map(t.result_record for t in run.tasks if t.result_record is not None)
 
 
 def paired_block(a: RunRecord, b: RunRecord) -> tuple[PairedComparison, dict[str, Any]]:

@@ -24,6 +24,7 @@ from rich.table import Table
 from flowllm.engine.recorder import read_json
 from flowllm.errors import CliError
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import CostBlock, RunSummary, StatsBlock
 from flowllm.scoring.stats import PowerPlan, plan_power
 
 PROG = "python -m flowllm.inspect power"
@@ -54,14 +55,15 @@ def run_figures(path: Path) -> dict[str, Any]:
         summary = read_json(layout.summary)
     except Exception as exc:
         raise PowerUsageError(f"{layout.summary} cannot be read: {exc}") from None
-    stats = summary.get("stats") if isinstance(summary, dict) else None
-    if not isinstance(stats, dict):
+    record = RunSummary.from_dict(summary) if isinstance(summary, dict) else None
+    stats = record.stats if record is not None else None
+    if record is None or not isinstance(stats, StatsBlock):
         raise PowerUsageError(f"{layout.summary} has no stats (written by an older flowllm); give --baseline")
-    acc = stats.get("accuracy") or {}
-    epochs = int(stats.get("epochs") or 1)
-    finished = int(summary.get("finished") or 0)
-    cost = summary.get("cost_usd")
-    replayed = bool((summary.get("cost") or {}).get("replayed"))
+    acc = stats.accuracy or {}
+    epochs = int(stats.epochs or 1)
+    finished = int(record.finished or 0)
+    cost = record.cost_usd
+    replayed = isinstance(record.cost, CostBlock) and bool(record.cost.replayed)
     per_task_epoch = None
     if isinstance(cost, (int, float)) and finished and not replayed:
         per_task_epoch = float(cost) / (finished * epochs)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowllm.inspect.artifacts import RunRecord, task_summary
+from flowllm.inspect.artifacts import RunRecord, summary_figures
 from flowllm.setup.fingerprint import flatten, read_fingerprint
 
 NOT_RECORDED = "not recorded"
 
 
 def provenance_of(run: RunRecord) -> dict[str, Any] | None:
-    value = task_summary(run).get("provenance")
-    return value if isinstance(value, dict) else None
+    value = summary_figures(run).provenance
+    return value if isinstance(value, dict) and value else None
 
 
 def provenance_rows(run: RunRecord) -> list[tuple[str, str]]:

@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flowllm.inspect.artifacts import MAIN_AGENT, RunRecord, TaskRecord, read_artifact, task_summary
+from flowllm.inspect.artifacts import MAIN_AGENT, RunRecord, TaskRecord, read_artifact, summary_figures
 from flowllm.run.replay_audit import ReplayStatus, replay_summary
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import OUTPUT_FILE
+from flowllm.rundir.results import ForkBlock, ReplayBlock
 
 # What result.json says under ``replay`` in a provider=replay run (flowllm/run/replay_audit.py).
 REPLAY_STATUSES = tuple(s.value for s in ReplayStatus)
@@ -23,7 +24,7 @@ STRING_CONTEXT = 80  # two strings that differ are shown from this many characte
 
 def replay_verdict(task: TaskRecord) -> dict[str, Any] | None:
     """The task's replay verdict, or None when the run was not a replay (or the task never finished)."""
-    value = task.field("replay")
+    value = task.record.replay
     if not isinstance(value, dict) or value.get("status") not in REPLAY_STATUSES:
         return None
     return value
@@ -59,8 +60,8 @@ def replay_label(verdict: dict[str, Any] | None) -> str:
 
 def is_replay(run: RunRecord) -> bool:
     """Whether the run was a replay (provider=replay): its summary or any of its tasks carries a verdict."""
-    summary = run.summary.value if run.summary.ok and isinstance(run.summary.value, dict) else {}
-    return summary.get("replay") is not None or any(replay_verdict(t) is not None for t in run.tasks)
+    summary = run.summary_record
+    return (summary is not None and summary.replay is not None) or any(replay_verdict(t) is not None for t in run.tasks)
 
 
 def replay_counts(run: RunRecord) -> dict[str, Any] | None:
@@ -69,23 +70,32 @@ def replay_counts(run: RunRecord) -> dict[str, Any] | None:
     summary.json, else counted from the tasks' verdicts."""
     if not is_replay(run):
         return None
-    summary = task_summary(run)
-    counts = summary.get("replay") if isinstance(summary.get("replay"), dict) else None
-    if counts is None:
-        counts = replay_summary([(replay_verdict(t), t.correct) for t in run.tasks if t.result.ok]) or {}
-    tasks = summary.get("tasks") or len(run.tasks)
-    correct = summary.get("correct", sum(t.correct is True for t in run.tasks))
-    exact = int(counts.get("exact") or 0)
-    scored = int(counts.get("scored", exact) or 0)
-    scored_correct = int(counts.get("scored_correct", counts.get("exact_correct")) or 0)
-    accuracy_scored = counts.get("accuracy_scored", counts.get("accuracy_exact"))
-    fork = summary.get("fork") if isinstance(summary.get("fork"), dict) else None
+    summary = summary_figures(run)
+    if isinstance(summary.replay, ReplayBlock):
+        counts = summary.replay
+    else:
+        counted = replay_summary([(replay_verdict(t), t.correct) for t in run.tasks if t.result.ok]) or {}
+        counts = ReplayBlock.from_dict(counted)
+    tasks = summary.tasks or len(run.tasks)
+    correct = summary.correct if summary.correct is not None else sum(t.correct is True for t in run.tasks)
+    exact = int(counts.exact or 0)
+    scored = int(counts.scored if counts.scored is not None else exact)
+    scored_correct = int(counts.scored_correct if counts.scored_correct is not None else counts.exact_correct or 0)
+    accuracy_scored = counts.accuracy_scored if counts.scored is not None else counts.accuracy_exact
+    fork = summary.fork.to_dict() if isinstance(summary.fork, ForkBlock) else None
+    statuses = {
+        ReplayStatus.EXACT: counts.exact,
+        ReplayStatus.DIVERGED: counts.diverged,
+        ReplayStatus.MISSING: counts.missing,
+        ReplayStatus.UNVERIFIED: counts.unverified,
+        ReplayStatus.FORKED: counts.forked,
+    }
     return {
-        **{s: int(counts.get(s) or 0) for s in REPLAY_STATUSES},
-        "exact_correct": int(counts.get("exact_correct") or 0),
-        "accuracy_exact": counts.get("accuracy_exact"),
+        **{s.value: int(n or 0) for s, n in statuses.items()},
+        "exact_correct": int(counts.exact_correct or 0),
+        "accuracy_exact": counts.accuracy_exact,
         "scored": scored,
-        "unscored": int(counts.get("unscored", tasks - scored) or 0),
+        "unscored": int((counts.unscored if counts.scored is not None else tasks - scored) or 0),
         "scored_correct": scored_correct,
         "accuracy_scored": accuracy_scored,
         "correct": correct,

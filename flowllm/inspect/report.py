@@ -33,6 +33,7 @@ from flowllm.inspect.artifacts import (
     is_run_dir,
     multirun_jobs,
     open_run,
+    summary_figures,
     task_summary,
 )
 from flowllm.inspect.replay import is_replay, replay_counts, replay_detail, replay_label, replay_verdict
@@ -48,6 +49,7 @@ from flowllm.inspect.views import (
     task_turn_views,
     unavailable_tools,
 )
+from flowllm.rundir.results import StatsBlock
 from flowllm.scoring.stats import format_estimate
 from flowllm.spend.task_usage import TaskBill, read_bills
 from flowllm.verify import verification
@@ -151,7 +153,7 @@ def _task_data(
     views = task_turn_views(task)
     turns_by_key = {(agent, t.number): t for agent, t in task.all_turns()}
     turns = [_turn_data(turns_by_key[(view.agent, view.number)], view, strings) for view in views]
-    row = result_row(task)
+    row = result_row(task).to_dict()
     bill = bills.get(task.task_id)
     # What the task was billed (the ledger's every call, failed tasks included), not only its answer's usage.
     row["billed_tokens"] = bill.total_tokens if bill else None
@@ -159,8 +161,9 @@ def _task_data(
     row["tokens_estimated"] = bool(bill and bill.estimated)
     row["failures"] = [f.__dict__ for f in task_failures(task, views)]
     if replayed:  # the replay verdict, and where it diverged what the saved and the new run produced
-        row["replay"] = replay_verdict(task)
-        row["replay_label"] = replay_label(row["replay"])
+        verdict = replay_verdict(task)
+        row["replay"] = verdict
+        row["replay_label"] = replay_label(verdict)
         detail = replay_detail(run, task)
         row["replay_detail"] = strings.pack(detail.to_dict()) if detail and detail.status != "exact" else None
     row["turn_records"] = turns
@@ -175,9 +178,10 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
     strings.run_dir = run.path
     tasks = [_task_data(run, task, bills, replayed, strings) for task in run.tasks]
     summary = task_summary(run)
-    stats = summary.get("stats") if isinstance(summary.get("stats"), dict) else None
+    figures = summary_figures(run)
+    stats = figures.stats if isinstance(figures.stats, StatsBlock) else None
     # The page shows it as written: "62.4% ± 3.8 [55.0, 69.8] n=120" (flowllm/scoring/stats.py).
-    summary["accuracy_interval"] = format_estimate(stats.get("accuracy")) if stats else None
+    summary["accuracy_interval"] = format_estimate(stats.accuracy) if stats else None
     return {
         "label": label or run.label,
         "path": str(run.path),
@@ -192,8 +196,8 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         },
         "summary": summary,
         # Shown only when there is something to say: servers not offered (or "not known"), per-category accuracy.
-        "tools_unavailable": unavailable_tools(summary),
-        "breakdown": breakdown_rows(summary),
+        "tools_unavailable": unavailable_tools(figures),
+        "breakdown": breakdown_rows(figures),
         "replay": replay_counts(run),
         "spend": spend,
         "problems": run.problems,

@@ -33,6 +33,7 @@ from rich.table import Table
 from flowllm.errors import CliError
 from flowllm.providers.ledger import TOKEN_KINDS, Tally, UsageLedger
 from flowllm.rundir.layout import JUDGE_LEDGER_FILE, LEDGER_FILE
+from flowllm.rundir.results import LedgerLine
 
 DIMENSIONS = ("hour", "user", "model", "agent")
 LEDGER_NAMES = (LEDGER_FILE, JUDGE_LEDGER_FILE)  # a run's ledgers: the agent's calls, the judge's
@@ -95,11 +96,17 @@ def find_ledgers(paths: Sequence[str | Path], skipped: list[Path] | None = None)
     return found
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def _read(path: Path) -> list[LedgerLine]:
     try:
-        return UsageLedger.read(path).attempts()
+        return UsageLedger.read(path).attempt_lines()
     except orjson.JSONDecodeError as exc:
         raise UsageInputError(f"{path}: not a usage ledger ({exc})") from None
+
+
+def _dimension(line: LedgerLine, name: str) -> str | None:
+    """The line's value of a ``--by`` dimension (one of ``DIMENSIONS``)."""
+    values = {"hour": line.hour, "user": line.user, "model": line.model, "agent": line.agent}
+    return values[name]
 
 
 def sum_usage(paths: Sequence[str | Path], by: Sequence[str] = DIMENSIONS) -> UsageTotals:
@@ -112,7 +119,7 @@ def sum_usage(paths: Sequence[str | Path], by: Sequence[str] = DIMENSIONS) -> Us
     totals = UsageTotals(find_ledgers(paths, skipped), dims, skipped=skipped)
     for ledger in totals.ledgers:
         for line in _read(ledger):
-            key = tuple(str(line.get(d) or "(unknown)") for d in dims)
+            key = tuple(str(_dimension(line, d) or "(unknown)") for d in dims)
             totals.buckets.setdefault(key, Tally()).add(line)
             totals.total.add(line)
     return totals

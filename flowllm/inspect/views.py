@@ -23,10 +23,11 @@ from flowllm.inspect.artifacts import (
     TaskRecord,
     TurnRecord,
     read_artifact,
-    task_summary,
+    summary_figures,
 )
 from flowllm.inspect.replay import is_replay
 from flowllm.rundir.layout import LEDGER_FILE, RESULT_FILE, TIMING_FILE, RunLayout
+from flowllm.rundir.results import CostBlock, LevelTally, RunSummary, ToolsBlock
 from flowllm.spend.spending import RunBill
 from flowllm.spend.task_usage import read_bills
 
@@ -187,30 +188,61 @@ def _timing(task: TaskRecord) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def result_row(task: TaskRecord) -> dict[str, Any]:
-    """The task's result.json fields a table shows, with safe defaults for unfinished or unreadable tasks."""
-    usage = task.field("usage") or {}
-    return {
-        "task_id": task.task_id,
-        "level": task.level,
-        "status": task.status,
-        "correct": task.correct,
-        "answer": task.field("answer"),
-        "ground_truth": task.field("ground_truth"),
-        "turns": task.field("turns", len(task.turns)),
-        "stop": task.field("stop"),
-        "limit": task.field("limit"),  # status limit: which of agent.limits ended it
-        "halt_detail": task.field("halt_detail"),  # status limit or budget: what reached it
-        "tool_calls": task.field("tool_calls", 0),
-        "bad_tool_calls": task.field("bad_tool_calls", 0),
-        "failed_tool_calls": task.field("failed_tool_calls", 0),
-        "repairs": task.field("repairs") or {},
-        "error": task.error,
-        "wall_seconds": task.field("wall_seconds", _timing(task).get("wall_seconds")),
-        "input_tokens": usage.get("input_tokens") if isinstance(usage, dict) else None,
-        "output_tokens": usage.get("output_tokens") if isinstance(usage, dict) else None,
-        "problems": list(task.problems),
-    }
+@dataclass
+class ResultRow:
+    """The task's result.json fields a table shows, with safe defaults for unfinished or unreadable tasks
+    (``to_dict``: the row ``tasks --json`` and ``task --json`` print, in this order)."""
+
+    task_id: str
+    level: int | None
+    status: str
+    correct: bool | None
+    answer: str | None
+    ground_truth: str | None
+    turns: int
+    stop: str | None
+    limit: str | None  # status limit: which of agent.limits ended it
+    halt_detail: str | None  # status limit or budget: what reached it
+    tool_calls: int
+    bad_tool_calls: int
+    failed_tool_calls: int
+    repairs: dict[str, int]
+    error: str | None
+    wall_seconds: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    problems: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def result_row(task: TaskRecord) -> ResultRow:
+    """The task's row: its result's fields, with safe defaults for unfinished or unreadable tasks."""
+    result = task.record
+    usage = result.usage or {}
+    wall_seconds = result.wall_seconds if result.wall_seconds is not None else _timing(task).get("wall_seconds")
+    return ResultRow(
+        task_id=task.task_id,
+        level=task.level,
+        status=task.status,
+        correct=task.correct,
+        answer=result.answer,
+        ground_truth=result.ground_truth,
+        turns=len(task.turns) if task.result_record is None else result.turns,
+        stop=result.stop,
+        limit=result.limit,
+        halt_detail=result.halt_detail,
+        tool_calls=result.tool_calls,
+        bad_tool_calls=result.bad_tool_calls,
+        failed_tool_calls=result.failed_tool_calls,
+        repairs=result.repairs or {},
+        error=task.error,
+        wall_seconds=wall_seconds,
+        input_tokens=usage.get("input_tokens") if isinstance(usage, dict) else None,
+        output_tokens=usage.get("output_tokens") if isinstance(usage, dict) else None,
+        problems=list(task.problems),
+    )
 
 
 @dataclass
@@ -243,14 +275,14 @@ def task_failures(task: TaskRecord, turns: list[TurnView] | None = None) -> list
     out: list[Failure] = []
     tid = task.task_id
     if task.status in ("limit", "budget"):  # ended by agent.limits or experiment.budget (spending.py)
-        name = f" ({task.field('limit')})" if task.field("limit") else ""
-        out.append(Failure(f"{task.status}{name}", tid, task.field("halt_detail") or f"status {task.status}"))
+        result = task.record
+        name = f" ({result.limit})" if result.limit else ""
+        out.append(Failure(f"{task.status}{name}", tid, result.halt_detail or f"status {task.status}"))
     elif task.status not in ("completed",):
         out.append(Failure("task_failed", tid, task.error or f"status {task.status}"))
-    elif task.correct is False and task.field("ground_truth") is not None:
-        out.append(
-            Failure("wrong_answer", tid, f"answered {task.field('answer')!r}, expected {task.field('ground_truth')!r}")
-        )
+    elif task.correct is False and task.record.ground_truth is not None:
+        answer, truth = task.record.answer, task.record.ground_truth
+        out.append(Failure("wrong_answer", tid, f"answered {answer!r}, expected {truth!r}"))
     for problem in task.problems:
         if RESULT_FILE not in problem:  # already reported as the task's failure
             out.append(Failure("unreadable", tid, problem))
@@ -471,15 +503,14 @@ def run_spend(run: RunRecord) -> dict[str, Any]:
             "fallbacks": fallbacks,
             "source": LEDGER_FILE,
         }
-    summary = task_summary(run)
-    found = summary.get("cost")
-    cost: dict[str, Any] = found if isinstance(found, dict) else {}
-    if cost.get("replayed") or is_replay(run):
+    summary = summary_figures(run)
+    cost = summary.cost if isinstance(summary.cost, CostBlock) else CostBlock()
+    if cost.replayed or is_replay(run):
         return {"tokens": 0, "cost_usd": 0.0, "estimated": False, "retries": 0, "fallbacks": 0, "source": "replay"}
-    usage = summary.get("usage") or {}
+    usage = summary.usage or {}
     return {
         "tokens": int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0),
-        "cost_usd": cost.get("total_usd"),
+        "cost_usd": cost.total_usd,
         "estimated": bool(usage.get("estimated")),
         "retries": None,
         "fallbacks": None,
@@ -488,15 +519,15 @@ def run_spend(run: RunRecord) -> dict[str, Any]:
 
 
 # ----- summary.json extras: tool servers that were not offered, accuracy by category ------------------------
-def unavailable_tools(summary: dict[str, Any]) -> dict[str, Any] | None:
+def unavailable_tools(summary: RunSummary) -> dict[str, Any] | None:
     """``summary.json`` → ``tools.unavailable``: ``{"known": True, "servers": {name: why}}`` when some server
     was disabled or failed to start, ``{"known": False, "servers": {}}`` when the run recorded null (not known:
     the parent of several worker processes does not see their servers), None when there is nothing to show
     (every server was offered, or the summary is older than the field)."""
-    tools = summary.get("tools")
-    if not isinstance(tools, dict) or "unavailable" not in tools:
+    tools = summary.tools
+    if not isinstance(tools, ToolsBlock) or not tools.unavailable_recorded:
         return None
-    servers = tools["unavailable"]
+    servers = tools.unavailable
     if servers is None:
         return {"known": False, "servers": {}}
     if not isinstance(servers, dict) or not servers:
@@ -504,11 +535,11 @@ def unavailable_tools(summary: dict[str, Any]) -> dict[str, Any] | None:
     return {"known": True, "servers": {str(k): str(v) for k, v in sorted(servers.items())}}
 
 
-def breakdown_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def breakdown_rows(summary: RunSummary) -> dict[str, list[dict[str, Any]]]:
     """``summary.json`` → ``breakdown`` (accuracy of a judged benchmark per category: topic, answer type...)
     as ``{field: [{value, tasks, scored, correct, accuracy}, ...]}`` (accuracy over the scored tasks, None when
     none was); fields with no group are left out."""
-    value = summary.get("breakdown")
+    value = summary.breakdown
     out: dict[str, list[dict[str, Any]]] = {}
     if not isinstance(value, dict):
         return out
@@ -517,12 +548,13 @@ def breakdown_rows(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             continue
         rows = []
         for group, figures in groups.items():
-            if not isinstance(figures, dict):
+            if not isinstance(figures, dict | LevelTally):
                 continue
-            tasks, correct = figures.get("tasks"), figures.get("correct")
+            tally = LevelTally.coerce(figures)
+            tasks, correct = tally.tasks, tally.correct
             # Written before unscored tasks were counted: every task was scored.
-            scored = figures.get("scored", tasks)
-            accuracy = figures.get("accuracy")
+            scored = tally.scored_count
+            accuracy = tally.accuracy
             if accuracy is None and isinstance(scored, int) and isinstance(correct, int) and scored:
                 accuracy = round(correct / scored, 4)  # a summary that left it out
             row = {"value": str(group), "tasks": tasks, "scored": scored, "correct": correct, "accuracy": accuracy}

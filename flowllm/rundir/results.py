@@ -246,6 +246,11 @@ class ToolsBlock(Record):
     start_s: float | None = None
     sandbox_gaps: Any = None
 
+    @property
+    def unavailable_recorded(self) -> bool:
+        """Whether ``unavailable`` was written (null included: not known); a summary older than it has not."""
+        return self.loaded_keys is None or "unavailable" in self.loaded_keys
+
 
 @dataclass(kw_only=True)
 class StatsBlock(Record):

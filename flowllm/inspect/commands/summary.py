@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from flowllm.inspect.artifacts import RunRecord, TaskRecord, task_summary
+from flowllm.inspect.artifacts import RunRecord, TaskRecord, is_computed, summary_figures, task_summary
 from flowllm.inspect.commands.common import PROG, RunCommand, no_arguments
 from flowllm.inspect.commands.render import (
     emit_json,
@@ -31,6 +31,7 @@ from flowllm.inspect.views import Failure, breakdown_rows, run_failures, run_spe
 from flowllm.run.report import accuracy_rows, acted_row, cost_text, format_usd, headline_accuracy, plural, short_error
 from flowllm.run.stats import stats_rows
 from flowllm.rundir.layout import LEDGER_FILE
+from flowllm.rundir.results import LevelTally, RunSummary
 from flowllm.verify import verification
 
 OffReplay = list[tuple[TaskRecord, dict[str, Any]]]
@@ -41,10 +42,10 @@ def _tokens_in_out(usage: dict[str, Any]) -> str:
     return f"{fmt(usage.get('input_tokens'))} / {fmt(usage.get('output_tokens'))}{mark}"
 
 
-def _spend_rows(figures: dict[str, Any], spend: dict[str, Any]) -> list[tuple[str, Any]]:
+def _spend_rows(figures: RunSummary, spend: dict[str, Any]) -> list[tuple[str, Any]]:
     """Cost and billed tokens: summary.json's cost block, and the ledger's every call (failed tasks included)."""
     rows: list[tuple[str, Any]] = []
-    cost = figures.get("cost") or {}
+    cost = figures.cost
     if cost:
         rows.append(("cost", cost_text(cost)))
     if spend["source"] == LEDGER_FILE:
@@ -53,7 +54,7 @@ def _spend_rows(figures: dict[str, Any], spend: dict[str, Any]) -> list[tuple[st
         split = f"agent {format_usd(spend['agent_cost_usd'])}"
         split += f", judge {format_usd(spend['judge_cost_usd'])}" if spend["judge_cost_usd"] else ""
         rows.append(("billed (every call)", f"{spend['tokens']:,} tokens{mark}, {spent} ({split})"))
-    acted = figures.get("acted")
+    acted = figures.acted
     if isinstance(acted, dict):
         rows.append(("what acted", acted_row(acted)))
     return rows
@@ -71,41 +72,38 @@ def _settings(run: RunRecord) -> dict[str, Any]:
     }
 
 
-def _figure_rows(run: RunRecord, figures: dict[str, Any]) -> list[tuple[str, Any]]:
-    usage = figures.get("usage") or {}
+def _figure_rows(run: RunRecord, figures: RunSummary) -> list[tuple[str, Any]]:
+    usage = figures.usage or {}
+    tools = f"{figures.tool_calls} / {figures.bad_tool_calls} / {figures.failed_tool_calls}"
     rows: list[tuple[str, Any]] = [
-        *(accuracy_rows(figures) if figures.get("replay") is not None else [("accuracy", headline_accuracy(figures))]),
+        *(accuracy_rows(figures) if figures.replay is not None else [("accuracy", headline_accuracy(figures))]),
         *stats_rows(figures),
-        ("completed / failed", f"{figures.get('completed')} / {figures.get('failed')}"),
-        ("turns", figures.get("turns")),
-        (
-            "tool calls / bad blocks / failed",
-            f"{figures.get('tool_calls')} / {figures.get('bad_tool_calls')} / {figures.get('failed_tool_calls')}",
-        ),
-        ("parse rate", pct(figures.get("parse_rate"))),
-        ("repairs by stage", figures.get("repairs")),
+        ("completed / failed", f"{figures.completed} / {figures.failed}"),
+        ("turns", figures.turns),
+        ("tool calls / bad blocks / failed", tools),
+        ("parse rate", pct(figures.parse_rate)),
+        ("repairs by stage", figures.repairs),
         ("tokens in / out", _tokens_in_out(usage) if usage else None),
         *_spend_rows(figures, run_spend(run)),
-        ("wall time", seconds(figures.get("wall_seconds"))),
+        ("wall time", seconds(None if is_computed(run) else figures.wall_seconds)),  # not known from the tasks
         ("verified", verification(run.path).text),
     ]
-    if figures.get("by_level"):
+    if figures.by_level:
         rows.append(
             (
                 "by level",
                 ", ".join(
-                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: "
-                    f"{v.get('correct')}/{v.get('scored', v.get('tasks'))} scored"
-                    for lvl, v in figures["by_level"].items()
+                    f"{'no level' if lvl == 'None' else f'L{lvl}'}: {v.correct}/{v.scored_count} scored"
+                    for lvl, v in ((lvl, LevelTally.coerce(v)) for lvl, v in figures.by_level.items())
                 ),
             )
         )
-    if figures.get("computed"):
+    if is_computed(run):
         rows.append(("note", "computed from the tasks (summary.json unreadable or missing)"))
     return rows
 
 
-def breakdown_tables(figures: dict[str, Any]) -> list[Table]:
+def breakdown_tables(figures: RunSummary) -> list[Table]:
     """summary.json → breakdown: one table per category field of a judged benchmark (topic, answer type...)."""
     tables = []
     for name, groups in breakdown_rows(figures).items():
@@ -139,7 +137,7 @@ def tools_table(tools: dict[str, Any]) -> Table | Text:
     return table
 
 
-def _print_figures(run: RunRecord, console: Console, figures: dict[str, Any]) -> None:
+def _print_figures(run: RunRecord, console: Console, figures: RunSummary) -> None:
     """The run's settings, figures, provenance, breakdowns, unavailable tools and reading problems."""
     console.print(Panel.fit(f"[bold]{esc(run.path)}[/bold]", title="flowllm run", border_style="cyan"))
     settings = _settings(run)
@@ -184,7 +182,7 @@ def _print_bad_tasks(run: RunRecord, console: Console, bad_tasks: list[TaskRecor
         why = next((f.reason for f in failures if f.task_id == task.task_id), task.error or "")
         table.add_row(
             task.task_id,
-            Text(status_label(task.status, task.field("limit")), style=status_style(task.status, False)),
+            Text(status_label(task.status, task.record.limit), style=status_style(task.status, False)),
             why,
         )
     console.print(table)
@@ -204,21 +202,20 @@ def _print_all_correct(run: RunRecord, console: Console, stale: OffReplay) -> No
 
 
 def cmd_summary(run: RunRecord, console: Console, as_json: bool) -> int:
-    figures = task_summary(run)
     failures = run_failures(run)
     if as_json:
         emit_json(
             {
                 "run": str(run.path),
                 "settings": _settings(run),
-                "summary": figures,
+                "summary": task_summary(run),
                 "problems": run.problems,
                 "failures": [asdict(f) for f in failures],
                 "verification": verification(run.path).to_dict(),
             }
         )
         return 0
-    _print_figures(run, console, figures)
+    _print_figures(run, console, summary_figures(run))
     off_replay = [(t, v) for t in run.tasks if (v := replay_verdict(t)) is not None and v["status"] != "exact"]
     _print_off_replay(console, off_replay)
     bad_tasks = [t for t in run.tasks if t.status != "completed" or t.correct is False]

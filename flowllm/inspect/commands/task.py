@@ -28,7 +28,7 @@ from flowllm.inspect.commands.render import (
     to_yaml,
 )
 from flowllm.inspect.replay import ReplayDetail, replay_detail, replay_verdict
-from flowllm.inspect.views import CallView, TurnView, result_row, task_failures, task_turn_views
+from flowllm.inspect.views import CallView, ResultRow, TurnView, result_row, task_failures, task_turn_views
 from flowllm.run.epochs import epoch_summary
 
 REPLAY_MEANING = {
@@ -78,40 +78,36 @@ def _replay_panel(run: RunRecord, task_id: str, detail: ReplayDetail, limit: int
     return Panel(Group(*parts), title="replay", title_align="left", border_style=REPLAY_STYLES[detail.status])
 
 
-def row_dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _task_panel(task: TaskRecord, row: dict[str, Any], replay: ReplayDetail | None) -> Panel:
+def _task_panel(task: TaskRecord, row: ResultRow, replay: ReplayDetail | None) -> Panel:
     """The task's answer, score, counts and error, under its id and status."""
-    title = Text.assemble((task.task_id, "bold"), "  ", (row["status"], status_style(row["status"], row["correct"])))
+    title = Text.assemble((task.task_id, "bold"), "  ", (row.status, status_style(row.status, row.correct)))
     return Panel(
         kv_table(
             [
-                ("answer", row["answer"]),
-                ("expected", row["ground_truth"]),
+                ("answer", row.answer),
+                ("expected", row.ground_truth),
                 (
                     "correct",
                     Text("unscored", style="cyan")
-                    if row["correct"] is None and row["status"] == "completed"
-                    else Text(fmt(row["correct"]), style="green" if row["correct"] else "red"),
+                    if row.correct is None and row.status == "completed"
+                    else Text(fmt(row.correct), style="green" if row.correct else "red"),
                 ),
-                ("turns / stop", f"{row['turns']} / {fmt(row['stop'])}"),
-                ("level", row["level"]),
+                ("turns / stop", f"{row.turns} / {fmt(row.stop)}"),
+                ("level", row.level),
                 (
                     "tool calls / bad / failed",
-                    f"{row['tool_calls']} / {row['bad_tool_calls']} / {row['failed_tool_calls']}",
+                    f"{row.tool_calls} / {row.bad_tool_calls} / {row.failed_tool_calls}",
                 ),
-                ("repairs", row["repairs"]),
-                ("wall time (s)", row["wall_seconds"]),
-                ("error", Text(row["error"], style="red") if row["error"] else None),
+                ("repairs", row.repairs),
+                ("wall time (s)", row.wall_seconds),
+                ("error", Text(row.error, style="red") if row.error else None),
                 *([("replay", replay_text(replay_verdict(task)))] if replay is not None else []),
-                *([("epochs", epochs)] if (epochs := epoch_summary(row_dict(task.result.value))) else []),
+                *([("epochs", epochs)] if (epochs := epoch_summary(task.record)) else []),
             ]
         ),
         title=title,
         title_align="left",
-        border_style=status_style(row["status"], row["correct"]),
+        border_style=status_style(row.status, row.correct),
     )
 
 
@@ -178,7 +174,7 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
     row = result_row(task)
     replay = replay_detail(run, task)
     if as_json:
-        data: dict[str, Any] = {"result": row}
+        data: dict[str, Any] = {"result": row.to_dict()}
         if replay is not None:
             data["replay"] = replay.to_dict()
         emit_json({**data, "turns": [v.to_dict() for v in views], "failures": [asdict(f) for f in failures]})
