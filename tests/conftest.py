@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.experiment.helpers import run_flowllm
+from tests.verify.old_runs import unpack_old_runs
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -30,3 +31,9 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = run_flowllm("progress=false", f"hydra.run.dir={run}")
     assert done.returncode == 0, done.stderr[-2000:]
     return run
+
+
+@pytest.fixture(scope="module")
+def old_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The six runs of tests/verify/old_runs.py, unpacked once per test module."""
+    return unpack_old_runs(tmp_path_factory.mktemp("old"))

@@ -181,6 +181,17 @@ class RunRecord:
         value = self.summary.value
         return RunSummary.from_dict(value) if self.summary.ok and isinstance(value, dict) else None
 
+    def main_settings(self) -> dict[str, Any]:
+        """What the run was: its experiment, provider, model, protocol, runner and repair chain."""
+        return {
+            "experiment": self.setting("experiment.name"),
+            "provider": self.setting("provider.name"),
+            "model": self.setting("provider.model"),
+            "protocol": self.setting("provider.protocol"),
+            "runner": self.setting("runner.name"),
+            "repair": self.setting("repair.name"),
+        }
+
     def setting(self, dotted: str) -> Any:
         """A value of the run's summary, else of its saved config (``provider.model``...)."""
         summary = self.summary_record

@@ -186,14 +186,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "label": label or run.label,
         "path": str(run.path),
         "overrides": run.overrides,
-        "settings": {
-            "experiment": run.setting("experiment.name"),
-            "provider": run.setting("provider.name"),
-            "model": run.setting("provider.model"),
-            "protocol": run.setting("provider.protocol"),
-            "runner": run.setting("runner.name"),
-            "repair": run.setting("repair.name"),
-        },
+        "settings": run.main_settings(),
         "summary": summary,
         # Shown only when there is something to say: servers not offered (or "not known"), per-category accuracy.
         "tools_unavailable": unavailable_tools(figures),

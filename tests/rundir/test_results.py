@@ -4,7 +4,6 @@ files carry the format version and validate against the shipped JSON Schema, whi
 from __future__ import annotations
 
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,17 +14,6 @@ import pytest
 from flowllm.rundir.record_base import Record, RecordFormatError
 from flowllm.rundir.results import FORMAT_VERSION, LedgerLine, RunSummary, TaskResult
 from flowllm.rundir.schema_gen import SCHEMA_DIR, SCHEMAS, render, schema_of
-
-# Six runs of flowllm at f528059, before the records had a version (tests/verify/test_verify.py says which).
-OLD_RUNS = Path(__file__).resolve().parents[1] / "verify" / "data" / "runs-f528059.tar.xz"
-
-
-@pytest.fixture(scope="module")
-def old_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("old")
-    with tarfile.open(OLD_RUNS) as archive:
-        archive.extractall(folder, filter="data")
-    return folder
 
 
 def run_files(root: Path) -> Iterator[tuple[type[Record], Path, dict[str, Any]]]:

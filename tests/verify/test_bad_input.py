@@ -4,22 +4,18 @@ nothing in the folder changed."""
 from __future__ import annotations
 
 import hashlib
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from flowllm.exit_codes import ExitCode
 from flowllm.verify.cli import main as verify_main
-
-OLD_RUNS = Path(__file__).resolve().parent / "data" / "runs-f528059.tar.xz"
+from tests.verify.old_runs import unpack_old_runs
 
 
 @pytest.fixture
 def run(tmp_path: Path) -> Path:
-    with tarfile.open(OLD_RUNS) as archive:
-        archive.extractall(tmp_path, filter="data", members=[m for m in archive if m.name.startswith("plain")])
-    return tmp_path / "plain"
+    return unpack_old_runs(tmp_path, only="plain") / "plain"
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

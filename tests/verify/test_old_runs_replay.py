@@ -3,7 +3,6 @@ replays with today's code: every task replays exactly, gives the answers it gave
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 import orjson
@@ -15,8 +14,6 @@ from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import run_flowllm
 
-OLD_RUNS = Path(__file__).resolve().parent / "data" / "runs-f528059.tar.xz"
-
 
 def answers(run: Path) -> dict[str, str | None]:
     found = {}
@@ -26,10 +23,10 @@ def answers(run: Path) -> dict[str, str | None]:
     return found
 
 
-def test_an_old_run_replays_exactly_and_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with tarfile.open(OLD_RUNS) as archive:
-        archive.extractall(tmp_path / "old", filter="data")
-    saved = tmp_path / "old" / "plain"
+def test_an_old_run_replays_exactly_and_verifies(
+    old_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = old_runs / "plain"
     again = tmp_path / "again"
     proc = run_flowllm("provider=replay", f"provider.run_dir={saved}", f"hydra.run.dir={again}")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,20 +16,7 @@ from flowllm.exit_codes import ExitCode
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import ROOT, run_flowllm
 
-DATA = Path(__file__).resolve().parent / "data"
-# Runs made with flowllm at f528059 (before this auditor), each showing one bug of issue 40; their dataset is the
-# bundled sample. plain: a clean run; fork: a fork with repair=strict; budget: a budget stop; epochs: 3 epochs
-# under a tight budget; replay: an exact replay of plain; refused: plain after a resume refused with tools=none.
-OLD_RUNS = DATA / "runs-f528059.tar.xz"
 TASK = "sample-02-word-count"
-
-
-@pytest.fixture(scope="module")
-def old_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("old")
-    with tarfile.open(OLD_RUNS) as archive:
-        archive.extractall(folder, filter="data")
-    return folder
 
 
 def verify(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:

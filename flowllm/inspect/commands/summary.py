@@ -61,15 +61,7 @@ def _spend_rows(figures: RunSummary, spend: dict[str, Any]) -> list[tuple[str, A
 
 
 def _settings(run: RunRecord) -> dict[str, Any]:
-    return {
-        "experiment": run.setting("experiment.name"),
-        "provider": run.setting("provider.name"),
-        "model": run.setting("provider.model"),
-        "protocol": run.setting("provider.protocol"),
-        "runner": run.setting("runner.name"),
-        "repair": run.setting("repair.name"),
-        "overrides": run.overrides,
-    }
+    return {**run.main_settings(), "overrides": run.overrides}
 
 
 def _figure_rows(run: RunRecord, figures: RunSummary) -> list[tuple[str, Any]]:
