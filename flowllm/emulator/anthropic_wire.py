@@ -29,6 +29,7 @@ from flowllm.emulator.common import (
     unescape_tool_result,
     xml_tool_results,
 )
+from flowllm.emulator.prompt_cache import breakpoint_ttls
 
 ALLOWED_KEYS = frozenset(
     {
@@ -77,9 +78,10 @@ def _unanswered(where: str, ids: list[str]) -> RequestError:
     )
 
 
-def _check_cache_control(cc: Any, where: str, counter: list[int]) -> bool:
+def _check_cache_control(cc: Any, where: str, counter: list[int]) -> str | None:
+    """A block's ``cache_control`` checked and counted; returns its TTL ("5m" when not given), None without."""
     if cc is None:
-        return False
+        return None
     require(
         isinstance(cc, dict) and cc.get("type") == "ephemeral",
         f"{where}.cache_control.type: Input should be 'ephemeral'",
@@ -88,7 +90,13 @@ def _check_cache_control(cc: Any, where: str, counter: list[int]) -> bool:
     require(ttl in (None, "5m", "1h"), f"{where}.cache_control.ttl: Input should be '5m' or '1h'")
     counter[0] += 1
     require(counter[0] <= 4, "A maximum of 4 blocks with cache_control may be provided. Found 5.")
-    return True
+    return str(ttl or "5m")
+
+
+def _unit(chars: int, sent: Any, ttl: str | None, assistant: bool = False) -> Unit:
+    """A prompt unit; its content is what was sent without the cache marker (moving a marker keeps the prefix)."""
+    bare = {k: v for k, v in sent.items() if k != "cache_control"} if isinstance(sent, dict) else sent
+    return Unit(chars, ttl is not None, assistant, bare, ttl)
 
 
 def _text_of_content(content: Any) -> str:
@@ -197,7 +205,7 @@ def _check_tools(tools: Any, prompt: _Prompt) -> list[str]:
                 f"{where}.custom.input_schema.type: Input should be 'object'",
             )
         bp = _check_cache_control(tool.get("cache_control"), where, prompt.breakpoints)
-        prompt.units.append(Unit(tool_def_chars(name, tool.get("description"), tool.get("input_schema")), bp))
+        prompt.units.append(_unit(tool_def_chars(name, tool.get("description"), tool.get("input_schema")), tool, bp))
         offered.append(name)
     return offered
 
@@ -206,7 +214,7 @@ def _check_system(system: Any, prompt: _Prompt) -> None:
     if system is None:
         return
     if isinstance(system, str):
-        prompt.units.append(Unit(len(system)))
+        prompt.units.append(_unit(len(system), system, None))
         return
     require(isinstance(system, list), "system: Input should be a valid string or list")
     for i, block in enumerate(system):
@@ -216,7 +224,7 @@ def _check_system(system: Any, prompt: _Prompt) -> None:
         )
         require(block["text"] != "", f"system.{i}: text content blocks must be non-empty")
         bp = _check_cache_control(block.get("cache_control"), f"system.{i}", prompt.breakpoints)
-        prompt.units.append(Unit(len(block["text"]), bp))
+        prompt.units.append(_unit(len(block["text"]), block, bp))
 
 
 def _message_blocks(content: Any, where: str, role: Any, is_last: bool) -> list[Any]:
@@ -275,7 +283,7 @@ def _image_block(block: Any, bw: str) -> None:
         require(is_str(src.get("data")), f"{bw}.source.base64.data: Field required")
 
 
-def _tool_result_block(block: Any, bw: str, bp: bool, prompt: _Prompt) -> None:
+def _tool_result_block(block: Any, bw: str, bp: str | None, prompt: _Prompt) -> None:
     require(is_str(block.get("tool_use_id")), f"{bw}.tool_use_id: Field required")
     inner = block.get("content", "")
     if isinstance(inner, list):
@@ -298,12 +306,12 @@ def _tool_result_block(block: Any, bw: str, bp: bool, prompt: _Prompt) -> None:
     )
     text = _text_of_content(inner)
     images = sum(1 for p in inner if isinstance(p, dict) and p.get("type") == "image") if isinstance(inner, list) else 0
-    prompt.units.append(Unit(len(text) + images * IMAGE_CHARS, bp))
+    prompt.units.append(_unit(len(text) + images * IMAGE_CHARS, block, bp))
     prompt.tool_results.append(unescape_tool_result(text))
 
 
-def _thinking_block(block: Any, bw: str, bp: bool) -> None:
-    require(bp is False, f"{bw}: cache_control cannot be set on thinking blocks")
+def _thinking_block(block: Any, bw: str, bp: str | None) -> None:
+    require(bp is None, f"{bw}: cache_control cannot be set on thinking blocks")
     require(is_str(block.get("thinking")), f"{bw}.thinking: Field required")
     require(is_str(block.get("signature")), f"{bw}.signature: Field required")
     require(
@@ -326,19 +334,19 @@ def _check_block(block: Any, bw: str, role: str, uses: list[str], prompt: _Promp
     if btype == "text":
         require(is_str(block.get("text")), f"{bw}.text: Field required")
         require(block["text"] != "", f"{bw}: text content blocks must be non-empty")
-        prompt.units.append(Unit(len(block["text"]), bp, asst))
+        prompt.units.append(_unit(len(block["text"]), block, bp, asst))
         if role == "user":
             prompt.tool_results.extend(xml_tool_results(block["text"]))
     elif btype == "image":
         _image_block(block, bw)
-        prompt.units.append(Unit(IMAGE_CHARS, bp, asst))
+        prompt.units.append(_unit(IMAGE_CHARS, block, bp, asst))
     elif btype == "tool_use":
         require(is_str(block.get("id")) and block["id"], f"{bw}.id: Field required")
         require(is_str(block.get("name")), f"{bw}.name: Field required")
         require(isinstance(block.get("input"), dict), f"{bw}.input: Input should be a valid dictionary")
         require(block["id"] not in uses, f"{bw}: `tool_use` ids must be unique")
         uses.append(block["id"])
-        prompt.units.append(Unit(len(block["name"]) + args_chars(block["input"]), bp, asst))
+        prompt.units.append(_unit(len(block["name"]) + args_chars(block["input"]), block, bp, asst))
     elif btype == "tool_result":
         _tool_result_block(block, bw, bp, prompt)
     elif btype == "thinking":
@@ -397,6 +405,15 @@ def _check_messages(messages: list[Any], thinking_on: bool, prompt: _Prompt) -> 
     return assistants
 
 
+def _automatic_breakpoint(cc: Any, prompt: _Prompt) -> None:
+    """The top-level ``cache_control`` (automatic caching) puts a breakpoint on the last cacheable block."""
+    if cc is None or not prompt.units or prompt.units[-1].breakpoint:
+        return
+    ttl = _check_cache_control(cc, "cache_control", prompt.breakpoints)
+    last = prompt.units[-1]
+    prompt.units[-1] = Unit(last.chars, True, last.assistant, last.content, ttl)
+
+
 def parse_request(body: Any) -> ParsedRequest:
     max_tokens, messages, stream = _check_top_level(body)
     thinking_on = _check_thinking(body, max_tokens)
@@ -404,6 +421,8 @@ def parse_request(body: Any) -> ParsedRequest:
     offered = _check_tools(body.get("tools"), prompt)
     _check_system(body.get("system"), prompt)
     assistants = _check_messages(messages, thinking_on, prompt)
+    _automatic_breakpoint(body.get("cache_control"), prompt)
+    breakpoint_ttls(prompt.units)
     last_role = messages[-1].get("role")
     # An assistant message at the end is a prefill: the reply continues it, it is not a new turn.
     turn = assistants + 1 - (1 if last_role == "assistant" else 0)
@@ -437,13 +456,16 @@ def _stop_reason(plan: Plan) -> str:
 
 
 def _usage(plan: Plan, *, output_tokens: int) -> dict[str, Any]:
-    write = plan.cache_prefix_tokens if plan.turn == 1 else 0
-    read = plan.cache_prefix_tokens if plan.turn > 1 else 0
+    cache = plan.cache  # from what was sent and what the emulator's cache held (prompt_cache.py)
     return {
         # Anthropic's input_tokens excludes what was read from or written to the cache.
-        "input_tokens": plan.prompt_tokens - write - read,
-        "cache_creation_input_tokens": write,
-        "cache_read_input_tokens": read,
+        "input_tokens": cache.uncached,
+        "cache_creation_input_tokens": cache.written,
+        "cache_read_input_tokens": cache.read,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": cache.written - cache.written_1h,
+            "ephemeral_1h_input_tokens": cache.written_1h,
+        },
         "output_tokens": output_tokens,
         "service_tier": "standard",
     }
@@ -493,6 +515,7 @@ def message_events(plan: Plan, parsed: ParsedRequest | None = None) -> list[tupl
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     final_usage = _usage(plan, output_tokens=plan.output_tokens)
     final_usage.pop("service_tier")
+    final_usage.pop("cache_creation")
     events.append(
         (
             "message_delta",

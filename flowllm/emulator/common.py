@@ -55,7 +55,23 @@ class Unit:
 
     chars: int
     breakpoint: bool = False  # carries an Anthropic cache_control
-    assistant: bool = False  # part of an assistant turn (OpenAI's cached prefix ends at the last one)
+    assistant: bool = False  # part of an assistant turn
+    content: Any = None  # what was sent (without its cache_control): a changed unit changes the cached prefix
+    cache_ttl: str | None = None  # the breakpoint's TTL ("5m" or "1h")
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    """One request's prompt: its tokens, and how many of them were read from and written to the cache."""
+
+    prompt_tokens: int = 0
+    read: int = 0
+    written: int = 0
+    written_1h: int = 0  # the part of ``written`` under a one-hour TTL (Anthropic bills it at 2x)
+
+    @property
+    def uncached(self) -> int:
+        return self.prompt_tokens - self.read - self.written
 
 
 @dataclass
@@ -92,8 +108,7 @@ class Plan:
     prompt_tokens: int
     output_tokens: int
     reasoning_tokens: int
-    cache_prefix_tokens: int  # Anthropic: prefix up to the last breakpoint
-    cached_tokens: int  # OpenAI: prefix up to the last assistant turn, from turn 2 on
+    cache: CacheUsage  # what the prompt read from and wrote to the emulator's cache (prompt_cache.py)
     turn: int
 
     def ident(self, prefix: str, n: int = 24, salt: str = "") -> str:
@@ -175,7 +190,7 @@ def redacted_valid(data: str) -> bool:
         return False
 
 
-def plan_reply(parsed: ParsedRequest, reply: Reply, *, call_prefix: str) -> Plan:
+def plan_reply(parsed: ParsedRequest, reply: Reply, *, call_prefix: str, cache: CacheUsage | None = None) -> Plan:
     """Ids, signatures and usage for ``reply`` to ``parsed``, all derived from hashes (never random, never
     time)."""
     stable = {k: v for k, v in parsed.body.items() if k not in TRANSPORT_KEYS}
@@ -199,10 +214,6 @@ def plan_reply(parsed: ParsedRequest, reply: Reply, *, call_prefix: str) -> Plan
     if stop == "tool_use" and not planned:
         stop = "end_turn"
     total = sum(u.chars for u in parsed.units)
-    last_bp = max((i for i, u in enumerate(parsed.units) if u.breakpoint), default=-1)
-    prefix_chars = sum(u.chars for u in parsed.units[: last_bp + 1])
-    last_asst = max((i for i, u in enumerate(parsed.units) if u.assistant), default=-1)
-    cached_chars = sum(u.chars for u in parsed.units[: last_asst + 1]) if parsed.turn > 1 else 0
     think_chars = len(thinking or "")
     out_chars = len(reply.text) + think_chars + sum(len(c.name) + args_chars(c.input) for c in planned)
     return Plan(
@@ -217,8 +228,7 @@ def plan_reply(parsed: ParsedRequest, reply: Reply, *, call_prefix: str) -> Plan
         prompt_tokens=tokens(total),
         output_tokens=max(tokens(out_chars), 1),
         reasoning_tokens=tokens(think_chars),
-        cache_prefix_tokens=tokens(prefix_chars),
-        cached_tokens=tokens(cached_chars),
+        cache=cache if cache is not None else CacheUsage(prompt_tokens=tokens(total)),
         turn=parsed.turn,
     )
 

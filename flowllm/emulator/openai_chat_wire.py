@@ -54,6 +54,7 @@ ALLOWED_KEYS = frozenset(
         "store",
         "service_tier",
         "prompt_cache_key",
+        "prompt_cache_retention",
         "safety_identifier",
         "verbosity",
         "modalities",
@@ -195,7 +196,7 @@ def _check_tools(body: Any, units: list[Unit]) -> list[str]:
         )
         params = fn.get("parameters")
         require(params is None or isinstance(params, dict), f"Invalid type for 'tools[{i}].function.parameters'")
-        units.append(Unit(tool_def_chars(name, fn.get("description"), params)))
+        units.append(Unit(tool_def_chars(name, fn.get("description"), params), content=tool))
         offered.append(name)
     return offered
 
@@ -215,7 +216,7 @@ def _tool_message(msg: Any, where: str, pending: list[str], units: list[Unit], t
     )
     pending.remove(call_id)
     text, _ = _text_parts(msg.get("content"), where, allow_images=False)
-    units.append(Unit(len(text)))
+    units.append(Unit(len(text), content=msg))
     tool_results.append(unescape_tool_result(text))
 
 
@@ -230,7 +231,7 @@ def _assistant_message(msg: Any, where: str, pending: list[str], units: list[Uni
         param=f"{where}.content",
     )
     text, _ = _text_parts(content, where, allow_images=False)
-    units.append(Unit(len(text), assistant=True))
+    units.append(Unit(len(text), assistant=True, content=content))
     for j, call in enumerate(calls):
         cw = f"{where}.tool_calls[{j}]"
         fn: Any = call.get("function") if isinstance(call, dict) else {}
@@ -246,7 +247,7 @@ def _assistant_message(msg: Any, where: str, pending: list[str], units: list[Uni
         )
         require(call["id"] not in pending, f"Duplicate tool_call id: {call['id']}", param=cw)
         pending.append(call["id"])
-        units.append(Unit(len(fn["name"]) + args_chars(fn["arguments"]), assistant=True))
+        units.append(Unit(len(fn["name"]) + args_chars(fn["arguments"]), assistant=True, content=call))
 
 
 def _check_messages(messages: list[Any], units: list[Unit], tool_results: list[str]) -> int:
@@ -274,7 +275,7 @@ def _check_messages(messages: list[Any], units: list[Unit], tool_results: list[s
         content = msg.get("content")
         require(content is not None, f"Missing required parameter: '{where}.content'.", param=f"{where}.content")
         text, images = _text_parts(content, where, allow_images=role == "user")
-        units.append(Unit(len(text) + images * IMAGE_CHARS))
+        units.append(Unit(len(text) + images * IMAGE_CHARS, content=msg))
         if role == "user":
             tool_results.extend(xml_tool_results(text))
     if pending:
@@ -314,7 +315,7 @@ def _usage(plan: Plan) -> dict[str, Any]:
         "prompt_tokens": plan.prompt_tokens,  # includes the cached part, as the real API counts
         "completion_tokens": plan.output_tokens,
         "total_tokens": plan.prompt_tokens + plan.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": plan.cached_tokens, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": plan.cache.read, "audio_tokens": 0},  # prompt_cache.py
         "completion_tokens_details": {
             "reasoning_tokens": plan.reasoning_tokens,
             "audio_tokens": 0,

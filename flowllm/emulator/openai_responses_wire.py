@@ -55,6 +55,7 @@ ALLOWED_KEYS = frozenset(
         "user",
         "service_tier",
         "prompt_cache_key",
+        "prompt_cache_retention",
         "safety_identifier",
         "previous_response_id",
         "max_tool_calls",
@@ -154,7 +155,7 @@ def _check_tools(body: Any, units: list[Unit]) -> list[str]:
             f"Invalid type for 'tools[{i}].parameters'",
             param=f"tools[{i}].parameters",
         )
-        units.append(Unit(tool_def_chars(name, tool.get("description"), tool.get("parameters"))))
+        units.append(Unit(tool_def_chars(name, tool.get("description"), tool.get("parameters")), content=tool))
         offered.append(name)
     return offered
 
@@ -197,7 +198,7 @@ def _message_item(item: Any, where: str, role: Any, walk: _Walk) -> None:
         param=f"{where}.role",
     )
     text, images = _content_text(item.get("content"), where, role)
-    walk.units.append(Unit(len(text) + images * IMAGE_CHARS, assistant=role == "assistant"))
+    walk.units.append(Unit(len(text) + images * IMAGE_CHARS, assistant=role == "assistant", content=item))
     if role == "user":
         walk.tool_results.extend(xml_tool_results(text))
 
@@ -212,7 +213,7 @@ def _function_call_item(item: Any, where: str, walk: _Walk) -> None:
     require(item["call_id"] not in walk.calls, f"Duplicate call_id: {item['call_id']}", param=where)
     walk.calls[item["call_id"]] = False
     walk.run_calls.append(item["call_id"])
-    walk.units.append(Unit(len(item["name"]) + args_chars(item["arguments"]), assistant=True))
+    walk.units.append(Unit(len(item["name"]) + args_chars(item["arguments"]), assistant=True, content=item))
 
 
 def _function_call_output_item(item: Any, where: str, walk: _Walk) -> None:
@@ -229,7 +230,7 @@ def _function_call_output_item(item: Any, where: str, walk: _Walk) -> None:
         text = output
     else:
         text = "\n".join(p.get("text", "") for p in (output or []) if isinstance(p, dict))
-    walk.units.append(Unit(len(text)))
+    walk.units.append(Unit(len(text), content=item))
     walk.tool_results.append(unescape_tool_result(text))
 
 
@@ -300,7 +301,7 @@ def parse_request(body: Any) -> ParsedRequest:
     instructions = body.get("instructions")
     if instructions is not None:
         require(is_str(instructions), "Invalid type for 'instructions': expected a string", param="instructions")
-        walk.units.append(Unit(len(instructions)))
+        walk.units.append(Unit(len(instructions), content=instructions))
     raw_input = body.get("input")
     require(raw_input is not None, "Missing required parameter: 'input'.", param="input")
     items = [{"type": "message", "role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
@@ -366,7 +367,7 @@ def _items(plan: Plan, body: dict[str, Any]) -> list[dict[str, Any]]:
 def _usage(plan: Plan) -> dict[str, Any]:
     return {
         "input_tokens": plan.prompt_tokens,  # includes the cached part
-        "input_tokens_details": {"cached_tokens": plan.cached_tokens},
+        "input_tokens_details": {"cached_tokens": plan.cache.read},  # prompt_cache.py
         "output_tokens": plan.output_tokens,
         "output_tokens_details": {"reasoning_tokens": plan.reasoning_tokens},
         "total_tokens": plan.prompt_tokens + plan.output_tokens,

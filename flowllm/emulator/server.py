@@ -5,9 +5,10 @@ thread.
         AsyncAnthropic(base_url=emu.base_url, api_key="x")  # POST /v1/messages
         AsyncOpenAI(base_url=emu.openai_base_url, api_key="x")  # POST /v1/chat/completions, /v1/responses
 
-Each request is answered from the request body and the ``X-Flowllm-Task`` header alone (stateless), so
-concurrent tasks and reruns see identical replies. The request log (``Emulator.requests``) keeps what tests
-need to check routing (path, task, agent, auth scheme, status), never a key.
+Each reply is made from the request body and the ``X-Flowllm-Task`` header alone, so concurrent tasks and
+reruns see identical replies; only the usage's cache counts depend on what was sent before (prompt_cache.py).
+The request log (``Emulator.requests``) keeps what tests need to check routing (path, task, agent, auth
+scheme, status), never a key.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from starlette.routing import Route
 
 from flowllm.emulator import anthropic_wire, media, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.batches import AnthropicBatches, OpenAIBatches
-from flowllm.emulator.common import ParsedRequest, Plan, RequestError, plan_reply, request_image_digests
+from flowllm.emulator.common import CacheUsage, ParsedRequest, Plan, RequestError, plan_reply, request_image_digests
 from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
+from flowllm.emulator.prompt_cache import Clock, PromptCache
 from flowllm.emulator.script import Reply, Script
 
 CAPTURE_ENV = "FLOWLLM_EMULATOR_CAPTURE"
@@ -163,8 +165,11 @@ class EmulatorApp:
         faults: FaultPlan | None = None,
         log_size: int = 1000,
         batch_routes: Mapping[str, Sequence[Any]] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.script = script
+        # What every answered request read from and wrote to the providers' prompt caches (one per API key).
+        self.cache = PromptCache(clock)
         # $FLOWLLM_EMULATOR_CAPTURE: a file every request body is appended to, one JSON line each with its task
         # (what a client really sent, before any masking: how the tests prove no key reaches a request).
         capture = os.environ.get(CAPTURE_ENV)
@@ -326,7 +331,12 @@ class EmulatorApp:
             await asyncio.sleep(rule.delay_s)  # then answer normally: late, not wrong
         elif rule is not None and rule.fault not in ("truncate", "stream_error", "malformed", "empty"):
             return await self._fault_response(proto, request, rule, request_id, log)
-        plan = plan_reply(parsed, self._reply(request, parsed, rule), call_prefix=proto.call_prefix)
+        try:
+            cache = self._cache_usage(proto, request, parsed)
+        except RequestError as err:
+            log(err.status, None)
+            return self._error(proto, err, request_id)
+        plan = plan_reply(parsed, self._reply(request, parsed, rule), call_prefix=proto.call_prefix, cache=cache)
         log(200, _fault_name(rule))
         if parsed.stream:
             return self._stream(proto, plan, parsed, rule, headers)
@@ -334,6 +344,13 @@ class EmulatorApp:
             text = json.dumps(proto.reply_json(plan, parsed), ensure_ascii=False)
             return Response(text[: len(text) // 2], media_type="application/json", headers=headers)
         return JSONResponse(proto.reply_json(plan, parsed), headers=headers)
+
+    def _cache_usage(self, proto: WireProtocol, request: Request, parsed: ParsedRequest) -> CacheUsage:
+        """What the prompt reads from and writes to the cache of the key that sent it (prompt_cache.py)."""
+        organisation = hashlib.sha256((_api_key(request) or "").encode()).hexdigest()[:16]
+        if proto.name == "anthropic":
+            return self.cache.anthropic(organisation, parsed.model, parsed.units)
+        return self.cache.openai(organisation, parsed.body, parsed.units)
 
     async def _fault_response(
         self,
@@ -387,11 +404,12 @@ class Emulator:
         port: int = 0,
         faults: FaultPlan | None = None,
         batch_routes: Mapping[str, Sequence[Any]] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script.load(script)
         self.host = host
         self.port = port
-        self._app = EmulatorApp(self.script, faults=faults, batch_routes=batch_routes)
+        self._app = EmulatorApp(self.script, faults=faults, batch_routes=batch_routes, clock=clock)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

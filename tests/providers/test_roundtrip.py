@@ -147,31 +147,33 @@ async def test_altered_thinking_signature_is_refused(connect: Any) -> None:
 
 async def test_anthropic_cache_breakpoints_write_then_read(connect: Any) -> None:
     provider = connect("anthropic")
-    system = [{"type": "text", "text": "You are a careful assistant." * 20, "cache_control": {"type": "ephemeral"}}]
+    # 5,600 characters: 1,400 tokens, past the 1,024-token minimum a prefix needs to be cached at all.
+    system = [{"type": "text", "text": "You are a careful assistant." * 200, "cache_control": {"type": "ephemeral"}}]
     messages: list[Message] = [{"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]
     first = provider.normalize(
         await provider.send(
             provider.build_request(system=system, messages=messages, tools=[]), context=CallContext("xml", 1)
         )
     )
-    assert first.usage.cache_write_tokens == 140  # ceil(560 chars / 4): the prefix up to the breakpoint
+    assert first.usage.cache_write_tokens == 1400  # ceil(5,600 chars / 4): the prefix up to the breakpoint
     assert first.usage.cache_read_tokens == 0
     # input_tokens counts every prompt token, the cached prefix included (never twice).
-    assert first.usage.input_tokens == 143
+    assert first.usage.input_tokens == 1403
     messages += [first.to_message(), {"role": "user", "content": [{"type": "text", "text": "go on"}]}]
     second = provider.normalize(
         await provider.send(
             provider.build_request(system=system, messages=messages, tools=[]), context=CallContext("xml", 2)
         )
     )
-    assert second.usage.cache_read_tokens == 140 and second.usage.cache_write_tokens == 0
+    assert second.usage.cache_read_tokens == 1400 and second.usage.cache_write_tokens == 0
     assert second.usage.input_tokens > first.usage.input_tokens
 
 
 @pytest.mark.parametrize("protocol", ["openai_chat", "openai_responses"])
-async def test_openai_reports_cached_prefix_from_turn_two(connect: Any, protocol: str) -> None:
+async def test_openai_reports_the_prefix_seen_before(connect: Any, protocol: str) -> None:
     provider = connect(protocol)
-    messages: list[Message] = [{"role": "user", "content": [{"type": "text", "text": "x" * 400}]}]
+    # 28 + 5,000 characters: 1,257 tokens, past the 1,024 OpenAI caches from.
+    messages: list[Message] = [{"role": "user", "content": [{"type": "text", "text": "x" * 5000}]}]
     first = provider.normalize(
         await provider.send(
             provider.build_request(system=SYSTEM, messages=messages, tools=[]), context=CallContext("xml", 1)
@@ -184,7 +186,8 @@ async def test_openai_reports_cached_prefix_from_turn_two(connect: Any, protocol
             provider.build_request(system=SYSTEM, messages=messages, tools=[]), context=CallContext("xml", 2)
         )
     )
-    assert 0 < second.usage.cache_read_tokens < second.usage.input_tokens
+    # The first prompt is the second's prefix: 1,257 tokens seen before, reported as 1,024 + 1 x 128.
+    assert second.usage.cache_read_tokens == 1152
     assert second.usage.cache_write_tokens == 0
 
 
