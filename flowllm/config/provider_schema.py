@@ -22,6 +22,7 @@ class ThinkingConfig:
 class CacheConfig:
     enabled: bool = True
     ttl: str = "5m"  # 5m | 1h (Anthropic)
+    breakpoints: int = 4  # Anthropic cache_control breakpoints mark_cache places (1-4, flowllm/nodes/cache.py)
 
 
 def _default_retry_on() -> list[str]:

@@ -188,6 +188,9 @@ class LimitsConfig:
 class AgentConfig:
     max_turns: int = 10
     keep_tool_result: int = -1  # how many of the latest tool results trim_history keeps; -1 keeps all
+    # Blank old tool results this many at a time (keep_tool_result..keep_tool_result+trim_block-1 stay whole):
+    # the prompt's prefix then changes every trim_block turns, not every turn, and the cache is read between.
+    trim_block: int = 1
     # The prompt's token budget: trim_history blanks the oldest tool results (then drops the oldest turns) until
     # the request fits. null: no budget.
     max_context_tokens: int | None = None

@@ -1,4 +1,19 @@
-"""mark_cache: place Anthropic prompt-cache breakpoints on the system prompt and the last user message."""
+"""mark_cache: place Anthropic prompt-cache breakpoints where they pay, so each turn reads what the last one wrote.
+
+Anthropic caches the prefix (tools, system, messages) up to each ``cache_control`` breakpoint, at most four,
+and finds an earlier entry only within 20 blocks before a breakpoint
+(https://docs.claude.com/en/docs/build-with-claude/prompt-caching). The breakpoints, by what they pay for:
+
+1. the last block of the last user message: this turn's whole prompt is written, for the next turn to read;
+2. the last block of the previous turn's last user message (the user message before the latest assistant
+   message): what the previous turn wrote, read even when this turn added more than 20 blocks (many
+   parallel tool results) or when the newest part is too short to cache;
+3. the last system block: tools and system, the prefix every task and every compacted history shares;
+4. the last tool definition: the tools alone, read when only the system prompt changes.
+
+``breakpoints`` (``provider.cache.breakpoints``, 1-4) keeps the first that many. A breakpoint on a prefix that
+is already cached costs nothing: it is read, not written again.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +22,23 @@ from typing import Any
 from flowllm.core.types import Block, Message, ToolSpec
 from flowllm.engine import Node, TurnContext
 from flowllm.errors import ConfigError
+
+CACHE_TTLS = ("5m", "1h")
+MAX_BREAKPOINTS = 4
+
+
+def check_cache_settings(ttl: str, breakpoints: int) -> None:
+    """Refuse a TTL or a breakpoint count Anthropic does not accept, naming the allowed values."""
+    if ttl not in CACHE_TTLS:
+        raise ConfigError(f"provider.cache.ttl must be '5m' or '1h' (Anthropic's cache TTLs), not '{ttl}'")
+    check_breakpoints(breakpoints)
+
+
+def check_breakpoints(breakpoints: int) -> None:
+    if isinstance(breakpoints, bool) or not isinstance(breakpoints, int) or not 1 <= breakpoints <= MAX_BREAKPOINTS:
+        raise ConfigError(
+            f"provider.cache.breakpoints must be 1, 2, 3 or 4 (Anthropic accepts at most 4), not {breakpoints!r}"
+        )
 
 
 def _mark_last(blocks: list[Block], marker: dict[str, Any]) -> list[Block]:
@@ -17,22 +49,30 @@ def _mark_last(blocks: list[Block], marker: dict[str, Any]) -> list[Block]:
     return marked
 
 
+def _user_breakpoints(messages: list[Message]) -> list[int]:
+    """The last user message, then the user message before the latest assistant message (the previous turn's)."""
+    users = [i for i, m in enumerate(messages) if m["role"] == "user" and m["content"]]
+    if not users:
+        return []
+    last = users[-1]
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i < last]
+    previous = [i for i in users if assistants and i < assistants[-1]]
+    return [last, previous[-1]] if previous else [last]
+
+
 class MarkCache(Node):
     """(request_messages, system, tools) -> (prompt_messages, prompt_system, prompt_tools).
 
-    Breakpoints go on the system prompt, the last tool definition and the last user message, only when the
-    provider supports cache control.
-
-    Copies what it marks; the history itself never carries cache markers, so moving breakpoints turn after
-    turn cannot pile up more than the API allows.
+    Breakpoints only when the provider supports cache control. Copies what it marks; the history itself never
+    carries cache markers, so moving breakpoints turn after turn cannot pile up more than the API allows.
     """
 
     outputs = ("prompt_messages", "prompt_system", "prompt_tools")
 
-    def __init__(self, enabled: bool = True, ttl: str = "5m") -> None:
-        if ttl not in ("5m", "1h"):
-            raise ConfigError(f"cache ttl must be '5m' or '1h', not '{ttl}'")
+    def __init__(self, enabled: bool = True, ttl: str = "5m", breakpoints: int = MAX_BREAKPOINTS) -> None:
+        check_cache_settings(ttl, breakpoints)
         self.enabled = enabled
+        self.breakpoints = breakpoints
         self.marker: dict[str, Any] = {"type": "ephemeral"}
         if ttl == "1h":
             self.marker["ttl"] = "1h"
@@ -43,16 +83,21 @@ class MarkCache(Node):
         provider = ctx.provider
         if not (self.enabled and provider is not None and provider.supports_cache_control):
             return {"prompt_messages": request_messages, "prompt_system": system, "prompt_tools": tools}
+        wanted: list[tuple[str, int]] = [("message", i) for i in _user_breakpoints(request_messages)]
+        if system:
+            wanted.append(("system", 0))
+        if tools:
+            wanted.append(("tools", 0))
+        chosen = wanted[: self.breakpoints]
         messages = list(request_messages)
-        for i in range(len(messages) - 1, -1, -1):
-            if messages[i]["role"] == "user":
+        for kind, i in chosen:
+            if kind == "message":
                 messages[i] = {**messages[i], "content": _mark_last(messages[i]["content"], self.marker)}
-                break
         marked_tools = list(tools)
-        if marked_tools:
+        if ("tools", 0) in chosen:
             marked_tools[-1] = {**marked_tools[-1], "cache_control": dict(self.marker)}
         return {
             "prompt_messages": messages,
-            "prompt_system": _mark_last(system, self.marker),
+            "prompt_system": _mark_last(system, self.marker) if ("system", 0) in chosen else system,
             "prompt_tools": marked_tools,
         }

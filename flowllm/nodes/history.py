@@ -42,16 +42,21 @@ def _blank(block: Block) -> Block:
     return copy.deepcopy(block)
 
 
-def trim_tool_results(messages: list[Message], keep: int) -> list[Message]:
-    """Replace the content of all but the last ``keep`` tool-result messages with a placeholder.
+def trim_tool_results(messages: list[Message], keep: int, block: int = 1) -> list[Message]:
+    """Replace the content of all but the last ``keep`` tool-result messages with a placeholder, ``block`` at
+    a time.
 
-    The first user message (the task) is never touched, and blocks keep their type and ids, so every
-    tool_use still has its tool_result and the request stays valid for every protocol. ``keep < 0`` keeps all.
+    With ``block`` > 1 the old results are blanked in whole blocks: between ``keep`` and ``keep + block - 1``
+    stay whole, so the prompt's prefix changes once every ``block`` tool results instead of every turn, and
+    the turns between read the cache (flowllm/nodes/cache.py). The first user message (the task) is never
+    touched, and blocks keep their type and ids, so every tool_use still has its tool_result and the request
+    stays valid for every protocol. ``keep < 0`` keeps all.
     """
     if keep < 0:
         return messages
     positions = [i for i, m in enumerate(messages) if i > 0 and is_tool_result_message(m)]
-    old = positions[: max(len(positions) - keep, 0)]
+    over = max(len(positions) - keep, 0)
+    old = positions[: over // max(block, 1) * max(block, 1)]
     if not old:
         return messages
     trimmed = list(messages)
@@ -111,15 +116,19 @@ def fit_budget(
     *,
     keep: int = -1,
     last_usage: Usage | None = None,
+    block: int = 1,
 ) -> tuple[list[Message], BudgetDecision]:
-    """The request view of ``messages`` that fits ``budget`` tokens, and the decision taken."""
+    """The request view of ``messages`` that fits ``budget`` tokens, and the decision taken.
+
+    Tool results are blanked for the budget ``block`` at a time (the oldest first), so the prompt's prefix
+    changes once every ``block`` results, not on every turn over the budget."""
 
     def sent_before(prefix: list[Message]) -> list[Message]:
         # What the previous turn sent: the same rules on the shorter history, by estimate (deterministic, and
         # on the high side, so the difference we estimate on top of the provider's count errs high too).
-        return fit_budget(prefix, system, tools, budget, keep=keep)[0]
+        return fit_budget(prefix, system, tools, budget, keep=keep, block=block)[0]
 
-    request = trim_tool_results(messages, keep)
+    request = trim_tool_results(messages, keep, block)
     before = count_context(system, request, tools, last_usage, sent_before)
     sizes = [message_tokens(m) for m in request]
     # Everything except the messages (system, tools, the provider's correction) is a constant offset.
@@ -132,7 +141,7 @@ def fit_budget(
     request = list(request)
     total = before.tokens
     for i in range(1, protected_from):
-        if total <= budget:
+        if total <= budget and len(decision.blanked) % max(block, 1) == 0:
             break
         if is_tool_result_message(request[i]) and not _is_blank(request[i]):
             request[i] = _blank_fully(request[i])
@@ -171,19 +180,24 @@ class TrimHistory(Node):
 
     outputs: ClassVar[tuple[str, ...]] = ("request_messages",)
 
-    def __new__(cls, keep_tool_result: int = -1, max_context_tokens: int | None = None) -> TrimHistory:
+    def __new__(
+        cls, keep_tool_result: int = -1, max_context_tokens: int | None = None, trim_block: int = 1
+    ) -> TrimHistory:
         # One config entry (conf/pipeline/agent_turn.yaml) for both: the budget adds ports, which only a
         # budgeted run should record.
         if cls is TrimHistory and max_context_tokens is not None:
             return super().__new__(BudgetTrimHistory)
         return super().__new__(cls)
 
-    def __init__(self, keep_tool_result: int = -1, max_context_tokens: int | None = None) -> None:
+    def __init__(self, keep_tool_result: int = -1, max_context_tokens: int | None = None, trim_block: int = 1) -> None:
+        if isinstance(trim_block, bool) or not isinstance(trim_block, int) or trim_block < 1:
+            raise ConfigError(f"agent.trim_block must be a whole number of at least 1, not {trim_block!r}")
         self.keep_tool_result = keep_tool_result
         self.max_context_tokens = max_context_tokens
+        self.trim_block = trim_block
 
     def run(self, ctx: TurnContext, messages: list[Message]) -> dict[str, Any]:
-        return {"request_messages": trim_tool_results(messages, self.keep_tool_result)}
+        return {"request_messages": trim_tool_results(messages, self.keep_tool_result, self.trim_block)}
 
 
 class BudgetTrimHistory(TrimHistory):
@@ -192,10 +206,10 @@ class BudgetTrimHistory(TrimHistory):
 
     outputs = ("request_messages", "context_budget")
 
-    def __init__(self, keep_tool_result: int = -1, max_context_tokens: int | None = None) -> None:
+    def __init__(self, keep_tool_result: int = -1, max_context_tokens: int | None = None, trim_block: int = 1) -> None:
         if max_context_tokens is None or max_context_tokens <= 0:
             raise ConfigError(f"agent.max_context_tokens must be a positive number, not {max_context_tokens}")
-        super().__init__(keep_tool_result, max_context_tokens)
+        super().__init__(keep_tool_result, max_context_tokens, trim_block)
         self.budget = max_context_tokens
 
     def run(  # type: ignore[override]
@@ -207,6 +221,12 @@ class BudgetTrimHistory(TrimHistory):
         last_usage: Usage | None = None,
     ) -> dict[str, Any]:
         request, decision = fit_budget(
-            messages, system, tools, self.budget, keep=self.keep_tool_result, last_usage=last_usage
+            messages,
+            system,
+            tools,
+            self.budget,
+            keep=self.keep_tool_result,
+            last_usage=last_usage,
+            block=self.trim_block,
         )
         return {"request_messages": request, "context_budget": decision.to_dict()}

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
@@ -20,6 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.errors import CarriedError, ConfigError
+from flowllm.nodes.cache import check_breakpoints
 
 TIMEOUT_SETTINGS = (
     "experiment.task_timeout_s",
@@ -41,6 +43,22 @@ def check_timeouts(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} must be a positive number of seconds, not {value!r}") from None
         if not (seconds > 0 and math.isfinite(seconds)):
             raise ConfigError(f"{key} must be a positive number of seconds, not {value}")
+
+
+def check_cache(cfg: DictConfig) -> None:
+    """The breakpoint count Anthropic accepts (else a ConfigError naming the allowed values; the TTL is
+    checked with the provider, providers/factory.py), and one warning when the context policy rewrites the
+    cached prefix on every turn."""
+    check_breakpoints(OmegaConf.select(cfg, "provider.cache.breakpoints", default=4))
+    keep = OmegaConf.select(cfg, "agent.keep_tool_result", default=-1)
+    block = OmegaConf.select(cfg, "agent.trim_block", default=1)
+    if OmegaConf.select(cfg, "provider.cache.enabled", default=False) and keep is not None and keep >= 0 and block == 1:
+        logging.getLogger("flowllm").warning(
+            "flowllm: agent.keep_tool_result=%s blanks one more tool result on every turn, so the prompt's cached "
+            "prefix is rewritten instead of read each turn; agent.trim_block=%s would trim that many at a time",
+            keep,
+            max(keep, 5),
+        )
 
 
 def unwritable_reason(folder: Path) -> str | None:

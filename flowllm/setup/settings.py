@@ -15,7 +15,7 @@ from flowllm.config.schema import Reducer
 from flowllm.errors import ConfigError
 from flowllm.run.runner import ExperimentSettings
 from flowllm.setup import fingerprint
-from flowllm.setup.checks import check_timeouts
+from flowllm.setup.checks import check_cache, check_timeouts
 from flowllm.spend.spending import RunBudget, TaskLimits
 from flowllm.telemetry.live import check_telemetry
 
@@ -40,6 +40,7 @@ def check_settings(cfg: DictConfig) -> None:
         timeout = cfg.experiment.task_timeout_s
         raise ConfigError(f"experiment.task_timeout_s must be a positive number of seconds, not {timeout}")
     check_timeouts(cfg)
+    check_cache(cfg)
     check_telemetry(telemetry_endpoint(cfg))
 
 
