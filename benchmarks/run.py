@@ -7,8 +7,9 @@
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
 parallel tool dispatch, concurrency at scale, replay throughput, a fork against a live re-run, the parsing table of
 ``benchmarks/parsing.py``,
-rate limiting, and the CPU per task of ``python -m flowllm`` on the sample, start-up included
-(``benchmarks/startup.py``). Each figure is the median of several runs with its min and max, next to its reference
+rate limiting, the CPU per task of ``python -m flowllm`` on the sample, start-up included
+(``benchmarks/startup.py``), and prompt caching under each context policy against the cache-optimal bound
+(``benchmarks/cache.py``). Each figure is the median of several runs with its min and max, next to its reference
 measured in the same run; the machine is described at the top.
 """
 
@@ -51,6 +52,7 @@ SECTIONS = (
     "adversarial",
     "ratelimit",
     "startup",
+    "cache",
 )
 
 
@@ -109,7 +111,7 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
+    from benchmarks import cache, concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
 
     return {
         "overhead": overhead.run,
@@ -122,6 +124,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "ratelimit": ratelimit.run,
         "adversarial": adversarial_section,
         "startup": startup.run,
+        "cache": cache.run,
     }
 
 
