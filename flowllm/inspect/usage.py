@@ -8,6 +8,7 @@ when" is one table. ``--by`` chooses the dimensions kept (the others are summed 
     python -m flowllm.inspect usage runs/2026-12-02/*                 # every bucket
     python -m flowllm.inspect usage runs/multirun/2026-12-02 --by user    # one line per user
     python -m flowllm.inspect usage RUN_A RUN_B --by user,model --json
+    python -m flowllm.inspect usage RUN --cache     # and per task: cache hit rate, input cost against the bound
 
 A folder without ``usage.jsonl`` of its own is searched below (a multirun folder holds one per job). A file is
 read only if it is a ``usage.jsonl``: the other files a shell glob brings in (``runs/sweep1/*`` names the sweep's
@@ -34,6 +35,7 @@ from flowllm.errors import CliError
 from flowllm.providers.ledger import TOKEN_KINDS, Tally, UsageLedger
 from flowllm.rundir.layout import JUDGE_LEDGER_FILE, LEDGER_FILE
 from flowllm.rundir.results import LedgerLine
+from flowllm.spend.run_cache import RunCache, run_cache
 
 DIMENSIONS = ("hour", "user", "model", "agent")
 LEDGER_NAMES = (LEDGER_FILE, JUDGE_LEDGER_FILE)  # a run's ledgers: the agent's calls, the judge's
@@ -165,6 +167,32 @@ def render(totals: UsageTotals, console: Console) -> None:
         console.print(f"{estimated} successful attempt(s) had estimated token counts (the server reported none)")
 
 
+def _ratio(row: dict[str, Any]) -> str:
+    return f"{row['over_bound']:.2f}x" if row["over_bound"] is not None else "-"
+
+
+def render_cache(report: RunCache, console: Console) -> None:
+    """Per task: the cache hit rate, and the input billed against the cache-optimal bound (spend/run_cache.py)."""
+    data = report.to_dict()
+    table = Table(
+        title=f"prompt cache of {report.run_dir.name} ({report.model or 'unknown model'})", title_justify="left"
+    )
+    for name in ("task", "input", "cache read", "cache write", "hit rate", "billed input", "bound", "billed / bound"):
+        table.add_column(name, justify="left" if name == "task" else "right")
+
+    def cells(row: dict[str, Any]) -> list[str]:
+        usd = [f"${row[k]:.4f}" if row[k] is not None else "unpriced" for k in ("billed_input_usd", "bound_input_usd")]
+        rate = f"{row['hit_rate']:.1%}" if row["hit_rate"] is not None else "-"
+        counts = [f"{row[k]:,}" for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")]
+        return [row["task_id"], *counts, rate, *usd, _ratio(row)]
+
+    for row in data["tasks"]:
+        table.add_row(*cells(row))
+    table.add_section()
+    table.add_row(*cells({**data["total"], "task_id": "run"}), style="bold")
+    console.print(table)
+
+
 def main(argv: Sequence[str], console: Console | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m flowllm.inspect usage", description="Sum the usage ledgers of several runs."
@@ -174,14 +202,24 @@ def main(argv: Sequence[str], console: Console | None = None) -> int:
         "--by", default=",".join(DIMENSIONS), help=f"dimensions kept, comma-separated (default {','.join(DIMENSIONS)})"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--cache", action="store_true", help="per task: cache hit rate and input cost against the cache-optimal bound"
+    )
     ns = parser.parse_args(list(argv))
     try:
         totals = sum_usage(ns.runs, [d.strip() for d in ns.by.split(",") if d.strip()])
     except UsageInputError as exc:
         print(f"flowllm.inspect: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    runs = [run_cache(p.parent) for p in totals.ledgers if p.name == LEDGER_FILE] if ns.cache else []
     if ns.json:
-        sys.stdout.write(json.dumps(totals.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        data = totals.to_dict()
+        if ns.cache:
+            data["cache"] = [report.to_dict() for report in runs]
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     else:
-        render(totals, console or Console(highlight=False, width=140))
+        out = console or Console(highlight=False, width=140)
+        render(totals, out)
+        for report in runs:
+            render_cache(report, out)
     return 0

@@ -1,0 +1,123 @@
+"""A run folder's prompt caching: the cache hit rate per task and run, and the input cost against the bound.
+
+The hit rate and what was billed come from the usage ledger (what the provider reported); the bound from the
+prompts the run sent (every ``call_model`` node's ``raw_request``, sub-agents and compaction calls included,
+in the order their records were written), through ``flowllm.spend.cache_bound``. Input cost only, at the
+run's own prices (``summary.json``'s ``cost.price_per_million``), else the bundled price table's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from flowllm.providers.ledger import UsageLedger
+from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import LedgerLine, RunSummary
+from flowllm.spend.cache_bound import InputBill, SentPrompt, cache_bound, sent_prompt
+from flowllm.spend.pricing import Price, PriceTable
+
+DEFAULT_PRICES = Path(__file__).resolve().parent.parent / "conf" / "pricing.yaml"
+
+
+@dataclass
+class TaskCache:
+    task_id: str
+    billed: InputBill = field(default_factory=InputBill)  # from the ledger
+    bound: InputBill = field(default_factory=InputBill)  # from the prompts sent
+    prompts: int = 0
+
+    def to_dict(self, price: Price | None) -> dict[str, Any]:
+        billed_usd = round(self.billed.cost(price), 6) if price else None
+        bound_usd = round(self.bound.cost(price), 6) if price else None
+        return {
+            "task_id": self.task_id,
+            "input_tokens": self.billed.prompt_tokens,
+            "cache_read_tokens": self.billed.read,
+            "cache_write_tokens": self.billed.written,
+            "hit_rate": self.billed.hit_rate,
+            "billed_input_usd": billed_usd,
+            "bound_input_usd": bound_usd,
+            "over_bound": billed_usd / bound_usd if billed_usd is not None and bound_usd else None,
+        }
+
+
+@dataclass
+class RunCache:
+    run_dir: Path
+    tasks: dict[str, TaskCache]
+    price: Price | None
+    model: str | None
+
+    @property
+    def run(self) -> TaskCache:
+        whole = TaskCache("(run)")
+        for task in self.tasks.values():
+            whole.billed.add(task.billed)
+            whole.bound.add(task.bound)
+            whole.prompts += task.prompts
+        return whole
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": str(self.run_dir),
+            "model": self.model,
+            "tasks": [t.to_dict(self.price) for _, t in sorted(self.tasks.items())],
+            "total": self.run.to_dict(self.price),
+        }
+
+
+def _price(run_dir: Path, model: str | None) -> Price | None:
+    summary_path = RunLayout(run_dir).summary
+    if summary_path.is_file():
+        summary = RunSummary.from_dict(orjson.loads(summary_path.read_bytes()))
+        per_million = summary.cost.price_per_million if summary.cost is not None else None
+        if per_million:
+            return Price(**{k: float(per_million[k]) for k in ("input", "output", "cache_read", "cache_write")})
+    return PriceTable.load(DEFAULT_PRICES).lookup(model)
+
+
+def _prompts(run_dir: Path, protocols: dict[str, str]) -> list[SentPrompt]:
+    prompts = []
+    for path in RunLayout(run_dir).tasks.glob("*/**/*_call_model/output.json"):
+        task_id = path.relative_to(RunLayout(run_dir).tasks).parts[0]
+        try:
+            body = orjson.loads(path.read_bytes()).get("raw_request")
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        prompt = sent_prompt(protocols.get(task_id, ""), body, path.stat().st_mtime, task_id)
+        if prompt is not None:
+            prompts.append(prompt)
+    return prompts
+
+
+def run_cache(run_dir: Path | str) -> RunCache:
+    """The run's cache figures per task (ledger and prompts), priced at the run's prices."""
+    run_dir = Path(run_dir)
+    lines: list[LedgerLine] = []
+    ledger = RunLayout(run_dir).ledger
+    if ledger.is_file():
+        lines = [line for line in UsageLedger.read(ledger).attempt_lines() if line.outcome == "ok"]
+    tasks: dict[str, TaskCache] = {}
+    protocols: dict[str, str] = {}
+    for line in lines:
+        task = tasks.setdefault(line.task_id or "(none)", TaskCache(line.task_id or "(none)"))
+        usage = line.usage or {}
+        task.billed.add(
+            InputBill(
+                int(usage.get("input_tokens") or 0),
+                int(usage.get("cache_read_tokens") or 0),
+                int(usage.get("cache_write_tokens") or 0),
+            )
+        )
+        protocols.setdefault(line.task_id or "", line.protocol or "")
+    prompts = _prompts(run_dir, protocols)
+    for prompt, bill in zip(prompts, cache_bound(prompts), strict=True):
+        task = tasks.setdefault(prompt.task, TaskCache(prompt.task))
+        task.bound.add(bill)
+        task.prompts += 1
+    model = next((line.model for line in lines if line.model), None)
+    return RunCache(run_dir, tasks, _price(run_dir, model), model)
