@@ -51,6 +51,7 @@ from flowllm.inspect.views import (
 )
 from flowllm.rundir.results import StatsBlock
 from flowllm.scoring.stats import format_estimate
+from flowllm.spend.run_cache import run_cache
 from flowllm.spend.task_usage import TaskBill, read_bills
 from flowllm.verify import verification
 
@@ -147,7 +148,12 @@ def _turn_data(record: TurnRecord, view: TurnView, strings: _Strings) -> dict[st
 
 
 def _task_data(
-    run: RunRecord, task: TaskRecord, bills: dict[str, TaskBill], replayed: bool, strings: _Strings
+    run: RunRecord,
+    task: TaskRecord,
+    bills: dict[str, TaskBill],
+    replayed: bool,
+    strings: _Strings,
+    caches: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One task's row of the page: its result, bill, failures, replay verdict and turns."""
     views = task_turn_views(task)
@@ -159,6 +165,9 @@ def _task_data(
     row["billed_tokens"] = bill.total_tokens if bill else None
     row["cost_usd"] = None if bill is None or bill.cost_usd is None else round(bill.cost_usd, 6)
     row["tokens_estimated"] = bool(bill and bill.estimated)
+    cache = (caches or {}).get(task.task_id, {})  # spend/run_cache.py: hit rate, input against the bound
+    row["cache_hit_rate"] = cache.get("hit_rate")
+    row["cache_over_bound"] = cache.get("over_bound")
     row["failures"] = [f.__dict__ for f in task_failures(task, views)]
     if replayed:  # the replay verdict, and where it diverged what the saved and the new run produced
         verdict = replay_verdict(task)
@@ -176,7 +185,9 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
     spend = run_spend(run)  # the same figures as `inspect RUN` and `inspect diff` (source: where they come from)
     replayed = is_replay(run)
     strings.run_dir = run.path
-    tasks = [_task_data(run, task, bills, replayed, strings) for task in run.tasks]
+    cache = run_cache(run.path).to_dict()
+    caches = {row["task_id"]: row for row in cache["tasks"]}
+    tasks = [_task_data(run, task, bills, replayed, strings, caches) for task in run.tasks]
     summary = task_summary(run)
     figures = summary_figures(run)
     stats = figures.stats if isinstance(figures.stats, StatsBlock) else None
@@ -193,6 +204,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "breakdown": breakdown_rows(figures),
         "replay": replay_counts(run),
         "spend": spend,
+        "cache": cache["total"],  # the prompt cache's hit rate and the input billed against the bound
         "problems": run.problems,
         "verification": verification(run.path).to_dict(),  # flowllm verify's verdict on the run
         "tasks": tasks,

@@ -14,6 +14,9 @@ import orjson
 import pytest
 
 from flowllm.engine.recorder import read_json
+from flowllm.providers.ledger import UsageLedger
+from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import LedgerLine
 from flowllm.spend.task_usage import read_bills
 from tests.replay.runs import TASK_OVERRIDE, Finished, finish, run_flowllm, start_flowllm
 
@@ -124,6 +127,26 @@ def test_a_live_reply_records_who_answered_and_the_history_the_prefix_built(fork
     assert "Could not parse your arguments" in sent
     live_call = read_json(fork_runs.live_strict.run_dir / "tasks" / task / "turn_002" / "03_call_model" / "output.json")
     assert call["raw_request"] == live_call["raw_request"]
+
+
+def _calls(run_dir: Path) -> list[LedgerLine]:
+    return [line for line in UsageLedger.read(RunLayout(run_dir).ledger).attempt_lines() if line.outcome == "ok"]
+
+
+def test_a_forks_first_live_turn_is_billed_a_cache_write_not_a_read(fork_runs: ForkRuns) -> None:
+    """The fork's emulator never saw the replayed turns (prompt caching as documented, emulator/prompt_cache.py):
+    its first live call reads nothing and writes its prompt; a forked task's live call can read at most the
+    tools and system prompt another forked task wrote, never its own history, which the saved run's same call
+    read."""
+    fork = sorted(_calls(fork_runs.fork_strict.run_dir), key=lambda line: line.ts or 0.0)
+    saved = {(line.task_id, line.turn): line for line in _calls(fork_runs.saved.run_dir)}
+    assert len(fork) == 3
+    first = fork[0].usage or {}
+    assert first["cache_read_tokens"] == 0 and first["cache_write_tokens"] > 0
+    for line in fork:
+        usage, before = line.usage or {}, saved[(line.task_id, line.turn)].usage or {}
+        assert usage["cache_write_tokens"] > 0  # its history written, not read
+        assert usage["cache_read_tokens"] < before["cache_read_tokens"]
 
 
 def test_fork_at_turn_forks_every_task_there(tmp_path: Path, fork_runs: ForkRuns) -> None:
@@ -284,3 +307,31 @@ def test_a_live_provider_that_fails_fails_the_forked_task_as_any_live_failure(
     assert clean["replay"]["status"] == "exact" and clean["correct"] is True
     bill = read_bills(finished.run_dir)["sample-01-csv-revenue"]
     assert (bill.calls, bill.attempts, bill.failed_attempts) == (1, 2, 2)  # retried once, then given up
+
+
+def test_inspect_usage_and_the_report_show_the_cache_hit_rate_and_the_bound(
+    fork_runs: ForkRuns, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per task and run: the share of input read from the cache (the ledger's counts) and the input billed
+    against the cache-optimal bound of the prompts the run sent (flowllm/spend/cache_bound.py)."""
+    from flowllm.inspect.cli import main
+    from flowllm.inspect.report import build_report_data
+
+    saved = fork_runs.saved.run_dir
+    assert main(["usage", str(saved), "--cache", "--json"]) == 0
+    cache = orjson.loads(capsys.readouterr().out)["cache"][0]
+    calls = _calls(saved)
+    for row in cache["tasks"]:
+        usage = [line.usage or {} for line in calls if line.task_id == row["task_id"]]
+        read, total = sum(u["cache_read_tokens"] for u in usage), sum(u["input_tokens"] for u in usage)
+        assert row["hit_rate"] == pytest.approx(read / total)
+    run = cache["total"]
+    assert 0 < run["bound_input_usd"] <= run["billed_input_usd"]  # a bound: nothing bills below it
+    assert run["over_bound"] == pytest.approx(run["billed_input_usd"] / run["bound_input_usd"])
+    assert main(["usage", str(saved), "--cache"]) == 0
+    assert "billed / bound" in capsys.readouterr().out
+    report = build_report_data(saved)["runs"][0]
+    assert report["cache"] == run
+    assert {t["task_id"]: t["cache_hit_rate"] for t in report["tasks"]} == {
+        row["task_id"]: row["hit_rate"] for row in cache["tasks"]
+    }
