@@ -23,9 +23,10 @@ OpenAI (https://platform.openai.com/docs/guides/prompt-caching):
 * Entries stay 5 to 10 minutes after their last use (here 5), ``prompt_cache_retention: "24h"`` keeps them a
   day; ``prompt_cache_key`` is combined with the prefix to route requests, so different keys do not share.
 
-Time is an injected clock (seconds, monotonic): tests of the TTLs advance it instead of waiting. The
-emulator handles requests on one event loop, so a request's read and write are one step, like the cache
-becoming available once the first response begins.
+The emulator namespaces its cache by API key and, for determinism, by the task and agent a request names
+(server.py), so one task never reads what a concurrent one wrote. Time is an injected clock (seconds,
+monotonic): tests of the TTLs advance it instead of waiting. The emulator handles requests on one event loop,
+so a request's read and write are one step, like the cache becoming available once the first response begins.
 """
 
 from __future__ import annotations

@@ -346,8 +346,19 @@ class EmulatorApp:
         return JSONResponse(proto.reply_json(plan, parsed), headers=headers)
 
     def _cache_usage(self, proto: WireProtocol, request: Request, parsed: ParsedRequest) -> CacheUsage:
-        """What the prompt reads from and writes to the cache of the key that sent it (prompt_cache.py)."""
-        organisation = hashlib.sha256((_api_key(request) or "").encode()).hexdigest()[:16]
+        """What the prompt reads from and writes to the cache of the key that sent it (prompt_cache.py).
+
+        The providers share a cache across an organisation; the emulator keeps one per key and, when the client
+        names them, per task and agent, so that a run's recorded usage does not depend on which of its
+        concurrent tasks came first (reruns and runs on more workers record the same bytes)."""
+        sender = "\x00".join(
+            [
+                _api_key(request) or "",
+                request.headers.get("x-flowllm-task", ""),
+                request.headers.get("x-flowllm-agent", ""),
+            ]
+        )
+        organisation = hashlib.sha256(sender.encode()).hexdigest()[:16]
         if proto.name == "anthropic":
             return self.cache.anthropic(organisation, parsed.model, parsed.units)
         return self.cache.openai(organisation, parsed.body, parsed.units)

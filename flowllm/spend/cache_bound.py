@@ -43,7 +43,7 @@ class SentPrompt:
     hashes: tuple[str, ...]
     sizes: tuple[int, ...]
     at: float = 0.0  # seconds, any origin
-    task: str = ""
+    task: str = ""  # prompts of different tasks share no cache (as the emulator keeps them, server.py)
 
     @property
     def tokens(self) -> int:
@@ -91,13 +91,13 @@ class InputBill:
         return usd / PER_TOKENS
 
 
-def _longest(prompt: SentPrompt, seen: dict[tuple[str, str], float], at: float, ttl_s: float, before: bool) -> int:
+def _longest(prompt: SentPrompt, seen: dict[tuple[str, str, str], float], at: float, ttl_s: float, before: bool) -> int:
     """The longest unit prefix of ``prompt`` whose hash ``seen`` holds within ``ttl_s`` of ``at`` (an index,
     -1 for none). A prompt holding a prefix holds every shorter one, so the matches are a leading run."""
     lo, hi, best = 0, len(prompt.hashes) - 1, -1
     while lo <= hi:
         mid = (lo + hi) // 2
-        when = seen.get((prompt.model, prompt.hashes[mid]))
+        when = seen.get((prompt.model, prompt.task, prompt.hashes[mid]))
         ok = when is not None and ((at - when) if before else (when - at)) <= ttl_s
         if ok:
             best, lo = mid, mid + 1
@@ -114,7 +114,7 @@ def cache_bound(prompts: Sequence[SentPrompt], ttl_s: float = DEFAULT_TTL_S) -> 
     """The cache-optimal bill of each prompt (in the order given; sent in order of ``at``)."""
     order = sorted(range(len(prompts)), key=lambda i: prompts[i].at)
     read = [0] * len(prompts)
-    last_seen: dict[tuple[str, str], float] = {}
+    last_seen: dict[tuple[str, str, str], float] = {}
     for i in order:
         p = prompts[i]
         hit = _longest(p, last_seen, p.at, ttl_s, before=True)
@@ -124,9 +124,9 @@ def cache_bound(prompts: Sequence[SentPrompt], ttl_s: float = DEFAULT_TTL_S) -> 
         else:
             read[i] = openai_cached(tokens)
         for h in p.hashes:
-            last_seen[(p.model, h)] = p.at
+            last_seen[(p.model, p.task, h)] = p.at
     bills = [InputBill(p.tokens, read[i]) for i, p in enumerate(prompts)]
-    next_seen: dict[tuple[str, str], float] = {}
+    next_seen: dict[tuple[str, str, str], float] = {}
     for i in reversed(order):
         p = prompts[i]
         if p.protocol == "anthropic":
@@ -135,7 +135,7 @@ def cache_bound(prompts: Sequence[SentPrompt], ttl_s: float = DEFAULT_TTL_S) -> 
             if tokens >= _min_tokens(p):
                 bills[i].written = max(tokens - read[i], 0)
         for h in p.hashes:
-            next_seen[(p.model, h)] = p.at
+            next_seen[(p.model, p.task, h)] = p.at
     return bills
 
 

@@ -79,8 +79,26 @@ def test_mark_cache_marks_system_and_last_user_message() -> None:
     assert "cache_control" not in tools[1]
     assert out["prompt_system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert out["prompt_messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
-    assert sum("cache_control" in b for m in out["prompt_messages"] for b in m["content"]) == 1
+    # The previous turn's last user message too: the next-to-last breakpoint reads what that turn wrote.
+    marked = [i for i, m in enumerate(out["prompt_messages"]) if any("cache_control" in b for b in m["content"])]
+    assert marked == [6, 8]
     assert "cache_control" not in messages[-1]["content"][-1] and "cache_control" not in system[0]
+    # Fewer breakpoints keep the ones that pay most: the last user message, then the previous turn's.
+    one = MarkCache(breakpoints=1).run(ctx, messages, system, tools)
+    assert "cache_control" not in one["prompt_system"][-1] and "cache_control" not in one["prompt_tools"][-1]
+    assert [i for i, m in enumerate(one["prompt_messages"]) if any("cache_control" in b for b in m["content"])] == [8]
+
+
+def test_trim_block_blanks_old_results_a_block_at_a_time() -> None:
+    """keep_tool_result=1, trim_block=2: between 1 and 2 results stay whole, so the request's prefix changes
+    every second result, not on every turn."""
+    messages = [history(native_results)[0]]
+    blanked = []
+    for n in range(6):
+        messages += [{"role": "assistant", "content": [{"type": "text", "text": f"call {n}"}]}, native_results(n)]
+        out = TrimHistory(keep_tool_result=1, trim_block=2).run(TurnContext("t", 1), messages)["request_messages"]
+        blanked.append(sum(texts(m) == [PLACEHOLDER] for m in out[2::2]))
+    assert blanked == [0, 0, 2, 2, 4, 4]
 
 
 def test_mark_cache_leaves_providers_without_cache_control_alone() -> None:
