@@ -11,6 +11,7 @@ without answers, the judge's conversations (their prompts quote the answer).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from omegaconf import OmegaConf
 
 from flowllm.bundle.answers import answer_hash, strip_answers
 from flowllm.bundle.manifest import BundleInputError, JobEntry
-from flowllm.engine.recorder import REDACTED, environment_secrets
+from flowllm.engine.recorder import environment_secrets
 from flowllm.rundir.layout import (
     CONFIG_FILE,
     FINGERPRINT_FILE,
@@ -39,15 +40,19 @@ from flowllm.rundir.layout import (
 from flowllm.rundir.results import TaskResult
 from flowllm.scoring.judge import JUDGE_SCOPE
 
-__all__ = ["RunFiles", "collect_run"]
+__all__ = ["MASK", "RunFiles", "collect_run", "config_secrets"]
 
 TOP_FILES = (CONFIG_FILE, OVERRIDES_FILE, FINGERPRINT_FILE, HISTORY_FILE, SUMMARY_FILE, LEDGER_FILE, JUDGE_LEDGER_FILE)
 MIN_SECRET_CHARS = 8  # as the recorder's redactor: shorter values would mask innocent text
+MASK = "REDACTED"  # what a secret value reads as in the bundle (plain: an override holding it still parses)
 # Config keys whose values name environment variables that hold a credential (provider.api_key_env: several,
-# comma-separated; headers: header -> variable).
+# comma-separated; a tool server's headers: header -> variable).
 _ENV_NAME_KEYS = ("api_key_env",)
 _ENV_MAP_KEYS = ("headers",)
-_CREDENTIAL_KEYS = ("authorization", "x-api-key", "api_key", "apikey", "api-key", "secret", "password", "token")
+# A tool server's ``env`` holds values: those of variables named like a secret are secrets.
+_LITERAL_MAP_KEYS = ("env",)
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET|PRIVATE", re.I)
+_CREDENTIAL_KEY = re.compile(r"^(authorization|proxy-authorization|x-api-key|api[-_]?key|.*_api_key|secret)$", re.I)
 
 
 @dataclass
@@ -68,30 +73,31 @@ def _walk(value: Any) -> Iterator[tuple[str, Any]]:
             yield from _walk(item)
 
 
+def _literal(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and not value.startswith("${")
+
+
 def config_secrets(config: Any) -> set[str]:
-    """The values of the environment variables the config names as holding keys or header values."""
+    """The secret values a config leads to: those of the environment variables it names as holding keys or
+    header values, and the values it holds itself under a credential's name (a tool server's ``env`` entry
+    named like a secret, an ``api_key``)."""
     names: set[str] = set()
+    values: set[str] = set()
     for key, value in _walk(config):
         if key in _ENV_NAME_KEYS and isinstance(value, str):
             names.update(part.strip() for part in value.split(","))
-        if key in _ENV_MAP_KEYS and isinstance(value, dict):
+        elif key in _ENV_MAP_KEYS and isinstance(value, dict):
             names.update(str(v) for v in value.values() if isinstance(v, str))
-    return {os.environ[name] for name in names if name and os.environ.get(name)}
-
-
-def _scrub_config(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if str(k).lower() in _CREDENTIAL_KEYS and v else _scrub_config(v)) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_scrub_config(v) for v in value]
-    return value
+        elif key in _LITERAL_MAP_KEYS and isinstance(value, dict):
+            values.update(str(v) for k, v in value.items() if _SECRET_NAME.search(str(k)) and _literal(v))
+        elif _CREDENTIAL_KEY.match(key) and _literal(value):
+            values.add(str(value))
+    return values | {os.environ[name] for name in names if name and os.environ.get(name)}
 
 
 def _mask(data: bytes, secrets: list[str]) -> bytes:
     for secret in secrets:
-        data = data.replace(secret.encode(), REDACTED.encode())
+        data = data.replace(secret.encode(), MASK.encode())
     return data
 
 
@@ -129,13 +135,14 @@ def collect_run(run_dir: Path, name: str, *, with_answers: bool) -> RunFiles:
         if not _in_bundle(rel, with_answers):
             continue
         data = path.read_bytes()
-        if rel.as_posix() == CONFIG_FILE:
-            data = OmegaConf.to_yaml(_scrub_config(config)).encode()
-        elif rel.name in (RESULT_FILE, VERDICT_FILE) and rel.parts[0] == TASKS_DIR:
+        if rel.name in (RESULT_FILE, VERDICT_FILE) and rel.parts[0] == TASKS_DIR:
             if rel.name == RESULT_FILE and len(rel.parts) == 3:  # tasks/<folder>/result.json: the task's own
                 result = _result(data, rel)
                 job.ground_truth[result.task_id] = answer_hash(result.ground_truth)
             if not with_answers:
                 data = orjson.dumps(strip_answers(orjson.loads(data)), option=orjson.OPT_INDENT_2) + b"\n"
-        found.files[rel.as_posix()] = _mask(data, masked)
+        kept = _mask(data, masked)
+        if kept != data:
+            job.masked.append(rel.as_posix())
+        found.files[rel.as_posix()] = kept
     return found

@@ -48,6 +48,7 @@ class JobEntry:
     dataset: str
     dataset_files: dict[str, str] = field(default_factory=dict)
     ground_truth: dict[str, str | None] = field(default_factory=dict)  # task id -> sha256, None: no answer
+    masked: list[str] = field(default_factory=list)  # the files a secret value was masked in
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobEntry:
@@ -56,6 +57,7 @@ class JobEntry:
             dataset=str(data.get("dataset") or ""),
             dataset_files=dict(data.get("dataset_files") or {}),
             ground_truth=dict(data.get("ground_truth") or {}),
+            masked=[str(name) for name in data.get("masked") or []],
         )
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from flowllm.bundle.answers import answer_hash
 from flowllm.engine.recorder import environment_secrets
-from flowllm.rundir.layout import OVERRIDES_FILE, RESULT_FILE, TASKS_DIR, RunLayout
+from flowllm.rundir.layout import EPOCHS_DIR, OUTPUT_FILE, OVERRIDES_FILE, RESULT_FILE, TASKS_DIR, RunLayout
 from flowllm.rundir.results import RunSummary, TaskResult
 
 __all__ = ["Replayed", "compare_tasks", "replay_run"]
@@ -89,12 +89,13 @@ def _results(run_dir: Path) -> dict[str, tuple[Path, TaskResult]]:
 
 
 def _where(saved_run: Path, task_dir: Path, verdict: dict[str, object]) -> str:
-    """The saved file of the node where the replay first differed (or the task's folder)."""
+    """The saved file of the node where the replay first differed (or the task's folder), in the task's own
+    conversation, a sub-agent's (``scope``) or an epoch's."""
     scope = str(verdict.get("scope") or "")
     turn, node = verdict.get("turn"), verdict.get("node")
-    folder = task_dir / scope if scope else task_dir
     if isinstance(turn, int) and node:
-        hits = sorted(folder.glob(f"turn_{turn:03d}/*_{node}/output.json"))
+        pattern = f"{scope + '/' if scope else ''}turn_{turn:03d}/*_{node}/{OUTPUT_FILE}"
+        hits = sorted([*task_dir.glob(pattern), *task_dir.glob(f"{EPOCHS_DIR}/*/{pattern}")])
         if hits:
             return hits[0].relative_to(saved_run).as_posix()
     return task_dir.relative_to(saved_run).as_posix()
