@@ -95,6 +95,17 @@ def config_secrets(config: Any) -> set[str]:
     return values | {os.environ[name] for name in names if name and os.environ.get(name)}
 
 
+def setting_secrets(settings: dict[str, Any]) -> set[str]:
+    """The secret values of a fingerprint's flat settings (``tools.servers.x.env.NAME``, ``...api_key``)."""
+    found = set()
+    for key, value in settings.items():
+        parts = key.split(".")
+        named_secret = len(parts) > 1 and parts[-2] in _LITERAL_MAP_KEYS and _SECRET_NAME.search(parts[-1])
+        if _literal(value) and (named_secret or _CREDENTIAL_KEY.match(parts[-1])):
+            found.add(str(value))
+    return found
+
+
 def _mask(data: bytes, secrets: list[str]) -> bytes:
     for secret in secrets:
         data = data.replace(secret.encode(), MASK.encode())
@@ -123,10 +134,12 @@ def collect_run(run_dir: Path, name: str, *, with_answers: bool) -> RunFiles:
     if not config_path.is_file() or not (run_dir / SUMMARY_FILE).is_file():
         raise BundleInputError(f"{run_dir} is not a run folder (no {CONFIG_FILE} or {SUMMARY_FILE})")
     config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
-    secrets = {*environment_secrets(), *config_secrets(config)}
-    masked = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
     fingerprint_path = run_dir / FINGERPRINT_FILE
     fingerprint = orjson.loads(fingerprint_path.read_bytes()) if fingerprint_path.is_file() else {}
+    settings = fingerprint.get("settings")
+    settings = settings if isinstance(settings, dict) else {}
+    secrets = {*environment_secrets(), *config_secrets(config), *setting_secrets(settings)}
+    masked = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
     dataset = str(OmegaConf.select(OmegaConf.load(config_path), "dataset.path") or "")
     job = JobEntry(name=name, dataset=dataset, dataset_files=dict(fingerprint.get("dataset_files") or {}))
     found = RunFiles(job)
