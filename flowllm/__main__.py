@@ -13,8 +13,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["verify"]:  # python -m flowllm verify RUN = flowllm verify RUN (the run auditor)
-        from flowllm.verify.cli import main as verify_main
+    if sys.argv[1:2] == ["verify"]:  # python -m flowllm verify RUN|FILE = flowllm verify (auditor, or a bundle)
+        from flowllm.bundle.cli import verify_main
 
         sys.exit(verify_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["bundle"]:  # python -m flowllm bundle RUN -o FILE = flowllm bundle
+        from flowllm.bundle.cli import bundle_main
+
+        sys.exit(bundle_main(sys.argv[2:]))
     sys.exit(run_main())

@@ -29,7 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run",),  # one process's run of tasks: runner, epochs, outcomes, progress, the summary
     ("setup", "sweep"),  # a run built from its config, preflight, fingerprint; a sweep's summary
     ("experiment",),  # an experiment across processes: workers, Ray
-    ("app", "cli", "inspect", "verify", "analysis", "__main__", "data"),  # entry points, the auditor, notebooks
+    ("app", "cli", "inspect", "verify", "analysis", "__main__", "data", "bundle"),  # entry points, the auditor,
+    # notebooks, reproduction bundles
 )
 # Imports that break the order, each with where it should go; the test fails when one is gone, so the lists only
 # shrink.

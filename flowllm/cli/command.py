@@ -5,6 +5,7 @@
     flowllm list providers|experiments|tools|pipelines|repair|runners|subagents|launchers
     flowllm sweep-summary SWEEP_DIR     = python -m flowllm.sweep.summary SWEEP_DIR
     flowllm verify RUN [--json]         the run auditor (flowllm/verify): every number checked against evidence
+    flowllm bundle RUN -o FILE          a run as one archive anyone can check offline: flowllm verify FILE
 
 ``flowllm --help`` lists the config groups and their choices without the ``base_*`` schemas (which are no
 choice) and the exit codes; ``flowllm run --hydra-help`` is Hydra's own page.
@@ -41,10 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flowllm.inspect.cli import main as inspect_main
 
         return inspect_main(args[1:])
-    if args and args[0] == "verify":
-        from flowllm.verify.cli import main as verify_main
+    if args and args[0] == "verify":  # a folder: the run auditor; a file: a bundle (flowllm/bundle)
+        from flowllm.bundle.cli import verify_main
 
         return verify_main(args[1:])
+    if args and args[0] == "bundle":
+        from flowllm.bundle.cli import bundle_main
+
+        return bundle_main(args[1:])
     if args and args[0] == "sweep-summary":
         from flowllm.sweep.summary import main as sweep_main
 

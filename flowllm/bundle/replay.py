@@ -1,0 +1,138 @@
+"""One bundled run replayed offline from its saved replies (``provider=replay``, in a child process with no key
+in its environment), and each task of the replay compared with the bundle's: it replayed exactly, gave the same
+answer and the same score."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from omegaconf import OmegaConf
+
+from flowllm.bundle.answers import answer_hash
+from flowllm.engine.recorder import environment_secrets
+from flowllm.rundir.layout import EPOCHS_DIR, OUTPUT_FILE, OVERRIDES_FILE, RESULT_FILE, TASKS_DIR, RunLayout
+from flowllm.rundir.results import RunSummary, TaskResult
+
+__all__ = ["Replayed", "compare_tasks", "replay_run"]
+
+# Overrides of the saved run that the replay sets itself or that would reach out (telemetry), by their key.
+_REPLACED = ("provider", "hydra", "telemetry", "dataset.path", "progress")
+REPLAY_TIMEOUT_S = 3600
+OK_EXITS = (0, 3, 4)  # the replay ran (tasks that failed in the saved run fail again)
+
+
+@dataclass
+class Replayed:
+    """The replay's run folder, or why it did not run."""
+
+    run_dir: Path
+    error: str | None = None
+    problems: list[str] = field(default_factory=list)
+    exact: int = 0
+    tasks: int = 0
+
+
+def _kept(override: str) -> bool:
+    key = override.lstrip("+~").split("=", 1)[0]
+    return not any(key == k or key.startswith(k + ".") or key.startswith(k + "@") for k in _REPLACED)
+
+
+def _overrides(run_dir: Path) -> list[str]:
+    path = run_dir / OVERRIDES_FILE
+    saved = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else []
+    return [str(o) for o in (saved if isinstance(saved, list) else []) if _kept(str(o))]
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment without any variable that holds a secret: the replay needs no key."""
+    secrets = set(environment_secrets())
+    return {name: value for name, value in os.environ.items() if value not in secrets}
+
+
+def replay_run(run_dir: Path, dataset: Path, out: Path) -> Replayed:
+    """Replay the unpacked run ``run_dir`` against ``dataset`` into ``out``."""
+    args = [
+        *_overrides(run_dir),
+        "provider=replay",
+        f"provider.run_dir={run_dir}",
+        f"dataset.path={dataset.resolve()}",
+        "progress=false",
+        f"hydra.run.dir={out}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "flowllm", *args],
+        cwd=out.parent,
+        capture_output=True,
+        text=True,
+        timeout=REPLAY_TIMEOUT_S,
+        env=_environment(),
+        check=False,
+    )
+    found = Replayed(out)
+    if done.returncode not in OK_EXITS or not RunLayout(out).summary.is_file():
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        found.error = f"the replay did not run (exit {done.returncode}): {last}"
+    return found
+
+
+def _results(run_dir: Path) -> dict[str, tuple[Path, TaskResult]]:
+    found = {}
+    for path in sorted((run_dir / TASKS_DIR).glob(f"*/{RESULT_FILE}")):
+        result = TaskResult.from_dict(orjson.loads(path.read_bytes()))
+        found[result.task_id] = (path, result)
+    return found
+
+
+def _where(saved_run: Path, task_dir: Path, verdict: dict[str, object]) -> str:
+    """The saved file of the node where the replay first differed (or the task's folder), in the task's own
+    conversation, a sub-agent's (``scope``) or an epoch's."""
+    scope = str(verdict.get("scope") or "")
+    turn, node = verdict.get("turn"), verdict.get("node")
+    if isinstance(turn, int) and node:
+        pattern = f"{scope + '/' if scope else ''}turn_{turn:03d}/*_{node}/{OUTPUT_FILE}"
+        hits = sorted([*task_dir.glob(pattern), *task_dir.glob(f"{EPOCHS_DIR}/*/{pattern}")])
+        if hits:
+            return hits[0].relative_to(saved_run).as_posix()
+    return task_dir.relative_to(saved_run).as_posix()
+
+
+def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | None]) -> None:
+    """Each task of the replay against the bundle's: exact, same answer, same score (for a task in ``by_hash``,
+    whose answer the dataset lacks: whether the answer's hash is the recorded one); problems name the first turn
+    and the file that did not reproduce."""
+    saved = _results(saved_run)
+    again = _results(replayed.run_dir)
+    replayed.tasks = len(saved)
+    for task_id, (path, result) in saved.items():
+        rel = path.relative_to(saved_run).as_posix()
+        if task_id not in again:
+            replayed.problems.append(f"task {task_id}: the replay has no result ({rel})")
+            continue
+        new = again[task_id][1]
+        verdict = new.replay or {}
+        status = verdict.get("status")
+        if status != "exact" and result.status == new.status == "completed":
+            turn = verdict.get("turn")
+            where = _where(saved_run, path.parent, verdict)
+            replayed.problems.append(
+                f"task {task_id}: {status or 'not replayed'} at turn {turn} ({verdict.get('node')}): {where}"
+            )
+            continue
+        replayed.exact += status == "exact" or result.status == new.status != "completed"
+        if task_id in by_hash and new.answer is not None:
+            new.correct = answer_hash(new.answer) == by_hash[task_id]
+        for name in ("status", "answer", "correct"):
+            if getattr(result, name) != getattr(new, name):
+                replayed.problems.append(
+                    f"task {task_id}: {rel} says {name} {getattr(result, name)!r}, the replay gives "
+                    f"{getattr(new, name)!r}"
+                )
+
+
+def replay_summary(replayed: Replayed) -> RunSummary:
+    return RunSummary.from_dict(orjson.loads(RunLayout(replayed.run_dir).summary.read_bytes()))
