@@ -15,8 +15,11 @@ import pytest
 import yaml
 
 from flowllm.emulator.web import LEAK_QUESTION, LEAKED_ANSWER
+from flowllm.export.inspect_log import build_eval_log
+from flowllm.export.source import open_source
 from flowllm.export.trace import read_run_traces
 from flowllm.inspect.cli import main as inspect_main
+from flowllm.inspect.report import build_report_data
 from flowllm.rundir.results import RunSummary
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import run_flowllm
@@ -102,6 +105,10 @@ def test_the_audit_flags_the_leaked_answer_and_reports_both_accuracies(
     assert (flag["task_id"], flag["turn"], flag["tool"], flag["url"]) == ("leak-01", 3, "read_url", FORUM_PAGE)
     assert f"the answer is {LEAKED_ANSWER}" in flag["excerpt"]
     assert verify_main([str(run_dir)]) == 0  # the auditor recomputes the block from the saved results
+    headline = ("contamination", "accuracy 66.7% (all) / 50.0% (excluding 1 flagged task)")
+    assert headline in build_report_data(run_dir)["runs"][0]["contamination"]
+    metadata = build_eval_log(open_source(run_dir)).eval.metadata or {}
+    assert metadata["contamination"]["flagged_tasks"] == ["leak-01"]
 
 
 def test_a_run_made_before_the_audit_can_be_audited(old_runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
