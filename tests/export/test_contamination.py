@@ -15,12 +15,13 @@ import pytest
 import yaml
 
 from flowllm.emulator.web import LEAK_QUESTION, LEAKED_ANSWER
+from flowllm.export.contamination import Audit, audit_trace
 from flowllm.export.inspect_log import build_eval_log
 from flowllm.export.source import open_source
-from flowllm.export.trace import read_run_traces
+from flowllm.export.trace import Conversation, TaskTrace, ToolCall, Turn, read_run_traces
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.inspect.report import build_report_data
-from flowllm.rundir.results import RunSummary
+from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import run_flowllm
 
@@ -116,3 +117,23 @@ def test_a_run_made_before_the_audit_can_be_audited(old_runs: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "accuracy 100.0% (all) / 100.0% (excluding 0 flagged tasks)" in out
     assert "answer sources blocked: 0" in out
+
+
+def test_a_leak_inside_a_sub_agent_or_a_sandbox_download_is_flagged_and_local_work_is_not() -> None:
+    def python(call_id: str, code: str, result: str) -> ToolCall:
+        return ToolCall(call_id, "tool-python", "run_python", {"code": code}, result=result)
+
+    page = ToolCall("c3", "tool-browse", "read_url", {"url": "https://example.org/x"}, result="48,213 visitors.")
+    browser = Conversation("browser", "turn_001/subagents/browser-c2", "c2", [Turn(1, tool_calls=[page])])
+    local = python("c1", "print(sum(rows))", "48213")  # computed from the task's own file: never outside
+    fetched = python("c4", "import urllib.request as u; print(u.urlopen('https://a.example/k.csv').read())", "48213")
+    main = Conversation(
+        "main", "", None, [Turn(1, tool_calls=[local], subagents=[browser]), Turn(2, [], tool_calls=[fetched])]
+    )
+    result = TaskResult(task_id="t", status="completed", ground_truth="48213", correct=True)
+    audit = Audit()
+    audit_trace(TaskTrace("t", 1, Path("."), result, None, main, task_result=result), [], audit)
+    assert [(f.agent, f.turn, f.tool, f.url) for f in audit.flags] == [
+        ("main", 2, "run_python", "https://a.example/k.csv"),
+        ("browser", 1, "read_url", "https://example.org/x"),
+    ]
