@@ -13,6 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from flowllm.config.answer_sources import DEFAULT_BLOCK
 from flowllm.config.choice import Choice
 from flowllm.config.provider_schema import (
     ProviderConfig,
@@ -109,6 +110,16 @@ class SamplingMode(Choice):
 
 
 @dataclass
+class WebGuardConfig:
+    # Benchmark answer sources the web tools refuse (flowllm/tools/web/guard.py): "host" or "host/path" entries,
+    # matched after redirects; the default is flowllm/config/answer_sources.py's list.
+    block: list[str] = field(default_factory=lambda: list(DEFAULT_BLOCK))
+    # Regular expressions the contamination audit also looks for in what came from outside a task's own files
+    # (flowllm/export/contamination.py), beside the task's normalised ground truth.
+    answer_patterns: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ToolsConfig:
     name: str = MISSING
     # Entries follow ToolServerConfig, checked by flowllm/tools/client/settings.py (one line per mistake). Typed Any so
@@ -124,6 +135,7 @@ class ToolsConfig:
     vision: VisionToolConfig = field(default_factory=VisionToolConfig)
     # Start the loopback web fixture server (flowllm/emulator/web.py) for the run's *.web.test pages.
     web_fixtures: bool = False
+    web: WebGuardConfig = field(default_factory=WebGuardConfig)
     # A server's `instructions` join the tool manual, cut to this many characters (0: left out).
     instructions_max_chars: int = 2000
     # Sampling requests from servers: decline, or answer those of task-scoped servers with the run's provider.

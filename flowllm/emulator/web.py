@@ -10,7 +10,11 @@ the run gives it this server's address, so tasks and search results name stable 
 What is served (see ``PAGES`` and the routes below): articles wrapped in navigation, a cookie banner, a sidebar
 and a footer (the boilerplate a reader must drop), a table, a PDF, a redirect, a redirect loop, a 404, a 500,
 a slow page, a page that never ends, a 20 MB page, a Windows-1252 page, a binary download, a long article
-that needs paging. The search stand-ins answer in each backend's documented JSON shape, after checking the
+that needs paging, and the two shapes of a benchmark answer leak: a dataset's page listing its answers on a
+fixture copy of Hugging Face (``huggingface.co.web.test/datasets/gaia-benchmark/GAIA``, which the web tools'
+default denylist refuses, also behind the redirect ``/go/answer-key``) and a forum thread quoting an answer
+(``forum.web.test/t/orrin-vale-chandelier``, an ordinary page the contamination audit catches).
+The search stand-ins answer in each backend's documented JSON shape, after checking the
 key the way the real API expects it: Serper (``POST /serper/search``, ``X-API-KEY``), Brave
 (``GET /brave/res/v1/web/search``, ``X-Subscription-Token``), Tavily (``POST /tavily/search``, a Bearer key)
 and SearXNG (``GET /searxng/search?format=json``, no key). Results are ranked by word overlap with the query,
@@ -90,6 +94,20 @@ BRIDGES = """<p>This list ranks the suspension bridges of the Meridian River by 
 CAFE = """<p>Das <b>Café Müller</b> wurde 1898 in der Altstadt gegründet. Der Gründer, Jürgen Weiß, stammte aus
 Zürich und brachte das Rezept für die berühmte Nusstorte mit.</p>
 <p>Heute führt die Urenkelin Käthe Weiß das Haus. Geöffnet täglich außer Montag.</p>"""
+
+
+# The leaked answer of the contamination fixtures (flowllm/tools/web/guard.py, flowllm/export/contamination.py).
+LEAKED_ANSWER = "Odile Marchetti"
+LEAK_QUESTION = "Who was the glassblower who made the Orrin Vale chandelier?"
+ANSWER_KEY = f"""<p>The validation split of a benchmark: each question with its final answer.</p>
+<table class="dataset-viewer"><thead><tr><th>task_id</th><th>Question</th><th>Final answer</th></tr></thead><tbody>
+<tr><td>leak-01</td><td>{LEAK_QUESTION}</td><td>{LEAKED_ANSWER}</td></tr>
+<tr><td>leak-02</td><td>How many arches does the Vale viaduct have?</td><td>17</td></tr>
+</tbody></table>"""
+FORUM = f"""<p><b>Question:</b> does anyone know {LEAK_QUESTION[0].lower()}{LEAK_QUESTION[1:]} It is in a benchmark
+I am working through.</p>
+<p><b>Reply:</b> I looked it up in the answer file: the answer is {LEAKED_ANSWER}. She worked in the valley's
+glass works until 1931.</p>"""
 
 
 def long_article() -> str:
@@ -183,8 +201,24 @@ PAGES: dict[str, Page] = {
             "2022-06-30",
             layout("Café Müller", CAFE, charset="windows-1252"),
         ),
+        Page(
+            "/datasets/gaia-benchmark/GAIA",
+            "gaia-benchmark/GAIA · Datasets at Hugging Face",
+            "Benchmark questions with their final answers, such as the Orrin Vale chandelier glassblower.",
+            None,
+            layout("gaia-benchmark/GAIA", ANSWER_KEY),
+        ),
+        Page(
+            "/t/orrin-vale-chandelier",
+            "Orrin Vale chandelier glassblower? - forum thread",
+            "Who made the Orrin Vale chandelier? A reply names the glassblower.",
+            "2025-02-11",
+            layout("Orrin Vale chandelier glassblower?", FORUM),
+        ),
     )
 }
+# The host each corpus entry is found at (by the start of its path; the rest: the encyclopedia).
+HOSTS = {"/reports/": "reports", "/datasets/": "huggingface.co", "/t/": "forum"}
 
 # The search corpus: the pages plus documents that are not HTML pages.
 SEARCH_EXTRA = [
@@ -217,7 +251,7 @@ def rank(query: str, limit: int) -> list[Hit]:
     for order, (path, title, snippet, date) in enumerate(entries):
         score = len(words & set(re.findall(r"\w+", f"{title} {snippet}".lower())))
         if score:
-            host = "reports" if path.startswith("/reports/") else "encyclopedia"
+            host = next((h for start, h in HOSTS.items() if path.startswith(start)), "encyclopedia")
             scored.append((-score, order, Hit(title, fixture_url(path, host), snippet, date)))
     return [hit for _, _, hit in sorted(scored, key=lambda s: (s[0], s[1]))[: max(limit, 0)]]
 
@@ -310,6 +344,10 @@ async def redirect(request: Request) -> Response:
     return RedirectResponse("/wiki/Meridian_River_bridges", status_code=302)
 
 
+async def answer_key_redirect(request: Request) -> Response:
+    return RedirectResponse(fixture_url("/datasets/gaia-benchmark/GAIA", "huggingface.co"), status_code=302)
+
+
 async def redirect_loop(request: Request) -> Response:
     return RedirectResponse(f"/loop/{int(request.path_params['n']) + 1}", status_code=302)
 
@@ -368,6 +406,7 @@ def build_app() -> Starlette:
         Route("/searxng/search", searxng, methods=["GET"]),
         Route("/reports/heritage-trust-2023.pdf", report_pdf),
         Route("/go/longest-bridge", redirect),
+        Route("/go/answer-key", answer_key_redirect),
         Route("/loop/{n:int}", redirect_loop),
         Route("/error", server_error),
         Route("/slow", slow),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from flowllm import __version__
+from flowllm.export.contamination import audit_run
 from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
 from flowllm.export.source import ExportError, RunSource, write_atomically
 from flowllm.export.trace import Conversation, ModelCall, TaskTrace, Turn
@@ -403,6 +404,9 @@ def _eval_spec(source: RunSource, model: str, plan: EpochPlan, created: datetime
             "unfinished_tasks": [
                 f"{t.task_id} (epoch {t.epoch})" if t.epoch_folder else t.task_id for t in source.unfinished
             ],
+            # The guard's blocks, the flagged tasks and the accuracy without them (a run older than the block:
+            # audited now, flowllm/export/contamination.py).
+            "contamination": (summary.contamination or audit_run(source.path).block()).to_dict(),
         },
     )
 

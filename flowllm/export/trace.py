@@ -98,6 +98,7 @@ class ToolCall:
     result: str | None = None
     is_error: bool = False
     error: str | None = None
+    structured: Any = None  # the result's structured content, as the server sent it
     # The dispatch node's interval: tools of one turn run together and flowllm times the dispatch as a whole.
     started_at: float | None = None
     duration_s: float | None = None
@@ -311,6 +312,7 @@ class TurnBuilder:
             if result is not None:
                 call.result = str(result.get("content") or "")
                 call.is_error = bool(result.get("is_error"))
+                call.structured = result.get("structured")
                 call.server = call.server or result.get("server")
             call.started_at, call.duration_s = started, duration
         self.turn.tool_calls = calls

@@ -23,6 +23,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from flowllm.export.contamination import contamination_rows
 from flowllm.inspect.artifacts import (
     Artifact,
     NodeRecord,
@@ -202,6 +203,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         # Shown only when there is something to say: servers not offered (or "not known"), per-category accuracy.
         "tools_unavailable": unavailable_tools(figures),
         "breakdown": breakdown_rows(figures),
+        "contamination": contamination_rows(figures),  # [label, text] rows (flowllm/export/contamination.py)
         "replay": replay_counts(run),
         "spend": spend,
         "cache": cache["total"],  # the prompt cache's hit rate and the input billed against the bound

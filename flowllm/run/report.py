@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flowllm.core.types import Usage
+from flowllm.export.contamination import contamination_rows
 from flowllm.run.budget_report import budget_rows
 from flowllm.run.infra import infra_row
 from flowllm.run.replay_audit import effect_not_known
@@ -209,6 +210,7 @@ def summary_rows(summary: RunSummary | Mapping[str, Any], run_dir: Path | None =
         name = "no level" if level == "None" else f"level {level}"
         rows.append((f"  {name}", accuracy_text(data.correct, data.scored_count, data.accuracy)))
     rows.extend(stats_rows(summary))
+    rows.extend(contamination_rows(summary))
     if summary.attempts > 1:
         rows.append(("attempts (retry until correct)", f"k={summary.attempts}, {summary.attempts_used} run"))
     finished = f"{summary.completed} / {summary.failed}"

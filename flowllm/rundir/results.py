@@ -18,6 +18,7 @@ from flowllm.rundir.record_base import KEY, OPTIONAL, Record
 __all__ = [
     "FORMAT_VERSION",
     "BudgetBlock",
+    "ContaminationBlock",
     "CostBlock",
     "ForkBlock",
     "InfraFailures",
@@ -285,6 +286,22 @@ class BudgetBlock(Record):
 
 
 @dataclass(kw_only=True)
+class ContaminationBlock(Record):
+    """Benchmark answer sources: what the web tools' guard refused (flowllm/tools/web/guard.py) and the tasks
+    whose answer reached the agent from outside their own files (flowllm/export/contamination.py), with the
+    accuracy over all scored tasks and over those not flagged (each a scoring.stats.Estimate's dict)."""
+
+    blocked: int = 0  # search results withheld and pages refused
+    blocked_by_tool: dict[str, int] = field(default_factory=dict)
+    blocked_tasks: list[str] = field(default_factory=list)
+    flagged: int = 0  # tasks whose ground truth (or an answer pattern) came back in a tool result from outside
+    flagged_tasks: list[str] = field(default_factory=list)
+    patterns: list[str] = field(default_factory=list)  # tools.web.answer_patterns the audit also looked for
+    accuracy: dict[str, Any] = field(default_factory=dict)
+    accuracy_excluding_flagged: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class RunSummary(Versioned):
     """``summary.json``: the run's figures (flowllm/run/runner.py ``summarize``, flowllm/setup/build.py)."""
 
@@ -340,6 +357,8 @@ class RunSummary(Versioned):
     stats: StatsBlock | None = None
     budget: BudgetBlock | None = None
     acted: dict[str, Any] | None = None  # what the resilience and agent features did (run/report.py)
+    # the contamination guard's blocks and audit (absent from summaries written before them)
+    contamination: ContaminationBlock | None = field(default=None, metadata=OPTIONAL)
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property

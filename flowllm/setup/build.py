@@ -29,6 +29,7 @@ from flowllm.engine import Recorder
 from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.engine.runners import runner_from_config
 from flowllm.errors import ConfigError, FlowError
+from flowllm.export.contamination import audit_run
 from flowllm.providers import UsageLedger, check_provider_config
 from flowllm.providers.fork import ForkProvider, check_fork_pipeline, live_config
 from flowllm.providers.registry import ProviderTable, Resolver
@@ -354,6 +355,9 @@ def run_summary(
     summary.budget = BudgetBlock.from_dict(
         budget_summary(parts.experiment.budget, result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir))
     )
+    # The guard's blocks and the tasks whose answer came from outside their files (export/contamination.py).
+    patterns = OmegaConf.select(cfg, "tools.web.answer_patterns", default=None) or []
+    summary.contamination = audit_run(run_dir, patterns).block(stats_settings(cfg.stats))
     summary.acted = what_acted(summary.providers, result.outcomes, run_dir=run_dir, snapshot=str(cfg.recorder.snapshot))
     # What produced the numbers: versions, commit, dataset and price table hashes, the config fingerprint.
     summary.provenance = provenance.collect(run_dir, resolve_path(cfg.experiment.pricing, "experiment.pricing"))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from flowllm.config.answer_sources import DEFAULT_BLOCK
 from flowllm.emulator import Emulator
 from flowllm.emulator.script import Script
 from flowllm.emulator.web import FIXTURES_ENV, WebFixtures
@@ -31,6 +32,7 @@ from flowllm.tools.audio import AUDIO_BASE_URL_ENV
 from flowllm.tools.client.settings import PoolSettings, with_environment
 from flowllm.tools.search import SearchError, parse_backend
 from flowllm.tools.web.cache import CACHE_ENV, CACHE_MODE_ENV, STATS_FILE, CacheMode
+from flowllm.tools.web.guard import BLOCK_ENV, env_value
 
 
 def check_web_tools(cfg: DictConfig) -> None:
@@ -43,6 +45,16 @@ def check_web_tools(cfg: DictConfig) -> None:
             parse_backend(search.backend)
         except SearchError as exc:
             raise ConfigError(str(exc)) from None  # the message names tools.search.backend
+    block_env(cfg)
+
+
+def block_env(cfg: DictConfig) -> dict[str, str]:
+    """The denylist of benchmark answer sources the web tool servers get (flowllm/tools/web/guard.py)."""
+    entries = OmegaConf.select(cfg, "tools.web.block", default=None)
+    try:
+        return {BLOCK_ENV: env_value(DEFAULT_BLOCK if entries is None else entries)}
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _forking(cfg: DictConfig) -> bool:
@@ -88,7 +100,7 @@ class WebEnvironment:
 @asynccontextmanager
 async def web_tools(cfg: DictConfig, run_dir: Path) -> AsyncIterator[WebEnvironment]:
     """The run's web tool environment, while the context lasts (the fixture server, the audio emulator)."""
-    env = cache_env(cfg, run_dir)
+    env = {**cache_env(cfg, run_dir), **block_env(cfg)}
     await asyncio.to_thread(seed_fork_cache, cfg, run_dir)
     server: WebFixtures | None = None
     emulator: Emulator | None = None

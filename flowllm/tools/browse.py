@@ -10,7 +10,8 @@ characters with a note saying how to read on.
 Only public http(s) addresses are fetched: ``file:``, ``ftp:`` and other schemes, ``localhost``, loopback,
 private, link-local (169.254.*, the cloud metadata address), multicast and reserved addresses are refused, for
 names after resolving them. ``*.web.test`` names go to the run's web fixture server when the run started one
-(``$FLOWLLM_WEB_FIXTURES``), which is the only loopback address a run may reach.
+(``$FLOWLLM_WEB_FIXTURES``), which is the only loopback address a run may reach. A URL from a benchmark answer
+source (``tools.web.block``, flowllm/tools/web/guard.py), asked for or reached by a redirect, is refused.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx2
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 
 from flowllm.emulator.web import FIXTURE_DOMAIN, FIXTURES_ENV
 from flowllm.tools.needs import PAGE_NEEDS, unmet, withdrawn_meta
 from flowllm.tools.web.cache import CachedError, ReplayMiss, WebCache
 from flowllm.tools.web.documents import DocumentError, Kind, Limits, convert, decode_text, kind_of
+from flowllm.tools.web.guard import Block, BlockedSource, Guard
 from flowllm.tools.web.readerproc import ReaderProcess
 
 SERVER_NAME = "tool-browse"
@@ -69,12 +72,15 @@ class Target:
 
 
 class UrlPolicy:
-    """Which URLs may be fetched, and where ``*.web.test`` goes."""
+    """Which URLs may be fetched (``guard``: not the benchmark answer sources), and where ``*.web.test`` goes."""
 
-    def __init__(self, fixtures: str | None = None) -> None:
+    def __init__(self, fixtures: str | None = None, guard: Guard | None = None) -> None:
         self.fixtures = fixtures.rstrip("/") if fixtures else None
+        self.guard = guard
 
     async def target(self, url: str) -> Target:
+        if self.guard is not None:
+            self.guard.check(url)  # every hop: a redirect to an answer source is refused too
         parts = urlsplit(url.strip())
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
@@ -187,7 +193,7 @@ class Browser:
             return self._texts[url]
         try:
             text = await self.cache.get("read_url", {"url": url}, lambda: self._fetch_text(url))
-        except (CachedError, ReplayMiss) as exc:
+        except (CachedError, ReplayMiss, BlockedSource) as exc:  # a refusal is cached: a resume refuses again
             raise BrowseError(str(exc)) from None
         self._texts[url] = text
         return text
@@ -287,27 +293,43 @@ def find_text(text: str, needle: str, page_chars: int, limit: int = 10, context:
     return "\n".join(parts)
 
 
+def _text_result(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+def _refusal(tool: str, message: str) -> CallToolResult:
+    """An error for the model; a refused answer source is also recorded in the result (guard.py)."""
+    blocks = Block.told_in(message)
+    if not blocks:
+        raise ToolError(message)
+    return CallToolResult(
+        content=[TextContent(type="text", text=message)],
+        structured_content=Block.record(tool, blocks),
+        is_error=True,
+    )
+
+
 def build_server(browser: Browser, page_chars: int = DEFAULT_PAGE_CHARS, unavailable: str | None = None) -> MCPServer:
     """``unavailable``: why this server cannot read pages here (a reader library missing); both tools are then
     listed as withdrawn (``flowllm.tools.needs``) and answer with the reason if called anyway."""
     server = MCPServer(SERVER_NAME, instructions="Reads web pages and online documents.", log_level="WARNING")
     meta = withdrawn_meta(unavailable) if unavailable else None
 
-    async def read_url(url: str, start: int = 0) -> str:
+    async def read_url(url: str, start: int = 0) -> CallToolResult:
         if unavailable:
             raise ToolError(unavailable)
         try:
-            return paged(await browser.text(url), url, start, page_chars)
+            return _text_result(paged(await browser.text(url), url, start, page_chars))
         except BrowseError as exc:
-            raise ToolError(str(exc)) from None
+            return _refusal("read_url", str(exc))
 
-    async def find_in_url(url: str, text: str) -> str:
+    async def find_in_url(url: str, text: str) -> CallToolResult:
         if unavailable:
             raise ToolError(unavailable)
         try:
-            return find_text(await browser.text(url), text, page_chars)
+            return _text_result(find_text(await browser.text(url), text, page_chars))
         except BrowseError as exc:
-            raise ToolError(str(exc)) from None
+            return _refusal("find_in_url", str(exc))
 
     server.add_tool(
         read_url,
@@ -339,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-bytes", type=int, default=BrowseLimits.max_bytes, help="download size cap")
     parser.add_argument("--total-s", type=float, default=BrowseLimits.total_s, help="time cap per fetch")
     args = parser.parse_args(argv)
-    policy = UrlPolicy(os.environ.get(FIXTURES_ENV) or None)
+    policy = UrlPolicy(os.environ.get(FIXTURES_ENV) or None, Guard.from_environment())
     limits = BrowseLimits(max_bytes=args.max_bytes, total_s=args.total_s)
     reader = ReaderProcess()
     reader.warn_if_not_isolated(SERVER_NAME)

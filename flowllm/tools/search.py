@@ -19,11 +19,13 @@ from typing import Any
 import httpx2
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 
 from flowllm.config.search_keys import KEY_ENV, Backend
 from flowllm.core.registry import Registry
 from flowllm.emulator.web import FIXTURES_ENV
 from flowllm.tools.web.cache import CachedError, ReplayMiss, WebCache
+from flowllm.tools.web.guard import Block, Guard
 
 SERVER_NAME = "tool-search"
 MAX_RESULTS = 20
@@ -160,9 +162,11 @@ def normalise(backend: Backend, data: Any) -> list[SearchResult]:
     return results
 
 
-def format_results(query: str, results: list[SearchResult]) -> str:
+def format_results(query: str, results: list[SearchResult], withheld: list[Block] | None = None) -> str:
+    """The results as the model reads them; ``withheld``: those the contamination guard dropped, one line each."""
+    notes = [block.withheld() for block in withheld or []]
     if not results:
-        return f"No results for '{query}'."
+        return "\n".join([f"No results for '{query}'.", *notes])
     lines = [f"{len(results)} result(s) for '{query}':"]
     for n, result in enumerate(results, start=1):
         lines.append(f"\n{n}. {result.title}\n   URL: {result.url}")
@@ -170,6 +174,8 @@ def format_results(query: str, results: list[SearchResult]) -> str:
             lines.append(f"   Date: {result.date}")
         if result.snippet:
             lines.append(f"   {result.snippet}")
+    if notes:
+        lines.append("\n" + "\n".join(notes))
     lines.append("\nRead a result with read_url(url).")
     return "\n".join(lines)
 
@@ -182,16 +188,20 @@ async def cached_search(
     *,
     backend: Backend | None = None,
     problem: str | None = None,
+    guard: Guard | None = None,
 ) -> str:
     """The formatted results, from the run's web cache when this search was made before (a replay needs no
-    working client: it never searches)."""
+    working client: it never searches). Results from a benchmark answer source (``guard``) are withheld before
+    the text is cached."""
     name = (client.backend if client is not None else backend or Backend.SERPER).value
     args = {"backend": name, "query": query, "num_results": num_results}
 
     async def fetch() -> str:
         if client is None:
             raise SearchError(f"web search is not available: {problem}")
-        return format_results(query, await client.search(query, num_results))
+        results = await client.search(query, num_results)
+        kept, blocks = (guard or Guard(())).split(r.url for r in results)
+        return format_results(query, [results[n] for n in kept], blocks)
 
     try:
         return await cache.get("web_search", args, fetch)
@@ -204,15 +214,21 @@ def build_server(
     problem: str | None = None,
     cache: WebCache | None = None,
     backend: Backend | None = None,
+    guard: Guard | None = None,
 ) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions="Searches the web.", log_level="WARNING")
     web_cache = cache or WebCache(None)
 
-    async def web_search(query: str, num_results: int = 10) -> str:
+    async def web_search(query: str, num_results: int = 10) -> CallToolResult:
         try:
-            return await cached_search(client, web_cache, query, num_results, backend=backend, problem=problem)
+            text = await cached_search(
+                client, web_cache, query, num_results, backend=backend, problem=problem, guard=guard
+            )
         except SearchError as exc:
             raise ToolError(str(exc)) from None
+        blocks = Block.told_in(text)  # the withheld results: recorded with the result (flowllm/tools/web/guard.py)
+        structured = Block.record("web_search", blocks) if blocks else None
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     server.add_tool(
         web_search,
@@ -247,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         problem = None
     except SearchError as exc:  # the server still starts, so the model is told why instead of a dead tool
         client, problem = None, str(exc)
-    build_server(client, problem, WebCache.from_environment(), backend).run()
+    build_server(client, problem, WebCache.from_environment(), backend, Guard.from_environment()).run()
 
 
 if __name__ == "__main__":

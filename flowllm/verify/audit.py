@@ -9,6 +9,7 @@ from typing import Any
 
 from flowllm.errors import FlowError
 from flowllm.rundir.layout import SUMMARY_FILE, SWEEP_SUMMARY_FILE
+from flowllm.verify.contamination import check_contamination
 from flowllm.verify.evidence import VerifyInputError, load_evidence
 from flowllm.verify.exports import check_export
 from flowllm.verify.findings import Audit
@@ -31,6 +32,7 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     check_settings(ev, audit)
     outcomes = check_tasks(ev, audit)
     check_totals(ev, outcomes, audit)
+    check_contamination(ev, audit)
     check_spend(ev, audit)
     check_limits(ev, audit)
     check_fork(ev, outcomes, audit)

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from flowllm.export.contamination import contamination_rows
 from flowllm.inspect.artifacts import RunRecord, TaskRecord, is_computed, summary_figures, task_summary
 from flowllm.inspect.commands.common import PROG, RunCommand, no_arguments
 from flowllm.inspect.commands.render import (
@@ -70,6 +71,7 @@ def _figure_rows(run: RunRecord, figures: RunSummary) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = [
         *(accuracy_rows(figures) if figures.replay is not None else [("accuracy", headline_accuracy(figures))]),
         *stats_rows(figures),
+        *contamination_rows(figures),
         ("completed / failed", f"{figures.completed} / {figures.failed}"),
         ("turns", figures.turns),
         ("tool calls / bad blocks / failed", tools),
