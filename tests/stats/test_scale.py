@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def scale_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+def scale_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     assert inspect_main(["scale", *args, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -90,7 +91,9 @@ def bootstrap(values: list[float]) -> list[float]:
     return [float(x) for x in np.percentile(means, [2.5, 97.5])]
 
 
-def test_every_figure_equals_a_brute_force_computation(runs: dict[str, Path], capsys) -> None:  # noqa: ANN001
+def test_every_figure_equals_a_brute_force_computation(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     run = runs["five"]
     data = scale_json(capsys, str(run))
     assert data["interval"] == {
@@ -118,7 +121,7 @@ def test_every_figure_equals_a_brute_force_computation(runs: dict[str, Path], ca
     assert curves["curves"]["pass^k"]["5"]["value"] == pytest.approx(1 / 3)
 
 
-def test_a_cascade_equals_a_hand_computation(runs: dict[str, Path], capsys) -> None:  # noqa: ANN001
+def test_a_cascade_equals_a_hand_computation(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     five, three = runs["five"], runs["three"]
     for threshold in (0.8, 0.6):
         data = scale_json(capsys, str(five), str(three), "--agreement", str(threshold))
@@ -143,7 +146,9 @@ def test_a_cascade_equals_a_hand_computation(runs: dict[str, Path], capsys) -> N
     assert cascade["value"] == pytest.approx(2 / 3)
 
 
-def test_different_tasks_and_too_large_k(runs: dict[str, Path], tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_different_tasks_and_too_large_k(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     other = tmp_path / "other"
     for task, ok in (("sample-03-percentage", True), ("elsewhere-01", False)):
         (other / "tasks" / task).mkdir(parents=True)
