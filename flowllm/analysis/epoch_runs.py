@@ -24,7 +24,17 @@ from flowllm.rundir.layout import RESULT_FILE, RunLayout
 from flowllm.rundir.results import LedgerLine, TaskResult
 from flowllm.scoring.scorers import normalize_answer
 
-__all__ = ["EpochOutcome", "NoRun", "RunEpochs", "TaskEpochs", "expand_runs", "read_epochs", "read_ledger"]
+__all__ = [
+    "EpochOutcome",
+    "NoRun",
+    "RunEpochs",
+    "TaskEpochs",
+    "expand_runs",
+    "read_epochs",
+    "read_ledger",
+    "read_results",
+    "task_costs",
+]
 
 
 class NoRun(CliError):
@@ -85,7 +95,7 @@ def read_ledger(run_dir: Path) -> Iterable[LedgerLine]:
             yield LedgerLine.from_dict(value)
 
 
-def _costs(run_dir: Path) -> dict[str, float | None]:
+def task_costs(run_dir: Path) -> dict[str, float | None]:
     """task id -> what its answered attempts cost, all epochs together (None: one was not priced)."""
     costs: dict[str, float | None] = defaultdict(float)
     for line in read_ledger(run_dir):
@@ -96,6 +106,18 @@ def _costs(run_dir: Path) -> dict[str, float | None]:
     return costs
 
 
+def read_results(run_dir: Path) -> list[TaskResult]:
+    """Every readable ``result.json`` of the run's tasks, in task id order."""
+    layout = RunLayout(run_dir)
+    results = []
+    for path in sorted(layout.tasks.glob(f"*/{RESULT_FILE}")) if layout.tasks.is_dir() else []:
+        try:
+            results.append(TaskResult.from_dict(orjson.loads(path.read_bytes())))
+        except (OSError, orjson.JSONDecodeError):
+            continue
+    return results
+
+
 def _entries(result: TaskResult) -> list[dict[str, Any]]:
     if result.epochs > 1 and result.epoch_log:
         return [e for e in result.epoch_log if isinstance(e, dict)]
@@ -104,15 +126,9 @@ def _entries(result: TaskResult) -> list[dict[str, Any]]:
 
 def read_epochs(run_dir: Path, label: str | None = None) -> RunEpochs:
     """The run's tasks with at least one scored epoch."""
-    layout = RunLayout(run_dir)
     run = RunEpochs(path=run_dir, label=label or run_dir.name, epochs=1)
-    costs = _costs(run_dir)
-    results = sorted(layout.tasks.glob(f"*/{RESULT_FILE}")) if layout.tasks.is_dir() else []
-    for path in results:
-        try:
-            result = TaskResult.from_dict(orjson.loads(path.read_bytes()))
-        except (OSError, orjson.JSONDecodeError):
-            continue
+    costs = task_costs(run_dir)
+    for result in read_results(run_dir):
         entries = _entries(result)
         run.epochs = max(run.epochs, len(entries))
         scored = []
