@@ -51,6 +51,7 @@ SECTIONS = (
     "adversarial",
     "ratelimit",
     "startup",
+    "scale",
 )
 
 
@@ -109,7 +110,7 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
+    from benchmarks import concurrency, fork, overhead, parallel, profile, ratelimit, replay, scale, startup
 
     return {
         "overhead": overhead.run,
@@ -122,6 +123,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "ratelimit": ratelimit.run,
         "adversarial": adversarial_section,
         "startup": startup.run,
+        "scale": scale.run,
     }
 
 

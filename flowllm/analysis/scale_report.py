@@ -5,14 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from flowllm.analysis.epoch_runs import RunEpochs
-from flowllm.analysis.scaling import Bootstrap, Cascade, Point, RunCurves, cascade, run_curves
+from flowllm.analysis.epoch_runs import RunEpochs, read_epochs
+from flowllm.analysis.scaling import Bootstrap, Cascade, Metric, Point, RunCurves, cascade, run_curves
 from flowllm.errors import CliError
 from flowllm.sweep.stats import pareto_front
 
-__all__ = ["KTooLarge", "NoCommonTask", "ScaleReport", "frontier", "labelled_points", "scale_report"]
+__all__ = [
+    "KTooLarge",
+    "NoCommonTask",
+    "ScaleReport",
+    "frontier",
+    "labelled_points",
+    "point_text",
+    "scale_report",
+    "scale_rows",
+]
 
 
 class NoCommonTask(CliError):
@@ -68,6 +78,34 @@ def labelled_points(report: ScaleReport) -> list[tuple[str, Point]]:
     if report.cascade is not None:
         points.append(("cascade", report.cascade.point))
     return points
+
+
+def scale_rows(run_dir: Path) -> dict[str, Any] | None:
+    """The HTML report's scaling card of a run with epochs (None without): one row of text per k."""
+    run = read_epochs(run_dir)
+    if run.epochs <= 1 or not run.tasks:
+        return None
+    report = scale_report([run], k=None, agreement=1.0)
+    curves = report.runs[0].curves
+    rows = []
+    for k in curves[Metric.majority]:
+        cost = curves[Metric.majority][k].cost_per_task_usd
+        shown = "not known" if cost is None else f"${cost:.4f}"
+        rows.append([str(k), *(point_text(curves[m][k]) for m in Metric), shown])
+    boot = report.bootstrap
+    note = (
+        f"{len(report.tasks)} tasks; {100 * boot.confidence:.0f}% percentile bootstrap over tasks "
+        f"({boot.resamples} resamples, seed {boot.seed}); flowllm inspect scale RUN for the frontier and a plot"
+    )
+    return {"columns": ["k", *(m.value for m in Metric), "cost / task"], "rows": rows, "note": note}
+
+
+def point_text(point: Point) -> str:
+    """``62.0% [50.1, 73.0]`` (the interval left out when not known)."""
+    if point.value is None:
+        return "-"
+    ci = f" [{100 * point.ci[0]:.1f}, {100 * point.ci[1]:.1f}]" if point.ci else ""
+    return f"{100 * point.value:.1f}%{ci}"
 
 
 def frontier(report: ScaleReport) -> list[str]:

@@ -23,6 +23,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from flowllm.analysis.scale_report import scale_rows
 from flowllm.inspect.artifacts import (
     Artifact,
     NodeRecord,
@@ -195,6 +196,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "spend": spend,
         "problems": run.problems,
         "verification": verification(run.path).to_dict(),  # flowllm verify's verdict on the run
+        "scale": scale_rows(run.path),  # epochs > 1: majority@k, pass@k, pass^k, mean@k per k
         "tasks": tasks,
     }
 

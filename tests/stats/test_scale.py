@@ -92,7 +92,7 @@ def bootstrap(values: list[float]) -> list[float]:
 
 
 def test_every_figure_equals_a_brute_force_computation(
-    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = runs["five"]
     data = scale_json(capsys, str(run))
@@ -119,6 +119,11 @@ def test_every_figure_equals_a_brute_force_computation(
     # the figures the sample makes interesting: majority@5 fixes sample-09, pass^k falls with k
     assert curves["curves"]["majority@k"]["5"]["value"] == 1.0
     assert curves["curves"]["pass^k"]["5"]["value"] == pytest.approx(1 / 3)
+    # The HTML report of a run with epochs shows the same figures, one row per k.
+    assert inspect_main(["report", str(run), "-o", str(tmp_path / "report.html")]) == 0
+    html = (tmp_path / "report.html").read_text()
+    assert "Test-time scaling (from saved epochs)" in html and '"majority@k","pass@k","pass^k","mean@k"' in html
+    assert '["5","100.0% [100.0, 100.0]","100.0% [100.0, 100.0]","33.3% [0.0, 100.0]"' in html
 
 
 def test_a_cascade_equals_a_hand_computation(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,21 +15,13 @@ from rich.table import Table
 
 from flowllm.analysis.epoch_runs import expand_runs
 from flowllm.analysis.scale_plot import plot_scale
-from flowllm.analysis.scale_report import ScaleReport, scale_report
-from flowllm.analysis.scaling import Bootstrap, Metric, Point
+from flowllm.analysis.scale_report import ScaleReport, point_text, scale_report
+from flowllm.analysis.scaling import Bootstrap, Metric
 from flowllm.inspect.commands.common import PROG, UsageError
 from flowllm.inspect.commands.render import emit_json, esc
 from flowllm.run.report import format_usd
 
-__all__ = ["main", "point_text"]
-
-
-def point_text(point: Point) -> str:
-    """``62.0% [50.1, 73.0]`` (the interval left out when not known)."""
-    if point.value is None:
-        return "-"
-    ci = f" [{100 * point.ci[0]:.1f}, {100 * point.ci[1]:.1f}]" if point.ci else ""
-    return f"{100 * point.value:.1f}%{ci}"
+__all__ = ["main"]
 
 
 def _cost(value: float | None) -> str:
