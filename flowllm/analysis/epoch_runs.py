@@ -81,9 +81,10 @@ class RunEpochs:
     tasks: dict[str, TaskEpochs] = field(default_factory=dict)
 
 
-def read_ledger(run_dir: Path) -> Iterable[LedgerLine]:
-    """The ledger's lines (none when the folder has no ledger); a line cut by a crash is skipped."""
-    path = RunLayout(run_dir).ledger
+def read_ledger(run_dir: Path, name: str | None = None) -> Iterable[LedgerLine]:
+    """The lines of the run's ledger (or of the ledger file ``name`` in the run folder); none when there is no
+    such file; a line cut by a crash is skipped."""
+    path = RunLayout(run_dir).ledger if name is None else run_dir / name
     if not path.is_file():
         return
     for raw in path.read_bytes().splitlines():

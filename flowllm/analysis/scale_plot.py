@@ -9,7 +9,13 @@ from flowllm.analysis.scale_report import ScaleReport, labelled_points
 
 __all__ = ["plot_scale"]
 
-_COLORS = {"majority@k": "#1f77b4", "pass@k": "#2ca02c", "pass^k": "#d62728", "mean@k": "#7f7f7f"}
+_COLORS = {
+    "majority@k": "#1f77b4",
+    "pass@k": "#2ca02c",
+    "pass^k": "#d62728",
+    "mean@k": "#7f7f7f",
+    "best-of-k": "#9467bd",
+}
 
 
 def plot_scale(report: ScaleReport, path: Path) -> Path | None:

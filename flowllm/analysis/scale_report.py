@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.analysis.epoch_runs import RunEpochs, read_epochs
-from flowllm.analysis.scaling import Bootstrap, Cascade, Metric, Point, RunCurves, cascade, run_curves
+from flowllm.analysis.rerank import best_of_k
+from flowllm.analysis.scaling import EPOCH_METRICS, Bootstrap, Cascade, Metric, Point, RunCurves, cascade, run_curves
+from flowllm.config.provider_schema import ProviderConfig
 from flowllm.errors import CliError
 from flowllm.sweep.stats import pareto_front
 
@@ -91,13 +93,13 @@ def scale_rows(run_dir: Path) -> dict[str, Any] | None:
     for k in curves[Metric.majority]:
         cost = curves[Metric.majority][k].cost_per_task_usd
         shown = "not known" if cost is None else f"${cost:.4f}"
-        rows.append([str(k), *(point_text(curves[m][k]) for m in Metric), shown])
+        rows.append([str(k), *(point_text(curves[m][k]) for m in EPOCH_METRICS), shown])
     boot = report.bootstrap
     note = (
         f"{len(report.tasks)} tasks; {100 * boot.confidence:.0f}% percentile bootstrap over tasks "
         f"({boot.resamples} resamples, seed {boot.seed}); flowllm inspect scale RUN for the frontier and a plot"
     )
-    return {"columns": ["k", *(m.value for m in Metric), "cost / task"], "rows": rows, "note": note}
+    return {"columns": ["k", *(m.value for m in EPOCH_METRICS), "cost / task"], "rows": rows, "note": note}
 
 
 def point_text(point: Point) -> str:
@@ -121,7 +123,12 @@ def frontier(report: ScaleReport) -> list[str]:
 
 
 def scale_report(
-    runs: Sequence[RunEpochs], *, k: int | None, agreement: float, bootstrap: Bootstrap | None = None
+    runs: Sequence[RunEpochs],
+    *,
+    k: int | None,
+    agreement: float,
+    bootstrap: Bootstrap | None = None,
+    judge: tuple[str, ProviderConfig] | None = None,
 ) -> ScaleReport:
     """The figures of ``runs`` over their common tasks; raises ``NoCommonTask`` and ``KTooLarge``."""
     bootstrap = bootstrap or Bootstrap()
@@ -130,9 +137,14 @@ def scale_report(
     if k is not None and k > largest:
         raise KTooLarge(f"k={k} is more than the epochs run: the largest k is {largest}")
     max_k = k or largest
-    report = ScaleReport(
-        bootstrap, tasks, left_out, [run_curves(r, tasks, min(max_k, r.epochs), bootstrap) for r in runs]
-    )
+    curves = [run_curves(r, tasks, min(max_k, r.epochs), bootstrap) for r in runs]
+    report = ScaleReport(bootstrap, tasks, left_out, curves)
+    if judge is not None:
+        report.best_of_k = {"judge": judge[0]}
+        for run in curves:
+            ranked = best_of_k(run.run, tasks, min(max_k, run.run.epochs), judge[1], bootstrap)
+            run.curves[Metric.best] = ranked.pop("curve")
+            report.best_of_k[run.run.label] = ranked
     if len(runs) > 1:
         report.cascade = cascade(runs, tasks, agreement, bootstrap)
     report.frontier = frontier(report)

@@ -29,6 +29,7 @@ from flowllm.analysis.epoch_runs import EpochOutcome, RunEpochs, TaskEpochs
 from flowllm.scoring.stats import ALPHA, DEFAULT_RESAMPLES, DEFAULT_SEED, pass_at_k, pass_hat_k
 
 __all__ = [
+    "EPOCH_METRICS",
     "Bootstrap",
     "Cascade",
     "Metric",
@@ -47,6 +48,10 @@ class Metric(StrEnum):
     pass_at = "pass@k"
     pass_hat = "pass^k"
     mean = "mean@k"
+    best = "best-of-k"  # a judge picks among the first k epochs' answers (flowllm/analysis/rerank.py)
+
+
+EPOCH_METRICS = (Metric.majority, Metric.pass_at, Metric.pass_hat, Metric.mean)  # computed from the epochs alone
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ def _cost(tasks: Sequence[TaskEpochs], k: int) -> float | None:
 def run_curves(run: RunEpochs, task_ids: Sequence[str], max_k: int, bootstrap: Bootstrap) -> RunCurves:
     """Every metric for k = 1..max_k over ``task_ids`` (those with at least k scored epochs at each k)."""
     out = RunCurves(run, list(task_ids))
-    for metric in Metric:
+    for metric in EPOCH_METRICS:
         out.curves[metric] = {}
         for k in range(1, max_k + 1):
             tasks = [run.tasks[t] for t in task_ids if run.tasks[t].n >= k]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import TaskResult
 from tests.experiment.helpers import ROOT, run_flowllm
@@ -174,3 +176,36 @@ def test_different_tasks_and_too_large_k(
     assert "no scored task in common" in capsys.readouterr().err
     assert inspect_main(["scale", str(runs["five"]), "--k", "6"]) == 2
     assert capsys.readouterr().err.strip().endswith("k=6 is more than the epochs run: the largest k is 5")
+
+
+def test_best_of_k_by_a_judge_is_recorded_and_replayed(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "five"
+    shutil.copytree(runs["five"], run)
+    # The judge picks the first candidate, except on sample-09 where it picks the second (124: wrong).
+    judge = {"default": ["\\boxed{1}"], "tasks": {"sample-09-arithmetic/rerank": ["\\boxed{2}"] * 5}}
+    (tmp_path / "judge.yaml").write_text(yaml.safe_dump(judge))
+    capture = tmp_path / "requests.jsonl"
+    monkeypatch.setenv(CAPTURE_ENV, str(capture))
+    args = (str(run), "--judge", "offline", "--judge-script", str(tmp_path / "judge.yaml"))
+    first = scale_json(capsys, *args)
+    # sample-07's epochs all agree (no call); sample-03 and sample-09 have two or more answers for every k >= 2
+    assert first["best_of_k"]["five"]["calls"] == 8 and first["best_of_k"]["five"]["replayed"] == 0
+    assert len(capture.read_text().splitlines()) == 8
+    lines = [json.loads(x) for x in (run / "rerank_usage.jsonl").read_text().splitlines()]
+    judged: Counter[tuple[str, int]] = Counter()
+    for line in lines:
+        if line["type"] == "attempt" and line["outcome"] == "ok":
+            judged[(line["task_id"], line["turn"])] += line["cost_usd"]
+    best = first["runs"][0]["curves"]["best-of-k"]
+    assert set(best) == {"2", "3", "4", "5"}
+    for k in range(2, 6):
+        assert best[str(k)]["value"] == pytest.approx(2 / 3)
+        cost = sum(k * ledger_cost(run, t) / 5 + judged[(t, k)] for t in IDS) / 3
+        assert best[str(k)]["cost_per_task_usd"] == pytest.approx(cost)
+    assert (run / "tasks/sample-09-arithmetic/judge/rerank/k02/verdict.json").is_file()
+    again = scale_json(capsys, *args)  # the recorded judge calls are read back: nothing is asked again
+    assert again["best_of_k"]["five"]["calls"] == 0 and again["best_of_k"]["five"]["replayed"] == 8
+    assert len(capture.read_text().splitlines()) == 8
+    assert again["runs"][0]["curves"]["best-of-k"] == best

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flowllm.analysis.epoch_runs import expand_runs
+from flowllm.analysis.rerank import judge_provider
 from flowllm.analysis.scale_plot import plot_scale
 from flowllm.analysis.scale_report import ScaleReport, point_text, scale_report
 from flowllm.analysis.scaling import Bootstrap, Metric
@@ -31,16 +32,17 @@ def _cost(value: float | None) -> str:
 def _run_table(report: ScaleReport, index: int) -> Table:
     curves = report.runs[index]
     table = Table(title=f"{curves.run.label} ({curves.run.epochs} epochs)", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("k", *(m.value for m in Metric), "tasks", "cost / task"):
+    metrics = list(curves.curves)
+    for name in ("k", *(m.value for m in metrics), "tasks", "cost / task"):
         table.add_column(name, justify="right")
+    best = curves.curves.get(Metric.best)
     for k in curves.curves[Metric.majority]:
         first = curves.curves[Metric.majority][k]
-        table.add_row(
-            str(k),
-            *(point_text(curves.curves[m][k]) for m in Metric),
-            str(first.n),
-            _cost(first.cost_per_task_usd),
-        )
+        cost = _cost(first.cost_per_task_usd)
+        if best is not None and k in best:
+            cost += f" (best-of-k {_cost(best[k].cost_per_task_usd)})"
+        cells = (point_text(curves.curves[m][k]) if k in curves.curves[m] else "-" for m in metrics)
+        table.add_row(str(k), *cells, str(first.n), cost)
     return table
 
 
@@ -62,11 +64,11 @@ def render(console: Console, report: ScaleReport) -> None:
             f"{point_text(c.point)}, {_cost(c.point.cost_per_task_usd)} per task; answered by {by}"
         )
     if report.best_of_k:
+        calls = [v for label, v in report.best_of_k.items() if label != "judge"]
         console.print(
-            f"best-of-k (judge {esc(report.best_of_k['judge'])}): "
-            + ", ".join(
-                f"k={k} {100 * v['value']:.1f}%" for k, v in report.best_of_k["curve"].items() if v["value"] is not None
-            )
+            f"best-of-k: judge {esc(report.best_of_k['judge'])} picked among the first k epochs' answers; "
+            f"{sum(c['calls'] for c in calls)} calls made now, {sum(c['replayed'] for c in calls)} read back "
+            "from the runs' recorded judge calls"
         )
     if report.frontier:
         console.print("Pareto frontier (accuracy against cost per task): " + ", ".join(esc(f) for f in report.frontier))
@@ -79,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--agreement", type=float, default=0.8, help="cascade: escalate below this agreement")
     parser.add_argument("--resamples", type=int, default=Bootstrap.resamples, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=Bootstrap.seed, help="bootstrap seed")
+    parser.add_argument("--judge", default=None, help="best-of-k: a conf/provider name[:model] picks the answer")
+    parser.add_argument("--judge-script", default=None, help="the judge's emulator script (offline judges)")
     parser.add_argument("--plot", type=Path, default=None, help="write accuracy against cost per task (PNG)")
     parser.add_argument("--json", action="store_true")
     return parser
@@ -91,7 +95,8 @@ def main(argv: Sequence[str], console: Console) -> int:
     if not 0 < ns.agreement <= 1:
         raise UsageError(f"--agreement is a share of epochs in (0, 1] (got {ns.agreement})")
     runs = expand_runs(ns.runs)
-    report = scale_report(runs, k=ns.k, agreement=ns.agreement, bootstrap=Bootstrap(ns.resamples, ns.seed))
+    judge = None if ns.judge is None else (ns.judge, judge_provider(ns.judge, ns.judge_script))
+    report = scale_report(runs, k=ns.k, agreement=ns.agreement, bootstrap=Bootstrap(ns.resamples, ns.seed), judge=judge)
     plotted = plot_scale(report, ns.plot) if ns.plot is not None else None
     if ns.json:
         emit_json({**report.to_dict(), "plot": None if plotted is None else str(plotted)})
