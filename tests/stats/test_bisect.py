@@ -12,7 +12,7 @@ import pytest
 
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.inspect.cli import main as inspect_main
-from tests.experiment.helpers import run_flowllm
+from tests.experiment.helpers import start_flowllm
 
 IDS = ("sample-02-word-count", "sample-06-fibonacci", "sample-09-arithmetic")
 TASKS = f"dataset.task_ids=[{','.join(IDS)}]"
@@ -21,9 +21,12 @@ TASKS = f"dataset.task_ids=[{','.join(IDS)}]"
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("bisect")
-    for name, extra in (("a", ()), ("b", ("repair=none", "agent.max_turns=1"))):
-        proc = run_flowllm(TASKS, *extra, "progress=false", f"hydra.run.dir={root / name}")
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    procs = []
+    for name, extra in (("a", ()), ("b", ("repair=none", "agent.max_turns=1"))):  # both at once
+        log = root / f"{name}.log"
+        procs.append((start_flowllm(TASKS, *extra, "progress=false", f"hydra.run.dir={root / name}", log=log), log))
+    for proc, log in procs:
+        assert proc.wait(timeout=900) == 0, log.read_text()[-3000:]
     return root / "a", root / "b"
 
 

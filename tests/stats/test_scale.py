@@ -20,7 +20,7 @@ import yaml
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import TaskResult
-from tests.experiment.helpers import ROOT, run_flowllm
+from tests.experiment.helpers import ROOT, start_flowllm
 
 IDS = ("sample-03-percentage", "sample-07-department", "sample-09-arithmetic")
 TASKS = f"dataset.task_ids=[{','.join(IDS)}]"
@@ -40,18 +40,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     script = yaml.safe_load((ROOT / "flowllm/data/sample/script.yaml").read_text())
     script["tasks"].update(VARIED)
     (root / "script.yaml").write_text(yaml.safe_dump(script))
-    out = {}
-    for name, epochs in (("five", 5), ("three", 3)):
+    out, procs = {}, []
+    for name, epochs in (("five", 5), ("three", 3)):  # both at once: each waits on its emulator and tools
         out[name] = root / name
-        proc = run_flowllm(
-            f"experiment.epochs={epochs}",
-            TASKS,
-            f"provider.emulator_script={root / 'script.yaml'}",
-            "progress=false",
-            "~tools.servers.tool-files",  # the three tasks use math and Python only
-            f"hydra.run.dir={out[name]}",
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        args = (f"experiment.epochs={epochs}", TASKS, f"provider.emulator_script={root / 'script.yaml'}")
+        # the three tasks use math and Python only
+        extra = ("progress=false", "~tools.servers.tool-files", f"hydra.run.dir={out[name]}")
+        procs.append((start_flowllm(*args, *extra, log=root / f"{name}.log"), root / f"{name}.log"))
+    for proc, log in procs:
+        assert proc.wait(timeout=900) == 0, log.read_text()[-3000:]
     return out
 
 
