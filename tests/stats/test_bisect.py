@@ -5,6 +5,7 @@ observed difference, and the emulator answers only the forked turns; over ``--ma
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -74,3 +75,23 @@ def test_bisect_over_max_cost_runs_nothing(
     err = capsys.readouterr().err
     assert "the forks would cost $" in err and "over --max-cost" in err and "nothing ran" in err
     assert not out.exists()
+
+
+def test_a_dataset_change_is_named_and_left_out(
+    runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = runs
+    other = tmp_path / "b"
+    shutil.copytree(b, other)
+    fingerprint = json.loads((other / "fingerprint.json").read_text())
+    fingerprint["settings"]["dataset.limit"] = 2
+    fingerprint["dataset_files"]["metadata.jsonl"] = "0" * 64
+    (other / "fingerprint.json").write_text(json.dumps(fingerprint))
+    out = tmp_path / "forks"
+    assert inspect_main(["bisect", str(a), str(other), "--out", str(out), "--dry-run", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings_left_out"] == ["dataset files", "dataset.limit"]
+    assert data["effects"] == [] and data["projected_cost_usd"] > 0 and not out.exists()
+    assert inspect_main(["bisect", str(a), str(other), "--out", str(out), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "not changed by a fork (left out): dataset files, dataset.limit" in shown
