@@ -53,6 +53,7 @@ SECTIONS = (
     "ratelimit",
     "startup",
     "cache",
+    "scale",
 )
 
 
@@ -111,7 +112,7 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import cache, concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
+    from benchmarks import cache, concurrency, fork, overhead, parallel, profile, ratelimit, replay, scale, startup
 
     return {
         "overhead": overhead.run,
@@ -125,6 +126,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "adversarial": adversarial_section,
         "startup": startup.run,
         "cache": cache.run,
+        "scale": scale.run,
     }
 
 

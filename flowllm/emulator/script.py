@@ -5,6 +5,8 @@
     tasks:
       <task_id>/<agent>:           # a sub-agent's conversation within that task (X-Flowllm-Agent header)
         - text: "..."
+      <task_id>#<n>:               # epoch n of an experiment.epochs run (X-Flowllm-Epoch header), when given
+        - text: "..."
       <task_id>:
         - text: "reply for turn 1"
         - thinking: "optional"     # emitted as a thinking block (with a signature) / reasoning item
@@ -132,11 +134,13 @@ class Script:
             batches=dict(data.get("batches") or {}),
         )
 
-    def key(self, task_id: str | None, agent: str | None) -> str | None:
-        """Which entry answers: a sub-agent's conversation reads ``tasks["<task_id>/<agent>"]``."""
-        if task_id is not None and agent and agent != "main":
-            return f"{task_id}/{agent}"
-        return task_id
+    def key(self, task_id: str | None, agent: str | None, epoch: str | None = None) -> str | None:
+        """Which entry answers: a sub-agent's conversation reads ``tasks["<task_id>/<agent>"]``; epoch n of an
+        ``experiment.epochs`` run reads ``tasks["<task_id>#<n>"]`` when the script has it."""
+        key = f"{task_id}/{agent}" if task_id is not None and agent and agent != "main" else task_id
+        if key is not None and epoch and f"{key}#{epoch}" in self.tasks:
+            return f"{key}#{epoch}"
+        return key
 
     def entry(self, task_id: str | None, turn: int) -> ScriptEntry | None:
         """The entry for ``turn`` (1-based) of ``task_id``; past the task's list, ``default``'s entries."""

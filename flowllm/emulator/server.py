@@ -266,7 +266,11 @@ class EmulatorApp:
         if rule is not None and rule.fault == "empty":
             return Reply("", None, None, (), "end_turn")
         return self.script.reply(
-            self.script.key(request.headers.get("x-flowllm-task"), request.headers.get("x-flowllm-agent")),
+            self.script.key(
+                request.headers.get("x-flowllm-task"),
+                request.headers.get("x-flowllm-agent"),
+                request.headers.get("x-flowllm-epoch"),
+            ),
             _script_turn(request, parsed.turn),
             parsed.tool_results,
             tuple(request_image_digests(parsed.body)),

@@ -10,6 +10,8 @@
     python -m flowllm.inspect report RUN_DIR|MULTIRUN_DIR [-o report.html]
     python -m flowllm.inspect audit RUN [--pattern REGEX]   answers that came from outside a task's own files
     python -m flowllm.inspect usage RUN [RUN...] [--by user,model]   usage ledgers summed across runs
+    python -m flowllm.inspect scale RUN [RUN...] [--k K] [--agreement A] [--plot FILE]   scaling from saved epochs
+    python -m flowllm.inspect bisect RUN_A RUN_B [--max-cost USD] [--sample N]   a difference, setting by setting
     python -m flowllm.inspect power --baseline 0.6 --delta 0.05 [--epochs 3] [--within-var V] [--run RUN]
     python -m flowllm.inspect export RUN --format inspect|otlp|gaia-submission [-o FILE] [--endpoint URL]  (no --json)
 
@@ -28,7 +30,7 @@ from rich.console import Console
 from flowllm.core.registry import Registry
 from flowllm.errors import CliError
 from flowllm.inspect import export_command, power, usage
-from flowllm.inspect.commands import audit, diff, failures, grep, node, report, summary, task, tasks
+from flowllm.inspect.commands import audit, bisect, diff, failures, grep, node, report, scale, summary, task, tasks
 from flowllm.inspect.commands.common import PROG, NotFound, RunCommand, ToolCommand, UsageError, open_run_dir
 from flowllm.inspect.commands.render import make_console
 
@@ -44,6 +46,8 @@ TOOL_COMMANDS: Registry[ToolCommand] = Registry(
         "power": power.main,
         "export": export_command.run_export,  # Inspect AI logs, OpenTelemetry spans, GAIA submissions
         "audit": audit.main,  # tasks whose answer came back from outside their own files
+        "scale": scale.main,  # test-time scaling curves from saved epochs
+        "bisect": bisect.main,  # a difference between two runs attributed to each changed setting, by forks
     },
 )
 # ``python -m flowllm.inspect RUN_DIR [name] ...``: commands on one saved run (one module each; summary first).

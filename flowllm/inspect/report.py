@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.export.contamination import contamination_rows
+from flowllm.analysis.scale_report import scale_rows
 from flowllm.inspect.artifacts import (
     Artifact,
     NodeRecord,
@@ -209,6 +210,7 @@ def run_data(run: RunRecord, strings: _Strings, label: str | None = None) -> dic
         "cache": cache["total"],  # the prompt cache's hit rate and the input billed against the bound
         "problems": run.problems,
         "verification": verification(run.path).to_dict(),  # flowllm verify's verdict on the run
+        "scale": scale_rows(run.path),  # epochs > 1: majority@k, pass@k, pass^k, mean@k per k
         "tasks": tasks,
     }
 

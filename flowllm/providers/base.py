@@ -39,12 +39,14 @@ from flowllm.providers.errors import (
     classify_exception,
 )
 from flowllm.providers.wire.models import Adjustment, shape_request
+from flowllm.rundir.epochs import current_epoch
 
 if TYPE_CHECKING:
     from flowllm.providers.batch import Batcher
 TASK_HEADER = "X-Flowllm-Task"
 AGENT_HEADER = "X-Flowllm-Agent"
 TURN_HEADER = "X-Flowllm-Turn"
+EPOCH_HEADER = "X-Flowllm-Epoch"  # sent in an ``experiment.epochs`` run: the emulator's script may vary by epoch
 # Keys a cache breakpoint may carry on a canonical block; only the Anthropic protocol sends them.
 CACHE_KEY = "cache_control"
 # Added to a raw reply only when the server sent no usage (or a prompt count of zero, which cannot be true),
@@ -296,7 +298,11 @@ class BaseProvider:
 
     @staticmethod
     def context_headers(context: CallContext) -> dict[str, str]:
-        return {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent, TURN_HEADER: str(context.turn)}
+        headers = {TASK_HEADER: context.task_id, AGENT_HEADER: context.agent, TURN_HEADER: str(context.turn)}
+        epoch = current_epoch()
+        if epoch is not None:
+            headers[EPOCH_HEADER] = str(epoch)
+        return headers
 
     async def send(self, request: dict[str, Any], *, context: CallContext) -> dict[str, Any]:
         running_before = self._in_flight

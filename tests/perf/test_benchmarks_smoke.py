@@ -36,6 +36,7 @@ def test_results_file_has_every_section_and_the_machine(quick_results: str) -> N
         "## Replay throughput",
         "## Parsing",
         "## Start-up: CPU per task",
+        "## Scaling figures and bisect planning",
     ):
         assert heading in quick_results, heading
     assert "| cores |" in quick_results and "| python |" in quick_results
