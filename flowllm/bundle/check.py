@@ -57,6 +57,9 @@ def _dataset(job: JobEntry, given: Path | None, changed_ok: bool, check: JobChec
     path = given if given is not None else bundled(job.dataset)
     if not path.exists():
         raise BundleInputError(f"the run's dataset {job.dataset} is not here: give it with --dataset PATH")
+    if not job.dataset_files:  # a run made before fingerprints: nothing to compare with
+        check.notes.append(f"the bundle records no file hashes of the dataset: {path} is used unchecked")
+        return path
     now = dataset_files(path)
     changed = sorted(n for n in {*now, *job.dataset_files} if now.get(n) != job.dataset_files.get(n))
     if changed:
