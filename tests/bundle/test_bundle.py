@@ -8,23 +8,20 @@ server's literal token): none of them, and none of the ground-truth strings, may
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from flowllm.bundle.archive import GZIP, read_bundle, write_bundle
-from flowllm.bundle.cli import verify_main
+from flowllm.bundle.cli import bundle_main, verify_main
 from flowllm.bundle.manifest import MANIFEST_FILE, MANIFEST_HASH_FILE, sha256
 from flowllm.exit_codes import ExitCode
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
-from tests.experiment.helpers import ROOT, run_flowllm
+from tests.experiment.helpers import run_flowllm
 
 DATA = Path(__file__).resolve().parent / "data" / "gaialike"
 TASK_IDS = ("bundle-01-abbey", "bundle-02-number", "bundle-03-town")
@@ -48,24 +45,12 @@ def ground_truths() -> list[str]:
     return [str(row["Final answer"]) for row in rows]
 
 
-def flowllm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """A command as a third party runs it: none of the publisher's secrets in the environment."""
-    env = {k: v for k, v in os.environ.items() if k not in CANARIES}
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900
-    )
-
-
 def bundle(source: Path, out: Path, *extra: str) -> Path:
-    done = subprocess.run(
-        [sys.executable, "-m", "flowllm", "bundle", str(source), "-o", str(out), *extra],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **CANARIES},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    """``flowllm bundle`` as the publisher runs it: with the canary secrets in the environment."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in CANARIES.items():
+            patch.setenv(name, value)
+        assert bundle_main([str(source), "-o", str(out), *extra]) == ExitCode.OK
     return out
 
 
@@ -114,10 +99,12 @@ def headline(run: Path) -> str:
     return f"{100 * acc['mean']:.1f}% ± {100 * acc['stderr']:.1f} [{100 * low:.1f}, {100 * high:.1f}] n={acc['n']}"
 
 
-def test_each_job_of_a_sweep_bundle_reproduces(sweep: Path, sweep_bundle: Path, tmp_path: Path) -> None:
-    done = flowllm("verify", str(sweep_bundle), cwd=tmp_path)
-    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
-    lines = [line for line in done.stdout.splitlines() if "reproduced:" in line]
+def test_each_job_of_a_sweep_bundle_reproduces(
+    sweep: Path, sweep_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert verify_main([str(sweep_bundle)]) == ExitCode.OK  # no canary in this process's environment
+    lines = [line for line in capsys.readouterr().out.splitlines() if "reproduced:" in line]
     assert [line.split("]:")[0].rsplit("[", 1)[1] for line in lines] == ["0", "1"]  # the plain job, the epochs one
     for job, line in zip(("0", "1"), lines, strict=True):
         assert f"reproduced: {headline(sweep / job)}, 3/3 tasks replayed exactly" in line
