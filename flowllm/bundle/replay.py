@@ -35,6 +35,7 @@ class Replayed:
     problems: list[str] = field(default_factory=list)
     exact: int = 0
     tasks: int = 0
+    hash_correct: int = 0  # the tasks scored by their answer's hash that it calls right
 
 
 def _kept(override: str) -> bool:
@@ -124,8 +125,9 @@ def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | 
             )
             continue
         replayed.exact += status == "exact" or result.status == new.status != "completed"
-        if task_id in by_hash and new.answer is not None:
-            new.correct = answer_hash(new.answer) == by_hash[task_id]
+        if task_id in by_hash:
+            new.correct = new.answer is not None and answer_hash(new.answer) == by_hash[task_id]
+            replayed.hash_correct += new.correct
         for name in ("status", "answer", "correct"):
             if getattr(result, name) != getattr(new, name):
                 replayed.problems.append(

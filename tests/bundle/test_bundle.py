@@ -111,16 +111,22 @@ def test_each_job_of_a_sweep_bundle_reproduces(
     assert list(tmp_path.iterdir()) == []  # verify wrote nothing where it ran
 
 
-def test_a_fork_bundle_reproduces_against_a_dataset_with_a_file_more(
+def test_a_fork_bundle_reproduces_against_its_answer_hashes(
     fork_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Verified against the dataset without its answers (GAIA's hidden "?"), let through with
+    --dataset-changed-ok: every answer is scored by the hash the bundle records."""
     dataset = tmp_path / "dataset"
     shutil.copytree(DATA, dataset)
-    (dataset / "notes.txt").write_text("a file the run never read\n")
+    rows = (DATA / "metadata.jsonl").read_text()
+    for answer in ground_truths():
+        rows = rows.replace(f'"Final answer": "{answer}"', '"Final answer": "?"')
+    (dataset / "metadata.jsonl").write_text(rows)
     assert verify_main([str(fork_bundle), "--dataset", str(dataset), "--dataset-changed-ok"]) == ExitCode.OK
     out = capsys.readouterr().out
     assert REPRODUCED.search(out) and "3/3 tasks replayed exactly" in out, out
-    assert "note: the dataset" in out and "first notes.txt" in out
+    assert "note: the dataset" in out and "first metadata.jsonl" in out
+    assert "3 task(s) scored by the bundle's answer hashes" in out
 
 
 def unpacked(bundle_file: Path, dest: Path) -> dict[str, bytes]:
@@ -188,6 +194,7 @@ def test_edits_behind_a_rewritten_manifest_are_found_by_the_replay_and_the_audit
     assert "runs/run/tasks/bundle-03-town/turn_001/" in out  # the saved node that did not reproduce
     assert "runs/run/tasks/bundle-01-abbey/result.json says answer 'Ely', the replay gives 'Zephyrine" in out
     assert "runs/run/usage.jsonl: line 1" in out
+    assert "bundle-02-number" not in out  # the task nobody edited reproduced
 
 
 def bad_inputs(fork_bundle: Path, folder: Path) -> dict[str, Path]:
