@@ -87,7 +87,10 @@ def _restore_answers(run_dir: Path, job: JobEntry, tasks: list[Task], check: Job
         tid: h for tid, h in job.ground_truth.items() if answers.get(tid) is None and h is not None
     }
     for path in sorted((run_dir / TASKS_DIR).rglob(RESULT_FILE)):
-        data = orjson.loads(path.read_bytes())
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            raise BundleInputError(f"{path.relative_to(run_dir.parent.parent)} is not valid JSON") from None
         if not isinstance(data, dict) or data.get("ground_truth") is not None:
             continue
         task_id, truth = str(data.get("task_id")), answers.get(str(data.get("task_id")))
