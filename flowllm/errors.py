@@ -41,6 +41,8 @@
         │                              (export/source.py)
         ├── VerifyInputError           flowllm verify was given no run, or a file of it does not parse
         │                              (verify/evidence.py)
+        ├── BundleInputError           flowllm bundle or verify FILE was given no run or no bundle (truncated,
+        │                              newer), or a dataset that differs (bundle/manifest.py)
         └── RecordFormatError          a run file (summary, result, ledger line) is not a JSON object
                                        (rundir/record_base.py)
 

@@ -45,7 +45,7 @@ def _compressed_writer(handle: IO[bytes], compression: str) -> Iterator[IO[bytes
         with zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(handle, closefd=False) as writer:
             yield writer
     else:
-        with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as writer:
+        with gzip.GzipFile(filename="", fileobj=handle, mode="wb", mtime=0) as writer:
             yield writer
 
 

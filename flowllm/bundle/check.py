@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from flowllm.bundle.answers import answer_hash
 from flowllm.bundle.make import RUNS_DIR
 from flowllm.bundle.manifest import BundleInputError, JobEntry
-from flowllm.bundle.replay import compare_tasks, replay_run, replay_summary
+from flowllm.bundle.replay import Replayed, compare_tasks, replay_run, replay_summary
 from flowllm.bundle.unpack import unpack
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.task import Task
@@ -46,6 +46,7 @@ class JobCheck:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     line: str = ""
+    dataset_changed: bool = False  # --dataset-changed-ok let a dataset with other files through
 
     @property
     def reproduced(self) -> bool:
@@ -56,6 +57,9 @@ def _dataset(job: JobEntry, given: Path | None, changed_ok: bool, check: JobChec
     path = given if given is not None else bundled(job.dataset)
     if not path.exists():
         raise BundleInputError(f"the run's dataset {job.dataset} is not here: give it with --dataset PATH")
+    if not job.dataset_files:  # a run made before fingerprints: nothing to compare with
+        check.notes.append(f"the bundle records no file hashes of the dataset: {path} is used unchecked")
+        return path
     now = dataset_files(path)
     changed = sorted(n for n in {*now, *job.dataset_files} if now.get(n) != job.dataset_files.get(n))
     if changed:
@@ -63,6 +67,7 @@ def _dataset(job: JobEntry, given: Path | None, changed_ok: bool, check: JobChec
         if not changed_ok:
             raise BundleInputError(f"{what}: give the same dataset, or --dataset-changed-ok to verify anyway")
         check.notes.append(what)
+        check.dataset_changed = True
     return path
 
 
@@ -82,7 +87,10 @@ def _restore_answers(run_dir: Path, job: JobEntry, tasks: list[Task], check: Job
         tid: h for tid, h in job.ground_truth.items() if answers.get(tid) is None and h is not None
     }
     for path in sorted((run_dir / TASKS_DIR).rglob(RESULT_FILE)):
-        data = orjson.loads(path.read_bytes())
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            raise BundleInputError(f"{path.relative_to(run_dir.parent.parent)} is not valid JSON") from None
         if not isinstance(data, dict) or data.get("ground_truth") is not None:
             continue
         task_id, truth = str(data.get("task_id")), answers.get(str(data.get("task_id")))
@@ -108,6 +116,41 @@ def _headline(summary: RunSummary, exact: int, tasks: int) -> str:
     )
 
 
+def _check_stats(saved: RunSummary, again: RunSummary, check: JobCheck, prefix: str) -> None:
+    saved_acc = saved.stats.accuracy if saved.stats else {}
+    again_acc = again.stats.accuracy if again.stats else {}
+    for key in ("mean", "stderr", "ci95", "n"):
+        if not same(saved_acc.get(key), again_acc.get(key)):
+            check.problems.append(
+                f"{prefix}/{SUMMARY_FILE}: stats.accuracy.{key} is {saved_acc.get(key)!r}, "
+                f"the replay gives {again_acc.get(key)!r}"
+            )
+
+
+def _check_by_hash(saved: RunSummary, replayed: Replayed, hashed: int, check: JobCheck, prefix: str) -> None:
+    """A dataset without the answers: the right answers counted by hash against the summary's count."""
+    if hashed == replayed.tasks and saved.correct != replayed.hash_correct:
+        check.problems.append(
+            f"{prefix}/{SUMMARY_FILE}: correct is {saved.correct}, the answers' hashes give {replayed.hash_correct}"
+        )
+    check.notes.append(
+        f"{hashed} task(s) scored by the bundle's answer hashes (the dataset has no answer for them); the run "
+        "auditor, which reads the answers, was not run"
+    )
+
+
+def _audit(run_dir: Path, job: JobEntry, path: Path, check: JobCheck, prefix: str) -> None:
+    """The run auditor on the unpacked run, less what the bundle itself changed (masked secrets, a dataset let
+    through with --dataset-changed-ok)."""
+    findings = audit_run(run_dir, dataset=path).findings
+    if FINGERPRINT_FILE in job.masked:  # a secret the fingerprint held is masked: its digest cannot be recomputed
+        findings = [f for f in findings if f.field not in DIGEST_FIELDS]
+        check.notes.append(f"{FINGERPRINT_FILE}: its digest is not checked (a secret value in it is masked)")
+    if check.dataset_changed:  # said before replaying, and let through
+        findings = [f for f in findings if (f.file, f.field) != (FINGERPRINT_FILE, "dataset_files")]
+    check.problems += [f"{prefix}/{finding.line()}" for finding in findings]
+
+
 def _check_job(root: Path, job: JobEntry, path: Path, check: JobCheck, work: Path) -> JobCheck:
     run_dir = root / RUNS_DIR / job.name
     by_hash = _restore_answers(run_dir, job, _tasks(run_dir, path), check)
@@ -116,24 +159,14 @@ def _check_job(root: Path, job: JobEntry, path: Path, check: JobCheck, work: Pat
     if replayed.error:
         check.problems.append(replayed.error)
         return check
-    compare_tasks(run_dir, replayed, by_hash)
-    check.problems += [f"{prefix}/{p}" if p.startswith(TASKS_DIR) else p for p in replayed.problems]
+    compare_tasks(run_dir, replayed, by_hash, root)
+    check.problems += replayed.problems
     saved = RunSummary.from_dict(orjson.loads((run_dir / SUMMARY_FILE).read_bytes()))
-    again = replay_summary(replayed)
-    saved_acc = saved.stats.accuracy if saved.stats else {}
-    again_acc = again.stats.accuracy if again.stats else {}
-    for key in ("mean", "stderr", "ci95", "n"):
-        if not by_hash and not same(saved_acc.get(key), again_acc.get(key)):
-            check.problems.append(
-                f"{prefix}/{SUMMARY_FILE}: stats.accuracy.{key} is {saved_acc.get(key)!r}, "
-                f"the replay gives {again_acc.get(key)!r}"
-            )
-    audit = audit_run(run_dir, dataset=path)
-    findings = audit.findings
-    if FINGERPRINT_FILE in job.masked:  # a secret the fingerprint held is masked: its digest cannot be recomputed
-        findings = [f for f in findings if f.field not in DIGEST_FIELDS]
-        check.notes.append(f"{FINGERPRINT_FILE}: its digest is not checked (a secret value in it is masked)")
-    check.problems += [f"{prefix}/{finding.line()}" for finding in findings]
+    if by_hash:
+        _check_by_hash(saved, replayed, len(by_hash), check, prefix)
+    else:
+        _check_stats(saved, replay_summary(replayed), check, prefix)
+        _audit(run_dir, job, path, check, prefix)
     check.line = _headline(saved, replayed.exact, replayed.tasks)
     return check
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from flowllm.bundle.check import check_bundle
 from flowllm.bundle.make import make_bundle
-from flowllm.bundle.manifest import BundleInputError
+from flowllm.errors import CliError
 from flowllm.exit_codes import ExitCode
 from flowllm.verify.cli import main as audit_main
 
@@ -44,7 +44,7 @@ def bundle_main(argv: Sequence[str] | None = None) -> int:
     args = _bundle_parser().parse_args(argv)
     try:
         manifest = make_bundle(args.run, args.output, with_answers=args.with_answers)
-    except BundleInputError as exc:
+    except CliError as exc:  # BundleInputError, or a run record that is no record (RecordFormatError)
         print(f"flowllm bundle: error: {exc}", file=sys.stderr)
         return exc.exit_code
     answers = "with answers" if manifest.with_answers else "no answers (their hashes instead)"
@@ -98,7 +98,7 @@ def verify_main(argv: Sequence[str] | None = None) -> int:
     args = _verify_parser().parse_args(args_in)
     try:
         return _check(args)
-    except BundleInputError as exc:
+    except CliError as exc:  # BundleInputError, or a bundled record that is no record (RecordFormatError)
         print(f"flowllm verify: error: {exc}", file=sys.stderr)
         return exc.exit_code
 

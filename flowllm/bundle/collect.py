@@ -121,26 +121,34 @@ def _in_bundle(rel: Path, with_answers: bool) -> bool:
     return with_answers or JUDGE_SCOPE not in parts
 
 
-def _result(data: bytes, where: Path) -> TaskResult:
+def _json(data: bytes, where: Path) -> Any:
     try:
-        return TaskResult.from_dict(orjson.loads(data))
-    except (orjson.JSONDecodeError, ValueError) as exc:
-        raise BundleInputError(f"{where} cannot be read: {exc}".splitlines()[0]) from None
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BundleInputError(f"{where} is not valid JSON (truncated?): {exc}") from None
+
+
+def _config(run_dir: Path) -> tuple[Any, str]:
+    """The saved config as plain data, and the dataset path it names (its interpolations resolved)."""
+    try:
+        loaded = OmegaConf.load(run_dir / CONFIG_FILE)
+        return OmegaConf.to_container(loaded, resolve=False), str(OmegaConf.select(loaded, "dataset.path") or "")
+    except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
+        raise BundleInputError(f"{run_dir / CONFIG_FILE} cannot be read: {exc}".splitlines()[0]) from None
 
 
 def collect_run(run_dir: Path, name: str, *, with_answers: bool) -> RunFiles:
     """The bundle's files of one run folder; raises ``BundleInputError`` when it is not a run."""
-    config_path = run_dir / CONFIG_FILE
-    if not config_path.is_file() or not (run_dir / SUMMARY_FILE).is_file():
+    if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / SUMMARY_FILE).is_file():
         raise BundleInputError(f"{run_dir} is not a run folder (no {CONFIG_FILE} or {SUMMARY_FILE})")
-    config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
+    config, dataset = _config(run_dir)
     fingerprint_path = run_dir / FINGERPRINT_FILE
-    fingerprint = orjson.loads(fingerprint_path.read_bytes()) if fingerprint_path.is_file() else {}
+    fingerprint = _json(fingerprint_path.read_bytes(), fingerprint_path) if fingerprint_path.is_file() else {}
+    fingerprint = fingerprint if isinstance(fingerprint, dict) else {}
     settings = fingerprint.get("settings")
     settings = settings if isinstance(settings, dict) else {}
     secrets = {*environment_secrets(), *config_secrets(config), *setting_secrets(settings)}
     masked = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
-    dataset = str(OmegaConf.select(OmegaConf.load(config_path), "dataset.path") or "")
     job = JobEntry(name=name, dataset=dataset, dataset_files=dict(fingerprint.get("dataset_files") or {}))
     found = RunFiles(job)
     for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
@@ -149,11 +157,12 @@ def collect_run(run_dir: Path, name: str, *, with_answers: bool) -> RunFiles:
             continue
         data = path.read_bytes()
         if rel.name in (RESULT_FILE, VERDICT_FILE) and rel.parts[0] == TASKS_DIR:
+            record = _json(data, rel)
             if rel.name == RESULT_FILE and len(rel.parts) == 3:  # tasks/<folder>/result.json: the task's own
-                result = _result(data, rel)
+                result = TaskResult.from_dict(record)
                 job.ground_truth[result.task_id] = answer_hash(result.ground_truth)
             if not with_answers:
-                data = orjson.dumps(strip_answers(orjson.loads(data)), option=orjson.OPT_INDENT_2) + b"\n"
+                data = orjson.dumps(strip_answers(record), option=orjson.OPT_INDENT_2) + b"\n"
         kept = _mask(data, masked)
         if kept != data:
             job.masked.append(rel.as_posix())

@@ -35,6 +35,7 @@ class Replayed:
     problems: list[str] = field(default_factory=list)
     exact: int = 0
     tasks: int = 0
+    hash_correct: int = 0  # the tasks scored by their answer's hash that it calls right
 
 
 def _kept(override: str) -> bool:
@@ -88,7 +89,7 @@ def _results(run_dir: Path) -> dict[str, tuple[Path, TaskResult]]:
     return found
 
 
-def _where(saved_run: Path, task_dir: Path, verdict: dict[str, object]) -> str:
+def _where(root: Path, task_dir: Path, verdict: dict[str, object]) -> str:
     """The saved file of the node where the replay first differed (or the task's folder), in the task's own
     conversation, a sub-agent's (``scope``) or an epoch's."""
     scope = str(verdict.get("scope") or "")
@@ -97,19 +98,19 @@ def _where(saved_run: Path, task_dir: Path, verdict: dict[str, object]) -> str:
         pattern = f"{scope + '/' if scope else ''}turn_{turn:03d}/*_{node}/{OUTPUT_FILE}"
         hits = sorted([*task_dir.glob(pattern), *task_dir.glob(f"{EPOCHS_DIR}/*/{pattern}")])
         if hits:
-            return hits[0].relative_to(saved_run).as_posix()
-    return task_dir.relative_to(saved_run).as_posix()
+            return hits[0].relative_to(root).as_posix()
+    return task_dir.relative_to(root).as_posix()
 
 
-def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | None]) -> None:
+def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | None], root: Path) -> None:
     """Each task of the replay against the bundle's: exact, same answer, same score (for a task in ``by_hash``,
     whose answer the dataset lacks: whether the answer's hash is the recorded one); problems name the first turn
-    and the file that did not reproduce."""
+    and the file that did not reproduce, relative to ``root`` (the bundle's)."""
     saved = _results(saved_run)
     again = _results(replayed.run_dir)
     replayed.tasks = len(saved)
     for task_id, (path, result) in saved.items():
-        rel = path.relative_to(saved_run).as_posix()
+        rel = path.relative_to(root).as_posix()
         if task_id not in again:
             replayed.problems.append(f"task {task_id}: the replay has no result ({rel})")
             continue
@@ -118,14 +119,15 @@ def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | 
         status = verdict.get("status")
         if status != "exact" and result.status == new.status == "completed":
             turn = verdict.get("turn")
-            where = _where(saved_run, path.parent, verdict)
+            where = _where(root, path.parent, verdict)
             replayed.problems.append(
                 f"task {task_id}: {status or 'not replayed'} at turn {turn} ({verdict.get('node')}): {where}"
             )
             continue
         replayed.exact += status == "exact" or result.status == new.status != "completed"
-        if task_id in by_hash and new.answer is not None:
-            new.correct = answer_hash(new.answer) == by_hash[task_id]
+        if task_id in by_hash:
+            new.correct = new.answer is not None and answer_hash(new.answer) == by_hash[task_id]
+            replayed.hash_correct += new.correct
         for name in ("status", "answer", "correct"):
             if getattr(result, name) != getattr(new, name):
                 replayed.problems.append(
