@@ -23,8 +23,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from flowllm.export.contamination import contamination_rows
 from flowllm.analysis.scale_report import scale_rows
+from flowllm.export.contamination import contamination_rows
 from flowllm.inspect.artifacts import (
     Artifact,
     NodeRecord,
