@@ -17,4 +17,8 @@ if __name__ == "__main__":
         from flowllm.verify.cli import main as verify_main
 
         sys.exit(verify_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["merge"]:  # python -m flowllm merge SHARD... -o RUN = flowllm merge (flowllm/cli/merge.py)
+        from flowllm.cli.merge import main as merge_main
+
+        sys.exit(merge_main(sys.argv[2:]))
     sys.exit(run_main())

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import refuse_ignored_overrides
 from flowllm.config.schema import register_configs
+from flowllm.datasets.shards import ShardSpec
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import FlowError, RunStopped
@@ -233,6 +234,17 @@ class _RunSession:
             self.ledger.close()
 
 
+def say_shard(shard: ShardSpec | None) -> None:
+    """Once, at the start of a shard's run: what it runs, and that its limits and budget are its own."""
+    if shard is None:
+        return
+    log.warning(
+        "flowllm: shard %s: this process runs its slice of the tasks; rate limits and experiment.budget are per "
+        "shard (each shard holds them alone); `flowllm merge` puts the shards' folders together",
+        shard,
+    )
+
+
 def own_telemetry(cfg: DictConfig, composed: DictConfig) -> DictConfig:
     """``cfg`` with the telemetry of this session's own config: a replay or fork that repeats a saved run's
     experiment never sends spans to the receiver the saved run had (``telemetry.otlp_endpoint``)."""
@@ -249,6 +261,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     cfg = own_telemetry(inherit_replayed_run(cfg), composed)
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir)
+    say_shard(ShardSpec.parse(cfg.experiment.get("shard")))  # a bad spec: one line, exit 2, nothing written
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
