@@ -51,7 +51,7 @@ from flowllm.scoring.scorers import Scorer
 from flowllm.setup import provenance
 from flowllm.setup.preflight import PreflightError, ProviderTarget
 from flowllm.setup.prepared import PreparedRun
-from flowllm.setup.settings import check_settings, experiment_settings, spending_settings
+from flowllm.setup.settings import check_settings, coordination_settings, experiment_settings, spending_settings
 from flowllm.setup.vision import plan_vision, unavailable_tools
 from flowllm.setup.webconf import check_web_tools
 from flowllm.spend.fork_accounting import fork_summary
@@ -160,6 +160,9 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
         vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg, names))
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
+    # experiment.coordination: Redis answers, before anything starts (a dataset that cannot be read says so above)
+    dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
+    coordination = problems.check(lambda: coordination_settings(cfg, dataset_path))
     if prices is not None and provider_cfg is not None and judge is not None and spend_caps is not None:
         models = billed_models(provider_cfg, names)
         models += [c.model for c in (judge[1], vision.provider_cfg if vision is not None else None) if c is not None]
@@ -185,7 +188,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
         vision=vision,
         providers=ProviderTable(dict(names.resolved)),
         tools=tools,
-        experiment=experiment_settings(cfg, *spend_caps),
+        experiment=experiment_settings(cfg, spend_caps[0], spend_caps[1], coordination),
     )
     return prepared, provider_cfg, []
 
