@@ -21,4 +21,8 @@ if __name__ == "__main__":
         from flowllm.bundle.cli import bundle_main
 
         sys.exit(bundle_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["merge"]:  # python -m flowllm merge SHARD... -o RUN = flowllm merge (flowllm/cli/merge.py)
+        from flowllm.cli.merge import main as merge_main
+
+        sys.exit(merge_main(sys.argv[2:]))
     sys.exit(run_main())

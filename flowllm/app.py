@@ -22,6 +22,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import refuse_ignored_overrides
 from flowllm.config.schema import register_configs
+from flowllm.core.coordination import RedisLimits
+from flowllm.datasets.shards import ShardSpec
 from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import FlowError, RunStopped
@@ -96,8 +98,10 @@ async def _run_async(
         prices=parts.prices,
         providers=parts.providers,
     )
+    coordination = parts.experiment.coordination
+    limits = RedisLimits(coordination) if coordination is not None else None  # else this machine's (limiter.py)
     async with (
-        open_provider(parts.provider_cfg, ledger=ledger, resolve=parts.providers) as provider,
+        open_provider(parts.provider_cfg, ledger=ledger, resolve=parts.providers, limits=limits) as provider,
         open_vision(
             parts.vision,
             ledger=ledger,
@@ -110,7 +114,11 @@ async def _run_async(
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer, vision=vision)
         if catalog is not None:
             experiment.tools_catalog = catalog  # the preflight's: its run-scoped servers are up, in this loop
-        return await experiment.run(parts.tasks)
+        try:
+            return await experiment.run(parts.tasks)
+        finally:
+            if limits is not None:
+                await limits.aclose()
 
 
 def _completed_before(run_dir: Path, tasks: list[Any], resume: bool) -> int:
@@ -233,6 +241,22 @@ class _RunSession:
             self.ledger.close()
 
 
+def say_shard(shard: ShardSpec | None, *, shared: bool) -> None:
+    """Once, at the start of a shard's run: what it runs, and whether its limits and budget are its own."""
+    if shard is None:
+        return
+    if shared:
+        log.info(
+            "flowllm: shard %s: rate limits and experiment.budget are the run's, kept with the other shards", shard
+        )
+        return
+    log.warning(
+        "flowllm: shard %s: this process runs its slice of the tasks; rate limits and experiment.budget are per "
+        "shard (each shard holds them alone); `flowllm merge` puts the shards' folders together",
+        shard,
+    )
+
+
 def own_telemetry(cfg: DictConfig, composed: DictConfig) -> DictConfig:
     """``cfg`` with the telemetry of this session's own config: a replay or fork that repeats a saved run's
     experiment never sends spans to the receiver the saved run had (``telemetry.otlp_endpoint``)."""
@@ -249,6 +273,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     cfg = own_telemetry(inherit_replayed_run(cfg), composed)
     if cfg.experiment.get("worker_shard"):  # one of the processes of experiment.workers=N
         return workers.run_shard(cfg, run_dir)
+    say_shard(
+        ShardSpec.parse(cfg.experiment.get("shard")), shared=bool(cfg.experiment.get("coordination"))
+    )  # a bad spec: one line, exit 2, nothing written
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())

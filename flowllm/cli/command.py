@@ -6,6 +6,7 @@
     flowllm sweep-summary SWEEP_DIR     = python -m flowllm.sweep.summary SWEEP_DIR
     flowllm verify RUN [--json]         the run auditor (flowllm/verify): every number checked against evidence
     flowllm bundle RUN -o FILE          a run as one archive anyone can check offline: flowllm verify FILE
+    flowllm merge SHARD... -o RUN       shard folders (experiment.shard=I/N) merged into one run
 
 ``flowllm --help`` lists the config groups and their choices without the ``base_*`` schemas (which are no
 choice) and the exit codes; ``flowllm run --hydra-help`` is Hydra's own page.
@@ -50,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flowllm.bundle.cli import bundle_main
 
         return bundle_main(args[1:])
+    if args and args[0] == "merge":
+        from flowllm.cli.merge import main as merge_main
+
+        return merge_main(args[1:])
     if args and args[0] == "sweep-summary":
         from flowllm.sweep.summary import main as sweep_main
 

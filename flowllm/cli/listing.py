@@ -70,6 +70,7 @@ def help_text() -> str:
         "       flowllm verify RUN [--json]   (every number of a run recomputed from its evidence: exit 0 agrees,",
         "       6 a disagreement, 2 not a run)",
         "       flowllm bundle RUN -o FILE   flowllm verify FILE [--dataset PATH]   (a run anyone can check offline)",
+        "       flowllm merge SHARD... -o RUN   (the folders of experiment.shard=I/N runs merged into one run)",
         "",
         "Runs the configured experiment (conf/config.yaml). Overrides switch a group or set a key:",
         "  flowllm run provider=claude runner=legacy agent.max_turns=3",

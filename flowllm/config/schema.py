@@ -332,6 +332,12 @@ class ExperimentConfig:
     # ray.init's address for executor=ray: null (a local instance, or $RAY_ADDRESS), auto, ray://host:10001.
     ray_address: str | None = None
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    # I/N: run only shard I (from 0) of N of the selected tasks, chosen by a hash of each task id
+    # (flowllm/datasets/shards.py); `flowllm merge` puts the shards' folders together into one run.
+    shard: str | None = None
+    # redis://host:port/db[?run=NAME]: the provider's rate limits (requests, tokens, a 429's pause) and the budget's
+    # spend kept in Redis, so processes on several machines (shards) hold them together (flowllm/core/coordination.py)
+    coordination: str | None = None
     # Set by the parent of a run with workers > 1 for each worker it starts (its shard file); not for users.
     worker_shard: str | None = None
 

@@ -39,7 +39,7 @@ from flowllm.providers.keys import (
     secret_values,
 )
 from flowllm.providers.ledger import UsageLedger
-from flowllm.providers.limiter import build_limiter, check_rate_limit_config
+from flowllm.providers.limiter import SharedLimits, build_limiter, check_rate_limit_config
 from flowllm.providers.registry import Resolver, RoutePlan, plan_routes
 from flowllm.providers.resilient import ResilientProvider, Route, breaker_listener
 from flowllm.providers.retry import RetryPolicy
@@ -293,6 +293,7 @@ async def open_provider(
     resolve: Resolver | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    limits: SharedLimits | None = None,
 ) -> AsyncIterator[Provider]:
     """The configured provider, open for the lifetime of the context (and the emulators with it, if
     scripted).
@@ -300,7 +301,8 @@ async def open_provider(
     ``ledger``: where every attempt is written (``UsageLedger(run_dir / "usage.jsonl", prices=...)``); without
     one the ledger is kept in memory (``provider.ledger``). ``resolve`` maps a provider name to its config (a
     ``ProviderTable`` the run's set-up resolved; without one, a name fails); ``clock`` and ``sleep`` drive
-    breakers, key cooldowns and retry waits.
+    breakers, key cooldowns and retry waits; ``limits``: where the rate limits' shared state is kept (default:
+    this machine's, ``FileLimits``; Redis with ``experiment.coordination``).
     """
     plan = check_provider_config(pcfg, resolve=resolve)
     ledger = ledger if ledger is not None else UsageLedger(None)
@@ -318,7 +320,7 @@ async def open_provider(
         routes: dict[str, Route] = {}
         for member_id, member in plan.members.items():
             routes[member_id] = await stack.enter_async_context(
-                _open_route(member_id, member.cfg, ledger=ledger, clock=clock, sleep=sleep)
+                _open_route(member_id, member.cfg, ledger=ledger, clock=clock, sleep=sleep, limits=limits)
             )
         yield ResilientProvider(plan, routes, ledger=ledger, clock=clock, sleep=sleep)
 
@@ -337,6 +339,7 @@ async def _open_route(
     ledger: UsageLedger,
     clock: Callable[[], float],
     sleep: Callable[[float], Awaitable[Any]],
+    limits: SharedLimits | None = None,
 ) -> AsyncIterator[Route]:
     emulator = None
     base_url = cfg.base_url
@@ -380,7 +383,7 @@ async def _open_route(
                 member_id, cfg.breaker, clock=clock, sleep=sleep, on_transition=breaker_listener(ledger)
             ),
             policy=policy,
-            limiter=build_limiter(cfg.rate_limit, provider=member_id, clock=clock, sleep=sleep),
+            limiter=build_limiter(cfg.rate_limit, provider=member_id, clock=clock, sleep=sleep, limits=limits),
         )
     finally:
         for provider in providers.values():

@@ -17,6 +17,10 @@ Under ``experiment.workers=N`` (local or Ray) each worker has its own ``LocalLim
 the run as a whole holds the limit; a 429's pause reaches the other workers through a small file per provider
 in the run directory (``$FLOWLLM_SHARED_PAUSES``, set by the parent for its workers): ``SharedPause`` writes the
 wall-clock time until which nobody sends, and every limiter reads it again whenever the file changes.
+
+Where that shared state lives is a ``SharedLimits``: ``FileLimits`` (the above: buckets of this process, pauses in
+files) or, with ``experiment.coordination=redis://...``, ``flowllm.core.coordination.RedisLimits`` (the run's one
+bucket per provider and kind, and its pauses, in Redis: processes on several machines hold the limit together).
 """
 
 from __future__ import annotations
@@ -95,6 +99,44 @@ class Unlimited:
         return None
 
 
+class Bucket(Protocol):
+    """A rate's bucket: ``acquire(amount)`` waits until ``amount`` fits (``aiolimiter.AsyncLimiter`` is one)."""
+
+    max_rate: float
+
+    async def acquire(self, amount: float = 1) -> None: ...
+
+
+class PauseStore(Protocol):
+    """A 429's pause the processes of a run share: the seconds it has left, and lengthening it."""
+
+    async def left(self) -> float: ...
+
+    def extend(self, seconds: float) -> None: ...
+
+
+class SharedLimits(Protocol):
+    """Where the limiters of a run's processes keep what they share (``FileLimits`` or Redis)."""
+
+    def bucket(self, provider: str, kind: str, max_rate: float, time_period: float) -> Bucket: ...
+
+    def pause(self, provider: str) -> PauseStore | None: ...
+
+
+class FileLimits:
+    """One machine: each process its own buckets (the parent of N workers gives each 1/N of the rates), a 429's
+    pause in a file per provider of ``folder`` (none: the pause stays this process's)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+
+    def bucket(self, provider: str, kind: str, max_rate: float, time_period: float) -> Bucket:
+        return AsyncLimiter(max_rate, time_period)
+
+    def pause(self, provider: str) -> PauseStore | None:
+        return SharedPause(self.folder / f"{_file_name(provider)}.pause") if self.folder is not None else None
+
+
 class SharedPause:
     """A 429's pause shared by the processes of one run: the wall-clock time until which nobody sends to one
     provider, in one small file (written by rename, so a reader sees the old value or the new, never half)."""
@@ -118,6 +160,9 @@ class SharedPause:
                 self._seen = stamp
         return self._until
 
+    async def left(self) -> float:
+        return self.until() - self.wall()
+
     def extend(self, seconds: float) -> None:
         until = self.wall() + seconds
         if until <= self.until():
@@ -139,38 +184,40 @@ class LocalLimiter:
         provider: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-        shared: SharedPause | None = None,
+        shared: PauseStore | None = None,
+        limits: SharedLimits | None = None,
     ) -> None:
         check_rate_limit_config(cfg, provider=provider)
         self.provider = provider
         self.clock = clock
         self.sleep = sleep
+        limits = limits or FileLimits(None)
         self.shared = shared  # the other workers' 429 pauses, and where ours go
-        self.requests: AsyncLimiter | None = None
-        self.tokens: AsyncLimiter | None = None
+        self.requests: Bucket | None = None
+        self.tokens: Bucket | None = None
         self.flight: asyncio.Semaphore | None = None
         if cfg.requests_per_minute is not None:
             per_s = float(cfg.requests_per_minute) / 60.0
             burst = max(1.0, per_s * REQUEST_BURST_S)
-            self.requests = AsyncLimiter(burst, burst / per_s)
+            self.requests = limits.bucket(provider, "requests", burst, burst / per_s)
         if cfg.tokens_per_minute is not None:
             per_s = float(cfg.tokens_per_minute) / 60.0
             burst = max(1.0, per_s * TOKEN_BURST_S)
-            self.tokens = AsyncLimiter(burst, burst / per_s)
+            self.tokens = limits.bucket(provider, "tokens", burst, burst / per_s)
         if cfg.max_in_flight is not None:
             self.flight = asyncio.Semaphore(int(cfg.max_in_flight))
         self.counts_tokens = self.tokens is not None
         self.paused_until = 0.0  # clock time before which nobody sends (a 429's retry-after)
         self.debt = 0  # tokens used beyond the estimates, charged to the next callers
 
-    def _left(self) -> float:
+    async def _left(self) -> float:
         left = self.paused_until - self.clock()
         if self.shared is not None:
-            left = max(left, self.shared.until() - self.shared.wall())
+            left = max(left, await self.shared.left())
         return left
 
     async def _wait_pause(self) -> None:
-        while (left := self._left()) > 0:
+        while (left := await self._left()) > 0:
             await self.sleep(left)  # a later 429 may push the pause further: look again
 
     async def enter(self, estimated_tokens: int = 0) -> Slot:
@@ -220,14 +267,18 @@ def build_limiter(
     provider: str = "",
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    limits: SharedLimits | None = None,
 ) -> Limiter:
-    """The limiter of one provider for this process (``Unlimited`` when no limit is set)."""
+    """The limiter of one provider for this process (``Unlimited`` when no limit is set); ``limits``: where the
+    run's processes share its state (default: this machine's files, ``FileLimits``)."""
     if not is_limited(cfg):
         check_rate_limit_config(cfg, provider=provider)
         return Unlimited()
-    folder = os.environ.get(SHARED_PAUSES_ENV)
-    shared = SharedPause(Path(folder) / f"{_file_name(provider)}.pause") if folder else None
-    return LocalLimiter(cfg, provider=provider, clock=clock, sleep=sleep, shared=shared)
+    if limits is None:
+        folder = os.environ.get(SHARED_PAUSES_ENV)
+        limits = FileLimits(Path(folder) if folder else None)
+    shared = limits.pause(provider)
+    return LocalLimiter(cfg, provider=provider, clock=clock, sleep=sleep, shared=shared, limits=limits)
 
 
 def _file_name(provider: str) -> str:

@@ -35,6 +35,7 @@ from flowllm.agent.answer import last_boxed
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentResult
 from flowllm.config.schema import Reducer
+from flowllm.core.coordination import Coordination, RedisSpend
 from flowllm.core.interfaces import Provider
 from flowllm.core.types import Usage
 from flowllm.datasets.gaia import task_prompt
@@ -93,6 +94,8 @@ class ExperimentSettings:
     epoch_reducer: Reducer = Reducer.mean
     limits: TaskLimits = field(default_factory=TaskLimits)  # agent.limits
     budget: RunBudget = field(default_factory=RunBudget)  # experiment.budget
+    # experiment.coordination: the budget's spend (and the provider's limits) kept in Redis with other processes
+    coordination: Coordination | None = None
 
 
 @dataclass
@@ -148,7 +151,8 @@ class Experiment:
         self._handed_over: dict[str, TaskOutcome] = {}
         # The run's ledger, read as every process appends to it: per-task limits and the run's budget.
         capped = settings.limits.active or settings.budget.active
-        self.spend = SpendBook.of_run(recorder.run_dir) if capped else None
+        shared = RedisSpend(settings.coordination) if settings.coordination is not None and capped else None
+        self.spend = SpendBook.of_run(recorder.run_dir, shared=shared) if capped else None
         self._budget_said = False
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:

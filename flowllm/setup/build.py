@@ -25,6 +25,7 @@ from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import NameResolver, default_resolver
 from flowllm.config.schema import JudgeConfig, Reducer, RunnerConfig
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
+from flowllm.datasets.shards import ShardSpec
 from flowllm.engine import Recorder
 from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.engine.runners import runner_from_config
@@ -51,7 +52,7 @@ from flowllm.scoring.scorers import Scorer
 from flowllm.setup import provenance
 from flowllm.setup.preflight import PreflightError, ProviderTarget
 from flowllm.setup.prepared import PreparedRun
-from flowllm.setup.settings import check_settings, experiment_settings, spending_settings
+from flowllm.setup.settings import check_settings, coordination_settings, experiment_settings, spending_settings
 from flowllm.setup.vision import plan_vision, unavailable_tools
 from flowllm.setup.webconf import check_web_tools
 from flowllm.spend.fork_accounting import fork_summary
@@ -149,6 +150,9 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
             DatasetSpec.from_config(plain_config(cfg.dataset), resolve_path(cfg.dataset.path, "dataset.path"))
         )
     )
+    shard = problems.check(lambda: ShardSpec.parse(OmegaConf.select(cfg, "experiment.shard")))
+    if tasks is not None and shard is not None:
+        tasks = shard.select(tasks)  # experiment.shard=I/N: this process's slice of the selected tasks
     if tasks is not None:
         problems.check(lambda: check_stats(cfg.stats, tasks))
     judge = vision = None
@@ -157,6 +161,9 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
         vision = problems.check(lambda: plan_vision(cfg.tools, provider_cfg, names))
     prices = problems.check(lambda: PriceTable.load(resolve_path(cfg.experiment.pricing, "experiment.pricing")))
     subagents = problems.check(lambda: subagent_specs(cfg))
+    # experiment.coordination: Redis answers, before anything starts (a dataset that cannot be read says so above)
+    dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
+    coordination = problems.check(lambda: coordination_settings(cfg, dataset_path))
     if prices is not None and provider_cfg is not None and judge is not None and spend_caps is not None:
         models = billed_models(provider_cfg, names)
         models += [c.model for c in (judge[1], vision.provider_cfg if vision is not None else None) if c is not None]
@@ -182,7 +189,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
         vision=vision,
         providers=ProviderTable(dict(names.resolved)),
         tools=tools,
-        experiment=experiment_settings(cfg, *spend_caps),
+        experiment=experiment_settings(cfg, spend_caps[0], spend_caps[1], coordination),
     )
     return prepared, provider_cfg, []
 

@@ -7,7 +7,8 @@ scorer and every other dataset setting, pass@k, the task timeout) and the SHA-25
 Settings that cannot change a result never block a resume: how many tasks run at once, worker processes and
 where they run, the runner (all three give identical artifacts), progress, the preflight, what the recorder
 keeps, the run budget, how many epochs run, the statistics' settings, telemetry, batch mode, rate limits, the
-price table (its hash is provenance), which tasks are selected, and the dataset's path (its files' hashes stand for it).
+price table (its hash is provenance), which tasks are selected (a shard among them), and the dataset's path (its
+files' hashes stand for it).
 
 A rerun into a folder that holds results of other settings is refused (``FingerprintMismatch``, exit 2),
 naming each differing setting with both values; ``experiment.resume=force`` proceeds and keeps the earlier
@@ -48,6 +49,8 @@ NEUTRAL_SETTINGS = (
     "experiment.executor",
     "experiment.ray_address",
     "experiment.worker_shard",
+    "experiment.coordination",  # where the limits and the budget are kept, not what a task does
+    "experiment.shard",  # which tasks run, as dataset.task_ids: shards of one run share the fingerprint
     "experiment.budget",
     "experiment.progress_interval_s",
     "experiment.epochs",  # how many repeats: each epoch's result comes from the same settings

@@ -7,11 +7,13 @@ progress line and the summary are handed them and never read the raw config for 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.config.schema import Reducer
+from flowllm.core.coordination import Coordination, connect
 from flowllm.errors import ConfigError
 from flowllm.run.runner import ExperimentSettings
 from flowllm.setup import fingerprint
@@ -19,7 +21,7 @@ from flowllm.setup.checks import check_cache, check_timeouts
 from flowllm.spend.spending import RunBudget, TaskLimits
 from flowllm.telemetry.live import check_telemetry
 
-__all__ = ["check_settings", "experiment_settings", "spending_settings", "telemetry_endpoint"]
+__all__ = ["check_settings", "coordination_settings", "experiment_settings", "spending_settings", "telemetry_endpoint"]
 
 
 def _at_least_one(value: Any, setting: str) -> None:
@@ -64,7 +66,23 @@ def spending_settings(cfg: DictConfig) -> tuple[TaskLimits, RunBudget]:
     )
 
 
-def experiment_settings(cfg: DictConfig, limits: TaskLimits, budget: RunBudget) -> ExperimentSettings:
+def coordination_settings(cfg: DictConfig, dataset_path: Path) -> Coordination | None:
+    """``experiment.coordination``: Redis, checked to answer (``ConfigError`` naming the URL when it does not);
+    the run's keys are under ``?run=NAME`` of the URL, else the run's fingerprint (shards of a run share it)."""
+    url = OmegaConf.select(cfg, "experiment.coordination")
+    if not url:
+        return None
+    workers = cfg.experiment.get("workers", 1)
+    if str(workers) != "1" or str(cfg.experiment.get("executor", "local")) != "local":
+        raise ConfigError(
+            "experiment.coordination works with experiment.workers=1 and executor=local: run more shards instead"
+        )
+    return connect(str(url), fingerprint.compute(cfg, dataset_path).digest[:16])
+
+
+def experiment_settings(
+    cfg: DictConfig, limits: TaskLimits, budget: RunBudget, coordination: Coordination | None = None
+) -> ExperimentSettings:
     """The experiment's settings (``check_settings`` has checked the numbers)."""
     return ExperimentSettings(
         max_concurrent=int(cfg.experiment.max_concurrent),
@@ -75,4 +93,5 @@ def experiment_settings(cfg: DictConfig, limits: TaskLimits, budget: RunBudget) 
         epoch_reducer=Reducer(cfg.experiment.epoch_reducer),
         limits=limits,
         budget=budget,
+        coordination=coordination,
     )

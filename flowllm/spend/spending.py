@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+import orjson
+
+from flowllm.core.coordination import SpendEntry
 from flowllm.core.interfaces import Halt
 from flowllm.core.types import Usage
 from flowllm.errors import ConfigError
@@ -182,20 +185,30 @@ class Spend:
         }
 
 
-class SpendBook:
-    """Ledgers, read as every process appends to them: their spend and each task's."""
+class SharedSpend(Protocol):
+    """The run's spend kept where processes that share no ledger see it (``flowllm.core.coordination.RedisSpend``):
+    ``add`` counts billed lines not counted before (by digest) and returns the run's totals."""
 
-    def __init__(self, *paths: Path | str) -> None:
+    def add(self, entries: Sequence[SpendEntry]) -> dict[str, float]: ...
+
+
+class SpendBook:
+    """Ledgers, read as every process appends to them: their spend and each task's. With ``shared`` the run's
+    total is the shared one (every process's billed lines, pushed as this process reads its ledger)."""
+
+    def __init__(self, *paths: Path | str, shared: SharedSpend | None = None) -> None:
         self._tails = [LedgerTail(path) for path in paths]
         self._seen = [0] * len(paths)
         self._total = Spend()
         self._tasks: dict[str, Spend] = {}
+        self.shared = shared
+        self._unshared: list[SpendEntry] = []
 
     @classmethod
-    def of_run(cls, run_dir: Path | str) -> SpendBook:
+    def of_run(cls, run_dir: Path | str, shared: SharedSpend | None = None) -> SpendBook:
         """The run's ledgers: the agent's calls (every process's) and the judge's."""
         layout = RunLayout(Path(run_dir))
-        return cls(layout.ledger, layout.judge_ledger)
+        return cls(layout.ledger, layout.judge_ledger, shared=shared)
 
     def refresh(self) -> None:
         for index, tail in enumerate(self._tails):
@@ -209,6 +222,8 @@ class SpendBook:
         task = line.task_id
         if kind == "attempt":
             self._total.add_attempt(line)
+            if self.shared is not None and line.ok:
+                self._unshared.append(_entry(line))
             if task is not None:
                 self._tasks.setdefault(str(task), Spend()).add_attempt(line)
         elif kind == "call" and task is not None:
@@ -216,11 +231,28 @@ class SpendBook:
 
     def total(self) -> Spend:
         self.refresh()
-        return self._total.copy()
+        if self.shared is None:
+            return self._total.copy()
+        totals = self.shared.add(self._unshared)
+        self._unshared = []
+        return Spend(
+            tokens=int(totals.get("tokens", 0)),
+            output_tokens=int(totals.get("output_tokens", 0)),
+            cost_usd=float(totals.get("cost_usd", 0.0)),
+            unpriced_calls=int(totals.get("unpriced_calls", 0)),
+        )
 
     def task(self, task_id: str) -> Spend:
         self.refresh()
         return self._tasks.get(task_id, Spend()).copy()
+
+
+def _entry(line: LedgerLine) -> SpendEntry:
+    """A billed line as the shared spend counts it: once, by the digest of what it says."""
+    one = Spend()
+    one.add_attempt(line)
+    raw = orjson.dumps(line.to_dict(), option=orjson.OPT_SORT_KEYS)
+    return SpendEntry(SpendEntry.digest_of(raw), one.tokens, one.output_tokens, one.cost_usd, one.unpriced_calls > 0)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import orjson
 from omegaconf import DictConfig, OmegaConf
 
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
+from flowllm.datasets.shards import ShardSpec
 from flowllm.datasets.task import Task
 from flowllm.errors import CliError, FlowError
 from flowllm.resources import bundled
@@ -134,7 +135,9 @@ def _config(layout: RunLayout, run_dir: Path) -> DictConfig:
 def _tasks(cfg: DictConfig, dataset: Path | None) -> tuple[Path, list[Task]]:
     path = dataset if dataset is not None else bundled(str(cfg.dataset.path))
     try:
-        return path, load_dataset(DatasetSpec.from_config(cfg.dataset, path))
+        tasks = load_dataset(DatasetSpec.from_config(cfg.dataset, path))
+        shard = ShardSpec.parse(cfg.experiment.get("shard"))  # experiment.shard=I/N: the run's slice of them
+        return path, tasks if shard is None else shard.select(tasks)
     except FlowError as exc:
         raise VerifyInputError(f"the run's dataset cannot be read ({exc}); give it with --dataset PATH") from exc
 

@@ -1,0 +1,49 @@
+"""``flowllm merge SHARD... -o RUN``: the folders of ``experiment.shard=I/N`` runs merged into one run folder
+(flowllm/experiment/merge.py). Exit status: 0 merged, 2 the folders are not the shards of one run (nothing is
+written but what a refused merge had copied into the new folder)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from flowllm.errors import FlowError
+from flowllm.exit_codes import ExitCode
+
+__all__ = ["main"]
+
+PROG = "flowllm merge"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Merge the run folders of experiment.shard=I/N runs into one run: task folders and ledgers "
+        "put together, the summary computed once. The shards must have run with the same settings.",
+    )
+    parser.add_argument("shards", type=Path, nargs="+", help="the shards' run folders")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the merged run's folder (new or empty)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from flowllm.experiment.merge import merge_shards
+
+    try:
+        merged = merge_shards(list(args.shards), args.output)
+    except FlowError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", ExitCode.CONFIG))
+    summary = merged.summary
+    if merged.missing_shards:
+        missing = ", ".join(map(str, merged.missing_shards))
+        print(f"{PROG}: warning: shards {missing} were not given: their tasks are unfinished", file=sys.stderr)
+    accuracy = "not known" if summary.accuracy is None else f"{summary.accuracy:.1%}"
+    print(
+        f"{PROG}: {merged.run_dir}: {summary.tasks} tasks, {summary.completed} completed, {summary.failed} failed, "
+        f"accuracy {accuracy}, ${summary.cost_usd or 0:.4f}"
+    )
+    return int(ExitCode.OK)

@@ -1,0 +1,122 @@
+"""``experiment.coordination=redis://...``: two shard processes that share a Redis (started here on a free loopback
+port) hold one requests-per-minute limit and one budget together, each of which either alone would exceed;
+measured on their ledgers (every request the emulator answered is an attempt line)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.results import LedgerLine, RunSummary
+from tests.experiment.helpers import start_flowllm
+
+RPM = 240  # 4 a second, a burst of 4 (flowllm/providers/limiter.py): the sample's 22 calls need 4.5 s together
+PER_S, BURST = RPM / 60, 4
+BUDGET_USD = 0.02  # each shard's half of the sample costs about $0.03
+CONCURRENT = 2
+# The sample's replies call run_python and read_file only: one tool server fewer to start in each process.
+UNUSED_TOOLS = ("~tools.servers.tool-math",)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    args += ["--dir", str(folder)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def runs(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    """Two pairs of shard processes at once, one pair per shared limit (the keys of a pair: ``?run=NAME``), and a
+    fifth process given a Redis nobody listens on."""
+    root = tmp_path_factory.mktemp("coordinated")
+    pairs = {
+        "rate": [f"provider.rate_limit.requests_per_minute={RPM}"],
+        "budget": [f"experiment.budget.cost_usd={BUDGET_USD}", f"experiment.max_concurrent={CONCURRENT}"],
+    }
+    procs, folders = [], {}
+    for name, extra in pairs.items():
+        folders[name] = [root / f"{name}{i}" for i in range(2)]
+        for i, folder in enumerate(folders[name]):
+            url = f"experiment.coordination='{redis_url}?run={name}'"
+            args = ["progress=false", f"experiment.shard={i}/2", url, *extra, *UNUSED_TOOLS, f"hydra.run.dir={folder}"]
+            procs.append((start_flowllm(*args, log=root / f"{name}{i}.log"), root / f"{name}{i}.log"))
+    gone = f"experiment.coordination=redis://127.0.0.1:{_free_port()}/0"
+    refused = start_flowllm("progress=false", gone, f"hydra.run.dir={root / 'gone'}", log=root / "gone.log")
+    for proc, log in procs:
+        assert proc.wait(timeout=600) in (0, 3), log.read_text()[-2000:]  # 3: the budget ended the run
+    assert refused.wait(timeout=600) == 2
+    folders["gone"] = [root / "gone"]
+    return folders
+
+
+def _attempts(folders: list[Path]) -> list[LedgerLine]:
+    lines = []
+    for folder in folders:
+        for raw in RunLayout(folder).ledger.read_text().splitlines():
+            line = LedgerLine.from_dict(json.loads(raw))
+            if line.type == "attempt":
+                lines.append(line)
+    return lines
+
+
+def test_two_processes_hold_one_requests_per_minute_limit(runs: dict[str, list[Path]]) -> None:
+    lines = _attempts(runs["rate"])
+    assert len(lines) == 22  # the whole sample, both halves
+    starts = sorted(float(line.ts or 0.0) for line in lines)
+    # Any stretch of time: at most the burst plus the rate's worth. Two requests of slack: a send time is taken
+    # after admission, later by however long the loaded event loop took to get there.
+    for i, first in enumerate(starts):
+        for j in range(i + 1, len(starts)):
+            assert j - i + 1 <= BURST + PER_S * (starts[j] - first) + 2, (i, j)
+    # Each process alone at the limit would have sent its 11 calls in under 2 s: together twice the limit.
+    assert starts[-1] - starts[0] >= (len(starts) - BURST - 1) / PER_S
+    for folder in runs["rate"]:
+        assert sum(float(line.limiter_wait_s or 0) for line in _attempts([folder])) > 0  # both were held back
+
+
+def test_two_processes_hold_one_budget(runs: dict[str, list[Path]]) -> None:
+    lines = _attempts(runs["budget"])
+    spent = sum(float(line.cost_usd or 0.0) for line in lines)
+    # Up to the turns in flight when the budget was reached: each process's running tasks finish their turn.
+    in_flight = 2 * CONCURRENT * max(float(line.cost_usd or 0.0) for line in lines)
+    assert BUDGET_USD <= spent <= BUDGET_USD + in_flight
+    assert spent < 2 * BUDGET_USD  # what two budgets of their own would have let them spend
+    summaries = [RunSummary.from_dict(json.loads(RunLayout(f).summary.read_text())) for f in runs["budget"]]
+    assert sum(s.unfinished or 0 for s in summaries)  # the one budget left tasks for a rerun
+
+
+def test_an_unreachable_redis_is_refused_before_the_first_task(runs: dict[str, list[Path]]) -> None:
+    folder = runs["gone"][0]
+    said = [line for line in (folder.parent / "gone.log").read_text().splitlines() if "error" in line]
+    assert len(said) == 1 and "experiment.coordination: cannot reach Redis at redis://127.0.0.1:" in said[0]
+    assert not RunLayout(folder).tasks.exists()
