@@ -17,4 +17,8 @@ if __name__ == "__main__":
         from flowllm.verify.cli import main as verify_main
 
         sys.exit(verify_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["ctl"]:  # python -m flowllm ctl RUN CMD = flowllm ctl RUN CMD (steer a running run)
+        from flowllm.cli.ctl import main as ctl_main
+
+        sys.exit(ctl_main(sys.argv[2:]))
     sys.exit(run_main())

@@ -5,6 +5,7 @@
     flowllm list providers|experiments|tools|pipelines|repair|runners|subagents|launchers
     flowllm sweep-summary SWEEP_DIR     = python -m flowllm.sweep.summary SWEEP_DIR
     flowllm verify RUN [--json]         the run auditor (flowllm/verify): every number checked against evidence
+    flowllm ctl RUN CMD [ARG]           steer a running run: status, pause, resume, drain, stop, set, requeue
 
 ``flowllm --help`` lists the config groups and their choices without the ``base_*`` schemas (which are no
 choice) and the exit codes; ``flowllm run --hydra-help`` is Hydra's own page.
@@ -45,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flowllm.verify.cli import main as verify_main
 
         return verify_main(args[1:])
+    if args and args[0] == "ctl":
+        from flowllm.cli.ctl import main as ctl_main
+
+        return ctl_main(args[1:])
     if args and args[0] == "sweep-summary":
         from flowllm.sweep.summary import main as sweep_main
 
