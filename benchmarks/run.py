@@ -7,7 +7,7 @@
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
 parallel tool dispatch, concurrency at scale, replay throughput, a fork against a live re-run, the parsing table of
 ``benchmarks/parsing.py``,
-rate limiting, and the CPU per task of ``python -m flowllm`` on the sample, start-up included
+rate limiting, adaptive concurrency against a rate-limited provider (``benchmarks/adaptive.py``), and the CPU per task of ``python -m flowllm`` on the sample, start-up included
 (``benchmarks/startup.py``). Each figure is the median of several runs with its min and max, next to its reference
 measured in the same run; the machine is described at the top.
 """
@@ -50,6 +50,7 @@ SECTIONS = (
     "parsing",
     "adversarial",
     "ratelimit",
+    "adaptive",
     "startup",
 )
 
@@ -109,7 +110,7 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
+    from benchmarks import adaptive, concurrency, fork, overhead, parallel, profile, ratelimit, replay, startup
 
     return {
         "overhead": overhead.run,
@@ -120,6 +121,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "fork": fork.run,
         "parsing": parsing_section,
         "ratelimit": ratelimit.run,
+        "adaptive": adaptive.run,
         "adversarial": adversarial_section,
         "startup": startup.run,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,8 @@ import pytest
 from flowllm.cli.ctl import main as ctl_main
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan
-from flowllm.rundir.control import ControlPaths
+from flowllm.run.ctl_desk import ControlDesk
+from flowllm.rundir.control import ControlPaths, CtlRequest, read_record, save
 from tests.experiment.helpers import SLOW, TEST_CONF, run_flowllm, start_flowllm
 
 CALL = (
@@ -212,3 +214,48 @@ def test_ctl_to_a_folder_with_no_running_run_says_so_in_one_line(tmp_path: Path)
     done = run_flowllm("ctl", str(tmp_path), "status")
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "no run is running in" in done.stderr
+
+
+def test_auto_concurrency_runs_within_an_emulator_rate_limit(tmp_path: Path) -> None:
+    """experiment.max_concurrent=auto:8 against a model limited to 240 requests per minute (a burst of 2): the run
+    completes, the 429s it met were waited out, and the progress line shows the limit it found."""
+    script = tmp_path / "script.yaml"
+    limited = {**SCRIPT, "faults": {"rate_limit": {"requests_per_minute": 240, "burst": 2}}}
+    script.write_text(json.dumps(limited))
+    run_dir = tmp_path / "run"
+    done = run_flowllm(
+        "progress=true",
+        f"dataset.path={SLOW}",
+        f"provider.emulator_script={script}",
+        f"hydra.searchpath=[file://{TEST_CONF}]",
+        "tools=sleep",
+        "dataset.limit=4",
+        "experiment.max_concurrent=auto:8",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(max_concurrent auto " in done.stderr and "/8)" in done.stderr
+    lines = [json.loads(x) for x in (run_dir / "usage.jsonl").read_text().splitlines()]
+    answered = [a for a in lines if a["type"] == "attempt" and a["outcome"] == "ok"]
+    assert len(answered) == 12, "three turns for each of four tasks, each answered once"
+
+
+def test_a_command_from_another_user_is_refused_and_stop_acts_as_ctrl_c(tmp_path: Path) -> None:
+    """The desk alone (no run): a request file owned by someone else is refused; stop answers, then stops."""
+    stopped: list[bool] = []
+    desk = ControlDesk(tmp_path, owner=os.getuid() + 1, stop=lambda: stopped.append(True))
+    desk.open()
+    paths = ControlPaths(tmp_path)
+    request = CtlRequest.new("pause", [])
+    save(paths.request(request.id), request)
+    desk.poll()
+    answer = read_record(paths.answer(request.id))
+    assert answer is not None and not answer["ok"] and answer["message"].startswith("refused: the command came")
+    assert desk.state.paused is False
+    desk.owner = os.getuid()
+    stop = CtlRequest.new("stop", [])
+    save(paths.request(stop.id), stop)
+    desk.poll()
+    assert (read_record(paths.answer(stop.id)) or {}).get("ok") is True and stopped == [True]
+    desk.close()
+    assert not paths.driver.exists()

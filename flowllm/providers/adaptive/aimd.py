@@ -4,11 +4,15 @@
 and each provider and model gets a limit of calls in flight that
 
 * grows by one per window of answers (one call more for every ``limit`` calls answered well: additive
-  increase, as TCP's congestion window grows by one segment per round trip);
-* is cut by half on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease), once per
-  window: the calls that were already in flight when it was cut were sent at the old limit, and their 429s say
-  nothing new (each call carries the number of cuts when it was admitted, and only a call sent after the last
-  cut cuts again);
+  increase, as TCP's congestion window grows by one segment per round trip); until the first cut it grows by
+  one per answer (it doubles per round trip: TCP's slow start), so a start far below the provider's capacity
+  reaches it in a few round trips;
+* is cut on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease): to the calls the
+  provider answered well within the last round trip (what it serves at once, measured), at most 90% and at least
+  half of the limit (half when nothing was answered yet: a start far above the provider's capacity). Once per
+  window: the calls already in flight when it was cut were sent at the old limit, and their 429s say nothing new
+  (each call carries the number of cuts when it was admitted, and only a call sent after the last cut cuts
+  again);
 * is cut by a tenth when latency rises: the recent latency (an average over the last calls) above twice the
   best recent latency means the provider queues the calls instead of serving them.
 
@@ -33,7 +37,8 @@ from typing import Protocol
 
 DEFAULT_CEILING = 64
 START = 4.0  # the first limit (below the ceiling): a run starts gently and grows
-DECREASE = 0.5  # the limit's factor on a 429 or an overload error
+DECREASE = 0.5  # the deepest cut on a 429 or an overload error (and the cut when nothing was answered yet)
+SHALLOW = 0.9  # the shallowest: the limit was just above what the provider serves
 LATENCY_DECREASE = 0.9  # the factor when latency rises
 LATENCY_FACTOR = 2.0  # recent latency above this many times the best recent latency: the provider is queueing
 LATENCY_SAMPLES = 8  # answers seen before latency may cut
@@ -134,9 +139,11 @@ class AimdController:
     ceiling: int
     store: LimitStore
     clock: Callable[[], float] = time.monotonic
+    workers: int = 1  # processes moving the one limit: each sees its share of the answers
     recent_s: float | None = None  # the recent latency (an average weighted to the newest)
     best_s: float | None = None  # the best recent latency, forgetting slowly
     samples: int = 0
+    answers: collections.deque[float] = field(default_factory=collections.deque)  # when calls were answered well
 
     @property
     def limit(self) -> float:
@@ -147,7 +154,9 @@ class AimdController:
 
     def answered(self, ticket: Ticket) -> None:
         """An answer: the limit grows by 1/limit (one per window of answers), unless latency says queueing."""
-        latency = max(self.clock() - ticket.started, 0.0)
+        now = self.clock()
+        latency = max(now - ticket.started, 0.0)
+        self.answers.append(now)
         self.samples += 1
         self.recent_s = latency if self.recent_s is None else self.recent_s + RECENT * (latency - self.recent_s)
         if self.best_s is None or self.recent_s < self.best_s:
@@ -158,13 +167,27 @@ class AimdController:
             self._cut(ticket, LATENCY_DECREASE)
             return
         state = self.store.load()
-        grown = min(float(self.ceiling), state.limit + 1.0 / max(state.limit, 1.0))
+        step = 1.0 if state.cuts == 0 else 1.0 / max(state.limit, 1.0)  # slow start until the first cut
+        grown = min(float(self.ceiling), state.limit + step)
         if grown != state.limit:
             self.store.save(LimitState(grown, state.cuts))
 
+    def served(self) -> float:
+        """Calls answered well within the last round trip (the recent latency), the run's (all workers')."""
+        if self.recent_s is None:
+            return 0.0
+        since = self.clock() - self.recent_s
+        while self.answers and self.answers[0] < since:
+            self.answers.popleft()
+        return float(len(self.answers) * self.workers)
+
     def overloaded(self, ticket: Ticket) -> None:
-        """A 429 or an overload error: the limit halves, once for the calls sent at the same limit."""
-        self._cut(ticket, DECREASE)
+        """A 429 or an overload error: the limit is cut to what the provider serves (from half to 90% of it),
+        once for the calls sent at the same limit."""
+        state = self.store.load()
+        served = self.served()
+        target = DECREASE if served < 1 else min(SHALLOW, max(served / state.limit, DECREASE))
+        self._cut(ticket, target)
 
     def _cut(self, ticket: Ticket, factor: float) -> None:
         state = self.store.load()
@@ -241,8 +264,9 @@ class AdaptiveConcurrency:
             store: LimitStore = MemoryLimit(initial)
             if self.settings.shared_dir is not None:
                 store = SharedLimitFile(self.settings.shared_dir / limit_file_name(provider, model), initial)
-            controller = AimdController(self.settings.ceiling, store, clock=self.clock)
-            self.flights[key] = AdaptiveFlight(controller, workers=max(1, self.settings.workers))
+            workers = max(1, self.settings.workers)
+            controller = AimdController(self.settings.ceiling, store, clock=self.clock, workers=workers)
+            self.flights[key] = AdaptiveFlight(controller, workers=workers)
         return self.flights[key]
 
     def limits(self) -> dict[str, int]:
