@@ -7,7 +7,8 @@
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
 parallel tool dispatch, concurrency at scale, replay throughput, a fork against a live re-run, the parsing table of
 ``benchmarks/parsing.py``,
-rate limiting, adaptive concurrency against a rate-limited provider (``benchmarks/adaptive.py``), and the CPU per task of ``python -m flowllm`` on the sample, start-up included
+rate limiting, adaptive concurrency against a rate-limited provider (``benchmarks/adaptive.py``),
+and the CPU per task of ``python -m flowllm`` on the sample, start-up included
 (``benchmarks/startup.py``). Each figure is the median of several runs with its min and max, next to its reference
 measured in the same run; the machine is described at the top.
 """

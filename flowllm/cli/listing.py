@@ -69,6 +69,7 @@ def help_text() -> str:
         "usage: flowllm run [-m] [OVERRIDES...]   flowllm inspect RUN [...]   flowllm list WHAT",
         "       flowllm verify RUN [--json]   (every number of a run recomputed from its evidence: exit 0 agrees,",
         "       6 a disagreement, 2 not a run)",
+        "       flowllm ctl RUN status|pause|resume|drain|stop|set KEY=VALUE|requeue TASK   (steer a running run)",
         "",
         "Runs the configured experiment (conf/config.yaml). Overrides switch a group or set a key:",
         "  flowllm run provider=claude runner=legacy agent.max_turns=3",

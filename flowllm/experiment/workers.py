@@ -449,6 +449,8 @@ def _follow_workers(
         for task_id in desk.state.requeue[requeued:]:
             if task_id in todo:
                 watcher.watch([todo[task_id]])
+            if task_id in watcher.outcomes:
+                progress.requeued(watcher.outcomes.pop(task_id))
         requeued = len(desk.state.requeue)
         if time.monotonic() - looked >= POLL_S:
             looked = time.monotonic()

@@ -24,6 +24,7 @@ from typing import Any
 from flowllm.core.interfaces import Halt, TurnGate
 from flowllm.datasets.task import Task
 from flowllm.run.outcome import FAILED
+from flowllm.run.progress import ProgressReporter
 from flowllm.rundir.control import ControlPaths, ControlState, read_record, read_state, write_record
 from flowllm.spend.spending import RunBudget, SpendBook
 
@@ -217,8 +218,10 @@ class Scheduler:
         todo: list[Task],
         tasks: list[Task],
         outcomes: dict[str, Any],
+        progress: ProgressReporter | None = None,
     ) -> None:
         self.control = control
+        self.progress = progress
         self.limit: Any = control.limit if control is not None else asyncio.Semaphore(max(1, max_concurrent))
         self.queued = {t.task_id for t in todo}  # waiting for a slot: a requeue of one would run it twice
         self.tasks = {t.task_id: t for t in tasks}
@@ -250,6 +253,8 @@ class Scheduler:
         if task is None or done is None or done.status != FAILED or task_id in self.queued or self.start is None:
             return False
         self.queued.add(task_id)
+        if self.progress is not None:
+            self.progress.requeued(done)
         del self.outcomes[task_id]
         self.start(task)
         return True

@@ -290,6 +290,17 @@ class ProgressReporter:
         self.failed += int(outcome.status != "completed")
         self.tokens += outcome.usage.total_tokens
 
+    def requeued(self, outcome: TaskOutcome) -> None:
+        """A failed task requeued (flowllm ctl RUN requeue TASK): it is not done any more."""
+        self.done -= 1
+        if outcome.correct is not None and is_finished(outcome.status):
+            self.scored -= 1
+            self.correct -= int(outcome.correct)
+        self.failed -= int(outcome.status != "completed")
+        self.tokens -= outcome.usage.total_tokens
+        if self._progress is not None:
+            self._progress.update(self._bar, advance=-1, **self._fields())
+
     def task_started(self, task_id: str) -> None:
         self.running += 1
         if self._progress is not None:

@@ -548,7 +548,7 @@ class Experiment:
             await self._discover_tools(tools_stack)
         if self.progress:
             self.progress.start(total=len(tasks), already=list(outcomes.values()))
-        scheduler = Scheduler(self.control, self.settings.max_concurrent, todo, tasks, outcomes)
+        scheduler = Scheduler(self.control, self.settings.max_concurrent, todo, tasks, outcomes, self.progress)
 
         async def bounded(task: Task) -> None:
             async with scheduler.slot(task.task_id) as start:

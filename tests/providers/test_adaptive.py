@@ -123,3 +123,14 @@ def test_auto_and_its_ceiling_are_read_from_the_setting() -> None:
     limits = AdaptiveConcurrency(AdaptiveSettings(ceiling=12, start=3))
     limits.flight("emu", "model")
     assert limits.describe() == "auto 3/12"
+
+
+def test_a_429_cuts_to_just_below_what_the_provider_served_in_the_last_round_trip() -> None:
+    clock = Clock()
+    aimd = AimdController(64, MemoryLimit(LimitState(30.0, cuts=1)), clock=clock)
+    sent = [aimd.admit() for _ in range(20)]
+    clock.now = 1.0
+    for ticket in sent:  # the provider served 20 calls at once, in one round trip of a second
+        aimd.answered(ticket)
+    aimd.overloaded(aimd.admit())
+    assert aimd.limit == pytest.approx(0.85 * 20)

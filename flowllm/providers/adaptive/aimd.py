@@ -7,9 +7,9 @@ and each provider and model gets a limit of calls in flight that
   increase, as TCP's congestion window grows by one segment per round trip); until the first cut it grows by
   one per answer (it doubles per round trip: TCP's slow start), so a start far below the provider's capacity
   reaches it in a few round trips;
-* is cut on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease): to the calls the
-  provider answered well within the last round trip (what it serves at once, measured), at most 90% and at least
-  half of the limit (half when nothing was answered yet: a start far above the provider's capacity). Once per
+* is cut on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease): to 85% of the calls
+  the provider answered well within the last round trip (what it serves at once, measured; the 15% let its
+  quota's bucket refill), at most 90% and at least half of the limit (half when nothing was answered yet: a start far above the provider's capacity). Once per
   window: the calls already in flight when it was cut were sent at the old limit, and their 429s say nothing new
   (each call carries the number of cuts when it was admitted, and only a call sent after the last cut cuts
   again);
@@ -39,6 +39,7 @@ DEFAULT_CEILING = 64
 START = 4.0  # the first limit (below the ceiling): a run starts gently and grows
 DECREASE = 0.5  # the deepest cut on a 429 or an overload error (and the cut when nothing was answered yet)
 SHALLOW = 0.9  # the shallowest: the limit was just above what the provider serves
+BELOW_SERVED = 0.85  # a cut goes this far below what the provider served: its quota's bucket refills meanwhile
 LATENCY_DECREASE = 0.9  # the factor when latency rises
 LATENCY_FACTOR = 2.0  # recent latency above this many times the best recent latency: the provider is queueing
 LATENCY_SAMPLES = 8  # answers seen before latency may cut
@@ -186,7 +187,7 @@ class AimdController:
         once for the calls sent at the same limit."""
         state = self.store.load()
         served = self.served()
-        target = DECREASE if served < 1 else min(SHALLOW, max(served / state.limit, DECREASE))
+        target = DECREASE if served < 1 else min(SHALLOW, max(BELOW_SERVED * served / state.limit, DECREASE))
         self._cut(ticket, target)
 
     def _cut(self, ticket: Ticket, factor: float) -> None:
