@@ -10,9 +10,9 @@ and each provider and model gets a limit of calls in flight that
 * is cut on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease): to 85% of the calls
   the provider answered well within the last round trip (what it serves at once, measured; the 15% let its
   quota's bucket refill), at most 90% and at least half of the limit (half when nothing was answered yet: a
-  start far above the provider's capacity). Once per window: the calls already in flight when it was cut were sent at the old limit, and their 429s say nothing new
-  (each call carries the number of cuts when it was admitted, and only a call sent after the last cut cuts
-  again);
+  start far above the provider's capacity). Once per window: the calls already in flight when it was cut were
+  sent at the old limit, and their 429s say nothing new (each call carries the number of cuts when it was
+  admitted, and only a call sent after the last cut cuts again);
 * is cut by a tenth when latency rises: the recent latency (an average over the last calls) above twice the
   best recent latency means the provider queues the calls instead of serving them.
 
