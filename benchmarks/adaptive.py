@@ -1,7 +1,7 @@
 """Adaptive concurrency: ``experiment.max_concurrent=auto`` against a provider limited to N requests per minute,
 compared with the best static number of calls in flight found by a sweep.
 
-    python -m benchmarks.adaptive [--calls 1500] [--rpm 3600] [--latency 0.4]
+    python -m benchmarks.adaptive [--calls 1800] [--rpm 1800] [--latency 0.5]
     python -m benchmarks --only adaptive
 
 Each measurement sends ``calls`` model calls through the real provider stack (``open_provider``: limiter, key
@@ -113,7 +113,7 @@ def measure(
 
 def sweep_values(capacity: float) -> list[int]:
     """Static values around the provider's capacity (rpm/60 * latency calls at once)."""
-    return sorted({max(1, round(capacity * f)) for f in (0.5, 1.0, 1.5, 2.0, 3.0)})
+    return sorted({max(1, round(capacity * f)) for f in (0.5, 1.0, 1.5, 2.0)})
 
 
 def section(rows: list[Measured], rpm: float, latency: float, calls: int) -> Section:
@@ -173,14 +173,14 @@ def run_all(calls: int, rpm: float, latency: float) -> Section:
 
 def run(sizes: Sizes) -> Section:
     quick = sizes == Sizes.quick()
-    return run_all(60, 600.0, 0.1) if quick else run_all(1500, 3600.0, 0.4)
+    return run_all(60, 600.0, 0.1) if quick else run_all(1800, 1800.0, 0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.adaptive", description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=1500)
-    parser.add_argument("--rpm", type=float, default=3600.0)
-    parser.add_argument("--latency", type=float, default=0.4, help="the model's seconds per answer")
+    parser.add_argument("--calls", type=int, default=1800)
+    parser.add_argument("--rpm", type=float, default=1800.0)
+    parser.add_argument("--latency", type=float, default=0.5, help="the model's seconds per answer")
     args = parser.parse_args(argv)
     print(run_all(args.calls, args.rpm, args.latency).markdown())
     return 0

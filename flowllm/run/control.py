@@ -252,11 +252,14 @@ class Scheduler:
         done, task = self.outcomes.get(task_id), self.tasks.get(task_id)
         if task is None or done is None or done.status != FAILED or task_id in self.queued or self.start is None:
             return False
+        try:
+            self.start(task)
+        except RuntimeError:  # the run's task group has finished: the run is ending
+            return False
         self.queued.add(task_id)
         if self.progress is not None:
             self.progress.requeued(done)
         del self.outcomes[task_id]
-        self.start(task)
         return True
 
     @contextlib.asynccontextmanager

@@ -48,6 +48,9 @@ def test_doubles_per_round_trip_until_the_first_cut() -> None:
 def test_grows_by_one_per_window_of_good_answers_up_to_the_ceiling() -> None:
     aimd, clock = controller(start=8.0, ceiling=6)
     aimd.overloaded(aimd.admit())  # the first cut (to 4) ends the slow start
+    answer(aimd, clock)
+    assert aimd.limit == 4.0, "held for three round trips after a cut"
+    clock.now += 10.0
     for _ in range(4):  # one window at limit 4
         answer(aimd, clock)
     assert 4.9 < aimd.limit <= 5.0, "about one call more per window"

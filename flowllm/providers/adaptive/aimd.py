@@ -12,7 +12,8 @@ and each provider and model gets a limit of calls in flight that
   quota's bucket refill), at most 90% and at least half of the limit (half when nothing was answered yet: a
   start far above the provider's capacity). Once per window: the calls already in flight when it was cut were
   sent at the old limit, and their 429s say nothing new (each call carries the number of cuts when it was
-  admitted, and only a call sent after the last cut cuts again);
+  admitted, and only a call sent after the last cut cuts again); after a cut it holds for three round trips
+  before it grows again, so the provider's quota refills before it is probed;
 * is cut by a tenth when latency rises: the recent latency (an average over the last calls) above twice the
   best recent latency means the provider queues the calls instead of serving them.
 
@@ -40,6 +41,7 @@ START = 4.0  # the first limit (below the ceiling): a run starts gently and grow
 DECREASE = 0.5  # the deepest cut on a 429 or an overload error (and the cut when nothing was answered yet)
 SHALLOW = 0.9  # the shallowest: the limit was just above what the provider serves
 BELOW_SERVED = 0.85  # a cut goes this far below what the provider served: its quota's bucket refills meanwhile
+HOLD_ROUND_TRIPS = 3.0  # after a cut the limit holds this many round trips before it grows again
 LATENCY_DECREASE = 0.9  # the factor when latency rises
 LATENCY_FACTOR = 2.0  # recent latency above this many times the best recent latency: the provider is queueing
 LATENCY_SAMPLES = 8  # answers seen before latency may cut
@@ -144,6 +146,7 @@ class AimdController:
     recent_s: float | None = None  # the recent latency (an average weighted to the newest)
     best_s: float | None = None  # the best recent latency, forgetting slowly
     samples: int = 0
+    cut_at: float | None = None  # when this process last cut the limit
     answers: collections.deque[float] = field(default_factory=collections.deque)  # when calls were answered well
 
     @property
@@ -168,6 +171,8 @@ class AimdController:
             self._cut(ticket, LATENCY_DECREASE)
             return
         state = self.store.load()
+        if self.cut_at is not None and now - self.cut_at < HOLD_ROUND_TRIPS * self.recent_s:
+            return  # just cut: the provider's quota refills before the limit probes it again
         step = 1.0 if state.cuts == 0 else 1.0 / max(state.limit, 1.0)  # slow start until the first cut
         grown = min(float(self.ceiling), state.limit + step)
         if grown != state.limit:
@@ -194,6 +199,7 @@ class AimdController:
         state = self.store.load()
         if ticket.cuts < state.cuts:  # sent before the last cut: that cut already answered it
             return
+        self.cut_at = self.clock()
         self.store.save(LimitState(max(1.0, state.limit * factor), state.cuts + 1))
 
 
