@@ -243,6 +243,14 @@ class AdaptiveFlight:
             self.controller.overloaded(ticket)
         elif overloaded is False:
             self.controller.answered(ticket)
+        hold = self.controller.recent_s if overloaded is True else None
+        if hold:  # a 429 comes back at once: its slot stays taken for a round trip, as an answered call's would
+            with contextlib.suppress(RuntimeError):  # (no running loop: freed now)
+                asyncio.get_running_loop().call_later(hold, self._free)
+                return
+        self._free()
+
+    def _free(self) -> None:
         self.in_flight -= 1
         self._wake()
 
