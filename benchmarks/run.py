@@ -7,7 +7,8 @@
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
 parallel tool dispatch, concurrency at scale, replay throughput, a fork against a live re-run, the parsing table of
 ``benchmarks/parsing.py``,
-rate limiting, the CPU per task of ``python -m flowllm`` on the sample, start-up included
+rate limiting, adaptive concurrency against a rate-limited provider (``benchmarks/adaptive.py``),
+the CPU per task of ``python -m flowllm`` on the sample, start-up included
 (``benchmarks/startup.py``), and prompt caching under each context policy against the cache-optimal bound
 (``benchmarks/cache.py``). Each figure is the median of several runs with its min and max, next to its reference
 measured in the same run; the machine is described at the top.
@@ -51,6 +52,7 @@ SECTIONS = (
     "parsing",
     "adversarial",
     "ratelimit",
+    "adaptive",
     "startup",
     "cache",
     "scale",
@@ -112,7 +114,19 @@ def _parsing_target(line: str) -> Target | None:
 
 
 def _runners() -> dict[str, Callable[[Sizes], Section]]:
-    from benchmarks import cache, concurrency, fork, overhead, parallel, profile, ratelimit, replay, scale, startup
+    from benchmarks import (
+        adaptive,
+        cache,
+        concurrency,
+        fork,
+        overhead,
+        parallel,
+        profile,
+        ratelimit,
+        replay,
+        scale,
+        startup,
+    )
 
     return {
         "overhead": overhead.run,
@@ -123,6 +137,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "fork": fork.run,
         "parsing": parsing_section,
         "ratelimit": ratelimit.run,
+        "adaptive": adaptive.run,
         "adversarial": adversarial_section,
         "startup": startup.run,
         "cache": cache.run,

@@ -25,4 +25,8 @@ if __name__ == "__main__":
         from flowllm.cli.merge import main as merge_main
 
         sys.exit(merge_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["ctl"]:  # python -m flowllm ctl RUN CMD = flowllm ctl RUN CMD (steer a running run)
+        from flowllm.cli.ctl import main as ctl_main
+
+        sys.exit(ctl_main(sys.argv[2:]))
     sys.exit(run_main())

@@ -32,6 +32,8 @@ from flowllm.experiment import workers
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.replay import REPLAY_PROTOCOL
+from flowllm.run.control import RunControl, attach_control
+from flowllm.run.ctl_desk import ControlDesk
 from flowllm.run.outcome import load_outcomes
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.report import print_summary
@@ -46,6 +48,7 @@ from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.setup.prepared import PreparedRun
 from flowllm.setup.rejudge import inherit_replayed_run
 from flowllm.setup.settings import telemetry_endpoint
+from flowllm.setup.steering import adaptive_limits, concurrency_text, requeue_check, steering
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import WebEnvironment, web_tools
 from flowllm.spend.projection import Projector
@@ -81,13 +84,19 @@ async def _run_async(
     projector = Projector(SpendBook.of_run(ledger.path.parent), budget) if ledger.path is not None else None
     # This session's calls: the agent's (its ledger's lines) and the judge's (appended from now on).
     judged = LedgerTail(RunLayout(ledger.path.parent).judge_ledger, from_end=True) if ledger.path else None
+    # flowllm ctl RUN ...: the desk answers; this process follows (flowllm/setup/steering.py)
+    adaptive = adaptive_limits(parts.experiment)
+    desk = ControlDesk(recorder.run_dir, failed=requeue_check(recorder.run_dir, parts.tasks))
+    shown = concurrency_text(parts.experiment, adaptive, desk)
     progress = ProgressReporter(
         enabled=bool(cfg.progress),
         ledger=ledger,
         judge_ledger=judged,
         interval_s=float(cfg.experiment.progress_interval_s),
         projector=projector,
+        concurrency=shown,
     )
+    desk.status = lambda: {"total": progress.total, "done": progress.done, "concurrency": shown()}
     catalog = parts.tools_catalog
     scorer_ctx = open_scorer(
         cfg.dataset.scorer,
@@ -101,7 +110,10 @@ async def _run_async(
     coordination = parts.experiment.coordination
     limits = RedisLimits(coordination) if coordination is not None else None  # else this machine's (limiter.py)
     async with (
-        open_provider(parts.provider_cfg, ledger=ledger, resolve=parts.providers, limits=limits) as provider,
+        steering(desk),
+        open_provider(
+            parts.provider_cfg, ledger=ledger, resolve=parts.providers, limits=limits, adaptive=adaptive
+        ) as provider,
         open_vision(
             parts.vision,
             ledger=ledger,
@@ -112,6 +124,7 @@ async def _run_async(
         scorer_ctx as scorer,
     ):
         experiment = build_experiment(cfg, parts, provider, recorder, progress=progress, scorer=scorer, vision=vision)
+        attach_control(experiment, RunControl(recorder.run_dir, parts.experiment.max_concurrent))
         if catalog is not None:
             experiment.tools_catalog = catalog  # the preflight's: its run-scoped servers are up, in this loop
         try:

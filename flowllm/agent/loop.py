@@ -256,6 +256,8 @@ class Agent:
         tally = _Tally()
 
         async def turn(number: int, history: list[Message], backend: ToolBackend | None) -> TurnOutcome:
+            if gate is not None:
+                await gate.before_turn()  # a paused run starts no turn (flowllm ctl RUN pause)
             if on_turn is not None:
                 on_turn(number)
             ctx = TurnContext(task_id=task_id, turn=number, provider=provider, tools=backend, agent=agent, scope=scope)

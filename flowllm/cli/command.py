@@ -7,6 +7,7 @@
     flowllm verify RUN [--json]         the run auditor (flowllm/verify): every number checked against evidence
     flowllm bundle RUN -o FILE          a run as one archive anyone can check offline: flowllm verify FILE
     flowllm merge SHARD... -o RUN       shard folders (experiment.shard=I/N) merged into one run
+    flowllm ctl RUN CMD [ARG]           steer a running run: status, pause, resume, drain, stop, set, requeue
 
 ``flowllm --help`` lists the config groups and their choices without the ``base_*`` schemas (which are no
 choice) and the exit codes; ``flowllm run --hydra-help`` is Hydra's own page.
@@ -55,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from flowllm.cli.merge import main as merge_main
 
         return merge_main(args[1:])
+    if args and args[0] == "ctl":
+        from flowllm.cli.ctl import main as ctl_main
+
+        return ctl_main(args[1:])
     if args and args[0] == "sweep-summary":
         from flowllm.sweep.summary import main as sweep_main
 

@@ -71,6 +71,7 @@ def help_text() -> str:
         "       6 a disagreement, 2 not a run)",
         "       flowllm bundle RUN -o FILE   flowllm verify FILE [--dataset PATH]   (a run anyone can check offline)",
         "       flowllm merge SHARD... -o RUN   (the folders of experiment.shard=I/N runs merged into one run)",
+        "       flowllm ctl RUN status|pause|resume|drain|stop|set KEY=VALUE|requeue TASK   (steer a running run)",
         "",
         "Runs the configured experiment (conf/config.yaml). Overrides switch a group or set a key:",
         "  flowllm run provider=claude runner=legacy agent.max_turns=3",

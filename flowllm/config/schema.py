@@ -307,7 +307,9 @@ class BudgetConfig:
 @dataclass
 class ExperimentConfig:
     name: str = "sample"
-    max_concurrent: int = 4
+    # Tasks at once: a whole number, or auto / auto:N (up to N tasks, default 64, and the calls in flight per
+    # provider and model found by AIMD: flowllm/providers/adaptive/aimd.py). `flowllm ctl RUN set` changes it.
+    max_concurrent: Any = 4
     task_timeout_s: float = 900.0
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct answer
     # Independent repeats of every task (tasks/<id>/epochs/<n>/), reduced to one score per task by

@@ -180,6 +180,9 @@ class EmulatorApp:
         # handlers run on the emulator's one event loop, so this needs no lock.
         self.attempts: collections.Counter[tuple[str | None, str | None, int]] = collections.Counter()
         self.throttle = RequestThrottle(self.faults.rate_limit) if self.faults.rate_limit else None
+        # Model requests being answered now, and the most at once since ``peak`` was last reset (a test's gauge).
+        self.in_flight = 0
+        self.peak = 0
         routes = [Route(p.path, self._endpoint(p), methods=["POST"]) for p in PROTOCOLS.values()]
         routes.append(Route("/health", self._health, methods=["GET"]))
         routes.extend(media.routes(script))  # /v1/audio/transcriptions (flowllm/emulator/media.py)
@@ -302,6 +305,14 @@ class EmulatorApp:
         )
 
     async def handle(self, proto: WireProtocol, request: Request) -> Response:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            return await self._handle(proto, request)
+        finally:
+            self.in_flight -= 1
+
+    async def _handle(self, proto: WireProtocol, request: Request) -> Response:
         try:
             raw = await request.body()
         except ClientDisconnect:
@@ -436,6 +447,11 @@ class Emulator:
     @property
     def faults(self) -> FaultPlan:
         return self._app.faults
+
+    @property
+    def app(self) -> EmulatorApp:
+        """The request handling: its ``in_flight`` and ``peak`` gauges, ``attempts`` counter."""
+        return self._app
 
     @property
     def throttle(self) -> RequestThrottle | None:

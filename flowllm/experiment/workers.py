@@ -24,6 +24,7 @@ than one request at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import signal
@@ -51,6 +52,8 @@ from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
 from flowllm.providers.registry import ProviderTable, Resolver
 from flowllm.run.budget_report import budget_spent
+from flowllm.run.control import RunControl, attach_control, share
+from flowllm.run.ctl_desk import ControlDesk
 from flowllm.run.outcome import FINISHED, TaskOutcome, read_outcome, stopped_by_budget
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.report import print_summary
@@ -62,6 +65,7 @@ from flowllm.scoring.scorers import RuleScore
 from flowllm.setup.build import build_experiment, prepare, run_summary
 from flowllm.setup.prepared import PreparedRun
 from flowllm.setup.settings import telemetry_endpoint
+from flowllm.setup.steering import adaptive_limits, concurrency_text, requeue_check
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import web_tools
 from flowllm.spend.projection import Projector
@@ -73,6 +77,7 @@ if TYPE_CHECKING:
 
 MAX_WORKERS = 64  # far above any one machine's useful count; a typo (workers=1000) fails instead
 POLL_S = 1.0  # how often the parent looks for new result.json files and exited children
+CONTROL_POLL_S = 0.1  # how often it looks for flowllm ctl's requests
 # Hydra overrides of the parent's own job that a worker must not inherit: it runs into the parent's folder,
 # once, in run mode.
 _PARENT_ONLY = (
@@ -124,11 +129,6 @@ class Shard:
 
 
 # ----- each worker's share of the run's limits ------------------------------------------------------------
-def share(total: int, index: int, of: int) -> int:
-    """Worker ``index``'s part of a whole-number limit, such that the parts of all ``of`` workers add up to it."""
-    return total // of + (1 if index < total % of else 0)
-
-
 def share_rate_limit(cfg: RateLimitConfig, index: int, of: int) -> RateLimitConfig:
     """Worker ``index`` of ``of``: 1/of of the per-minute budgets, a share of max_in_flight adding up to it."""
     return RateLimitConfig(
@@ -191,20 +191,25 @@ async def _run_shard_async(
     shard: Shard,
     recorder: Recorder,
     ledger: UsageLedger,
+    control: RunControl,
 ) -> RunResult:
     pcfg, resolve = shared_provider(parts.provider_cfg, parts.providers, shard.index, shard.of)
+    # max_concurrent=auto: the run's one limit of calls in flight per provider and model, beside the 429 pauses
+    folder = os.environ.get(SHARED_PAUSES_ENV)
+    adaptive = adaptive_limits(parts.experiment, workers=shard.of, shared_dir=Path(folder) if folder else None)
     # Each worker sets up the web tool environment for the servers it starts, as a one-process run does: the
     # run's one web cache (written atomically, so workers share it) and, offline, a fixture server and an audio
     # emulator of its own (they keep no state a task could see).
     async with (
         web_tools(cfg, recorder.run_dir) as web,
-        open_provider(pcfg, ledger=ledger, resolve=resolve) as provider,
+        open_provider(pcfg, ledger=ledger, resolve=resolve, adaptive=adaptive) as provider,
         open_vision(
             parts.vision, ledger=ledger, cache_env=web.env, fixtures_url=web.fixtures_url, resolve=parts.providers
         ) as vision,
     ):
         parts.tools = web.apply(parts.tools)
         experiment = build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
+        attach_control(experiment, control)  # flowllm ctl: this worker follows the run's control state
         return await experiment.run(tasks)
 
 
@@ -219,7 +224,8 @@ def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if missing:
         raise ConfigError(f"worker {shard.index}: task {missing[0]!r} is not in the dataset any more")
     tasks = [by_id[t] for t in shard.task_ids]
-    # experiment.max_concurrent stays the whole run's: this worker runs its part of it.
+    # experiment.max_concurrent stays the whole run's: this worker runs its part of it (RunControl: its share).
+    control = RunControl(run_dir, parts.experiment.max_concurrent, shard.index, shard.of)
     concurrent = share(parts.experiment.max_concurrent, shard.index, shard.of)
     parts.experiment = replace(parts.experiment, max_concurrent=concurrent)
     secrets = provider_secrets(parts.provider_cfg, resolve=parts.providers)
@@ -229,7 +235,7 @@ def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     ledger = UsageLedger(RunLayout(run_dir).ledger, prices=parts.prices, user=cfg.experiment.get("user"))
     interrupted = True
     try:
-        interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger)).interrupted
+        interrupted = asyncio.run(_run_shard_async(cfg, parts, tasks, shard, recorder, ledger, control)).interrupted
     except KeyboardInterrupt:  # a second Ctrl-C: what finished is on disk
         pass
     finally:
@@ -397,20 +403,23 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     shared_pauses = layout.root / ".rate_limit_pauses"
     pool: _Pool | RayPool = _Pool() if ray is None else RayPool(ray)
     handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    # flowllm ctl RUN ...: answered here, followed by every worker (flowllm/setup/steering.py)
+    desk = ControlDesk(run_dir, workers=count, failed=requeue_check(run_dir, tasks), stop=lambda: pool.forward(0))
+    adaptive = adaptive_limits(parts.experiment, workers=count, shared_dir=shared_pauses)
+    progress.concurrency = shown = concurrency_text(parts.experiment, adaptive, desk)
+    desk.status = lambda: {"total": progress.total, "done": progress.done, "concurrency": shown()}
     try:
         with tempfile.TemporaryDirectory(prefix="flowllm-workers-") as scratch:
+            desk.open()
             _start_workers(pool, hydra_cfg, run_dir, deal(todo, count), Path(scratch), shared_pauses)
-            while pool.alive():
-                for outcome in watcher.poll():
-                    progress.task_done(outcome)
-                pool.check()
-                time.sleep(POLL_S)
-            for outcome in watcher.poll():
-                progress.task_done(outcome)
+            _follow_workers(pool, watcher, progress, desk, {t.task_id: t for t in todo_tasks})
     finally:
+        desk.close()
         progress.stop()
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+    if desk.state.cost_usd is not None:  # set while the run ran: the summary's budget is the one that applied
+        parts.experiment.budget = replace(parts.experiment.budget, cost_usd=desk.state.cost_usd)
     # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so).
     pending = bool(watcher.pending) and not budget_spent(parts.experiment.budget, run_dir)
     interrupted = pool.signals > 0 or pool.failure is not None or pending
@@ -426,6 +435,31 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     result = RunResult(finished, interrupted, len(already), tools_unavailable=None, tools_start_s=None)
     summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
     return _write_summary(summary, finished, layout, secrets, pool.failure)
+
+
+def _follow_workers(
+    pool: _Pool | RayPool, watcher: ResultWatcher, progress: ProgressReporter, desk: ControlDesk, todo: dict[str, Task]
+) -> None:
+    """Until the workers end: results counted as they appear, ``flowllm ctl`` answered, a failed worker stops the
+    rest. A requeued task's next result counts again."""
+    looked, requeued = 0.0, 0
+    while pool.alive():
+        with contextlib.suppress(OSError):
+            desk.poll()
+        for task_id in desk.state.requeue[requeued:]:
+            if task_id in todo:
+                watcher.watch([todo[task_id]])
+            if task_id in watcher.outcomes:
+                progress.requeued(watcher.outcomes.pop(task_id))
+        requeued = len(desk.state.requeue)
+        if time.monotonic() - looked >= POLL_S:
+            looked = time.monotonic()
+            for outcome in watcher.poll():
+                progress.task_done(outcome)
+            pool.check()
+        time.sleep(CONTROL_POLL_S)
+    for outcome in watcher.poll():
+        progress.task_done(outcome)
 
 
 def _connect_ray(cfg: DictConfig, run_dir: Path, workers: int) -> tuple[Any, int]:

@@ -25,6 +25,7 @@ from typing import Any
 from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.interfaces import Provider
 from flowllm.core.registry import Registry, unknown_choice
+from flowllm.providers.adaptive.aimd import AdaptiveConcurrency
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.batch import BatchRoutes, batch_journal, check_batch_config, open_batcher
 from flowllm.providers.breaker import CircuitBreaker, check_breaker_config
@@ -294,6 +295,7 @@ async def open_provider(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     limits: SharedLimits | None = None,
+    adaptive: AdaptiveConcurrency | None = None,
 ) -> AsyncIterator[Provider]:
     """The configured provider, open for the lifetime of the context (and the emulators with it, if
     scripted).
@@ -302,7 +304,8 @@ async def open_provider(
     one the ledger is kept in memory (``provider.ledger``). ``resolve`` maps a provider name to its config (a
     ``ProviderTable`` the run's set-up resolved; without one, a name fails); ``clock`` and ``sleep`` drive
     breakers, key cooldowns and retry waits; ``limits``: where the rate limits' shared state is kept (default:
-    this machine's, ``FileLimits``; Redis with ``experiment.coordination``).
+    this machine's, ``FileLimits``; Redis with ``experiment.coordination``). ``adaptive``: the run's adaptive
+    limits of calls in flight (``experiment.max_concurrent=auto``), one per provider and model.
     """
     plan = check_provider_config(pcfg, resolve=resolve)
     ledger = ledger if ledger is not None else UsageLedger(None)
@@ -320,7 +323,9 @@ async def open_provider(
         routes: dict[str, Route] = {}
         for member_id, member in plan.members.items():
             routes[member_id] = await stack.enter_async_context(
-                _open_route(member_id, member.cfg, ledger=ledger, clock=clock, sleep=sleep, limits=limits)
+                _open_route(
+                    member_id, member.cfg, ledger=ledger, clock=clock, sleep=sleep, limits=limits, adaptive=adaptive
+                )
             )
         yield ResilientProvider(plan, routes, ledger=ledger, clock=clock, sleep=sleep)
 
@@ -340,6 +345,7 @@ async def _open_route(
     clock: Callable[[], float],
     sleep: Callable[[float], Awaitable[Any]],
     limits: SharedLimits | None = None,
+    adaptive: AdaptiveConcurrency | None = None,
 ) -> AsyncIterator[Route]:
     emulator = None
     base_url = cfg.base_url
@@ -383,7 +389,14 @@ async def _open_route(
                 member_id, cfg.breaker, clock=clock, sleep=sleep, on_transition=breaker_listener(ledger)
             ),
             policy=policy,
-            limiter=build_limiter(cfg.rate_limit, provider=member_id, clock=clock, sleep=sleep, limits=limits),
+            limiter=build_limiter(
+                cfg.rate_limit,
+                provider=member_id,
+                clock=clock,
+                sleep=sleep,
+                limits=limits,
+                adaptive=adaptive.flight(member_id, cfg.model) if adaptive is not None else None,
+            ),
         )
     finally:
         for provider in providers.values():

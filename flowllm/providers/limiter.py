@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from aiolimiter import AsyncLimiter
 
 from flowllm.config.provider_schema import RateLimitConfig
+from flowllm.providers.adaptive.aimd import AdaptiveFlight, Ticket
 from flowllm.providers.errors import ProviderConfigError
 
 SHARED_PAUSES_ENV = "FLOWLLM_SHARED_PAUSES"  # a folder every worker of the run sees (in the run directory)
@@ -70,6 +71,10 @@ class Slot:
     waited_s: float = 0.0
     tokens: int = 0
     holds_flight: bool = False
+    adaptive: Ticket | None = None  # admitted by the adaptive limit (experiment.max_concurrent=auto)
+    # What the answer said of the provider's load, set by the caller before ``leave``: True for a 429 or an
+    # overload error, False for an answer, None for nothing (a bad request, a timeout, a cancellation).
+    overloaded: bool | None = None
 
 
 class Limiter(Protocol):
@@ -186,9 +191,11 @@ class LocalLimiter:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         shared: PauseStore | None = None,
         limits: SharedLimits | None = None,
+        adaptive: AdaptiveFlight | None = None,
     ) -> None:
         check_rate_limit_config(cfg, provider=provider)
         self.provider = provider
+        self.adaptive = adaptive  # experiment.max_concurrent=auto: calls in flight found by AIMD
         self.clock = clock
         self.sleep = sleep
         limits = limits or FileLimits(None)
@@ -224,9 +231,15 @@ class LocalLimiter:
         started = self.clock()
         slot = Slot()
         await self._wait_pause()
-        if self.flight is not None:
-            await self.flight.acquire()
-            slot.holds_flight = True
+        if self.adaptive is not None:
+            slot.adaptive = await self.adaptive.acquire()
+        try:
+            if self.flight is not None:
+                await self.flight.acquire()
+                slot.holds_flight = True
+        except BaseException:
+            self._free(slot)
+            raise
         try:
             if self.requests is not None:
                 await self.requests.acquire(1)
@@ -247,6 +260,9 @@ class LocalLimiter:
         if slot.holds_flight and self.flight is not None:
             slot.holds_flight = False
             self.flight.release()
+        if slot.adaptive is not None and self.adaptive is not None:
+            ticket, slot.adaptive = slot.adaptive, None
+            self.adaptive.release(ticket, slot.overloaded)
 
     def leave(self, slot: Slot, used_tokens: int | None = None) -> None:
         self._free(slot)
@@ -268,17 +284,21 @@ def build_limiter(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     limits: SharedLimits | None = None,
+    adaptive: AdaptiveFlight | None = None,
 ) -> Limiter:
-    """The limiter of one provider for this process (``Unlimited`` when no limit is set); ``limits``: where the
-    run's processes share its state (default: this machine's files, ``FileLimits``)."""
-    if not is_limited(cfg):
+    """The limiter of one provider for this process (``Unlimited`` when no limit is set and the calls in flight
+    are not adaptive); ``limits``: where the run's processes share its state (default: this machine's files,
+    ``FileLimits``)."""
+    if not is_limited(cfg) and adaptive is None:
         check_rate_limit_config(cfg, provider=provider)
         return Unlimited()
     if limits is None:
         folder = os.environ.get(SHARED_PAUSES_ENV)
         limits = FileLimits(Path(folder) if folder else None)
     shared = limits.pause(provider)
-    return LocalLimiter(cfg, provider=provider, clock=clock, sleep=sleep, shared=shared, limits=limits)
+    return LocalLimiter(
+        cfg, provider=provider, clock=clock, sleep=sleep, shared=shared, limits=limits, adaptive=adaptive
+    )
 
 
 def _file_name(provider: str) -> str:

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 ROUTE_KEY = "flowllm_route"
 # Errors that are the request's own fault: another provider would refuse it too, so no fallback.
 NO_FALLBACK_KINDS = frozenset({"bad_request", "context_length"})
+OVERLOAD_KINDS = frozenset({"rate_limit", "overloaded"})  # answers that say: fewer calls at once (adaptive limit)
 
 
 def estimate_tokens(wire: dict[str, Any]) -> int:
@@ -341,7 +342,7 @@ class ResilientProvider(ProviderFacade):
                         usage = provider.normalize(raw).usage if policy.check_reply else None
                         batch = raw.get(BATCH_KEY)
                     except ProviderCallError as error:
-                        state.last_error = error
+                        state.last_error, limit.overloaded = error, (True if error.kind in OVERLOAD_KINDS else None)
                         if error.kind == "rate_limit":  # everyone waits it out, not only this task
                             pause = error.retry_after if error.retry_after is not None else route.pool.cfg.cooldown_s
                             route.limiter.back_off(min(pause, policy.max_retry_after_s))
@@ -351,7 +352,7 @@ class ResilientProvider(ProviderFacade):
                         record(slot.label, started_wall, started, error=error, limiter_wait_s=limit.waited_s)
                         raise
                     route.breaker.record_success(permit)
-                    reported = True
+                    limit.overloaded, reported = False, True  # an answer: the adaptive limit may grow
                     if usage is not None:
                         used_tokens = usage.input_tokens + usage.output_tokens
                     record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s, batch=batch)

@@ -118,6 +118,18 @@ class _ProjectionColumn(ProgressColumn):
         return Text(projection.text() if projection is not None else "proj -")
 
 
+class _LiveColumn(ProgressColumn):
+    """A text asked for at every refresh (the run's current limit of tasks or calls at once)."""
+
+    def __init__(self, text: Callable[[], str | None]) -> None:
+        super().__init__()
+        self.text = text
+
+    def render(self, task: Any) -> Text:
+        text = self.text()
+        return Text(f"max_concurrent {text}" if text else "")
+
+
 class ProgressReporter:
     """A rich progress bar fed by the experiment on a terminal, plain lines elsewhere; silent when disabled."""
 
@@ -134,8 +146,12 @@ class ProgressReporter:
         stream: TextIO | None = None,
         plain: bool | None = None,
         projector: Projector | None = None,
+        concurrency: Callable[[], str | None] | None = None,
     ) -> None:
         self.console = console or Console(stderr=True)
+        # The run's limit of tasks or calls at once as it is now (set by flowllm ctl, or found by AIMD under
+        # experiment.max_concurrent=auto): shown on the bar and the plain line.
+        self.concurrency = concurrency
         self.enabled = enabled
         # False: the bar is drawn only when asked (``renderable``), never by a thread of its own.
         self.auto_refresh = auto_refresh
@@ -195,6 +211,7 @@ class ProgressReporter:
             _SpendColumn(self.tally, lambda: self.tokens),
             *([_ProjectionColumn(self.projector)] if self.projector is not None else []),
             TextColumn("failed {task.fields[failed]}"),
+            *([_LiveColumn(self.concurrency)] if self.concurrency is not None else []),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
@@ -229,8 +246,10 @@ class ProgressReporter:
         else:
             eta = "not known"
         failed = f", {self.failed} failed" if self.failed else ""
+        shown = self.concurrency() if self.concurrency is not None else None
+        limit = f" (max_concurrent {shown})" if shown else ""
         return (
-            f"flowllm: progress: tasks {self.done}/{self.total} done{failed}, {self.running} running, "
+            f"flowllm: progress: tasks {self.done}/{self.total} done{failed}, {self.running} running{limit}, "
             f"accuracy {self._accuracy()}, {spend}, elapsed {_duration(elapsed)}, eta {eta}"
         )
 
@@ -270,6 +289,17 @@ class ProgressReporter:
             self.correct += int(outcome.correct)
         self.failed += int(outcome.status != "completed")
         self.tokens += outcome.usage.total_tokens
+
+    def requeued(self, outcome: TaskOutcome) -> None:
+        """A failed task requeued (flowllm ctl RUN requeue TASK): it is not done any more."""
+        self.done -= 1
+        if outcome.correct is not None and is_finished(outcome.status):
+            self.scored -= 1
+            self.correct -= int(outcome.correct)
+        self.failed -= int(outcome.status != "completed")
+        self.tokens -= outcome.usage.total_tokens
+        if self._progress is not None:
+            self._progress.update(self._bar, advance=-1, **self._fields())
 
     def task_started(self, task_id: str) -> None:
         self.running += 1

@@ -29,20 +29,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from flowllm.agent.answer import last_boxed
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentResult
 from flowllm.config.schema import Reducer
 from flowllm.core.coordination import Coordination, RedisSpend
-from flowllm.core.interfaces import Provider
+from flowllm.core.interfaces import Provider, TurnGate
 from flowllm.core.types import Usage
 from flowllm.datasets.gaia import task_prompt
 from flowllm.datasets.task import Task
 from flowllm.engine import Recorder
 from flowllm.engine.heap import run_collector
 from flowllm.providers.replay import ReplayMissError
+from flowllm.run.control import ControlledGate, RunControl, Scheduler
 from flowllm.run.epochs import epoch_score, reduce_entries
 from flowllm.run.outcome import (
     BUDGET,
@@ -86,7 +87,8 @@ __all__ = [
 
 @dataclass
 class ExperimentSettings:
-    max_concurrent: int = 4
+    max_concurrent: int = 4  # tasks at once (auto: the ceiling)
+    adaptive_ceiling: int | None = None  # max_concurrent=auto[:N]: calls in flight found by AIMD, up to N
     task_timeout_s: float = 900.0
     resume: bool = True
     attempts: int = 1  # pass@k: up to k attempts per task, stopping at the first correct one
@@ -153,7 +155,7 @@ class Experiment:
         capped = settings.limits.active or settings.budget.active
         shared = RedisSpend(settings.coordination) if settings.coordination is not None and capped else None
         self.spend = SpendBook.of_run(recorder.run_dir, shared=shared) if capped else None
-        self._budget_said = False
+        self._budget_said, self.control = False, cast(RunControl | None, None)  # flowllm ctl: run/control.py
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
@@ -241,11 +243,12 @@ class Experiment:
         missed = False
         if self.audit is not None:
             self.audit.forget(task.task_id)
-        gate = (
+        gate: TurnGate | None = (
             TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
             if self.spend is not None
             else None
         )
+        gate = ControlledGate(self.control, gate, self) if self.control is not None else gate
         try:
             workspace = self._workspace(task)
             try:
@@ -549,11 +552,11 @@ class Experiment:
             await self._discover_tools(tools_stack)
         if self.progress:
             self.progress.start(total=len(tasks), already=list(outcomes.values()))
-        semaphore = asyncio.Semaphore(max(1, self.settings.max_concurrent))
+        scheduler = Scheduler(self.control, self.settings.max_concurrent, todo, tasks, outcomes, self.progress)
 
         async def bounded(task: Task) -> None:
-            async with semaphore:
-                if self.stop_reason is not None:  # the run directory cannot be written: do not start it
+            async with scheduler.slot(task.task_id) as start:
+                if not start or self.stop_reason is not None:  # drained, or the run directory cannot be written
                     return
                 if self.budget_reached():  # the run's budget is spent: the task stays for a rerun
                     stopped = stopped_by_budget(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
@@ -570,7 +573,8 @@ class Experiment:
         interrupted = False
         try:
             with run_collector():  # the collector skips the start-up heap (engine/heap.py)
-                async with asyncio.TaskGroup() as group:
+                async with scheduler.following(), asyncio.TaskGroup() as group:
+                    scheduler.start = lambda task: group.create_task(bounded(task))  # a requeued task
                     for task in todo:
                         group.create_task(bounded(task))
         except asyncio.CancelledError:
@@ -593,7 +597,7 @@ class Experiment:
         started = self.tools_catalog.startup_seconds if self.tools_catalog is not None else 0.0
         return RunResult(
             ordered,
-            interrupted or self.stop_reason is not None,
+            interrupted or self.stop_reason is not None or scheduler.drained > 0,
             resumed,
             tools_unavailable=unavailable,
             tools_start_s=round(started, 3),

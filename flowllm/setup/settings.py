@@ -15,13 +15,21 @@ from omegaconf import DictConfig, OmegaConf
 from flowllm.config.schema import Reducer
 from flowllm.core.coordination import Coordination, connect
 from flowllm.errors import ConfigError
+from flowllm.providers.adaptive.aimd import parse_auto
 from flowllm.run.runner import ExperimentSettings
 from flowllm.setup import fingerprint
 from flowllm.setup.checks import check_cache, check_timeouts
 from flowllm.spend.spending import RunBudget, TaskLimits
 from flowllm.telemetry.live import check_telemetry
 
-__all__ = ["check_settings", "coordination_settings", "experiment_settings", "spending_settings", "telemetry_endpoint"]
+__all__ = [
+    "check_settings",
+    "concurrency",
+    "coordination_settings",
+    "experiment_settings",
+    "spending_settings",
+    "telemetry_endpoint",
+]
 
 
 def _at_least_one(value: Any, setting: str) -> None:
@@ -29,9 +37,25 @@ def _at_least_one(value: Any, setting: str) -> None:
         raise ConfigError(f"{setting} must be at least 1, not {value}")
 
 
+def concurrency(value: Any) -> tuple[int, int | None]:
+    """``experiment.max_concurrent``: (tasks at once, the ceiling of the adaptive calls in flight or None).
+    ``auto`` / ``auto:N`` runs up to N tasks (default 64) and lets AIMD find the calls in flight
+    (flowllm/providers/adaptive/aimd.py)."""
+    try:
+        ceiling = parse_auto(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if ceiling is not None:
+        return ceiling, ceiling
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"experiment.max_concurrent must be a whole number, auto or auto:N, not {value!r}")
+    _at_least_one(value, "experiment.max_concurrent")
+    return value, None
+
+
 def check_settings(cfg: DictConfig) -> None:
     """The run-wide numbers a user may get wrong, and the timeouts and telemetry settings."""
-    _at_least_one(cfg.experiment.max_concurrent, "experiment.max_concurrent")
+    concurrency(cfg.experiment.max_concurrent)
     _at_least_one(cfg.experiment.attempts, "experiment.attempts")
     _at_least_one(cfg.experiment.epochs, "experiment.epochs")
     _at_least_one(cfg.agent.max_turns, "agent.max_turns")
@@ -84,8 +108,10 @@ def experiment_settings(
     cfg: DictConfig, limits: TaskLimits, budget: RunBudget, coordination: Coordination | None = None
 ) -> ExperimentSettings:
     """The experiment's settings (``check_settings`` has checked the numbers)."""
+    tasks, ceiling = concurrency(cfg.experiment.max_concurrent)
     return ExperimentSettings(
-        max_concurrent=int(cfg.experiment.max_concurrent),
+        max_concurrent=tasks,
+        adaptive_ceiling=ceiling,
         task_timeout_s=float(cfg.experiment.task_timeout_s),
         resume=fingerprint.resume_mode(cfg.experiment.resume) is not fingerprint.ResumeMode.off,
         attempts=int(cfg.experiment.attempts),

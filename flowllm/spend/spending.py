@@ -314,6 +314,9 @@ class TaskGate:
     def spent(self) -> Spend:
         return self.book.task(self.task_id).minus(self.baseline)
 
+    async def before_turn(self) -> None:
+        return None
+
     def after_turn(self, agent: str, turns: int) -> Halt | None:
         if agent == MAIN_AGENT:
             self.turns = turns

@@ -26,8 +26,9 @@ def check_settings(ev: RunEvidence, audit: Audit) -> None:
         if MASKED in str(ran):
             continue
         audit.check(CONFIG, key, saved, ran, "fingerprint.json: the settings the results were made with")
-    if ev.history:
-        audit.check("history.jsonl", "last line: fingerprint", ev.history[-1].get("fingerprint"), recorded.digest)
+    sessions = [line for line in ev.history if "control" not in line]  # flowllm ctl's lines are no session's
+    if sessions:
+        audit.check("history.jsonl", "last session: fingerprint", sessions[-1].get("fingerprint"), recorded.digest)
     provenance = ev.summary.provenance
     if provenance:
         audit.check(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flowllm.core.types import Usage
+from flowllm.providers.adaptive.aimd import parse_auto
 from flowllm.rundir.results import BudgetBlock, LedgerLine
 from flowllm.verify.evidence import NumberedLine, RunEvidence
 from flowllm.verify.findings import Audit
@@ -72,7 +73,9 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     reached = spent >= float(cap)
     audit.check(SUMMARY, "budget.ended_run", budget.ended_run, reached and unfinished > 0, "spent vs the cap")
     # A budget stops new turns; the turns in flight finish: at most one call per running task past the cap.
-    in_flight = int(ev.cfg.experiment.get("max_concurrent") or 1) * max(1, int(ev.cfg.experiment.get("workers") or 1))
+    concurrent = ev.cfg.experiment.get("max_concurrent") or 1
+    tasks = parse_auto(concurrent) or int(concurrent)  # auto:N runs up to N tasks
+    in_flight = tasks * max(1, int(ev.cfg.experiment.get("workers") or 1))
     bound = round(float(cap) + in_flight * _max_call([*ev.ledger, *ev.judge_ledger]), 6)
     if spent > bound:
         audit.flag(SUMMARY, "budget.spent.cost_usd", spent, f"at most {bound}", "the cap plus the turns in flight")

@@ -1,0 +1,314 @@
+"""Adaptive concurrency: how many calls a provider's model gets at once, learnt from how it answers (AIMD).
+
+``experiment.max_concurrent=auto`` (or ``auto:N`` for a ceiling of N, default 64) runs up to the ceiling's tasks,
+and each provider and model gets a limit of calls in flight that
+
+* grows by one per window of answers (one call more for every ``limit`` calls answered well: additive
+  increase, as TCP's congestion window grows by one segment per round trip); until the first cut it grows by
+  one per answer (it doubles per round trip: TCP's slow start), so a start far below the provider's capacity
+  reaches it in a few round trips;
+* is cut on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease): to 85% of the calls
+  the provider answered well within the last round trip (what it serves at once, measured; the 15% let its
+  quota's bucket refill), at most 90% and at least half of the limit (half when nothing was answered yet: a
+  start far above the provider's capacity). Once per window: the calls already in flight when it was cut were
+  sent at the old limit, and their 429s say nothing new (each call carries the number of cuts when it was
+  admitted, and only a call sent after the last cut cuts again); after a cut it holds for three round trips
+  before it grows again, so the provider's quota refills before it is probed;
+* is cut by a tenth when latency rises: the recent latency (an average over the last calls) above twice the
+  best recent latency means the provider queues the calls instead of serving them.
+
+The limit lives in a ``LimitStore``: this process's memory, or, under ``experiment.workers=N``, a small file per
+provider and model beside the shared 429 pauses (``SharedLimitFile``), so every worker reads and moves the one
+limit of the run; a worker admits its 1/N share of it. A 429's Retry-After pause is the limiter's own
+(flowllm/providers/limiter.py): this only decides how many calls may be in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+DEFAULT_CEILING = 64
+START = 4.0  # the first limit (below the ceiling): a run starts gently and grows
+DECREASE = 0.5  # the deepest cut on a 429 or an overload error (and the cut when nothing was answered yet)
+SHALLOW = 0.9  # the shallowest: the limit was just above what the provider serves
+BELOW_SERVED = 0.85  # a cut goes this far below what the provider served: its quota's bucket refills meanwhile
+HOLD_ROUND_TRIPS = 3.0  # after a cut the limit holds this many round trips before it grows again
+LATENCY_DECREASE = 0.9  # the factor when latency rises
+LATENCY_FACTOR = 2.0  # recent latency above this many times the best recent latency: the provider is queueing
+LATENCY_SAMPLES = 8  # answers seen before latency may cut
+RECENT = 0.2  # weight of the newest answer in the recent latency
+BASELINE_DRIFT = 0.02  # how fast the best latency forgets (so a slower model after a change is not "congested")
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """``experiment.max_concurrent=auto[:ceiling]`` as the providers need it."""
+
+    ceiling: int = DEFAULT_CEILING
+    workers: int = 1  # the run's worker processes: each admits its share of the run's limit
+    shared_dir: Path | None = None  # where the workers' limits meet (the run's shared 429 pauses folder)
+    start: float = START
+
+
+def parse_auto(value: object) -> int | None:
+    """The ceiling of ``auto`` / ``auto:N`` (None: not auto). ValueError for ``auto:`` with no whole number."""
+    if not isinstance(value, str) or not value.strip().lower().startswith("auto"):
+        return None
+    text = value.strip().lower()
+    if text == "auto":
+        return DEFAULT_CEILING
+    head, _, ceiling = text.partition(":")
+    if head != "auto" or not ceiling.isdigit() or int(ceiling) < 1:
+        raise ValueError(f"experiment.max_concurrent must be a whole number, auto or auto:N (N >= 1), not {value!r}")
+    return int(ceiling)
+
+
+@dataclass
+class LimitState:
+    limit: float
+    cuts: int = 0  # how many times the limit was cut (a call admitted before the last cut cannot cut again)
+
+
+class LimitStore(Protocol):
+    def load(self) -> LimitState: ...
+
+    def save(self, state: LimitState) -> None: ...
+
+
+@dataclass
+class MemoryLimit:
+    """The limit of one process."""
+
+    state: LimitState
+
+    def load(self) -> LimitState:
+        return LimitState(self.state.limit, self.state.cuts)
+
+    def save(self, state: LimitState) -> None:
+        self.state = LimitState(state.limit, state.cuts)
+
+
+@dataclass
+class SharedLimitFile:
+    """The limit of a run's workers, in one small file (``<limit> <cuts>``, replaced by rename): read again when
+    it changed. Two workers moving it at once may lose one's step; the next answer moves it again."""
+
+    path: Path
+    initial: LimitState
+    _seen: tuple[int, int, int] | None = None
+    _cached: LimitState | None = None
+
+    def load(self) -> LimitState:
+        try:
+            info = self.path.stat()
+        except OSError:
+            return LimitState(self.initial.limit, self.initial.cuts) if self._cached is None else self._cached
+        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if stamp != self._seen or self._cached is None:
+            with contextlib.suppress(OSError, ValueError):
+                limit, cuts = self.path.read_text(encoding="ascii").split()
+                self._cached, self._seen = LimitState(float(limit), int(cuts)), stamp
+        return self._cached or LimitState(self.initial.limit, self.initial.cuts)
+
+    def save(self, state: LimitState) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"{state.limit:.4f} {state.cuts}", encoding="ascii")
+        os.replace(tmp, self.path)
+        self._cached = LimitState(state.limit, state.cuts)
+
+
+@dataclass
+class Ticket:
+    """One admitted call: when it was admitted, and the number of cuts then."""
+
+    started: float
+    cuts: int
+
+
+@dataclass
+class AimdController:
+    """The limit of one provider and model: ``admit`` before a call, then ``answered`` or ``overloaded``."""
+
+    ceiling: int
+    store: LimitStore
+    clock: Callable[[], float] = time.monotonic
+    workers: int = 1  # processes moving the one limit: each sees its share of the answers
+    recent_s: float | None = None  # the recent latency (an average weighted to the newest)
+    best_s: float | None = None  # the best recent latency, forgetting slowly
+    samples: int = 0
+    cut_at: float | None = None  # when this process last cut the limit
+    answers: collections.deque[float] = field(default_factory=collections.deque)  # when calls were answered well
+
+    @property
+    def limit(self) -> float:
+        return self.store.load().limit
+
+    def admit(self) -> Ticket:
+        return Ticket(self.clock(), self.store.load().cuts)
+
+    def answered(self, ticket: Ticket) -> None:
+        """An answer: the limit grows by 1/limit (one per window of answers), unless latency says queueing."""
+        now = self.clock()
+        latency = max(now - ticket.started, 0.0)
+        self.answers.append(now)
+        self.samples += 1
+        self.recent_s = latency if self.recent_s is None else self.recent_s + RECENT * (latency - self.recent_s)
+        if self.best_s is None or self.recent_s < self.best_s:
+            self.best_s = self.recent_s
+        else:
+            self.best_s += BASELINE_DRIFT * (self.recent_s - self.best_s)
+        if self.samples >= LATENCY_SAMPLES and self.recent_s > LATENCY_FACTOR * max(self.best_s, 1e-3):
+            self._cut(ticket, LATENCY_DECREASE)
+            return
+        state = self.store.load()
+        if self.cut_at is not None and now - self.cut_at < HOLD_ROUND_TRIPS * self.recent_s:
+            return  # just cut: the provider's quota refills before the limit probes it again
+        step = 1.0 if state.cuts == 0 else 1.0 / max(state.limit, 1.0)  # slow start until the first cut
+        grown = min(float(self.ceiling), state.limit + step)
+        if grown != state.limit:
+            self.store.save(LimitState(grown, state.cuts))
+
+    def served(self) -> float:
+        """Calls answered well within the last round trip (the recent latency), the run's (all workers')."""
+        if self.recent_s is None:
+            return 0.0
+        since = self.clock() - self.recent_s
+        while self.answers and self.answers[0] < since:
+            self.answers.popleft()
+        return float(len(self.answers) * self.workers)
+
+    def overloaded(self, ticket: Ticket) -> None:
+        """A 429 or an overload error: the limit is cut to what the provider serves (from half to 90% of it),
+        once for the calls sent at the same limit."""
+        state = self.store.load()
+        served = self.served()
+        target = DECREASE if served < 1 else min(SHALLOW, max(BELOW_SERVED * served / state.limit, DECREASE))
+        self._cut(ticket, target)
+
+    def _cut(self, ticket: Ticket, factor: float) -> None:
+        state = self.store.load()
+        if ticket.cuts < state.cuts:  # sent before the last cut: that cut already answered it
+            return
+        self.cut_at = self.clock()
+        self.store.save(LimitState(max(1.0, state.limit * factor), state.cuts + 1))
+
+
+@dataclass
+class AdaptiveFlight:
+    """The calls in flight of one provider and model in this process, held under its controller's limit (this
+    worker's share of it). Waiters are woken in order as calls end."""
+
+    controller: AimdController
+    workers: int = 1
+    in_flight: int = 0
+    _waiters: collections.deque[asyncio.Future[None]] = field(default_factory=collections.deque)
+
+    def allowed(self) -> int:
+        """This process's calls at once: its share of the limit (at least one)."""
+        return max(1, math.floor(self.controller.limit / self.workers))
+
+    async def acquire(self) -> Ticket:
+        while self.in_flight >= self.allowed() or self._waiters:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                self._wake()  # it may have been woken for a slot it will not take: the next one takes it
+                raise
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            if self.in_flight < self.allowed():
+                break
+        self.in_flight += 1
+        self._wake()
+        return self.controller.admit()
+
+    def release(self, ticket: Ticket, overloaded: bool | None) -> None:
+        """``overloaded``: True for a 429 or an overload error, False for an answer, None when the call said
+        nothing of the provider's load (a bad request, a timeout, a cancellation)."""
+        if overloaded is True:
+            self.controller.overloaded(ticket)
+        elif overloaded is False:
+            self.controller.answered(ticket)
+        hold = self.controller.recent_s if overloaded is True else None
+        if hold:  # a 429 comes back at once: its slot stays taken for a round trip, as an answered call's would
+            with contextlib.suppress(RuntimeError):  # (no running loop: freed now)
+                asyncio.get_running_loop().call_later(hold, self._free)
+                return
+        self._free()
+
+    def _free(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        """The first waiter goes when there is room (it wakes the next one when it has taken its slot)."""
+        for waiter in self._waiters:
+            if not waiter.done():
+                if self.in_flight < self.allowed():
+                    waiter.set_result(None)
+                return
+
+
+@dataclass
+class AdaptiveConcurrency:
+    """The run's adaptive limits, one per provider and model, made as the providers open; what the progress line
+    shows."""
+
+    settings: AdaptiveSettings
+    clock: Callable[[], float] = time.monotonic
+    flights: dict[str, AdaptiveFlight] = field(default_factory=dict)
+
+    def flight(self, provider: str, model: str) -> AdaptiveFlight:
+        key = f"{provider}/{model}"
+        if key not in self.flights:
+            initial = LimitState(min(self.settings.start, float(self.settings.ceiling)))
+            store: LimitStore = MemoryLimit(initial)
+            if self.settings.shared_dir is not None:
+                store = SharedLimitFile(self.settings.shared_dir / limit_file_name(provider, model), initial)
+            workers = max(1, self.settings.workers)
+            controller = AimdController(self.settings.ceiling, store, clock=self.clock, workers=workers)
+            self.flights[key] = AdaptiveFlight(controller, workers=workers)
+        return self.flights[key]
+
+    def limits(self) -> dict[str, int]:
+        """Provider/model -> the run's current limit of calls in flight (read from the shared files when this
+        process opened no provider: the parent of workers)."""
+        if self.flights:
+            return {key: int(f.controller.limit) for key, f in self.flights.items()}
+        found: dict[str, int] = {}
+        folder = self.settings.shared_dir
+        for path in sorted(folder.glob(f"*{LIMIT_SUFFIX}")) if folder is not None and folder.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError):
+                found[path.name.removesuffix(LIMIT_SUFFIX)] = int(float(path.read_text(encoding="ascii").split()[0]))
+        return found
+
+    def describe(self) -> str:
+        """``calls in flight ≤ 12 (auto)``, one figure per provider and model when there are several."""
+        limits = self.limits()
+        if not limits:
+            return f"auto up to {self.settings.ceiling}"
+        if len(limits) == 1:
+            return f"auto {next(iter(limits.values()))}/{self.settings.ceiling}"
+        return "auto " + ", ".join(f"{k} {v}" for k, v in limits.items()) + f" (ceiling {self.settings.ceiling})"
+
+
+LIMIT_SUFFIX = ".concurrency"
+
+
+def limit_file_name(provider: str, model: str) -> str:
+    name = f"{provider}__{model}"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) + LIMIT_SUFFIX

@@ -1,0 +1,139 @@
+"""The adaptive limit of calls in flight (experiment.max_concurrent=auto): AIMD driven by a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from flowllm.providers.adaptive.aimd import (
+    AdaptiveConcurrency,
+    AdaptiveFlight,
+    AdaptiveSettings,
+    AimdController,
+    LimitState,
+    MemoryLimit,
+    SharedLimitFile,
+    parse_auto,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def controller(start: float = 4.0, ceiling: int = 64) -> tuple[AimdController, Clock]:
+    clock = Clock()
+    return AimdController(ceiling, MemoryLimit(LimitState(start)), clock=clock), clock
+
+
+def answer(aimd: AimdController, clock: Clock, latency_s: float = 1.0) -> None:
+    ticket = aimd.admit()
+    clock.now += latency_s
+    aimd.answered(ticket)
+
+
+def test_doubles_per_round_trip_until_the_first_cut() -> None:
+    aimd, clock = controller(start=2.0)
+    for _ in range(2 + 4 + 8):  # three round trips at limits 2, 4 and 8
+        answer(aimd, clock)
+    assert aimd.limit == 16.0
+
+
+def test_grows_by_one_per_window_of_good_answers_up_to_the_ceiling() -> None:
+    aimd, clock = controller(start=8.0, ceiling=6)
+    aimd.overloaded(aimd.admit())  # the first cut (to 4) ends the slow start
+    answer(aimd, clock)
+    assert aimd.limit == 4.0, "held for three round trips after a cut"
+    clock.now += 10.0
+    for _ in range(4):  # one window at limit 4
+        answer(aimd, clock)
+    assert 4.9 < aimd.limit <= 5.0, "about one call more per window"
+    for _ in range(100):
+        answer(aimd, clock)
+    assert aimd.limit == 6.0, "never above the ceiling"
+
+
+def test_a_429_halves_the_limit_once_for_the_calls_sent_at_that_limit() -> None:
+    aimd, _ = controller(start=16.0)
+    in_flight = [aimd.admit() for _ in range(8)]  # all sent before the provider said no
+    for ticket in in_flight:
+        aimd.overloaded(ticket)
+    assert aimd.limit == 8.0, "eight 429s of one burst cut once"
+    aimd.overloaded(aimd.admit())  # sent after the cut: the provider still says no
+    assert aimd.limit == 4.0
+    for _ in range(10):
+        aimd.overloaded(aimd.admit())
+    assert aimd.limit == 1.0, "never below one call"
+
+
+def test_rising_latency_cuts_the_limit() -> None:
+    aimd, clock = controller(start=10.0)
+    for _ in range(10):
+        answer(aimd, clock, latency_s=1.0)
+    grown = aimd.limit
+    for _ in range(10):  # the provider starts queueing: answers take five times as long
+        answer(aimd, clock, latency_s=5.0)
+    assert aimd.limit < grown
+
+
+def test_the_limit_is_shared_through_a_file(tmp_path: Path) -> None:
+    clock = Clock()
+    first = AimdController(64, SharedLimitFile(tmp_path / "p.concurrency", LimitState(8.0)), clock=clock)
+    second = AimdController(64, SharedLimitFile(tmp_path / "p.concurrency", LimitState(8.0)), clock=clock)
+    first.overloaded(first.admit())
+    assert second.limit == 4.0, "one worker's cut is every worker's"
+    ticket = second.admit()
+    second.overloaded(ticket)
+    assert first.limit == 2.0
+
+
+def test_a_flight_admits_its_share_and_wakes_waiters_in_order() -> None:
+    async def scenario() -> list[int]:
+        aimd, _ = controller(start=4.0)
+        flight = AdaptiveFlight(aimd, workers=2)  # this worker's share of 4: 2 at once
+        tickets = [await flight.acquire() for _ in range(2)]
+        order: list[int] = []
+
+        async def later(n: int) -> None:
+            await flight.acquire()
+            order.append(n)
+
+        waiting = [asyncio.create_task(later(n)) for n in range(3)]
+        await asyncio.sleep(0)
+        assert flight.in_flight == 2 and not order
+        flight.release(tickets[0], overloaded=None)
+        await asyncio.sleep(0)
+        flight.release(tickets[1], overloaded=None)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        for task in waiting:
+            task.cancel()
+        return order
+
+    assert asyncio.run(scenario()) == [0, 1]
+
+
+def test_auto_and_its_ceiling_are_read_from_the_setting() -> None:
+    assert parse_auto("auto") == 64 and parse_auto("auto:12") == 12 and parse_auto(8) is None
+    with pytest.raises(ValueError, match="auto:N"):
+        parse_auto("auto:lots")
+    limits = AdaptiveConcurrency(AdaptiveSettings(ceiling=12, start=3))
+    limits.flight("emu", "model")
+    assert limits.describe() == "auto 3/12"
+
+
+def test_a_429_cuts_to_just_below_what_the_provider_served_in_the_last_round_trip() -> None:
+    clock = Clock()
+    aimd = AimdController(64, MemoryLimit(LimitState(30.0, cuts=1)), clock=clock)
+    sent = [aimd.admit() for _ in range(20)]
+    clock.now = 1.0
+    for ticket in sent:  # the provider served 20 calls at once, in one round trip of a second
+        aimd.answered(ticket)
+    aimd.overloaded(aimd.admit())
+    assert aimd.limit == pytest.approx(0.85 * 20)
