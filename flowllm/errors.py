@@ -43,6 +43,13 @@
         │                              (verify/evidence.py)
         ├── BundleInputError           flowllm bundle or verify FILE was given no run or no bundle (truncated,
         │                              newer), or a dataset that differs (bundle/manifest.py)
+        ├── NoRun                      inspect scale/bisect was given a path with no run (analysis/epoch_runs.py)
+        ├── NoCommonTask               the runs given to inspect scale have no scored task in common
+        │                              (analysis/scale_report.py)
+        ├── KTooLarge                  inspect scale --k is more than the epochs run (analysis/scale_report.py)
+        ├── JudgeUnavailable           inspect scale --judge names no provider that can be opened (analysis/rerank.py)
+        ├── OverBudget                 inspect bisect's forks would cost more than --max-cost (analysis/bisect_run.py)
+        ├── ForkFailed                 one of inspect bisect's forks ended with an error (analysis/bisect_run.py)
         └── RecordFormatError          a run file (summary, result, ledger line) is not a JSON object
                                        (rundir/record_base.py)
 
