@@ -6,13 +6,14 @@ and finds an earlier entry only within 20 blocks before a breakpoint
 
 1. the last block of the last user message: this turn's whole prompt is written, for the next turn to read;
 2. the last block of the previous turn's last user message (the user message before the latest assistant
-   message): what the previous turn wrote, read even when this turn added more than 20 blocks (many
-   parallel tool results) or when the newest part is too short to cache;
-3. the last system block: tools and system, the prefix every task and every compacted history shares;
+   message), when this turn added 20 blocks or more since (many parallel tool results): the lookback from
+   the first breakpoint cannot reach what the previous turn wrote, this one reads it;
+3. the last system block: tools and system, the prefix every compacted history keeps;
 4. the last tool definition: the tools alone, read when only the system prompt changes.
 
 ``breakpoints`` (``provider.cache.breakpoints``, 1-4) keeps the first that many. A breakpoint on a prefix that
-is already cached costs nothing: it is read, not written again.
+is already cached costs nothing: it is read, not written again. Where the second is not needed the markers are
+the ones flowllm always placed, so saved runs still replay exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from flowllm.errors import ConfigError
 
 CACHE_TTLS = ("5m", "1h")
 MAX_BREAKPOINTS = 4
+LOOKBACK_BLOCKS = 20  # Anthropic checks for a cache hit up to 20 blocks before a breakpoint
 
 
 def check_cache_settings(ttl: str, breakpoints: int) -> None:
@@ -50,14 +52,18 @@ def _mark_last(blocks: list[Block], marker: dict[str, Any]) -> list[Block]:
 
 
 def _user_breakpoints(messages: list[Message]) -> list[int]:
-    """The last user message, then the user message before the latest assistant message (the previous turn's)."""
+    """The last user message, then the previous turn's (the user message before the latest assistant message)
+    when the blocks since are beyond the lookback of the last one."""
     users = [i for i, m in enumerate(messages) if m["role"] == "user" and m["content"]]
     if not users:
         return []
     last = users[-1]
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i < last]
     previous = [i for i in users if assistants and i < assistants[-1]]
-    return [last, previous[-1]] if previous else [last]
+    if not previous:
+        return [last]
+    since = sum(len(m["content"]) for m in messages[previous[-1] + 1 : last + 1])
+    return [last, previous[-1]] if since >= LOOKBACK_BLOCKS else [last]
 
 
 class MarkCache(Node):

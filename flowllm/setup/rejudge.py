@@ -72,6 +72,7 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
         ) from None
     assert isinstance(merged, DictConfig)
     named = {o.key_or_group.lstrip("+~") for o in parsed}
+    _newer_node_settings(merged, cfg)
     with open_dict(merged):
         for key in KEPT:
             merged[key] = cfg[key]
@@ -90,6 +91,28 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
                         OmegaConf.update(merged, coupled, OmegaConf.select(cfg, coupled), force_add=True)
     log.info("replay: the run repeats %s (its dataset, scoring, agent and tools settings)", Path(saved_path).parents[1])
     return merged
+
+
+def _newer_node_settings(merged: DictConfig, cfg: DictConfig) -> None:
+    """A node setting the saved run's version did not have yet (``mark_cache.breakpoints``) takes this version's
+    value, as written in the composed pipeline, when the node is the same (its ``_target_``): the saved run ran
+    with what is now its default."""
+    saved_nodes = OmegaConf.select(merged, "pipeline.nodes")
+    nodes = OmegaConf.select(cfg, "pipeline.nodes")
+    if not isinstance(saved_nodes, DictConfig) or not isinstance(nodes, DictConfig):
+        return
+    written = OmegaConf.to_container(nodes, resolve=False)
+    assert isinstance(written, dict)
+    for name, node in written.items():
+        saved = saved_nodes.get(name)
+        if not isinstance(node, dict) or not isinstance(saved, DictConfig):
+            continue
+        if saved.get("_target_") != node.get("_target_"):
+            continue
+        with open_dict(saved):
+            for key, value in node.items():
+                if key not in saved:
+                    saved[key] = value
 
 
 def _delete(cfg: DictConfig, key: str) -> None:

@@ -109,7 +109,9 @@ async def connect(emulator: Emulator) -> AsyncIterator[Any]:
     """``connect(protocol, tool_protocol=..., thinking=...)`` -> a provider on the module's emulator."""
     opened: list[BaseProvider] = []
 
-    def factory(protocol: str, tool_protocol: str = "native", thinking: str = "disabled") -> BaseProvider:
+    def factory(
+        protocol: str, tool_protocol: str = "native", thinking: str = "disabled", api_key: str = "test-key"
+    ) -> BaseProvider:
         cfg = ProviderConfig(
             name="offline",
             protocol=protocol,
@@ -118,7 +120,9 @@ async def connect(emulator: Emulator) -> AsyncIterator[Any]:
             thinking=ThinkingConfig(mode=thinking, budget_tokens=1024),
         )
         base = emulator.base_url if protocol == "anthropic" else emulator.openai_base_url
-        provider = build_provider(cfg, base_url=base, api_key="test-key")
+        # The emulator caches prompts per key (emulator/prompt_cache.py): a test that compares two runs of the
+        # same conversation gives each its own key, so the second does not read what the first wrote.
+        provider = build_provider(cfg, base_url=base, api_key=api_key)
         opened.append(provider)
         return provider
 

@@ -92,9 +92,9 @@ async def test_hooks_leave_identical_artifacts_in_all_three_runners(
 ) -> None:
     cfg = compose_cfg(*HOOKS, f"pipeline.hook_nodes.log_requests.path={tmp_path / 'requests.jsonl'}")
     pipeline = pipeline_from_config(plain_config(cfg.pipeline))
-    provider = connect("anthropic", tool_protocol="xml")
     answers = {}
     for runner in ("legacy", "graph", "graph_parallel"):
+        provider = connect("anthropic", tool_protocol="xml", api_key=f"key-{runner}")  # a cache of its own
         with Recorder(tmp_path / runner) as recorder:
             agent = Agent(
                 pipeline, make_runner(runner), AgentSettings(max_turns=3, system_prompt="Be brief."), observer=recorder

@@ -79,14 +79,27 @@ def test_mark_cache_marks_system_and_last_user_message() -> None:
     assert "cache_control" not in tools[1]
     assert out["prompt_system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert out["prompt_messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
-    # The previous turn's last user message too: the next-to-last breakpoint reads what that turn wrote.
-    marked = [i for i, m in enumerate(out["prompt_messages"]) if any("cache_control" in b for b in m["content"])]
-    assert marked == [6, 8]
+    assert sum("cache_control" in b for m in out["prompt_messages"] for b in m["content"]) == 1
     assert "cache_control" not in messages[-1]["content"][-1] and "cache_control" not in system[0]
-    # Fewer breakpoints keep the ones that pay most: the last user message, then the previous turn's.
+    # Fewer breakpoints keep the ones that pay most: the last user message first.
     one = MarkCache(breakpoints=1).run(ctx, messages, system, tools)
     assert "cache_control" not in one["prompt_system"][-1] and "cache_control" not in one["prompt_tools"][-1]
-    assert [i for i, m in enumerate(one["prompt_messages"]) if any("cache_control" in b for b in m["content"])] == [8]
+    assert one["prompt_messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_a_turn_of_twenty_blocks_or_more_also_marks_the_previous_turns_write() -> None:
+    """Anthropic looks back at most 20 blocks from a breakpoint: 24 parallel tool results would hide what the
+    previous turn wrote, so its user message gets the fourth breakpoint."""
+    messages = history(native_results)
+    calls = [{"type": "tool_use", "id": f"w{k}", "name": "t", "input": {}} for k in range(24)]
+    messages += [
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": [native_results(k)["content"][0] for k in range(24)]},
+    ]
+    ctx = TurnContext("t", 1, provider=CachingProvider(True))  # type: ignore[arg-type]
+    out = MarkCache().run(ctx, messages, [{"type": "text", "text": "sys"}], [])
+    marked = [i for i, m in enumerate(out["prompt_messages"]) if any("cache_control" in b for b in m["content"])]
+    assert marked == [8, 10]
 
 
 def test_trim_block_blanks_old_results_a_block_at_a_time() -> None:
