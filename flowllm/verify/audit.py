@@ -12,6 +12,7 @@ from flowllm.rundir.layout import SUMMARY_FILE, SWEEP_SUMMARY_FILE
 from flowllm.verify.evidence import VerifyInputError, load_evidence
 from flowllm.verify.exports import check_export
 from flowllm.verify.findings import Audit
+from flowllm.verify.resumed import check_resumed
 from flowllm.verify.settings import check_settings
 from flowllm.verify.spend import check_spend
 from flowllm.verify.tasks import check_tasks
@@ -34,6 +35,7 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     check_spend(ev, audit)
     check_limits(ev, audit)
     check_fork(ev, outcomes, audit)
+    check_resumed(ev, audit)
     for export in exports:
         check_export(export, outcomes, audit)
     return audit
