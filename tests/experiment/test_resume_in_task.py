@@ -5,6 +5,7 @@ The kill is deterministic: the emulator (started here, so it outlives the run) h
 request (a delay fault on its first attempt: no reply is saved), and the test's sleep server holds resume-a's
 turn-2 tool call while the test's gate is closed (its turn-2 reply is saved and paid, its turn unfinished).
 The test kills the run once both are held, resume-c has finished and the held tasks' replies are on disk.
+Tasks stopped by the run's budget resume the same way when a rerun raises it.
 """
 
 from __future__ import annotations
@@ -230,3 +231,19 @@ def test_a_killed_fork_resumes_its_live_turns_without_paying_them_again(sessions
     check_resumed(uninterrupted, killed, turns={"resume-a": 2, "resume-b": 2, "resume-c": 0})
     verdict = json.loads((killed.run_dir / "tasks" / "resume-a" / "result.json").read_bytes())["replay"]
     assert verdict["status"] == "forked" and verdict["turn"] == 2 and verdict["live_calls"] == 2
+
+
+def test_tasks_the_budget_stopped_resume_inside_when_the_rerun_raises_it(
+    sessions: Sessions, reference: Session
+) -> None:
+    stopped = sessions("budget", "experiment.budget.cost_usd=0.002")  # below one call: every task stops early
+    done = run_flowllm(*stopped.args(), env=stopped.env, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    tasks = stopped.run_dir / "tasks"
+    assert {json.loads(p.read_bytes())["status"] for p in tasks.glob("*/result.json")} == {"budget"}
+    saved = {t: len(list((tasks / t).glob("turn_*"))) for t in TASKS}
+    stopped.extra = ("experiment.budget.cost_usd=1.0",)
+    stopped.run()
+    assert results(stopped.run_dir) == results(reference.run_dir)
+    assert stopped.answered() == reference.answered()
+    assert {t: resumed_turns(stopped.run_dir, t) for t in TASKS} == saved and min(saved.values()) >= 1
