@@ -202,6 +202,11 @@ class ResumeAudit(ReplayAudit):
         super().__init__(provider.store.layout, dumps, recorder)
         self.provider = provider
 
+    @property
+    def records_nodes(self) -> bool:  # type: ignore[override]
+        """As the observer behind it: a recorder that keeps no node (snapshot=none) saved no turn to resume from."""
+        return self.recorder is not None and self.recorder.records_nodes
+
     def on_node(
         self,
         ctx: TurnContext,
