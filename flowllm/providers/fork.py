@@ -207,6 +207,17 @@ class ForkProvider(ReplayProvider):
         self.forks.add_live(context.task_id, self.live.normalize(raw).usage)
         return raw
 
+    def resumed_reply(self, request: dict[str, Any], raw: dict[str, Any], context: CallContext) -> None:
+        """A reply this run received before, served again to a task a rerun resumes (flowllm/run/resume.py): a
+        live one is logged as when it came, where the task forked (and why, found again) and its usage."""
+        if FORK_KEY not in raw:
+            return
+        if self.forks.point(context.task_id) is None:
+            reason, _saved = self._why_fork(request, context)
+            point = ForkPoint(context.turn, reason or "resumed live", agent=context.agent, scope=context.scope)
+            self.forks.fork(context.task_id, point)
+        self.forks.add_live(context.task_id, self.live.normalize(raw).usage)
+
     async def aclose(self) -> None:
         try:
             await super().aclose()

@@ -76,6 +76,10 @@ class TaskOutcome:
     limit: str | None = None  # status limit: which one (agent.limits.<name>); status budget: null
     halt_detail: str | None = None  # what reached the limit or the budget, one line
     scored: bool = True  # false: a limited task's answer was not scored (agent.limits.score_partial=false)
+    # A rerun resumed the task inside (flowllm/run/resume.py): the calls its saved turns answered, and the first
+    # resumed node whose output differed from the saved one.
+    resumed_turns: int = 0
+    resume_divergence: dict[str, Any] | None = None
     _attempt_timings: list[dict[str, Any]] = field(default_factory=list, repr=False)
     # Seconds this attempt's own tool servers spent starting (inside its wall time, apart from the calls).
     _tools_start_s: float = field(default=0.0, repr=False)
@@ -113,10 +117,17 @@ class TaskOutcome:
             verdict=self.verdict,
             judge=self.judge,
             categories=self.categories,
+            resumed_turns=self.resumed_turns,
+            resume_divergence=self.resume_divergence,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return self.to_result().to_dict()
+
+    def resumed_from(self, served: int, divergence: dict[str, Any] | None) -> TaskOutcome:
+        """This attempt resumed from its saved turns: ``served`` calls answered by them (flowllm/run/resume.py)."""
+        self.resumed_turns, self.resume_divergence = served, divergence
+        return self
 
     def apply_score(self, score: Score) -> None:
         self.correct = score.correct
@@ -167,6 +178,8 @@ class TaskOutcome:
             halt_detail=result.halt_detail,
             scored=result.scored,
             wall_seconds=float(result.wall_seconds or 0.0),
+            resumed_turns=result.resumed_turns,
+            resume_divergence=result.resume_divergence,
         )
 
     @classmethod

@@ -5,8 +5,10 @@ stops the others. Resuming is driven by the files alone, so it survives any cras
 
 * ``tasks/<id>/result.json`` is written last (atomically, after the task's node records), so a task with a
   completed result is finished and is skipped by a rerun into the same run directory;
-* a task with a failed result, an unreadable or invalid result or none at all is run again from scratch: its
-  turn folders and workspace are wiped first, so nothing of an interrupted attempt is counted twice;
+* a task with a failed or budget-stopped result, an unreadable or invalid result or none at all is run again:
+  its workspace and records are wiped first, so nothing of an interrupted attempt is counted twice, but its
+  saved turns are moved aside and the task resumes from them (flowllm/run/resume.py): their replies are served
+  again, unpaid, while the requests are the same, and the task goes live at the first turn without one;
 * a completed result is not trusted for its score: ``correct`` is recomputed from its answer and the dataset.
 
 While a task runs its workspace lives outside the run directory (``flowllm.run.workspaces``); when the
@@ -59,17 +61,11 @@ from flowllm.run.outcome import (
 )
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.replay_audit import ReplayAudit, is_scored
+from flowllm.run.resume import TaskResume, clear_epoch_dir, clear_task_dir
 from flowllm.run.workspaces import WorkspaceRoot
 from flowllm.rundir.attempts import running_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
-from flowllm.rundir.layout import (
-    ATTEMPTS_DIR,
-    LEGACY_AGENTS_DIR,
-    RESULT_FILE,
-    TIMING_FILE,
-    TURN_GLOB,
-    WORKSPACE_DIR,
-)
+from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, TIMING_FILE, TURN_GLOB, WORKSPACE_DIR
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits
@@ -129,6 +125,7 @@ class Experiment:
         scorer: Scorer | None = None,
         breakdown: Iterable[str] = (),
         tools_unavailable: dict[str, str] | None = None,
+        resume: TaskResume | None = None,
     ) -> None:
         # ``settings`` were checked where they were read (flowllm/setup/settings.py).
         self.agent = agent
@@ -139,6 +136,7 @@ class Experiment:
         self.progress = progress
         self.open_tools = open_tools
         self.audit = audit
+        self.resume = resume  # resumes an unfinished task from its saved turns (flowllm/run/resume.py)
         self.scorer: Scorer = scorer or GaiaScorer()
         self.breakdown = tuple(breakdown)
         # Tools the run knows it cannot offer (tool-vision without a provider that takes images).
@@ -172,25 +170,10 @@ class Experiment:
         return self.recorder.layout.records(task.task_id, current_epoch())
 
     def _fresh_task_dir(self, task: Task) -> None:
-        """A (re)run starts clean: an interrupted or failed earlier run leaves nothing that could be counted."""
+        """A (re)run starts clean; an unfinished task's turns are kept aside to resume from (flowllm/run/resume.py)."""
         self.recorder.forget_task_errors(task.task_id)
-        task_dir = self.recorder.task_dir(task.task_id)
-        if not task_dir.exists():  # a new run's task (or a new task): nothing of an earlier run to clear
-            return
-        stale_dirs = (task_dir / WORKSPACE_DIR, task_dir / ATTEMPTS_DIR, task_dir / LEGACY_AGENTS_DIR)
-        for stale in (*task_dir.glob(TURN_GLOB), *stale_dirs):
-            shutil.rmtree(stale, ignore_errors=True)
-        for partial in task_dir.glob(".*.tmp"):  # half-written files of a process killed mid-write
-            partial.unlink(missing_ok=True)
-        (task_dir / RESULT_FILE).unlink(missing_ok=True)
-        (task_dir / TIMING_FILE).unlink(missing_ok=True)
-        # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
-        epochs_dir = self.recorder.layout.epochs(task.task_id)
-        if self.settings.epochs == 1:
-            shutil.rmtree(epochs_dir, ignore_errors=True)
-        for folder in epochs_dir.glob("*") if epochs_dir.is_dir() else ():
-            if not folder.name.isdigit() or int(folder.name) > self.settings.epochs:
-                shutil.rmtree(folder, ignore_errors=True)
+        store = self.resume.store if self.resume is not None else None
+        clear_task_dir(self.recorder.layout, task.task_id, self.settings.epochs, store)
 
     def _workspace(self, task: Task) -> Path:
         """A fresh workspace for the task, outside the run directory (``workspaces``), attachment copied in."""
@@ -243,6 +226,8 @@ class Experiment:
         missed = False
         if self.audit is not None:
             self.audit.forget(task.task_id)
+        if self.resume is not None:
+            self.resume.begin(task.task_id, number)
         gate: TurnGate | None = (
             TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
             if self.spend is not None
@@ -272,9 +257,10 @@ class Experiment:
             log.debug("task %s failed", task.task_id, exc_info=True)
         wall = time.perf_counter() - started
         replay = self.audit.verdict(task.task_id, missed=missed) if self.audit is not None else None
+        resumed = self.resume.end(task.task_id) if self.resume is not None else (0, None)
         if result is None:
-            return self._failed(task, error, wall, replay, tools_start)
-        outcome = self._completed(task, result, wall, replay, tools_start)
+            return self._failed(task, error, wall, replay, tools_start).resumed_from(*resumed)
+        outcome = self._completed(task, result, wall, replay, tools_start).resumed_from(*resumed)
         if result.halt is not None:
             # Ended by a limit or the budget: its answer is the one it gave (boxed), if it gave one.
             outcome.status, outcome.limit, outcome.halt_detail = (
@@ -362,6 +348,8 @@ class Experiment:
         self._handed_over[task.task_id] = outcome
         await self.recorder.flushed()
         self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
+        if self.resume is not None:  # the task's folder holds every turn again
+            await asyncio.to_thread(self.resume.store.drop, task.task_id, None)
         return outcome
 
     async def _run_epochs(self, task: Task) -> TaskOutcome:
@@ -378,12 +366,16 @@ class Experiment:
                     continue
                 if self.budget_reached():  # the rest of the epochs wait for a rerun with a higher budget
                     return self._budget_stopped(task, done, f"the run's budget was spent before epoch {epoch}")
-                await asyncio.to_thread(self._fresh_epoch_dir, folder)
+                store = self.resume.store if self.resume is not None else None
+                await asyncio.to_thread(clear_epoch_dir, folder, task.task_id, epoch, store)
                 outcome = await self._run_attempts(task)
                 await self.recorder.flushed()
                 self._fail_if_unrecorded(outcome)
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
                 self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
+                if store is not None:
+                    await self.recorder.flushed()
+                    await asyncio.to_thread(store.drop, task.task_id, epoch)
                 done.append(outcome)
             if outcome.status == BUDGET:
                 return self._budget_stopped(task, done, outcome.halt_detail)
@@ -402,10 +394,6 @@ class Experiment:
         stopped.status, stopped.correct, stopped.score, stopped.error = BUDGET, False, None, None
         stopped.stop, stopped.halt_detail, stopped.scored = BUDGET, detail, False
         return stopped
-
-    @staticmethod
-    def _fresh_epoch_dir(folder: Path) -> None:
-        shutil.rmtree(folder, ignore_errors=True)
 
     def _combine_epochs(self, task: Task, epochs: list[TaskOutcome]) -> TaskOutcome:
         """The task's outcome over its epochs: the last epoch's answer and turns, everything spent summed."""
@@ -433,6 +421,7 @@ class Experiment:
         combined.bad_tool_calls = sum(o.bad_tool_calls for o in epochs)
         combined.failed_tool_calls = sum(o.failed_tool_calls for o in epochs)
         combined.turns = sum(o.turns for o in epochs)
+        combined.resumed_turns = sum(o.resumed_turns for o in epochs)
         combined.attempts = 1 + sum(o.attempts - 1 for o in epochs)  # retries counted, as with one epoch
         combined.attempt_log = []
         repairs: Counter[str] = Counter()

@@ -59,6 +59,8 @@ def summarize(
         limits=dict(sorted(Counter(str(o.limit) for o in outcomes if o.status == LIMIT).items())),
         unfinished=total - sum(1 for o in outcomes if o.status != BUDGET),
         resumed=resumed,
+        resumed_tasks=sum(1 for o in outcomes if o.resumed_turns),
+        resumed_turns=sum(o.resumed_turns for o in outcomes),
         correct=tally["correct"],
         scored=tally["scored"],
         unscored=tally["unscored"],

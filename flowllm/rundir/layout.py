@@ -20,6 +20,8 @@
     <run>/tasks/<task_id>/attempts/<n>/                   earlier attempts under pass@k (retry until correct)
     <run>/tasks/<task_id>/epochs/<n>/                     epoch n of experiment.epochs > 1: its own
                                                           result.json, timing.json, turn_<NNN>/, attempts/, workspace/
+    <run>/.resume/tasks/<task_id>/[epochs/<n>/]turn_<NNN>/   an unfinished task's saved turns, while a rerun
+                                                          resumes it from them (flowllm/run/resume.py)
 
 The recorder writes through it, the experiment resumes through it, replay and inspect read through it. A
 conversation is addressed by its *scope*: "" for the task's own, or the path of a sub-agent's (or a
@@ -53,6 +55,7 @@ HYDRA_FILE = ".hydra/hydra.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
 HISTORY_FILE = "history.jsonl"
 WEB_CACHE_DIR = "web_cache"
+RESUME_DIR = ".resume"  # a run folder of its own: the saved turns of the tasks a rerun resumes
 TASKS_DIR = "tasks"
 RESULT_FILE = "result.json"
 TIMING_FILE = "timing.json"
@@ -146,6 +149,11 @@ class RunLayout:
     @property
     def tasks(self) -> Path:
         return self.root / TASKS_DIR
+
+    @property
+    def resume(self) -> RunLayout:
+        """Where a rerun keeps the saved turns of the unfinished tasks it resumes: laid out as a run folder."""
+        return RunLayout(self.root / RESUME_DIR)
 
     def task(self, task_id: str) -> Path:
         """A task's folder: its id, or a safe name derived from it when the id cannot name a folder."""

@@ -101,9 +101,17 @@ class TaskResult(Versioned):
     categories: dict[str, Any] = field(default_factory=dict)
     # Older files: the task's wall time, before it moved to timing.json.
     wall_seconds: float | None = field(default=None, metadata=OPTIONAL)
+    # A rerun resumed the task from its saved turns (flowllm/run/resume.py): the model calls they answered (not
+    # sent, not paid again), and the first resumed node whose output differed from the saved one; written when set.
+    resumed_turns: int = field(default=0, metadata=OPTIONAL)
+    resume_divergence: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
 
     def omitted_keys(self) -> set[str]:
         omitted = {"replay", "wall_seconds"} if self.replay is None else {"wall_seconds"}
+        if not self.resumed_turns:
+            omitted.add("resumed_turns")
+        if self.resume_divergence is None:
+            omitted.add("resume_divergence")
         if self.epochs <= 1:
             omitted |= {"epochs", "epoch_reducer", "epoch_log", "score"}
         if self.status not in _LIMITED:
@@ -313,6 +321,9 @@ class RunSummary(Versioned):
     limits: dict[str, int] = field(default_factory=dict)
     unfinished: int = 0
     resumed: int = 0
+    # Tasks a rerun resumed inside, and the model calls their saved turns answered (flowllm/run/resume.py).
+    resumed_tasks: int = field(default=0, metadata=OPTIONAL)
+    resumed_turns: int = field(default=0, metadata=OPTIONAL)
     correct: int | None = None
     scored: int | None = None  # None: a summary written before unscored tasks were told apart
     unscored: int = 0

@@ -40,6 +40,7 @@ from flowllm.run.budget_report import batch_cost, billed_cost, budget_summary
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.replay_audit import ReplayAudit
 from flowllm.run.report import what_acted
+from flowllm.run.resume import TaskResume
 from flowllm.run.runner import Experiment, RunResult
 from flowllm.run.stats import check_stats, run_stats, stats_settings
 from flowllm.run.summary import summarize
@@ -271,17 +272,22 @@ def build_experiment(
         if isinstance(provider, ReplayProvider)
         else None
     )
+    observer = audit if audit is not None else recorder
+    # experiment.resume: an unfinished task continues from its own saved turns (flowllm/run/resume.py).
+    resume = None
+    if parts.experiment.resume:
+        resume = TaskResume.open(recorder.run_dir, provider, observer, recorder.redactor.dumps)
     agent = Agent(
         parts.pipeline,
         parts.runner,
         parts.settings,
-        observer=audit if audit is not None else recorder,
+        observer=resume.audit if resume is not None else observer,
         subagents=parts.subagents,
         vision=vision,
     )
     return Experiment(
         agent=agent,
-        provider=provider,
+        provider=resume.provider if resume is not None else provider,
         tools=parts.tools,
         recorder=recorder,
         settings=parts.experiment,
@@ -291,6 +297,7 @@ def build_experiment(
         scorer=scorer,
         breakdown=list(cfg.dataset.breakdown or []),
         tools_unavailable=unavailable_tools(parts.vision),
+        resume=resume,
     )
 
 

@@ -13,6 +13,7 @@ from flowllm.verify.contamination import check_contamination
 from flowllm.verify.evidence import VerifyInputError, load_evidence
 from flowllm.verify.exports import check_export
 from flowllm.verify.findings import Audit
+from flowllm.verify.resumed import check_resumed
 from flowllm.verify.settings import check_settings
 from flowllm.verify.spend import check_spend
 from flowllm.verify.tasks import check_tasks
@@ -36,6 +37,7 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     check_spend(ev, audit)
     check_limits(ev, audit)
     check_fork(ev, outcomes, audit)
+    check_resumed(ev, audit)
     for export in exports:
         check_export(export, outcomes, audit)
     return audit

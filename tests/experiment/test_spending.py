@@ -414,7 +414,7 @@ def test_a_spent_budget_starts_no_further_epoch_and_a_rerun_runs_the_missing_one
 def test_after_a_budget_stop_and_resume_the_headline_cost_is_the_ledgers(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     capped = (f"hydra.run.dir={run_dir}", _ids(CSV_TASK))
-    # The budget ends the task after its first turn (a tool call); the rerun runs it again from scratch.
+    # The budget ends the task after its first turn (a tool call); the rerun resumes it from that saved turn.
     stopped = run_flowllm(*gaia_overrides(*capped, "experiment.budget.cost_usd=0.001"))
     assert stopped.returncode == 3, stopped.stderr[-2000:]
     assert read_json(run_dir / "tasks" / CSV_TASK / "result.json")["status"] == "budget"
@@ -423,7 +423,7 @@ def test_after_a_budget_stop_and_resume_the_headline_cost_is_the_ledgers(tmp_pat
     summary = read_json(run_dir / "summary.json")
     calls = UsageLedger.read(run_dir / "usage.jsonl").attempts()
     billed = sum(a["cost_usd"] for a in calls)
-    assert len(calls) == 3, "the stopped turn, then the rerun's two"
+    assert len(calls) == 2, "the stopped turn, then the rerun's second (the first is resumed, not paid again)"
     assert summary["cost_usd"] == pytest.approx(billed, abs=1e-6) == summary["budget"]["spent"]["cost_usd"]
     assert f"${billed:.4f} billed in this run folder (agent ${billed:.4f}" in resumed.stdout
 
