@@ -10,7 +10,7 @@ replay, a budget stop) is left out of the task's epochs; its cost still counts i
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,13 +148,15 @@ def _label(run: Path, given: Path) -> str:
     return given.name if run == given else f"{given.name}/{run.relative_to(given).as_posix()}"
 
 
-def expand_runs(paths: Sequence[str | Path]) -> list[RunEpochs]:
-    """Each path's runs (a sweep folder gives its jobs), read; a path with no run is refused."""
+def expand_runs(paths: Sequence[str | Path], unpack: Callable[[Path], Path] | None = None) -> list[RunEpochs]:
+    """Each path's runs (a sweep folder gives its jobs), read; a path with no run is refused. A path that is a
+    file is a bundle (``flowllm bundle``): ``unpack`` gives the folder of its runs, labelled by the file's name."""
     runs: list[RunEpochs] = []
     for raw in paths:
         given = Path(raw).expanduser()
-        found = find_runs(given)
+        folder = unpack(given) if unpack is not None and given.is_file() else given
+        found = find_runs(folder)
         if not found:
             raise NoRun(f"{given} is not a run folder nor a sweep of them (no summary.json or tasks/ found)")
-        runs.extend(read_epochs(run, _label(run, given)) for run in found)
+        runs.extend(read_epochs(run, _label(run, folder).replace(folder.name, given.name, 1)) for run in found)
     return runs

@@ -10,7 +10,7 @@ from pathlib import Path
 from flowllm.bundle.archive import read_bundle
 from flowllm.bundle.manifest import MANIFEST_FILE, MANIFEST_HASH_FILE, BundleInputError, Manifest, sha256
 
-__all__ = ["Unpacked", "unpack"]
+__all__ = ["Unpacked", "unpack", "unpacked_runs"]
 
 
 @dataclass
@@ -52,3 +52,15 @@ def unpack(bundle: Path, dest: Path) -> Unpacked:
             found.tampered.append(f"{name}: its SHA-256 differs from the manifest's (the file was changed)")
     found.tampered += [f"{name}: in the bundle, not in the manifest" for name in sorted(on_disk - set(manifest.files))]
     return found
+
+
+def unpacked_runs(bundle: Path, dest: Path) -> Path:
+    """The folder of the bundle's runs (one run, or a sweep's jobs) unpacked into ``dest``, for commands that read
+    saved runs (``inspect scale``); raises ``BundleInputError`` naming every file that disagrees with the
+    manifest, so nothing is computed from an edited bundle."""
+    found = unpack(bundle, dest)
+    if found.tampered:
+        raise BundleInputError(f"{bundle} was changed after it was written: {'; '.join(found.tampered[:3])}")
+    jobs = [job.name for job in found.manifest.jobs]
+    runs = dest / "runs"
+    return runs / jobs[0] if len(jobs) == 1 and not found.manifest.sweep else runs

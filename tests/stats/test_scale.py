@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tarfile
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+import zstandard
 
+from flowllm.bundle.make import make_bundle
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import TaskResult
@@ -206,3 +209,34 @@ def test_best_of_k_by_a_judge_is_recorded_and_replayed(
     assert again["best_of_k"]["five"]["calls"] == 0 and again["best_of_k"]["five"]["replayed"] == 8
     assert len(capture.read_text().splitlines()) == 8
     assert again["runs"][0]["curves"]["best-of-k"] == best
+
+
+def test_a_bundle_gives_the_figures_of_its_run_and_an_edited_one_is_refused(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = tmp_path / "five.tar.zst"
+    make_bundle(runs["five"], bundle)
+    from_folder = scale_json(capsys, str(runs["five"]))
+    from_bundle = scale_json(capsys, str(bundle))
+    assert from_bundle["runs"][0]["curves"] == from_folder["runs"][0]["curves"]
+    assert from_bundle["runs"][0]["label"] == bundle.name
+    # One result.json edited inside the archive (re-packed with the old manifest): refused, naming the file.
+    unpacked = tmp_path / "unpacked"
+    with (
+        bundle.open("rb") as handle,
+        zstandard.ZstdDecompressor().stream_reader(handle) as stream,
+        tarfile.open(fileobj=stream, mode="r|") as tar,
+    ):
+        tar.extractall(unpacked, filter="data")
+    result = next(unpacked.glob("runs/*/tasks/sample-09-arithmetic/result.json"))
+    result.write_bytes(result.read_bytes().replace(b'"correct": false', b'"correct": true', 1) + b" ")
+    edited = tmp_path / "edited.tar.zst"
+    with (
+        edited.open("wb") as handle,
+        zstandard.ZstdCompressor().stream_writer(handle) as stream,
+        tarfile.open(fileobj=stream, mode="w|") as tar,
+    ):
+        for path in sorted(p for p in unpacked.rglob("*") if p.is_file()):
+            tar.add(path, arcname=path.relative_to(unpacked).as_posix())
+    assert inspect_main(["scale", str(edited)]) == 2
+    assert "result.json: its SHA-256 differs" in capsys.readouterr().err

@@ -6,6 +6,7 @@ frontier of accuracy against cost per task and its plot. A sweep folder stands f
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,11 +14,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from flowllm.analysis.epoch_runs import expand_runs
+from flowllm.analysis.epoch_runs import RunEpochs, expand_runs
 from flowllm.analysis.rerank import judge_provider
 from flowllm.analysis.scale_plot import plot_scale
 from flowllm.analysis.scale_report import ScaleReport, point_text, scale_report
 from flowllm.analysis.scaling import Bootstrap, Metric
+from flowllm.bundle.unpack import unpacked_runs
 from flowllm.inspect.commands.common import PROG, UsageError
 from flowllm.inspect.commands.render import emit_json, esc
 from flowllm.run.report import format_usd
@@ -76,7 +78,7 @@ def render(console: Console, report: ScaleReport) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"{PROG} scale", description="Test-time scaling from saved epochs.")
-    parser.add_argument("runs", nargs="+", help="run folders (a sweep folder stands for its jobs)")
+    parser.add_argument("runs", nargs="+", help="run folders or bundles (flowllm bundle); a sweep stands for its jobs")
     parser.add_argument("--k", type=int, default=None, help="the largest k (default: the epochs run)")
     parser.add_argument("--agreement", type=float, default=0.8, help="cascade: escalate below this agreement")
     parser.add_argument("--resamples", type=int, default=Bootstrap.resamples, help="bootstrap resamples")
@@ -94,7 +96,13 @@ def main(argv: Sequence[str], console: Console) -> int:
         raise UsageError(f"--k must be at least 1 (got {ns.k})")
     if not 0 < ns.agreement <= 1:
         raise UsageError(f"--agreement is a share of epochs in (0, 1] (got {ns.agreement})")
-    runs = expand_runs(ns.runs)
+    with tempfile.TemporaryDirectory(prefix="flowllm-scale-") as scratch:
+        opened = iter(range(len(ns.runs)))
+        runs = expand_runs(ns.runs, lambda bundle: unpacked_runs(bundle, Path(scratch) / str(next(opened))))
+        return _scale(ns, runs, console)
+
+
+def _scale(ns: argparse.Namespace, runs: list[RunEpochs], console: Console) -> int:
     judge = None if ns.judge is None else (ns.judge, judge_provider(ns.judge, ns.judge_script))
     report = scale_report(runs, k=ns.k, agreement=ns.agreement, bootstrap=Bootstrap(ns.resamples, ns.seed), judge=judge)
     plotted = plot_scale(report, ns.plot) if ns.plot is not None else None
