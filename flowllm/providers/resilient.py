@@ -4,7 +4,7 @@ behind the same ``Provider`` contract as a single SDK provider.
     send(request, context)
       chain = the agent's chain (provider.agent_models) or the main one: primary, then provider.fallbacks
       for each provider of the chain:
-          attempts, driven by tenacity (at most retry.max_attempts per call and provider, in all):
+          attempts, driven by the retry policy (at most retry.max_attempts per call and provider, in all):
               breaker.admit()                      (refused: skip it, ledger: one skip line per call)
               limiter.acquire()                    (client-side rate limit, shared by every task)
               key = key_pool.acquire()             (round robin; waits for a resting key, within limits)
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
+from tenacity import RetryCallState
 
 from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
@@ -70,6 +70,20 @@ class WireRequest(dict[str, Any]):
     canonical: tuple[list[Block], list[Message], list[ToolSpec]] | None = None
 
 
+class CheckedReply(dict[str, Any]):
+    """A raw reply whose check (``retry.check_reply``) normalised it: that ModelResponse is handed to the first
+    ``normalize`` of this reply, so a reply is read once per call, not twice. Still a plain dict to everything
+    else (the recorder writes it as one); a later ``normalize`` reads it again."""
+
+    def __init__(self, raw: dict[str, Any], checked: ModelResponse) -> None:
+        super().__init__(raw)
+        self._checked: ModelResponse | None = checked
+
+    def take(self) -> ModelResponse | None:
+        checked, self._checked = self._checked, None
+        return checked
+
+
 @dataclass
 class Route:
     """One provider of a chain, open: an SDK provider per key, the key pool, the breaker, the policy."""
@@ -92,7 +106,7 @@ class Route:
 
 
 class _Attempts:
-    """The state one provider's attempts share with tenacity's callbacks."""
+    """The state one provider's attempts share with the retry policy's callbacks."""
 
     def __init__(self) -> None:
         self.number = 0
@@ -159,6 +173,10 @@ class ResilientProvider(ProviderFacade):
         return request
 
     def normalize(self, raw: dict[str, Any]) -> ModelResponse:
+        if type(raw) is CheckedReply:
+            checked = raw.take()
+            if checked is not None:  # read once already, when the attempt checked the reply
+                return checked
         route = self.routes.get(str((raw.get(ROUTE_KEY) or {}).get("provider", self.primary.id)), self.primary)
         return route.any_provider.normalize(raw)
 
@@ -339,7 +357,8 @@ class ResilientProvider(ProviderFacade):
                     started = time.perf_counter()
                     try:
                         raw = await provider.send(wire, context=context)
-                        usage = provider.normalize(raw).usage if policy.check_reply else None
+                        checked = provider.normalize(raw) if policy.check_reply else None
+                        usage = checked.usage if checked is not None else None
                         batch = raw.get(BATCH_KEY)
                     except ProviderCallError as error:
                         state.last_error, limit.overloaded = error, (True if error.kind in OVERLOAD_KINDS else None)
@@ -356,22 +375,20 @@ class ResilientProvider(ProviderFacade):
                     if usage is not None:
                         used_tokens = usage.input_tokens + usage.output_tokens
                     record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s, batch=batch)
-                    return raw
+                    return raw if checked is None else CheckedReply(raw, checked)
                 finally:
                     route.limiter.leave(limit, used_tokens)
             finally:
                 if not reported:  # cancelled, no usable key, a bug: the trial (if this was it) is handed back
                     route.breaker.release(permit)
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(max(policy.max_attempts - state.number, 1)) | stop_after_delay(policy.max_total_s),
+        return await policy.run(
+            attempt,
+            attempts=max(policy.max_attempts - state.number, 1),
+            retry_if=_should_retry(route),
             wait=_retry_wait(policy),
-            retry=retry_if_exception(_should_retry(route)),
             sleep=self.sleep,
-            reraise=True,
         )
-        result: dict[str, Any] = await retrying(attempt)
-        return result
 
     # ----- ledger lines ----------------------------------------------------------------------------------
     def _skip(self, route: Route, call: _Call, reason: str) -> None:

@@ -1,7 +1,8 @@
 """The retry policy: which failed attempts are tried again, and how long to wait first.
 
-One policy for every SDK (both are built with ``max_retries=0``), driven by tenacity in ``resilient.py``. The
-decisions are small pure functions so they can be tested one by one:
+One policy for every SDK (both are built with ``max_retries=0``), driven by tenacity (``RetryPolicy.run``, called
+by ``resilient.py`` for each provider of a call). The decisions are small pure functions so they can be tested one
+by one:
 
 * ``retryable(error)``: the kind is in ``retry.retry_on`` and never one of ``NEVER_RETRY_KINDS`` (400, 401,
   403, 404, quota, a prompt longer than the context window): those fail the same way every time.
@@ -12,10 +13,17 @@ decisions are small pure functions so they can be tested one by one:
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
 from flowllm.config.provider_schema import RetryConfig
 from flowllm.providers.errors import ALL_KINDS, NEVER_RETRY_KINDS, ProviderCallError, ProviderConfigError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -76,3 +84,42 @@ class RetryPolicy:
         if retry_after is not None and retry_after >= 0:
             return min(float(retry_after), self.max_retry_after_s)
         return self.backoff_s(attempt)
+
+    async def run(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        attempts: int,
+        retry_if: Callable[[BaseException], bool],
+        wait: Callable[[RetryCallState], float],
+        sleep: Callable[[float], Awaitable[Any]],
+    ) -> T:
+        """``attempt()`` until it returns, at most ``attempts`` times and within ``max_total_s``: a failure is
+        tried again when ``retry_if(error)``, after ``wait``; the last failure is raised as it is.
+
+        The first attempt runs here, without tenacity (see the module doc); a failure that is retried hands over
+        to tenacity with that failure as its first attempt's outcome and the time it took off ``max_total_s``.
+        """
+        started = time.monotonic()
+        try:
+            return await attempt()
+        except Exception as error:  # CancelledError and the like are never retried: they propagate untouched
+            if attempts <= 1 or not retry_if(error):
+                raise
+            failed: list[Exception] = [error]
+
+        async def attempts_after_the_first() -> T:
+            if failed:
+                raise failed.pop()  # tenacity's first attempt: the failure already met
+            return await attempt()
+
+        left_s = max(self.max_total_s - (time.monotonic() - started), 0.0)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts) | stop_after_delay(left_s),
+            wait=wait,
+            retry=retry_if_exception(retry_if),
+            sleep=sleep,
+            reraise=True,
+        )
+        result: T = await retrying(attempts_after_the_first)
+        return result
