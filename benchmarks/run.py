@@ -5,7 +5,8 @@
     python -m benchmarks --quick --output /some/where.md   # tiny sizes: checks the script, measures nothing
 
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
-parallel tool dispatch, concurrency at scale, replay throughput, a fork against a live re-run, the parsing table of
+parallel tool dispatch, concurrency at scale, replay throughput, instructions per turn counted by callgrind
+(``benchmarks/instructions.py``; not counted under ``--quick``), a fork against a live re-run, the parsing table of
 ``benchmarks/parsing.py``,
 rate limiting, adaptive concurrency against a rate-limited provider (``benchmarks/adaptive.py``),
 the CPU per task of ``python -m flowllm`` on the sample, start-up included
@@ -48,6 +49,7 @@ SECTIONS = (
     "concurrency",
     "profile",
     "replay",
+    "instructions",
     "fork",
     "parsing",
     "adversarial",
@@ -119,6 +121,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         cache,
         concurrency,
         fork,
+        instructions,
         overhead,
         parallel,
         profile,
@@ -134,6 +137,7 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
         "concurrency": concurrency.run,
         "profile": profile.run,
         "replay": replay.run,
+        "instructions": instructions.run,
         "fork": fork.run,
         "parsing": parsing_section,
         "ratelimit": ratelimit.run,
