@@ -31,13 +31,12 @@ from flowllm.rundir.results import RunSummary
 from flowllm.setup.fingerprint import dataset_files
 from flowllm.verify.audit import audit_run
 from flowllm.verify.findings import same
+from flowllm.verify.settings import DIGEST_FIELDS
 
 __all__ = ["JobCheck", "check_bundle"]
 
+
 # The auditor's comparisons of the fingerprint's digest (flowllm/verify/settings.py).
-DIGEST_FIELDS = ("last line: fingerprint", "provenance.config_fingerprint")
-
-
 @dataclass
 class JobCheck:
     """What the check of one bundled run found: the line it reproduced, or its problems (the first one first)."""
