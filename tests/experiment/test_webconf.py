@@ -3,6 +3,7 @@ cache lives in a run and in a replay, and bad settings as one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from flowllm.errors import ConfigError
 from flowllm.setup.webconf import cache_env, check_web_tools, web_tools
 from flowllm.tools import load_settings
 from flowllm.tools.web.cache import CACHE_ENV, CACHE_MODE_ENV
+from flowllm.tools.web.guard import BLOCK_ENV
 
 CONF = Path(__file__).resolve().parents[2] / "flowllm" / "conf"
 register_configs()
@@ -59,6 +61,8 @@ async def test_the_fixture_server_and_the_cache_reach_every_server(tmp_path: Pat
         assert url is not None and url.startswith("http://127.0.0.1:")
         settings = web.apply(load_settings(plain_config(cfg.tools)))
         env = dict(next(spec for spec in settings.servers if spec.name == "tool-browse").env)
+        # the contamination guard's denylist goes to every web server too (tests/tools/test_guard.py)
+        assert "huggingface.co/datasets/gaia-benchmark/GAIA" in json.loads(env.pop(BLOCK_ENV))
         assert env == {"FLOWLLM_WEB_FIXTURES": url, CACHE_ENV: str(tmp_path / "web_cache"), CACHE_MODE_ENV: "rw"}
 
 
@@ -89,6 +93,7 @@ async def test_a_fork_serves_the_saved_runs_results_and_keeps_new_ones_in_its_ow
     async with web_tools(cfg, new) as web:
         settings = web.apply(load_settings(plain_config(cfg.tools)))
         env = dict(next(spec for spec in settings.servers if spec.name == "tool-search").env)
+        env.pop(BLOCK_ENV)
         assert env == {CACHE_ENV: str(new / "web_cache"), CACHE_MODE_ENV: "rw"}
     assert not (new / "web_cache" / "stats.jsonl").exists()  # the saved run's hit counts are not this run's
     cache = WebCache.from_environment(env)
