@@ -23,7 +23,15 @@ from pathlib import Path
 import orjson
 
 from flowllm.exit_codes import ExitCode
-from flowllm.rundir.control import ControlPaths, CtlAnswer, CtlRequest, read_driver, read_record, save
+from flowllm.rundir.control import (
+    ControlPaths,
+    CtlAnswer,
+    CtlRequest,
+    logged_answer,
+    read_driver,
+    read_record,
+    save,
+)
 
 POLL_S = 0.05
 
@@ -53,7 +61,7 @@ def wait_answer(paths: ControlPaths, request: CtlRequest, timeout_s: float) -> C
             return CtlAnswer.from_dict(data)
         driver = read_driver(paths)
         if driver is None or not driver.alive():
-            return None
+            return logged_answer(paths, request.id)  # answered, then the run ended and took its channel along
         time.sleep(POLL_S)
     return None
 

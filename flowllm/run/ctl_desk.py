@@ -85,7 +85,10 @@ class ControlDesk:
         save(self.paths.driver, DriverInfo.here())
 
     def close(self) -> None:
+        """The channel is gone with the run: its folder too (history.jsonl keeps every command and answer), so a
+        finished run's folder holds the same files whether or not it was steered, and ``ctl`` finds no run."""
         self.paths.driver.unlink(missing_ok=True)
+        shutil.rmtree(self.paths.folder, ignore_errors=True)
 
     def poll(self) -> None:
         """Answer what came in; answer what the processes have applied since."""

@@ -191,10 +191,26 @@ def read_driver(paths: ControlPaths) -> DriverInfo | None:
     return None
 
 
+def logged_answer(paths: ControlPaths, request_id: str) -> CtlAnswer | None:
+    """The answer ``history.jsonl`` logged for a request: what ``ctl`` reads when the run ended (and took its
+    ``.control/`` folder with it) before the answer file was read."""
+    try:
+        lines = paths.history.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            entry = orjson.loads(line)
+            if isinstance(entry, dict) and entry.get("id") == request_id:
+                return CtlAnswer(request_id, bool(entry.get("ok")), str(entry.get("answer") or ""))
+    return None
+
+
 def log_command(paths: ControlPaths, request: CtlRequest, answer: CtlAnswer, uid: int) -> None:
     """One line of ``history.jsonl``: when, who, the command and its answer."""
     entry = {
         "at": now_iso(),
+        "id": request.id,
         "control": request.command,
         "args": request.args,
         "uid": uid,

@@ -147,7 +147,7 @@ def test_commands_are_answered_and_logged_in_history(steered: Steered) -> None:
     assert ("pause", True) in logged and ("resume", True) in logged and ("requeue", True) in logged
     assert ("set", False) in logged, "a refused command is logged too"
     assert all(x["at"] and "answer" in x for x in lines if "control" in x)
-    assert not ControlPaths(steered.run_dir).driver.exists(), "the channel closes with the run"
+    assert not ControlPaths(steered.run_dir).folder.exists(), "the channel closes with the run"
 
 
 def test_pause_stops_new_turns_within_one_turn_and_resume_continues(steered: Steered) -> None:
@@ -231,6 +231,10 @@ def test_auto_concurrency_runs_within_an_emulator_rate_limit(tmp_path: Path) -> 
         "tools=sleep",
         "dataset.limit=4",
         "experiment.max_concurrent=auto:8",
+        # A burst of 2 lets the four tasks' first calls meet 429s together, and calls already in flight retry
+        # together while the limit is cut: with the default 4 attempts a task can run out of them before the
+        # limit settles (a known weakness: the 429 share AIMD pays is measured by benchmarks/adaptive.py).
+        "provider.retry.max_attempts=12",
         f"hydra.run.dir={run_dir}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
