@@ -37,6 +37,7 @@ from starlette.routing import Route
 
 from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.common import RequestError, plan_reply, request_image_digests
+from flowllm.emulator.prompt_cache import PromptCache, cache_owner
 from flowllm.emulator.script import Script, ScriptError
 
 BATCH_KEYS = frozenset({"polls", "errored", "expired", "cancel"})
@@ -118,8 +119,18 @@ class _Batch:
 class AnthropicBatches:
     """The batches of one emulator (in memory: a restarted emulator has none, like an expired batch)."""
 
-    def __init__(self, script: Script, raw_batches: Any, routes: Mapping[str, Sequence[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        script: Script,
+        raw_batches: Any,
+        routes: Mapping[str, Sequence[Any]] | None = None,
+        cache: PromptCache | None = None,
+    ) -> None:
         self.script = script
+        # Message Batches read and write the prompt cache like direct calls ("Prompt caching ... with the Message
+        # Batches API", docs.claude.com/en/docs/build-with-claude/batch-processing; hits are best effort there,
+        # here they follow the same rules as a direct call): an item bills what the same call made directly would.
+        self.cache = cache
         self.behaviour = BatchScript.parse(raw_batches)
         self.known: Mapping[str, Sequence[Any]] = routes if routes is not None else {}
         self.batches: dict[str, _Batch] = {}
@@ -136,7 +147,7 @@ class AnthropicBatches:
         ]
 
     # ----- answering one item ------------------------------------------------------------------------------
-    def _answer(self, custom_id: str, params: Any, wire: Any = anthropic_wire) -> dict[str, Any]:
+    def _answer(self, custom_id: str, params: Any, wire: Any = anthropic_wire, key: str = "") -> dict[str, Any]:
         task, agent, turn = [*self.known.get(custom_id, ()), None, None, None][:3]
         failure = self._scripted_failure(task)
         if failure is not None:
@@ -153,7 +164,9 @@ class AnthropicBatches:
             self.script.key(task, agent), number, parsed.tool_results, tuple(request_image_digests(params))
         )
         if wire is anthropic_wire:
-            plan = plan_reply(parsed, reply, call_prefix="toolu_")
+            owner = cache_owner(key, str(task or ""), str(agent or ""))
+            cache = self.cache.anthropic(owner, parsed.model, parsed.units) if self.cache is not None else None
+            plan = plan_reply(parsed, reply, call_prefix="toolu_", cache=cache)
             return {
                 "custom_id": custom_id,
                 "result": {"type": "succeeded", "message": anthropic_wire.message_json(plan)},
@@ -195,7 +208,7 @@ class AnthropicBatches:
         answers = [
             {"custom_id": str(i["custom_id"]), "result": {"type": "canceled"}}
             if cancelled
-            else self._answer(str(i["custom_id"]), i.get("params"))
+            else self._answer(str(i["custom_id"]), i.get("params"), key=_sender_key(request))
             for i in items
         ]
         batch = _Batch(
@@ -254,6 +267,12 @@ class AnthropicBatches:
             return _error(f"batch {batch.id} has not ended yet", status=400)
         lines = "".join(json.dumps(item) + "\n" for item in batch.results)
         return Response(lines, media_type="application/binary")
+
+
+def _sender_key(request: Request) -> str:
+    """The key the batch was sent with (whose prompt cache its items use; never logged)."""
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
 
 
 def _error(message: str, *, status: int = 400, kind: str = "invalid_request_error") -> Response:

@@ -60,6 +60,14 @@ OPENAI_STEP_TOKENS = 128
 OPENAI_RETENTION_SECONDS = {"in_memory": 300.0, "24h": 86400.0}
 
 
+def cache_owner(api_key: str, task: str, agent: str) -> str:
+    """Whose cache a request reads and writes: the providers share one across an organisation; the emulator
+    keeps one per key and, when the client names them, per task and agent, so that a run's recorded usage does
+    not depend on which of its concurrent tasks came first (reruns and runs on more workers record the same
+    bytes). A batch item is its task's, like the same call made directly."""
+    return hashlib.sha256("\x00".join([api_key, task, agent]).encode()).hexdigest()[:16]
+
+
 def anthropic_min_tokens(model: str) -> int:
     """The minimum cacheable prompt length of ``model`` (the docs' table; 1,024 for any other model)."""
     name = model.lower()

@@ -36,7 +36,7 @@ from flowllm.emulator import anthropic_wire, media, openai_chat_wire, openai_res
 from flowllm.emulator.batches import AnthropicBatches, OpenAIBatches
 from flowllm.emulator.common import CacheUsage, ParsedRequest, Plan, RequestError, plan_reply, request_image_digests
 from flowllm.emulator.faults import Draw, FaultPlan, FaultRule, RequestThrottle
-from flowllm.emulator.prompt_cache import Clock, PromptCache
+from flowllm.emulator.prompt_cache import Clock, PromptCache, cache_owner
 from flowllm.emulator.script import Reply, Script
 
 CAPTURE_ENV = "FLOWLLM_EMULATOR_CAPTURE"
@@ -187,7 +187,7 @@ class EmulatorApp:
         routes.append(Route("/health", self._health, methods=["GET"]))
         routes.extend(media.routes(script))  # /v1/audio/transcriptions (flowllm/emulator/media.py)
         # /v1/messages/batches (batches.py); batch_routes: the run's custom id -> (task, agent, turn)
-        self.batches = AnthropicBatches(script, script.batches, batch_routes)
+        self.batches = AnthropicBatches(script, script.batches, batch_routes, cache=self.cache)
         self.openai_batches = OpenAIBatches(self.batches)  # /v1/files, /v1/batches (batches.py)
         routes[:0] = [*self.batches.routes(), *self.openai_batches.routes()]
         self.app = _expose_transport(Starlette(routes=routes))
@@ -363,17 +363,12 @@ class EmulatorApp:
     def _cache_usage(self, proto: WireProtocol, request: Request, parsed: ParsedRequest) -> CacheUsage:
         """What the prompt reads from and writes to the cache of the key that sent it (prompt_cache.py).
 
-        The providers share a cache across an organisation; the emulator keeps one per key and, when the client
-        names them, per task and agent, so that a run's recorded usage does not depend on which of its
-        concurrent tasks came first (reruns and runs on more workers record the same bytes)."""
-        sender = "\x00".join(
-            [
-                _api_key(request) or "",
-                request.headers.get("x-flowllm-task", ""),
-                request.headers.get("x-flowllm-agent", ""),
-            ]
+        Whose cache: ``cache_owner`` (one per key, task and agent)."""
+        organisation = cache_owner(
+            _api_key(request) or "",
+            request.headers.get("x-flowllm-task", ""),
+            request.headers.get("x-flowllm-agent", ""),
         )
-        organisation = hashlib.sha256(sender.encode()).hexdigest()[:16]
         if proto.name == "anthropic":
             return self.cache.anthropic(organisation, parsed.model, parsed.units)
         return self.cache.openai(organisation, parsed.body, parsed.units)
