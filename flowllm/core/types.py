@@ -90,8 +90,6 @@ class Usage:
     ``input_tokens`` counts every prompt token, cached or not; ``cache_read_tokens`` and
     ``cache_write_tokens`` are the parts of it read from and written to the cache. ``reasoning_tokens`` is the
     part of ``output_tokens`` spent thinking. ``estimated`` marks counts we computed because the server gave none.
-    ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written with Anthropic's one-hour TTL, billed
-    at its own price (twice the input price, against 1.25x for the five-minute TTL).
     """
 
     input_tokens: int = 0
@@ -100,7 +98,6 @@ class Usage:
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     estimated: bool = False
-    cache_write_1h_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -110,7 +107,6 @@ class Usage:
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             estimated=self.estimated or other.estimated,
-            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
 
     @property
@@ -126,8 +122,6 @@ class Usage:
             "cache_write_tokens": self.cache_write_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "estimated": self.estimated,
-            # Only when there are any: the calls of every other TTL and provider keep their saved form.
-            **({"cache_write_1h_tokens": self.cache_write_1h_tokens} if self.cache_write_1h_tokens else {}),
         }
 
     @classmethod

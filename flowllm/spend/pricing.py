@@ -18,11 +18,6 @@ from flowllm.core.types import Usage
 from flowllm.errors import BuildError
 
 PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
-# Optional: the price of a cache write with Anthropic's one-hour TTL; when a model's entry has none, twice its
-# input price, as Anthropic bills it (docs.claude.com, prompt caching, pricing: "1-hour cache write tokens are
-# 2 times the base input tokens price").
-ONE_HOUR_WRITE = "cache_write_1h"
-ONE_HOUR_WRITE_FACTOR = 2.0
 PER_TOKENS = 1_000_000
 
 
@@ -38,11 +33,6 @@ class Price:
     output: float
     cache_read: float
     cache_write: float
-    cache_write_1h: float | None = None  # None: ONE_HOUR_WRITE_FACTOR x input
-
-    @property
-    def one_hour_write(self) -> float:
-        return self.cache_write_1h if self.cache_write_1h is not None else ONE_HOUR_WRITE_FACTOR * self.input
 
     def cost(self, usage: Usage) -> float:
         return cost_breakdown(usage, self)["total"]
@@ -57,11 +47,7 @@ def cost_breakdown(usage: Usage, price: Price) -> dict[str, float]:
     parts = {
         "input": uncached_input(usage) * price.input / PER_TOKENS,
         "cache_read": usage.cache_read_tokens * price.cache_read / PER_TOKENS,
-        "cache_write": (
-            (usage.cache_write_tokens - usage.cache_write_1h_tokens) * price.cache_write
-            + usage.cache_write_1h_tokens * price.one_hour_write
-        )
-        / PER_TOKENS,
+        "cache_write": usage.cache_write_tokens * price.cache_write / PER_TOKENS,
         "output": usage.output_tokens * price.output / PER_TOKENS,
     }
     parts["total"] = sum(parts.values())
@@ -88,7 +74,7 @@ class PriceTable:
         for model, entry in models.items():
             if not isinstance(entry, Mapping):
                 raise PricingError(f"{source}: models.{model} must be a mapping of prices")
-            unknown = sorted(set(entry) - {*PRICE_FIELDS, ONE_HOUR_WRITE})
+            unknown = sorted(set(entry) - set(PRICE_FIELDS))
             if unknown:
                 raise PricingError(f"{source}: models.{model} has unknown field(s) {', '.join(unknown)}")
             values: dict[str, float] = {}
@@ -104,12 +90,7 @@ class PriceTable:
                 if value < 0:
                     raise PricingError(f"{source}: models.{model}.{name} cannot be negative")
                 values[name] = value
-            one_hour = entry.get(ONE_HOUR_WRITE)
-            if one_hour is not None and (isinstance(one_hour, bool) or not isinstance(one_hour, int | float)):
-                raise PricingError(f"{source}: models.{model}.{ONE_HOUR_WRITE} must be a number, not {one_hour!r}")
-            if one_hour is not None and one_hour < 0:
-                raise PricingError(f"{source}: models.{model}.{ONE_HOUR_WRITE} cannot be negative")
-            prices[str(model)] = Price(**values, cache_write_1h=None if one_hour is None else float(one_hour))
+            prices[str(model)] = Price(**values)
         factors = data.get("batch_factors") if isinstance(data, Mapping) and "models" in data else None
         if factors is not None and not isinstance(factors, Mapping):
             raise PricingError(f"{source}: batch_factors must map a protocol to a factor (anthropic: 0.5)")

@@ -192,8 +192,6 @@ class AnthropicProvider(BaseProvider):
             return response, None
         read = int(raw.get("cache_read_input_tokens") or 0)
         write = int(raw.get("cache_creation_input_tokens") or 0)
-        split = raw.get("cache_creation")  # the writes by TTL, when the server says
-        written_1h = int(split.get("ephemeral_1h_input_tokens") or 0) if isinstance(split, dict) else 0
         output = int(raw.get("output_tokens") or 0)
         usage = Usage(
             # Anthropic's input_tokens excludes cache reads and writes; ours counts every prompt token.
@@ -201,7 +199,6 @@ class AnthropicProvider(BaseProvider):
             output_tokens=output,
             cache_read_tokens=read,
             cache_write_tokens=write,
-            cache_write_1h_tokens=min(written_1h, write),
             # Anthropic reports no thinking count: estimated from the visible thinking text, within output.
             reasoning_tokens=min(estimate_tokens(response.thinking), output),
         )
