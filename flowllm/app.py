@@ -40,6 +40,7 @@ from flowllm.run.report import print_summary
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
+from flowllm.rundir.store import StoreMirror
 from flowllm.scoring import open_scorer
 from flowllm.setup import fingerprint
 from flowllm.setup.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
@@ -47,7 +48,7 @@ from flowllm.setup.config_record import has_config_record, write_config_record
 from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.setup.prepared import PreparedRun
 from flowllm.setup.rejudge import inherit_replayed_run
-from flowllm.setup.settings import telemetry_endpoint
+from flowllm.setup.settings import store_settings, telemetry_endpoint
 from flowllm.setup.steering import adaptive_limits, concurrency_text, requeue_check, steering
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import WebEnvironment, web_tools
@@ -289,10 +290,23 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     say_shard(
         ShardSpec.parse(cfg.experiment.get("shard")), shared=bool(cfg.experiment.get("coordination"))
     )  # a bad spec: one line, exit 2, nothing written
+    # experiment.store: reachable before anything runs; a rerun continues the store's run (its files pulled first)
+    store = store_settings(cfg)
+    pulled = store.pull_missing(run_dir) if store is not None else []
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
     write_config_record(composed, run_dir)  # only now: a refused rerun leaves the saved run's config as it was
+    if store is None:
+        return _run_here(cfg, run_dir)
+    mirror = StoreMirror(store, run_dir, on_error=log.warning)
+    mirror.mark_present(pulled)
+    with mirror:  # every finished file put to the store as the run goes, and all of them at its end
+        return _run_here(cfg, run_dir)
+
+
+def _run_here(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """The run in ``run_dir`` once the folder accepted it: the workers, or the tasks in this process."""
     count = workers.resolve_workers(cfg.experiment.get("workers", 1))
     if count > 1 or str(cfg.experiment.get("executor", "local")) == "ray":
         return workers.run_parallel(cfg, run_dir, count)
@@ -350,7 +364,7 @@ def hydra_job(cfg: DictConfig) -> dict[str, Any]:
     """One Hydra job (a run, or one job of a multirun); started by flowllm.cli.run once the config composed."""
     protect_process()  # this process holds the API keys: no other process may read its memory or environ
     # One line per HTTP request or MCP message drowns the progress bar; our own warnings still show.
-    for noisy in ("httpx2", "httpx", "httpcore2", "mcp"):
+    for noisy in ("httpx2", "httpx", "httpcore2", "mcp", "botocore", "aiobotocore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)

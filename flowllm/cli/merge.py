@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flowllm.errors import FlowError
 from flowllm.exit_codes import ExitCode
+from flowllm.rundir.store import local_run
 
 __all__ = ["main"]
 
@@ -23,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Merge the run folders of experiment.shard=I/N runs into one run: task folders and ledgers "
         "put together, the summary computed once. The shards must have run with the same settings.",
     )
-    parser.add_argument("shards", type=Path, nargs="+", help="the shards' run folders")
+    parser.add_argument("shards", nargs="+", help="the shards' run folders, or their stores' URLs")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the merged run's folder (new or empty)")
     return parser
 
@@ -33,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from flowllm.experiment.merge import merge_shards
 
     try:
-        merged = merge_shards(list(args.shards), args.output)
+        merged = merge_shards([local_run(shard) for shard in args.shards], args.output)
     except FlowError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", ExitCode.CONFIG))

@@ -340,6 +340,9 @@ class ExperimentConfig:
     # redis://host:port/db[?run=NAME]: the provider's rate limits (requests, tokens, a 429's pause) and the budget's
     # spend kept in Redis, so processes on several machines (shards) hold them together (flowllm/core/coordination.py)
     coordination: str | None = None
+    # s3://bucket/prefix (any fsspec URL; pip install 'flowllm[s3]'): the run folder is also kept there, each file
+    # put once finished, and readers take the URL as a run (flowllm/rundir/store.py). null / file://: local only.
+    store: str | None = None
     # Set by the parent of a run with workers > 1 for each worker it starts (its shard file); not for users.
     worker_shard: str | None = None
 

@@ -36,6 +36,7 @@ from flowllm.rundir.layout import (
 )
 from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.rundir.store import local_run
 from flowllm.scoring.tally import finished, score_tally
 
 __all__ = [
@@ -269,7 +270,7 @@ def multirun_jobs(path: Path) -> list[Path]:
 
 def open_run(path: Path | str) -> RunRecord:
     """Read a run directory; raises ``NotARunError`` (with what to do) only when it is not a run at all."""
-    run_dir = Path(path).expanduser()
+    run_dir = local_run(path)  # a store's URL (experiment.store): its local copy
     if not run_dir.exists():
         raise NotARunError(f"{run_dir} does not exist")
     if not run_dir.is_dir():

@@ -39,7 +39,7 @@ from flowllm.config.saved import saved_section
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
-from flowllm.errors import ConfigError
+from flowllm.errors import CliError, ConfigError
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import build_provider
@@ -47,6 +47,7 @@ from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs
 from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
+from flowllm.rundir.store import local_run
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,12 @@ def read_saved(path: str) -> bytes:
 
 
 def resolve_run_dir(value: str | Path) -> Path:
-    """``provider.run_dir`` as given: runs are written relative to the working directory (``hydra.run.dir``)."""
-    return Path(value).expanduser()
+    """``provider.run_dir`` as given: runs are written relative to the working directory (``hydra.run.dir``); a
+    store's URL (``experiment.store``) is read from its local copy (flowllm/rundir/store.py)."""
+    try:
+        return local_run(value)
+    except CliError as exc:  # a store that cannot be read: nothing can run (exit 2)
+        raise ProviderConfigError(f"provider.run_dir: {exc}") from None
 
 
 def _saved_provider_config(run_dir: Path) -> dict[str, Any]:

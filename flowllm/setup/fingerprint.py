@@ -50,6 +50,7 @@ NEUTRAL_SETTINGS = (
     "experiment.ray_address",
     "experiment.worker_shard",
     "experiment.coordination",  # where the limits and the budget are kept, not what a task does
+    "experiment.store",  # where the run's files are kept as well, not what a task does
     "experiment.shard",  # which tasks run, as dataset.task_ids: shards of one run share the fingerprint
     "experiment.budget",
     "experiment.progress_interval_s",

@@ -76,6 +76,8 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
     with open_dict(merged):
         for key in KEPT:
             merged[key] = cfg[key]
+        # Where this run is kept is this session's choice: the saved run's store holds the saved run.
+        merged.experiment.store = OmegaConf.select(cfg, "experiment.store")
         for override in parsed:
             key = override.key_or_group.lstrip("+~")
             if key.startswith("hydra") or key.split(".")[0] in KEPT:

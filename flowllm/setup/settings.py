@@ -17,6 +17,7 @@ from flowllm.core.coordination import Coordination, connect
 from flowllm.errors import ConfigError
 from flowllm.providers.adaptive.aimd import parse_auto
 from flowllm.run.runner import ExperimentSettings
+from flowllm.rundir.store import RunStore, is_store_url, open_store
 from flowllm.setup import fingerprint
 from flowllm.setup.checks import check_cache, check_timeouts
 from flowllm.spend.spending import RunBudget, TaskLimits
@@ -28,6 +29,7 @@ __all__ = [
     "coordination_settings",
     "experiment_settings",
     "spending_settings",
+    "store_settings",
     "telemetry_endpoint",
 ]
 
@@ -121,3 +123,12 @@ def experiment_settings(
         budget=budget,
         coordination=coordination,
     )
+
+
+def store_settings(cfg: DictConfig) -> RunStore | None:
+    """``experiment.store``: the object store the run is kept in as well, checked to accept a write before
+    anything runs (``ConfigError`` naming the URL when it does not); None for unset or ``file://``."""
+    url = OmegaConf.select(cfg, "experiment.store")
+    if not is_store_url(url):
+        return None
+    return open_store(str(url))

@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from flowllm.errors import CliError
 from flowllm.exit_codes import ExitCode
+from flowllm.rundir.store import local_run
 from flowllm.verify.audit import audit_path
-from flowllm.verify.evidence import VerifyInputError
 from flowllm.verify.findings import Audit
 
 __all__ = ["main"]
@@ -28,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Recompute every derived number of a run from its evidence (the saved wire replies, the "
         "dataset, the config as it ran, the price table) and name each disagreement. Writes nothing.",
     )
-    parser.add_argument("run", type=Path, help="a run folder, or a sweep folder (each job is audited)")
+    parser.add_argument("run", help="a run folder, a sweep folder (each job is audited), or a store's URL")
     parser.add_argument("--json", action="store_true", help="the audit as JSON on stdout")
     parser.add_argument("--dataset", type=Path, help="the dataset to score against (default: the run's own)")
     parser.add_argument(
@@ -56,8 +57,8 @@ def _text(audit: Audit) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        audits = audit_path(args.run, dataset=args.dataset, exports=args.export)
-    except VerifyInputError as exc:
+        audits = audit_path(local_run(args.run), dataset=args.dataset, exports=args.export)
+    except CliError as exc:  # VerifyInputError, or a store's URL that cannot be read
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.json:

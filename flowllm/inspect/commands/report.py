@@ -12,10 +12,11 @@ from flowllm.inspect.artifacts import NotARunError
 from flowllm.inspect.commands.common import PROG, UsageError
 from flowllm.inspect.commands.render import emit_json, esc
 from flowllm.inspect.report import write_report
+from flowllm.rundir.store import local_run
 
 
 def cmd_report(path: str, output: str | None, max_chars: int, console: Console, as_json: bool) -> int:
-    target = Path(path).expanduser()
+    target = local_run(path)  # a store's URL (experiment.store): its local copy
     try:
         written, info = write_report(target, Path(output) if output else None, max_chars=max_chars)
     except NotARunError as exc:
