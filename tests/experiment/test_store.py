@@ -22,12 +22,16 @@ from typing import Any
 
 import pytest
 
+from flowllm.cli.merge import main as merge_main
+from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server, weed_binary
 from tests.experiment.test_resume_in_task import TASKS, Session, Sessions, held_call, results, resumed_turns
 
-SAMPLE_TASKS = 3
+SAMPLE_TASKS = 4  # the sample's first four: two in each shard
+SHARDS = 2
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +63,7 @@ def flowllm(s3: S3Server, cache: Path, *args: str) -> subprocess.CompletedProces
 
 @dataclass
 class Poller:
-    """Reads every result.json under a store prefix, again and again, while a run writes there."""
+    """Reads every result.json under the store's runs, again and again, while the runs write there."""
 
     s3: S3Server
     prefix: str
@@ -77,98 +81,113 @@ class Poller:
     def run(self) -> None:
         while not self.stop.is_set():
             self.poll()
-            time.sleep(0.05)
+            time.sleep(0.2)
 
 
 @dataclass
 class StoredRun:
-    url: str
-    local: Path
+    """The sample's shards, each kept under its own prefix of the store, and their local scratch folders."""
+
+    urls: list[str]
+    locals: list[Path]
     cache: Path
     poller: Poller
-    done: subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="module")
 def stored(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> StoredRun:
-    """The offline sample (three tasks) run with experiment.store on the S3 server, a reader polling the store."""
+    """The offline sample (four tasks) run as two shards at once, each with experiment.store on the S3 server,
+    while a reader polls the store."""
     root = tmp_path_factory.mktemp("stored")
-    url = f"s3://{BUCKET}/runs/sample"
-    poller = Poller(s3, f"{BUCKET}/runs/sample")
+    urls = [f"s3://{BUCKET}/runs/shard{i}" for i in range(SHARDS)]
+    folders = [root / f"shard{i}" for i in range(SHARDS)]
+    poller = Poller(s3, f"{BUCKET}/runs")
     thread = threading.Thread(target=poller.run, daemon=True)
     thread.start()
     try:
-        done = flowllm(
-            s3,
-            root / "cache",
-            "progress=false",
-            f"dataset.limit={SAMPLE_TASKS}",
-            f"experiment.store={url}",
-            f"hydra.run.dir={root / 'local'}",
-        )
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "flowllm",
+                    "progress=false",
+                    f"dataset.limit={SAMPLE_TASKS}",
+                    f"experiment.shard={i}/{SHARDS}",
+                    f"experiment.store={url}",
+                    f"hydra.run.dir={folder}",
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, **store_env(s3, root / "cache")},
+            )
+            for i, (url, folder) in enumerate(zip(urls, folders, strict=True))
+        ]
+        for proc in procs:
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err[-3000:]
     finally:
         poller.stop.set()
         thread.join()
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    poller.poll()  # and once after the run
-    return StoredRun(url, root / "local", root / "cache", poller, done)
+    poller.poll()  # and once after the runs
+    return StoredRun(urls, folders, root / "cache", poller)
 
 
-def test_the_store_holds_the_run_and_never_a_partial_result(stored: StoredRun, s3: S3Server) -> None:
+@pytest.fixture
+def store_reader(s3: S3Server, stored: StoredRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process reads the store as a user's shell would: the standard variables, the cache folder."""
+    for name, value in store_env(s3, stored.cache).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_the_store_holds_the_runs_and_never_a_partial_result(stored: StoredRun, s3: S3Server) -> None:
     fs = s3.fs()
-    prefix = f"{BUCKET}/runs/sample"
-    keys = {key[len(prefix) + 1 :] for key in fs.find(prefix)}
-    assert {"summary.json", "usage.jsonl", "fingerprint.json", ".hydra/config.yaml", "history.jsonl"} <= keys
-    assert len({k for k in keys if k.endswith("/result.json")}) == SAMPLE_TASKS
-    assert not any("/workspace/" in k or k.endswith(".tmp") for k in keys)  # scratch stays local
-    # every local record is in the store, byte for byte
-    for rel in ("summary.json", "usage.jsonl"):
-        assert fs.cat_file(f"{prefix}/{rel}") == (stored.local / rel).read_bytes()
+    results_seen = 0
+    for url, local in zip(stored.urls, stored.locals, strict=True):
+        prefix = url.removeprefix("s3://")
+        keys = {key[len(prefix) + 1 :] for key in fs.find(prefix)}
+        assert {"summary.json", "usage.jsonl", "fingerprint.json", ".hydra/config.yaml", "history.jsonl"} <= keys
+        assert {k for k in keys if k.endswith("/result.json")} == {
+            p.relative_to(local).as_posix() for p in (local / "tasks").rglob("result.json")
+        }
+        assert not any("/workspace/" in k or k.endswith(".tmp") for k in keys)  # scratch stays local
+        for rel in ("summary.json", "usage.jsonl"):  # the local records, byte for byte
+            assert fs.cat_file(f"{prefix}/{rel}") == (local / rel).read_bytes()
+        results_seen += len([k for k in keys if k.endswith("/result.json")])
+    assert results_seen == SAMPLE_TASKS
     # the poller parsed every result.json it read (a partial one would have raised in the fixture)
     assert len(stored.poller.seen) == SAMPLE_TASKS
 
 
 def test_credentials_are_never_written(stored: StoredRun, s3: S3Server) -> None:
     fs = s3.fs()
-    blobs = [path.read_bytes() for path in stored.local.rglob("*") if path.is_file()]
-    blobs += list(fs.cat(fs.find(f"{BUCKET}/runs/sample")).values())
+    blobs = [path.read_bytes() for local in stored.locals for path in local.rglob("*") if path.is_file()]
+    blobs += list(fs.cat(fs.find(f"{BUCKET}/runs")).values())
     for secret in (KEY_ID, SECRET):
         assert not any(secret.encode() in blob for blob in blobs), secret
 
 
-def test_readers_take_the_store_url(stored: StoredRun, s3: S3Server, tmp_path: Path) -> None:
-    shown = subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", stored.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **store_env(s3, stored.cache)},
-    )
-    assert shown.returncode == 0, shown.stderr
-    assert f"all {SAMPLE_TASKS} tasks completed" in shown.stdout
+@pytest.mark.usefixtures("store_reader")
+def test_readers_take_the_store_url(stored: StoredRun, s3: S3Server, tmp_path: Path, capsys: Any) -> None:
+    url, local = stored.urls[0], stored.locals[0]
+    assert inspect_main([url]) == 0
+    assert "all 2 tasks completed" in capsys.readouterr().out
     report = tmp_path / "report.html"
-    made = subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", "report", stored.url, "-o", str(report)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **store_env(s3, stored.cache)},
-    )
-    assert made.returncode == 0 and report.stat().st_size > 10_000, made.stderr
-    verified = flowllm(s3, stored.cache, "verify", stored.url)
-    assert verified.returncode == 0 and "verified" in verified.stdout, verified.stdout + verified.stderr
-    # replay the stored run into a local folder: the same answers, and this run has no store of its own
+    assert inspect_main(["report", url, "-o", str(report)]) == 0 and report.stat().st_size > 10_000
+    assert verify_main([url]) == 0 and "verified" in capsys.readouterr().out
+    # the sample's shards merged from their URLs: every task once, and the merge verifies
+    merged = tmp_path / "merged"
+    assert merge_main([*stored.urls, "-o", str(merged)]) == 0
+    assert f"{SAMPLE_TASKS} tasks, {SAMPLE_TASKS} completed" in capsys.readouterr().out
+    assert verify_main([str(merged)]) == 0
+    # replay a stored run into a local folder: the same answers, and this run has no store of its own
     replay = tmp_path / "replay"
-    replayed = flowllm(
-        s3,
-        stored.cache,
-        "progress=false",
-        "provider=replay",
-        f"provider.run_dir={stored.url}",
-        f"hydra.run.dir={replay}",
-    )
+    replay_args = ("progress=false", "provider=replay", f"provider.run_dir={url}", f"hydra.run.dir={replay}")
+    replayed = flowllm(s3, stored.cache, *replay_args)
     assert replayed.returncode == 0, replayed.stderr[-3000:]
-    assert answers(replay) == answers(stored.local)
+    assert answers(replay) == answers(local)
     assert "store: null" in (replay / ".hydra" / "config.yaml").read_text()
 
 
@@ -244,8 +263,6 @@ def kill_once_stored(s: StoreSession, fs: Any, prefix: str) -> None:
 def test_a_killed_run_resumes_from_the_store_on_another_machine(
     sessions: Sessions, s3: S3Server, tmp_path: Path
 ) -> None:
-    reference = sessions("reference")
-    reference.run()
     url, prefix = f"s3://{BUCKET}/runs/killed", f"{BUCKET}/runs/killed"
     base = sessions("killed", f"experiment.store={url}", faults=held_call(1))
     killed = StoreSession(base.run_dir, base.emulator, base.gate, base.extra, s3_env=store_env(s3, tmp_path))
@@ -255,45 +272,13 @@ def test_a_killed_run_resumes_from_the_store_on_another_machine(
     # the rerun starts from an empty local folder: all it knows of the killed run is in the store
     elsewhere = StoreSession(tmp_path / "elsewhere", base.emulator, base.gate, base.extra, s3_env=killed.s3_env)
     elsewhere.run()
-    assert results(elsewhere.run_dir) == results(reference.run_dir)
-    assert killed.answered() == reference.answered()  # no turn sent twice
+    assert {r["task_id"]: (r["status"], r["correct"]) for r in results(elsewhere.run_dir).values()} == {
+        task: ("completed", True) for task in TASKS
+    }
+    assert set(killed.answered().values()) == {1}  # no turn sent twice (the held one was never answered)
     assert {t: resumed_turns(elsewhere.run_dir, t) for t in TASKS} == {"resume-a": 2, "resume-b": 2, "resume-c": 0}
     summary = RunSummary.from_dict(json.loads(fs.cat_file(f"{prefix}/summary.json")))
     assert summary.resumed == 1 and summary.completed == summary.correct == 3
     assert not fs.glob(f"{prefix}/.resume/**")  # the moved-aside turns are gone from the store too
     verified = flowllm(s3, tmp_path / "cache", "verify", url)
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-
-
-def test_shards_kept_in_stores_merge_from_their_urls(s3: S3Server, tmp_path: Path) -> None:
-    """Two shards of the sample (three tasks), each kept under its own prefix, merged from the URLs; the merge
-    verifies and holds every task once."""
-    urls = [f"s3://{BUCKET}/runs/shard{i}" for i in range(2)]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flowllm",
-                "progress=false",
-                f"dataset.limit={SAMPLE_TASKS}",
-                f"experiment.shard={i}/2",
-                f"experiment.store={url}",
-                f"hydra.run.dir={tmp_path / f'shard{i}'}",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={**os.environ, **store_env(s3, tmp_path / "cache")},
-        )
-        for i, url in enumerate(urls)
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
-    merged = tmp_path / "merged"
-    done = flowllm(s3, tmp_path / "cache", "merge", *urls, "-o", str(merged))
-    assert done.returncode == 0, done.stderr
-    assert f"{SAMPLE_TASKS} tasks, {SAMPLE_TASKS} completed" in done.stdout
-    verified = flowllm(s3, tmp_path / "cache", "verify", str(merged))
     assert verified.returncode == 0, verified.stdout + verified.stderr
