@@ -4,8 +4,8 @@ The run writes into its local folder (``hydra.run.dir``) exactly as without a st
 finished file to the store while the run goes and once more at its end. Each object is one PUT, which object
 stores make atomic, and a pass puts the ``result.json`` files after every other file it found, so a reader of the
 store never sees half a ``result.json``, nor a ``result.json`` whose task folder lacks files written before it.
-Append-only ledgers (``*.jsonl``) are put up to their last complete line. The recorder's temporary files and the
-tasks' workspaces (scratch) stay local.
+Append-only ledgers (``*.jsonl``) are put up to their last complete line. The recorder's temporary files, the
+tasks' workspaces (scratch) and the live control channel (``.control/``) stay local.
 
 Readers (``inspect``, the report, ``verify``, replay, ``merge``) take the store's URL wherever they take a run
 folder: ``local_run`` copies the store's objects into a local cache folder (only those that changed since the
@@ -29,13 +29,16 @@ from types import TracebackType
 from typing import Any
 
 from flowllm.errors import CliError, ConfigError
+from flowllm.rundir.control import CONTROL_DIR
 
 __all__ = ["RunStore", "StoreMirror", "is_store_url", "local_run", "open_store"]
 
 SYNC_INTERVAL_S = 2.0  # how often a running run's new files are put to the store
 RESULT_NAME = "result.json"
-SCRATCH_DIRS = frozenset({"workspace"})  # a task's working directory: scratch, kept locally only
-KEEP_LOCAL = frozenset({".hydra"})  # a rerun keeps its own session's Hydra files (the store's are the last one's)
+# Kept locally only: a task's working directory (scratch), and the live control channel of the processes running
+# the run (``flowllm ctl``: a pid, a pause) which means nothing to another machine or a later session.
+SCRATCH_DIRS = frozenset({"workspace", CONTROL_DIR})
+KEEP_LOCAL = frozenset({".hydra", CONTROL_DIR})  # a rerun keeps its own session's (the store's are the last one's)
 PROBE_NAME = ".flowllm-store-probe"
 # The store's check before the run: one attempt, a short connect timeout (by backend; others use their defaults).
 FAIL_FAST: dict[str, dict[str, Any]] = {

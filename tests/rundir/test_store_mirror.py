@@ -36,6 +36,8 @@ def test_a_pass_puts_results_last_ledgers_by_whole_lines_and_keeps_scratch_local
     (task / "turn_001" / "output.json").write_text("{}")
     (task / "workspace" / "scratch.txt").write_text("local only")
     (task / ".result.json.1.2.tmp").write_text('{"stat')
+    (tmp_path / ".control").mkdir()
+    (tmp_path / ".control" / "state.json").write_text('{"paused": true}')
     (tmp_path / "usage.jsonl").write_text('{"a": 1}\n{"b": ')
     mirror = StoreMirror(store, tmp_path)
     assert mirror.sync() == 3
