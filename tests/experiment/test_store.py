@@ -240,6 +240,7 @@ def kill_once_stored(s: StoreSession, fs: Any, prefix: str) -> None:
         )
 
     def held() -> bool:
+        fs.invalidate_cache()  # what the store holds now, not a listing cached by the last look
         return (
             (s.gate / "resume-a.held").exists()
             and s.emulator._app.attempts[("resume-b", "main", 3)] >= 1
@@ -279,6 +280,6 @@ def test_a_killed_run_resumes_from_the_store_on_another_machine(
     assert {t: resumed_turns(elsewhere.run_dir, t) for t in TASKS} == {"resume-a": 2, "resume-b": 2, "resume-c": 0}
     summary = RunSummary.from_dict(json.loads(fs.cat_file(f"{prefix}/summary.json")))
     assert summary.resumed == 1 and summary.completed == summary.correct == 3
-    assert not fs.glob(f"{prefix}/.resume/**")  # the moved-aside turns are gone from the store too
+    assert not s3.fs().find(f"{prefix}/.resume")  # the moved-aside turns are gone from the store too (a fresh listing)
     verified = flowllm(s3, tmp_path / "cache", "verify", url)
     assert verified.returncode == 0, verified.stdout + verified.stderr
