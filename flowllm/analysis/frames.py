@@ -23,6 +23,7 @@ from flowllm.export.source import ExportError, RunSource, open_source
 from flowllm.export.trace import TaskTrace
 from flowllm.rundir.layout import SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.results import TaskResult
+from flowllm.rundir.store import local_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +59,7 @@ def _is_run(path: Path) -> bool:
 
 def find_runs(path: Path | str, depth: int = MAX_DEPTH) -> list[Path]:
     """``path`` when it is a run, else the runs below it (a sweep's job folders), in name order (jobs numerically)."""
-    root = Path(path).expanduser()
+    root = local_run(path)  # a store's URL (experiment.store): its local copy
     if _is_run(root):
         return [root]
     if depth <= 0 or not root.is_dir():

@@ -22,6 +22,7 @@ from flowllm.providers.replay import REPLAY_PROTOCOL
 from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, OVERRIDES_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.records import read_artifact
 from flowllm.rundir.results import RunSummary
+from flowllm.rundir.store import local_run
 
 
 class ExportError(CliError):
@@ -87,7 +88,7 @@ class RunSource:
 
 
 def open_source(path: Path | str) -> RunSource:
-    run_dir = Path(path).expanduser()
+    run_dir = local_run(path)  # a store's URL (experiment.store): its local copy
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir} is not a run directory (it does not exist or is a file)")
     summary = read_artifact(run_dir / SUMMARY_FILE)

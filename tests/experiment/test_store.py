@@ -1,9 +1,9 @@
 """``experiment.store=s3://...``: runs kept on a real S3 server (SeaweedFS, started here), read back from its URL.
 
 The offline sample runs with a store while a reader polls the store and parses every ``result.json`` it sees;
-``inspect``, the report, ``verify``, replay and ``merge`` take the store's URL; a run SIGKILLed mid-task is
-resumed from the store alone, into a fresh local folder (another machine); an unreachable store is refused
-before anything runs; the credentials reach the store and never the run.
+``inspect``, the report, ``verify``, exports, the analysis tables, replay and ``merge`` take the store's URL; a
+run SIGKILLed mid-task is resumed from the store alone, into a fresh local folder (another machine); an
+unreachable store is refused before anything runs; the credentials reach the store and never the run.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from flowllm.analysis.frames import load as load_frames
 from flowllm.cli.merge import main as merge_main
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
@@ -177,6 +178,11 @@ def test_readers_take_the_store_url(stored: StoredRun, s3: S3Server, tmp_path: P
     report = tmp_path / "report.html"
     assert inspect_main(["report", url, "-o", str(report)]) == 0 and report.stat().st_size > 10_000
     assert verify_main([url]) == 0 and "verified" in capsys.readouterr().out
+    submission = tmp_path / "submission.jsonl"
+    assert inspect_main(["export", url, "--format", "gaia-submission", "-o", str(submission)]) == 0
+    lines = [json.loads(line) for line in submission.read_text().splitlines()]
+    assert len([line for line in lines if line["model_answer"]]) == 2  # the shard's two answers (all tasks listed)
+    assert len(load_frames(url).tasks) == 2  # the notebooks' tables
     # the sample's shards merged from their URLs: every task once, and the merge verifies
     merged = tmp_path / "merged"
     assert merge_main([*stored.urls, "-o", str(merged)]) == 0
