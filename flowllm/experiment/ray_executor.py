@@ -37,7 +37,17 @@ import orjson
 
 from flowllm.errors import ConfigError
 from flowllm.experiment.children import die_with, quoted, shard_override
-from flowllm.experiment.ray_files import RUN_DIR, Batch, FolderSender, receive, scratch_env, ship_inputs, unpack
+from flowllm.experiment.ray_files import (
+    RUN_DIR,
+    Batch,
+    FolderSender,
+    follow_state,
+    receive,
+    scratch_env,
+    ship_inputs,
+    unpack,
+)
+from flowllm.rundir.control import ControlPaths
 from flowllm.spend.spending import RunBudget, SpendBook
 
 INSTALL_HINT = "pip install 'flowllm[ray]'"
@@ -84,7 +94,21 @@ def budget_share(budget: RunBudget, run_dir: Path, workers: int) -> dict[str, An
     return share
 
 
-def run_worker(args: list[str], shard: dict[str, Any], inputs: bytes) -> Iterator[Batch | int]:
+class ControlRelay:
+    """A Ray actor: the driver's latest ``.control/state.json`` (flowllm ctl), which every Ray task copies into
+    its worker's folder."""
+
+    def __init__(self) -> None:
+        self.state = b""
+
+    def put(self, state: bytes) -> None:
+        self.state = state
+
+    def get(self) -> bytes:
+        return self.state
+
+
+def run_worker(args: list[str], shard: dict[str, Any], inputs: bytes, relay: Any) -> Iterator[Batch | int]:
     """A Ray task (a generator): one worker of the run, as a process of this node running in a scratch folder
     of its own. Yields the ``Batch``es of its run folder as its tasks finish, then its exit code. A
     cancellation (the driver's Ctrl-C) is forwarded to the worker as SIGINT, which keeps what finished and
@@ -103,6 +127,7 @@ def run_worker(args: list[str], shard: dict[str, Any], inputs: bytes) -> Iterato
         )
         try:
             while proc.poll() is None:
+                follow_state(_ray().get(relay.get.remote()), run_dir)
                 batch = sender.poll()
                 if batch:
                     yield batch
@@ -127,11 +152,15 @@ class RayPool:
     failure: str | None = None
     _cancelled: bool = False
     _inbox: queue.Queue[tuple[int, Batch | int | BaseException]] = field(default_factory=queue.Queue)
+    _relay: Any = None
+    _state: bytes = b""
 
     def start(self, command: list[str], shard: dict[str, Any]) -> None:
         args, inputs = ship_inputs(command, self.run_dir, list(shard["task_ids"]))
+        if self._relay is None:
+            self._relay = self.ray.remote(num_cpus=0)(ControlRelay).remote()
         task = self.ray.remote(num_cpus=1, max_retries=0, num_returns="streaming")(run_worker)
-        stream = task.remote(args, shard, inputs)
+        stream = task.remote(args, shard, inputs, self._relay)
         self.refs.append(stream)
         index = len(self.refs) - 1
         threading.Thread(target=self._take, args=(index, stream), name=f"flowllm-ray-{index}", daemon=True).start()
@@ -148,7 +177,18 @@ class RayPool:
         for ref in self.refs:
             self.ray.cancel(ref)
 
+    def _relay_state(self) -> None:
+        """flowllm ctl's state, as the driver wrote it, to the relay the workers follow."""
+        try:
+            state = ControlPaths(self.run_dir).state.read_bytes()
+        except OSError:
+            return
+        if state != self._state and self._relay is not None:
+            self._state = state
+            self._relay.put.remote(state)
+
     def _collect(self) -> None:
+        self._relay_state()
         while True:
             try:
                 index, item = self._inbox.get_nowait()

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowllm.engine.recorder import atomic_write
+from flowllm.run.control import FOLLOWERS_DIR
+from flowllm.rundir.control import CONTROL_DIR, ControlPaths
 from flowllm.rundir.layout import (
     HISTORY_FILE,
     JUDGE_LEDGER_FILE,
@@ -36,7 +38,8 @@ from flowllm.rundir.layout import (
 INPUTS_DIR = "inputs"  # in the worker's scratch folder: the shipped paths of the command line
 RUN_DIR = "run"  # in the worker's scratch folder: the worker's own run folder
 APPENDED = (LEDGER_FILE, JUDGE_LEDGER_FILE, HISTORY_FILE)  # the run's line files: every worker appends to them
-_NOT_RETURNED = (TASKS_DIR, RESUME_DIR, ".rate_limit_pauses", *APPENDED)
+FOLLOWERS = f"{CONTROL_DIR}/{FOLLOWERS_DIR}"  # what each worker did of flowllm ctl's state (run/control.py)
+_NOT_RETURNED = (TASKS_DIR, RESUME_DIR, CONTROL_DIR, ".rate_limit_pauses", *APPENDED)
 
 Files = dict[str, bytes]  # path relative to a folder -> its bytes
 Signature = tuple[tuple[str, int, int], ...]
@@ -129,9 +132,10 @@ class Batch:
     lines: dict[str, bytes] = field(default_factory=dict)
     tasks: dict[str, Files] = field(default_factory=dict)
     extra: Files = field(default_factory=dict)
+    control: Files = field(default_factory=dict)  # the worker's reports to flowllm ctl's driver
 
     def __bool__(self) -> bool:
-        return bool(self.lines or self.tasks or self.extra)
+        return bool(self.lines or self.tasks or self.extra or self.control)
 
 
 @dataclass
@@ -142,6 +146,7 @@ class FolderSender:
     task_ids: list[str]
     offsets: dict[str, int] = field(default_factory=dict)
     sent: dict[str, Signature] = field(default_factory=dict)
+    reports: Signature = ()
 
     def __post_init__(self) -> None:
         layout = RunLayout(self.run_dir)
@@ -180,6 +185,11 @@ class FolderSender:
             if now != self.sent.get(task_id):
                 ready.append((task_id, now))
         batch = Batch(lines=self._new_lines())
+        reports = self.run_dir / FOLLOWERS
+        now_reports = signature(reports) if reports.is_dir() else ()
+        if now_reports != self.reports:
+            batch.control = {f"{FOLLOWERS}/{rel}": data for rel, data in read_folder(reports).items()}
+            self.reports = now_reports
         for task_id, now in ready:
             batch.tasks[task_id] = read_folder(layout.task(task_id))
             self.sent[task_id] = now
@@ -203,6 +213,8 @@ def receive(batch: Batch, run_dir: Path) -> None:
             shutil.rmtree(folder)
         for rel, data in sorted(files.items(), key=lambda item: item[0] == RESULT_FILE):
             atomic_write(folder / rel, data)
+    for rel, data in batch.control.items():
+        atomic_write(run_dir / rel, data)
     for rel, data in batch.extra.items():
         target = run_dir / rel
         if rel.endswith(".log"):
@@ -211,6 +223,14 @@ def receive(batch: Batch, run_dir: Path) -> None:
                 fh.write(data)
         elif not target.exists():
             atomic_write(target, data)
+
+
+def follow_state(state: bytes, run_dir: Path) -> None:
+    """On the worker's node: the driver's ``.control/state.json`` (flowllm ctl), for the worker to follow."""
+    path = ControlPaths(run_dir).state
+    if state and (not path.is_file() or path.read_bytes() != state):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, state)
 
 
 def scratch_env(root: Path) -> dict[str, str]:
