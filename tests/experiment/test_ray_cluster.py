@@ -1,7 +1,8 @@
 """experiment.executor=ray on a cluster of three nodes that share no folder: a head and two worker nodes started
 here as separate ``ray start`` processes (127.0.0.1), each with its own temp dir and working folder. A run
 connected to it equals a one-process run of the same tasks, task by task (result.json, answers, the ledger's
-totals), and ``flowllm verify`` passes on it. The worker's command line names no path of the driver's."""
+totals), and ``flowllm verify`` passes on it; a rerun resumes an unfinished task from the turns the driver
+shipped. The worker's command line names no path of the driver's."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.experiment.ray_files import INPUTS_DIR, ship_inputs
-from flowllm.rundir.results import RunSummary
+from flowllm.rundir.results import RunSummary, TaskResult
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.test_workers import HANG_GUARD_S, assert_same_runs
 
@@ -31,7 +32,14 @@ HAS_RAY = importlib.util.find_spec("ray") is not None and shutil.which("ray") is
 pytestmark = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'flowllm[ray]')")
 
 IDS = ("sample-03-percentage", "sample-07-department", "sample-09-arithmetic")  # math and Python only
-SAMPLE = (f"dataset.task_ids=[{','.join(IDS)}]", "progress=false", "~tools.servers.tool-files")
+SAMPLE = (
+    f"dataset.task_ids=[{','.join(IDS)}]",
+    "progress=false",
+    "~tools.servers.tool-files",
+    # Named on the command line, so a Ray worker gets them shipped (it is not given the driver's paths).
+    f"dataset.path={ROOT / 'flowllm/data/sample'}",
+    f"provider.emulator_script={ROOT / 'flowllm/data/sample/script.yaml'}",
+)
 NODE_START_S = 120.0
 # The cluster listens on 127.0.0.1 only; without this, Ray turns token authentication on where a token file of
 # this user exists, which nodes started by `ray start --address` do not read.
@@ -126,6 +134,10 @@ def ray_cluster() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _on(address: str, workers: int = 3) -> tuple[str, ...]:
+    return ("experiment.executor=ray", f"experiment.workers={workers}", f"experiment.ray_address={address}")
+
+
 @pytest.fixture(scope="module")
 def runs(ray_cluster: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ray-cluster")
@@ -136,9 +148,8 @@ def runs(ray_cluster: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return run_dir
 
-    ray = ("experiment.executor=ray", "experiment.workers=3", f"experiment.ray_address={ray_cluster}")
     with ThreadPoolExecutor(2) as pool:
-        single, on_ray = pool.map(one, ((), ray))
+        single, on_ray = pool.map(one, ((), _on(ray_cluster)))
     return {"one": single, "ray": on_ray}
 
 
@@ -171,3 +182,34 @@ def test_the_worker_is_given_no_path_of_the_driver(tmp_path: Path) -> None:
     assert args == [*shipped, "tools=default", "hydra.job.name=app"]
     assert str(tmp_path) not in " ".join(args) and str(dataset) not in " ".join(args)
     assert len(blob) > (dataset / "script.yaml").stat().st_size
+
+
+def _result(run_dir: Path, task_id: str) -> TaskResult:
+    return TaskResult.from_dict(read_json(run_dir / "tasks" / task_id / "result.json"))
+
+
+@pytest.fixture(scope="module")
+def resumed(runs: dict[str, Path], ray_cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A rerun on the cluster into a copy of the one-process run whose first task lost its result.json (its
+    turns kept: resumed from them)."""
+    run_dir = tmp_path_factory.mktemp("ray-resume") / "run"
+    shutil.copytree(runs["one"], run_dir)
+    (run_dir / "tasks" / IDS[0] / "result.json").unlink()
+    proc = run_flowllm(*SAMPLE, f"hydra.run.dir={run_dir}", *_on(ray_cluster, 1), env=RAY_ENV, timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return run_dir
+
+
+def test_a_rerun_on_the_cluster_resumes_a_task_from_its_shipped_turns(runs: dict[str, Path], resumed: Path) -> None:
+    """The task without result.json is run again by a Ray worker from the turns the driver shipped; the others
+    are not run again."""
+    run_dir = resumed
+    summary = RunSummary.from_dict(read_json(run_dir / "summary.json"))
+    assert (summary.status, summary.completed, summary.resumed_tasks) == ("finished", len(IDS), 1)
+    for task_id in IDS[1:]:  # finished before: not run again
+        assert (run_dir / "tasks" / task_id / "result.json").read_bytes() == (
+            runs["one"] / "tasks" / task_id / "result.json"
+        ).read_bytes()
+    again, saved = _result(run_dir, IDS[0]), _result(runs["one"], IDS[0])
+    assert (again.answer, again.correct) == (saved.answer, saved.correct)
+    assert again.resumed_turns, "the task was run again from scratch, not from the shipped turns"
