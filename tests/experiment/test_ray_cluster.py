@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from flowllm.engine.recorder import read_json
+from flowllm.experiment.ray_executor import budget_share
 from flowllm.experiment.ray_files import INPUTS_DIR, ship_inputs
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.spend.spending import RunBudget, SpendBook
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.test_workers import HANG_GUARD_S, assert_same_runs
 
@@ -213,3 +215,16 @@ def test_a_rerun_on_the_cluster_resumes_a_task_from_its_shipped_turns(runs: dict
     again, saved = _result(run_dir, IDS[0]), _result(runs["one"], IDS[0])
     assert (again.answer, again.correct) == (saved.answer, saved.correct)
     assert again.resumed_turns, "the task was run again from scratch, not from the shipped turns"
+
+
+def test_each_ray_worker_holds_its_share_of_what_the_budget_has_left(runs: dict[str, Path]) -> None:
+    """Workers see their own ledger only (the run's, as it was, is shipped to each): each gets what the run spent
+    before and 1/N of what was left, so together they spend at most what was left."""
+    spent = SpendBook.of_run(runs["one"]).total()
+    assert spent.cost_usd > 0 and spent.tokens > 0
+    budget = RunBudget(cost_usd=spent.cost_usd + 0.03, tokens=spent.tokens + 3001)
+    share = budget_share(budget, runs["one"], 3)
+    assert share is not None
+    assert share["cost_usd"] == pytest.approx(spent.cost_usd + 0.01)
+    assert share["tokens"] == spent.tokens + 1000
+    assert budget_share(RunBudget(), runs["one"], 3) is None  # no budget: none to share
