@@ -12,9 +12,9 @@ its run folder. Every node needs flowllm installed (the same version) and the AP
 Each worker holds 1/N of the provider's rate limits (as local workers do) and of what the run's budget had left
 when it started (``budget_share``); a 429's pause stays within the worker. ``experiment.ray_address`` is passed
 to ``ray.init``: null starts a local instance (or joins the cluster named by ``$RAY_ADDRESS``), ``auto`` joins
-the cluster this machine is part of, ``host:port`` or ``ray://host:10001`` a remote one. Ctrl-C cancels the Ray
-tasks, which forward SIGINT to their workers: each keeps what finished and exits 130, and what reached the
-driver before is kept.
+the cluster this machine is part of, ``host:port`` or ``ray://host:10001`` a remote one. Ctrl-C stops the workers
+through the same actor that carries flowllm ctl's state: each keeps what finished, sends it and exits 130, as
+local workers do; a second Ctrl-C cancels the Ray tasks.
 """
 
 from __future__ import annotations
@@ -96,16 +96,20 @@ def budget_share(budget: RunBudget, run_dir: Path, workers: int) -> dict[str, An
 
 class ControlRelay:
     """A Ray actor: the driver's latest ``.control/state.json`` (flowllm ctl), which every Ray task copies into
-    its worker's folder."""
+    its worker's folder, and whether the run is stopping (Ctrl-C, a failed worker)."""
 
     def __init__(self) -> None:
         self.state = b""
+        self.stopping = False
 
     def put(self, state: bytes) -> None:
         self.state = state
 
-    def get(self) -> bytes:
-        return self.state
+    def stop(self) -> None:
+        self.stopping = True
+
+    def get(self) -> tuple[bytes, bool]:
+        return self.state, self.stopping
 
 
 def run_worker(args: list[str], shard: dict[str, Any], inputs: bytes, relay: Any) -> Iterator[Batch | int]:
@@ -125,14 +129,19 @@ def run_worker(args: list[str], shard: dict[str, Any], inputs: bytes, relay: Any
         proc = subprocess.Popen(
             [*command, shard_override(path)], cwd=root, env=scratch_env(root), preexec_fn=die_with(os.getpid())
         )
+        stopped = False
         try:
             while proc.poll() is None:
-                follow_state(_ray().get(relay.get.remote()), run_dir)
+                state, stopping = _ray().get(relay.get.remote())
+                follow_state(state, run_dir)
+                if stopping and not stopped:  # the worker keeps what finished and exits 130; it is sent below
+                    stopped = True
+                    proc.send_signal(signal.SIGINT)
                 batch = sender.poll()
                 if batch:
                     yield batch
                 time.sleep(POLL_S)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # cancelled (a second Ctrl-C of the driver)
             proc.send_signal(signal.SIGINT)
             proc.wait()
         yield sender.poll(final=True)
@@ -173,9 +182,20 @@ class RayPool:
             self._inbox.put((index, exc))
 
     def forward(self, signum: int, frame: FrameType | None = None) -> None:
+        """The first Ctrl-C stops the workers through the relay (what they finished still comes back); a second
+        one cancels the Ray tasks and stops waiting for them."""
         self.signals += 1
-        for ref in self.refs:
+        if self.signals == 1:
+            self._stop()
+            return
+        for index, ref in enumerate(self.refs):
             self.ray.cancel(ref)
+            self.codes.setdefault(index, 130)
+
+    def _stop(self) -> None:
+        if self._relay is not None and not self._cancelled:
+            self._cancelled = True
+            self._relay.stop.remote()
 
     def _relay_state(self) -> None:
         """flowllm ctl's state, as the driver wrote it, to the relay the workers follow."""
@@ -208,7 +228,7 @@ class RayPool:
         return len(self.codes) < len(self.refs)
 
     def check(self) -> None:
-        """A worker that failed on its own stops the run: its peers are cancelled."""
+        """A worker that failed on its own stops the run: its peers are stopped."""
         self._collect()
         if self.signals:
             return
@@ -217,7 +237,5 @@ class RayPool:
                 if code != 0:
                     self.failure = f"worker {index + 1} of {len(self.refs)} exited with code {code}"
                     break
-        if self.failure is not None and not self._cancelled:
-            self._cancelled = True
-            for ref in self.refs:
-                self.ray.cancel(ref)
+        if self.failure is not None:
+            self._stop()
