@@ -15,6 +15,7 @@ rest written). The driver writes them into the run folder with the recorder's ``
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -200,6 +201,15 @@ class FolderSender:
         return batch
 
 
+def _drop_resumed(layout: RunLayout, task_id: str) -> None:
+    """The task's result is written: the turns an earlier session left aside for it are dropped (and
+    ``.resume`` with them once empty), as a one-process run drops them (run/resume.py)."""
+    shutil.rmtree(layout.resume.task(task_id), ignore_errors=True)
+    for folder in (layout.resume.tasks, layout.resume.root):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def receive(batch: Batch, run_dir: Path) -> None:
     """On the driver: a worker's batch written into the run folder (ledger lines appended in one write each,
     each task's folder replaced with ``result.json`` written last)."""
@@ -213,6 +223,7 @@ def receive(batch: Batch, run_dir: Path) -> None:
             shutil.rmtree(folder)
         for rel, data in sorted(files.items(), key=lambda item: item[0] == RESULT_FILE):
             atomic_write(folder / rel, data)
+        _drop_resumed(layout, task_id)
     for rel, data in batch.control.items():
         atomic_write(run_dir / rel, data)
     for rel, data in batch.extra.items():

@@ -215,6 +215,7 @@ def test_a_rerun_on_the_cluster_resumes_a_task_from_its_shipped_turns(runs: dict
     again, saved = _result(run_dir, IDS[0]), _result(runs["one"], IDS[0])
     assert (again.answer, again.correct) == (saved.answer, saved.correct)
     assert again.resumed_turns, "the task was run again from scratch, not from the shipped turns"
+    assert not (run_dir / ".resume").exists()  # the turns set aside to resume from are gone, as with one process
 
 
 def test_each_ray_worker_holds_its_share_of_what_the_budget_has_left(runs: dict[str, Path]) -> None:
