@@ -328,8 +328,8 @@ class ExperimentConfig:
     # Worker processes on this machine (flowllm/experiment/workers.py): a whole number >= 1, or auto (the usable
     # cores). Each worker gets 1/N of the provider's rate limits.
     workers: Any = 1
-    # Where the workers run: local (processes of this machine) or ray (Ray tasks of a cluster: every node must see
-    # the run directory and the dataset at the same paths; flowllm/experiment/ray_executor.py).
+    # Where the workers run: local (processes of this machine) or ray (Ray tasks of a cluster; nothing shared:
+    # inputs are shipped and tasks sent back through Ray's object store; flowllm/experiment/ray_executor.py).
     executor: Executor = Executor.local
     # ray.init's address for executor=ray: null (a local instance, or $RAY_ADDRESS), auto, ray://host:10001.
     ray_address: str | None = None

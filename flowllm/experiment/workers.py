@@ -46,7 +46,7 @@ from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
-from flowllm.experiment.ray_executor import RayPool
+from flowllm.experiment.ray_executor import RayPool, budget_share
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
@@ -69,7 +69,7 @@ from flowllm.setup.steering import adaptive_limits, concurrency_text, requeue_ch
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import web_tools
 from flowllm.spend.projection import Projector
-from flowllm.spend.spending import SpendBook
+from flowllm.spend.spending import RunBudget, SpendBook
 from flowllm.telemetry.live import attach_telemetry
 
 if TYPE_CHECKING:
@@ -116,6 +116,7 @@ class Shard:
     of: int
     task_ids: list[str]
     parent_pid: int
+    budget: dict[str, Any] | None = None  # experiment.executor=ray: this worker's share of the run's budget
 
     def save(self, path: Path) -> None:
         path.write_bytes(orjson.dumps(self.__dict__))
@@ -228,6 +229,8 @@ def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     control = RunControl(run_dir, parts.experiment.max_concurrent, shard.index, shard.of)
     concurrent = share(parts.experiment.max_concurrent, shard.index, shard.of)
     parts.experiment = replace(parts.experiment, max_concurrent=concurrent)
+    if shard.budget is not None:  # a Ray worker sees its own ledger only: it holds its share of the budget
+        parts.experiment = replace(parts.experiment, budget=RunBudget(**shard.budget))
     secrets = provider_secrets(parts.provider_cfg, resolve=parts.providers)
     recorder = Recorder(run_dir, snapshot=cfg.recorder.snapshot, secrets=secrets)
     # telemetry.otlp_endpoint: each worker sends its own tasks' spans
@@ -401,7 +404,7 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     progress.start(total=len(tasks), already=list(already.values()))
     # A 429 met by one worker pauses the others too: its pause goes through a file per provider (limiter.py).
     shared_pauses = layout.root / ".rate_limit_pauses"
-    pool: _Pool | RayPool = _Pool() if ray is None else RayPool(ray)
+    pool: _Pool | RayPool = _Pool() if ray is None else RayPool(ray, run_dir)
     handlers = {s: signal.signal(s, pool.forward) for s in (signal.SIGINT, signal.SIGTERM)}
     # flowllm ctl RUN ...: answered here, followed by every worker (flowllm/setup/steering.py)
     desk = ControlDesk(run_dir, workers=count, failed=requeue_check(run_dir, tasks), stop=lambda: pool.forward(0))
@@ -411,7 +414,8 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     try:
         with tempfile.TemporaryDirectory(prefix="flowllm-workers-") as scratch:
             desk.open()
-            _start_workers(pool, hydra_cfg, run_dir, deal(todo, count), Path(scratch), shared_pauses)
+            budget = parts.experiment.budget
+            _start_workers(pool, hydra_cfg, run_dir, deal(todo, count), Path(scratch), shared_pauses, budget)
             _follow_workers(pool, watcher, progress, desk, {t.task_id: t for t in todo_tasks})
     finally:
         desk.close()
@@ -470,8 +474,6 @@ def _connect_ray(cfg: DictConfig, run_dir: Path, workers: int) -> tuple[Any, int
     from flowllm.experiment import ray_executor
 
     ray = ray_executor.connect(cfg.experiment.get("ray_address"))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ray_executor.check_nodes(ray, run_dir)  # every node sees the run directory, before the first task
     if str(cfg.experiment.get("workers")).strip().lower() == "auto":
         workers = min(MAX_WORKERS, ray_executor.cluster_cpus(ray))
     return ray, workers
@@ -500,12 +502,14 @@ def _start_workers(
     shards: list[list[str]],
     scratch: Path,
     shared_pauses: Path,
+    budget: RunBudget,
 ) -> None:
     """One worker per shard: a local process, or a Ray task that writes its shard file on its node."""
     for index, shard_ids in enumerate(shards):
         shard = Shard(index, len(shards), shard_ids, os.getpid())
         if isinstance(pool, RayPool):
-            pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__), str(shared_pauses))
+            shard.budget = budget_share(budget, run_dir, len(shards))
+            pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__))
             continue
         shard_path = scratch / f"shard-{index}.json"
         shard.save(shard_path)

@@ -6,8 +6,9 @@
     <run>/.control/state.json             what every process of the run follows: paused, draining, settings
     <run>/history.jsonl                   one line per command, with its time, user and answer
 
-A polled folder, not a socket: the run's workers are other processes and Ray's are on other machines, and all
-of them already share the run folder (``ray_executor.check_nodes``); the driver (the run's one process, or the
+A polled folder, not a socket: the run's workers are other processes, and Ray's run on other machines in
+scratch folders of their own, where their Ray task copies ``state.json`` from the driver (through a Ray actor)
+and sends their reports back (flowllm/experiment/ray_executor.py); the driver (the run's one process, or the
 parent of its workers) reads requests and writes ``state.json``, and each process that runs tasks follows that
 file. A Unix socket could not reach a Ray worker, and its path (a deep Hydra folder) would often pass the
 108-byte limit of a socket's name. The folder is the owner's alone (mode 0700) and the driver refuses a request
