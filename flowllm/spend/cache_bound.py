@@ -26,7 +26,7 @@ from typing import Any
 from flowllm.emulator import anthropic_wire, openai_chat_wire, openai_responses_wire
 from flowllm.emulator.common import RequestError
 from flowllm.emulator.prompt_cache import anthropic_min_tokens, openai_cached, prefix_hashes
-from flowllm.spend.pricing import PER_TOKENS, Price, write_cost
+from flowllm.spend.pricing import PER_TOKENS, Price
 
 PARSERS = {
     "anthropic": anthropic_wire.parse_request,
@@ -92,8 +92,12 @@ class InputBill:
 
     def cost(self, price: Price) -> float:
         """USD for the input side: uncached at the input price, reads and writes at theirs (by TTL)."""
-        usd = self.uncached * price.input + self.read * price.cache_read
-        return usd / PER_TOKENS + write_cost(self.written, self.written_1h, price)
+        usd = (
+            self.uncached * price.input
+            + self.read * price.cache_read
+            + (self.written - self.written_1h) * price.cache_write
+        )
+        return (usd + self.written_1h * price.one_hour_write) / PER_TOKENS
 
 
 def _longest(prompt: SentPrompt, seen: dict[tuple[str, str, str], float], at: float, ttl_s: float, before: bool) -> int:
