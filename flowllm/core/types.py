@@ -25,7 +25,7 @@ separately as a list of text blocks, because only some protocols put it in the m
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -83,21 +83,54 @@ def user_message(text: str) -> Message:
     return {"role": "user", "content": [text_block(text)]}
 
 
-@dataclass
+# The counts of ``Usage`` in the order its records have always listed them.
+USAGE_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
 class Usage:
     """Token counts of one model call: input counts every prompt token, cached or not.
 
     ``input_tokens`` counts every prompt token, cached or not; ``cache_read_tokens`` and
     ``cache_write_tokens`` are the parts of it read from and written to the cache. ``reasoning_tokens`` is the
     part of ``output_tokens`` spent thinking. ``estimated`` marks counts we computed because the server gave none.
+    ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written with Anthropic's one-hour TTL,
+    billed at its own price (flowllm/spend/pricing.py).
+
+    Not a dataclass on purpose: orjson writes a dataclass field by field, so every saved node output would gain
+    the one-hour count and no longer equal what runs made before it saved. Serialisers call ``to_dict``
+    instead (the recorder's ``default``), which writes that count only when there is one.
     """
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    estimated: bool = False
+    __slots__ = (*USAGE_COUNTS, "estimated", "cache_write_1h_tokens")
+
+    def __init__(
+        self,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated: bool = False,
+        cache_write_1h_tokens: int = 0,
+    ) -> None:
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.cache_read_tokens = cache_read_tokens
+        self.cache_write_tokens = cache_write_tokens
+        self.reasoning_tokens = reasoning_tokens
+        self.estimated = estimated
+        self.cache_write_1h_tokens = cache_write_1h_tokens
+
+    def _key(self) -> tuple[int | bool, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Usage) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaced
+
+    def __repr__(self) -> str:
+        return f"Usage({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -107,6 +140,7 @@ class Usage:
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             estimated=self.estimated or other.estimated,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
 
     @property
@@ -114,8 +148,8 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        # Spelled out rather than dataclasses.asdict, which deep-copies each int: this runs on every call.
-        return {
+        # Spelled out rather than a loop over the names: this runs on every call.
+        data: dict[str, Any] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
@@ -123,13 +157,15 @@ class Usage:
             "reasoning_tokens": self.reasoning_tokens,
             "estimated": self.estimated,
         }
+        if self.cache_write_1h_tokens:  # only when there are any: every other call keeps its saved form
+            data["cache_write_1h_tokens"] = self.cache_write_1h_tokens
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
         if not data:
             return cls()
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
 
 
 @dataclass

@@ -184,6 +184,8 @@ def render_cache(report: RunCache, console: Console) -> None:
         usd = [f"${row[k]:.4f}" if row[k] is not None else "unpriced" for k in ("billed_input_usd", "bound_input_usd")]
         rate = f"{row['hit_rate']:.1%}" if row["hit_rate"] is not None else "-"
         counts = [f"{row[k]:,}" for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")]
+        if row.get("cache_write_1h_tokens"):  # the one-hour writes, billed at their own price
+            counts[2] += f" (1h {row['cache_write_1h_tokens']:,})"
         return [row["task_id"], *counts, rate, *usd, _ratio(row)]
 
     for row in data["tasks"]:

@@ -11,6 +11,8 @@ rules allow is then, prompt by prompt in the order they were sent:
   within the TTL - each distinct prefix token written once;
 * the rest billed as ordinary input.
 
+With a TTL over five minutes (Anthropic's one-hour TTL) every write is a one-hour write, billed at its price.
+
 Writes and reads fall on block boundaries, as Anthropic's breakpoints do; the four-breakpoint and 20-block
 lookback limits are not imposed, so the bound is never above what any placement of breakpoints could reach.
 """
@@ -32,6 +34,7 @@ PARSERS = {
     "openai_responses": openai_responses_wire.parse_request,
 }
 DEFAULT_TTL_S = 300.0
+ONE_HOUR_TTL_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class InputBill:
     prompt_tokens: int = 0
     read: int = 0
     written: int = 0
+    written_1h: int = 0  # the part of ``written`` with the one-hour TTL
 
     @property
     def uncached(self) -> int:
@@ -84,11 +88,16 @@ class InputBill:
         self.prompt_tokens += other.prompt_tokens
         self.read += other.read
         self.written += other.written
+        self.written_1h += other.written_1h
 
     def cost(self, price: Price) -> float:
-        """USD for the input side: uncached at the input price, reads and writes at theirs."""
-        usd = self.uncached * price.input + self.read * price.cache_read + self.written * price.cache_write
-        return usd / PER_TOKENS
+        """USD for the input side: uncached at the input price, reads and writes at theirs (by TTL)."""
+        usd = (
+            self.uncached * price.input
+            + self.read * price.cache_read
+            + (self.written - self.written_1h) * price.cache_write
+        )
+        return (usd + self.written_1h * price.one_hour_write) / PER_TOKENS
 
 
 def _longest(prompt: SentPrompt, seen: dict[tuple[str, str, str], float], at: float, ttl_s: float, before: bool) -> int:
@@ -134,6 +143,7 @@ def cache_bound(prompts: Sequence[SentPrompt], ttl_s: float = DEFAULT_TTL_S) -> 
             tokens = p.sizes[reuse] if reuse >= 0 else 0
             if tokens >= _min_tokens(p):
                 bills[i].written = max(tokens - read[i], 0)
+                bills[i].written_1h = bills[i].written if ttl_s > DEFAULT_TTL_S else 0
         for h in p.hashes:
             next_seen[(p.model, p.task, h)] = p.at
     return bills

@@ -18,6 +18,11 @@ from flowllm.core.types import Usage
 from flowllm.errors import BuildError
 
 PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
+# Optional: the price of a cache write with Anthropic's one-hour TTL. A model's entry without one bills it at twice
+# its input price, as Anthropic does (docs.claude.com/en/docs/build-with-claude/prompt-caching, "Pricing":
+# "1-hour cache write tokens are 2 times the base input tokens price", 5-minute writes 1.25 times, reads 0.1 times).
+ONE_HOUR_WRITE = "cache_write_1h"
+ONE_HOUR_WRITE_FACTOR = 2.0
 PER_TOKENS = 1_000_000
 
 
@@ -32,7 +37,12 @@ class Price:
     input: float
     output: float
     cache_read: float
-    cache_write: float
+    cache_write: float  # a five-minute write (and any write of a provider with one TTL)
+    cache_write_1h: float | None = None  # None: ONE_HOUR_WRITE_FACTOR x input
+
+    @property
+    def one_hour_write(self) -> float:
+        return self.cache_write_1h if self.cache_write_1h is not None else ONE_HOUR_WRITE_FACTOR * self.input
 
     def cost(self, usage: Usage) -> float:
         return cost_breakdown(usage, self)["total"]
@@ -42,12 +52,17 @@ def uncached_input(usage: Usage) -> int:
     return max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
 
 
+def write_cost(written: int, written_1h: int, price: Price) -> float:
+    """USD for ``written`` cache-write tokens, ``written_1h`` of them with the one-hour TTL."""
+    return ((written - written_1h) * price.cache_write + written_1h * price.one_hour_write) / PER_TOKENS
+
+
 def cost_breakdown(usage: Usage, price: Price) -> dict[str, float]:
     """Cost in USD by kind of token, and the total."""
     parts = {
         "input": uncached_input(usage) * price.input / PER_TOKENS,
         "cache_read": usage.cache_read_tokens * price.cache_read / PER_TOKENS,
-        "cache_write": usage.cache_write_tokens * price.cache_write / PER_TOKENS,
+        "cache_write": write_cost(usage.cache_write_tokens, usage.cache_write_1h_tokens, price),
         "output": usage.output_tokens * price.output / PER_TOKENS,
     }
     parts["total"] = sum(parts.values())
@@ -74,11 +89,13 @@ class PriceTable:
         for model, entry in models.items():
             if not isinstance(entry, Mapping):
                 raise PricingError(f"{source}: models.{model} must be a mapping of prices")
-            unknown = sorted(set(entry) - set(PRICE_FIELDS))
+            unknown = sorted(set(entry) - {*PRICE_FIELDS, ONE_HOUR_WRITE})
             if unknown:
                 raise PricingError(f"{source}: models.{model} has unknown field(s) {', '.join(unknown)}")
             values: dict[str, float] = {}
-            for name in PRICE_FIELDS:
+            for name in (*PRICE_FIELDS, ONE_HOUR_WRITE):
+                if name == ONE_HOUR_WRITE and entry.get(name) is None:
+                    continue  # the default: twice the input price
                 # A model without cache prices bills cached tokens like any input token.
                 raw = entry.get(name, entry.get("input") if name.startswith("cache") else None)
                 if raw is None:
@@ -127,6 +144,14 @@ class PriceTable:
         return None
 
 
+def price_per_million(price: Price) -> dict[str, float]:
+    """The prices a summary records: the one-hour write's only when the table sets one (else the default)."""
+    prices = {name: getattr(price, name) for name in PRICE_FIELDS}
+    if price.cache_write_1h is not None:
+        prices[ONE_HOUR_WRITE] = price.cache_write_1h
+    return prices
+
+
 def cost_summary(usage: Usage, model: str | None, table: PriceTable | None) -> dict[str, Any]:
     """The ``cost`` block of a summary: USD by kind and total, or why there is none."""
     if table is None:
@@ -139,6 +164,6 @@ def cost_summary(usage: Usage, model: str | None, table: PriceTable | None) -> d
         "total_usd": parts["total"],
         "model": model,
         "by_kind_usd": {k: v for k, v in parts.items() if k != "total"},
-        "price_per_million": {name: getattr(price, name) for name in PRICE_FIELDS},
+        "price_per_million": price_per_million(price),
         "estimated_tokens": usage.estimated,
     }

@@ -3,7 +3,9 @@
 The hit rate and what was billed come from the usage ledger (what the provider reported); the bound from the
 prompts the run sent (every ``call_model`` node's ``raw_request``, sub-agents and compaction calls included,
 in the order their records were written), through ``flowllm.spend.cache_bound``. Input cost only, at the
-run's own prices (``summary.json``'s ``cost.price_per_million``), else the bundled price table's.
+run's own prices (``summary.json``'s ``cost.price_per_million``), else the bundled price table's. One-hour
+writes count at their own price; when a task wrote any, its bound is the cheaper of the five-minute and the
+one-hour TTL's (both are billings the provider allows).
 """
 
 from __future__ import annotations
@@ -17,8 +19,15 @@ import orjson
 from flowllm.providers.ledger import UsageLedger
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import LedgerLine, RunSummary
-from flowllm.spend.cache_bound import InputBill, SentPrompt, cache_bound, sent_prompt
-from flowllm.spend.pricing import Price, PriceTable
+from flowllm.spend.cache_bound import (
+    DEFAULT_TTL_S,
+    ONE_HOUR_TTL_S,
+    InputBill,
+    SentPrompt,
+    cache_bound,
+    sent_prompt,
+)
+from flowllm.spend.pricing import ONE_HOUR_WRITE, PRICE_FIELDS, Price, PriceTable
 
 DEFAULT_PRICES = Path(__file__).resolve().parent.parent / "conf" / "pricing.yaml"
 
@@ -33,11 +42,13 @@ class TaskCache:
     def to_dict(self, price: Price | None) -> dict[str, Any]:
         billed_usd = round(self.billed.cost(price), 6) if price else None
         bound_usd = round(self.bound.cost(price), 6) if price else None
+        one_hour = {"cache_write_1h_tokens": self.billed.written_1h} if self.billed.written_1h else {}
         return {
             "task_id": self.task_id,
             "input_tokens": self.billed.prompt_tokens,
             "cache_read_tokens": self.billed.read,
             "cache_write_tokens": self.billed.written,
+            **one_hour,
             "hit_rate": self.billed.hit_rate,
             "billed_input_usd": billed_usd,
             "bound_input_usd": bound_usd,
@@ -76,7 +87,9 @@ def _price(run_dir: Path, model: str | None) -> Price | None:
         summary = RunSummary.from_dict(orjson.loads(summary_path.read_bytes()))
         per_million = summary.cost.price_per_million if summary.cost is not None else None
         if per_million:
-            return Price(**{k: float(per_million[k]) for k in ("input", "output", "cache_read", "cache_write")})
+            one_hour = per_million.get(ONE_HOUR_WRITE)
+            prices = {k: float(per_million[k]) for k in PRICE_FIELDS}
+            return Price(**prices, cache_write_1h=None if one_hour is None else float(one_hour))
     return PriceTable.load(DEFAULT_PRICES).lookup(model)
 
 
@@ -111,13 +124,36 @@ def run_cache(run_dir: Path | str) -> RunCache:
                 int(usage.get("input_tokens") or 0),
                 int(usage.get("cache_read_tokens") or 0),
                 int(usage.get("cache_write_tokens") or 0),
+                int(usage.get("cache_write_1h_tokens") or 0),
             )
         )
         protocols.setdefault(line.task_id or "", line.protocol or "")
     prompts = _prompts(run_dir, protocols)
-    for prompt, bill in zip(prompts, cache_bound(prompts), strict=True):
-        task = tasks.setdefault(prompt.task, TaskCache(prompt.task))
-        task.bound.add(bill)
-        task.prompts += 1
     model = next((line.model for line in lines if line.model), None)
-    return RunCache(run_dir, tasks, _price(run_dir, model), model)
+    price = _price(run_dir, model)
+    bounds = _bounds(prompts, tasks, price)
+    for prompt in prompts:
+        task = tasks.setdefault(prompt.task, TaskCache(prompt.task))
+        task.prompts += 1
+    for task_id, bound in bounds.items():
+        tasks[task_id].bound = bound
+    return RunCache(run_dir, tasks, price, model)
+
+
+def _by_task(prompts: list[SentPrompt], ttl_s: float) -> dict[str, InputBill]:
+    bounds: dict[str, InputBill] = {}
+    for prompt, bill in zip(prompts, cache_bound(prompts, ttl_s), strict=True):
+        bounds.setdefault(prompt.task, InputBill()).add(bill)
+    return bounds
+
+
+def _bounds(prompts: list[SentPrompt], tasks: dict[str, TaskCache], price: Price | None) -> dict[str, InputBill]:
+    """Each task's bound: the five-minute TTL's, or the one-hour TTL's where the run wrote with it and that
+    is cheaper (prompts of different tasks share no cache, so each task's cheaper choice is its own)."""
+    bounds = _by_task(prompts, DEFAULT_TTL_S)
+    if price is None or not any(t.billed.written_1h for t in tasks.values()):
+        return bounds
+    for task_id, hour in _by_task(prompts, ONE_HOUR_TTL_S).items():
+        if hour.cost(price) < bounds[task_id].cost(price):
+            bounds[task_id] = hour
+    return bounds

@@ -16,6 +16,9 @@ import openai
 import pytest
 
 from flowllm.emulator import Emulator
+from flowllm.providers.factory import build_provider
+from flowllm.spend.pricing import PriceTable
+from tests.providers.conftest import make_cfg
 
 MODEL = "flowllm-emulator"  # caches like Claude Sonnet 4.5: 1,024 tokens at least
 
@@ -150,3 +153,22 @@ def test_openai_caches_prefixes_from_1024_tokens_in_128_token_steps(emu: Emulato
     assert chat(emu, "m" * 6000).prompt_tokens_details.cached_tokens == 0
     respond(emu, "p" * 6000)
     assert respond(emu, "p" * 6000).input_tokens_details.cached_tokens == 1024 + 3 * 128
+
+
+def test_a_one_hour_write_is_billed_at_twice_the_input_price(emu: Emulator) -> None:
+    # "1-hour cache write tokens are 2 times the base input tokens price" (prompt caching, "Pricing"); 5-minute
+    # writes 1.25 times. The reply read as flowllm reads it, then priced by the shipped table's rule.
+    hour = [block("k" * 8000, ttl="1h")]
+    raw = claude(emu, key="org-hour").messages.create(
+        model=MODEL, max_tokens=64, system=hour, messages=[{"role": "user", "content": "go"}]
+    )
+    provider = build_provider(make_cfg("anthropic"), base_url=emu.base_url, api_key="org-hour")
+    _, usage = provider.read_body(raw.model_dump())
+    assert usage is not None and (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (2000, 2000)
+    table = PriceTable.from_mapping({"m": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}})
+    price = table.prices["m"]
+    assert price.cost(usage) == pytest.approx((1 * 3.0 + 2000 * 6.0 + usage.output_tokens * 15.0) / 1e6)
+    explicit = PriceTable.from_mapping({"m": {"input": 3.0, "output": 15.0, "cache_write_1h": 5.0}}).prices["m"]
+    assert explicit.cost(usage) == pytest.approx((1 * 3.0 + 2000 * 5.0 + usage.output_tokens * 15.0) / 1e6)
+    five = send(emu, [block("l" * 8000)], key="org-hour")
+    assert five.cache_creation.ephemeral_1h_input_tokens == 0  # a 5-minute write stays at cache_write

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from flowllm.core.types import Usage
+from flowllm.core.types import USAGE_COUNTS, ModelResponse, Usage
+from flowllm.engine.recorder import unmasked_record
 from flowllm.providers import ProviderCallError, ProviderResponseError, build_provider
 from flowllm.providers.base import BaseProvider
 
@@ -246,6 +246,36 @@ def test_usage_to_dict_has_every_field_in_order_and_round_trips() -> None:
     usage = Usage(
         input_tokens=5, output_tokens=3, cache_read_tokens=2, cache_write_tokens=1, reasoning_tokens=1, estimated=True
     )
-    assert usage.to_dict() == dataclasses.asdict(usage)
-    assert list(usage.to_dict()) == [f.name for f in dataclasses.fields(Usage)]
+    assert list(usage.to_dict()) == [*USAGE_COUNTS, "estimated"]  # the one-hour count only when there is one
     assert Usage.from_dict(usage.to_dict()) == usage
+    hour = Usage(input_tokens=5, cache_write_tokens=4, cache_write_1h_tokens=3)
+    assert hour.to_dict()["cache_write_1h_tokens"] == 3 and Usage.from_dict(hour.to_dict()) == hour
+    assert hour != Usage(input_tokens=5, cache_write_tokens=4) and (hour + hour).cache_write_1h_tokens == 6
+
+
+def test_a_saved_reply_without_one_hour_writes_is_recorded_as_before() -> None:
+    # The record of a reply as every run before the one-hour count wrote it, byte for byte (orjson's form of
+    # the dataclass Usage was): old runs' node outputs still compare equal on replay (flowllm/run/replay_audit.py).
+    usage = Usage(input_tokens=5, output_tokens=3, cache_write_tokens=1)
+    reply = ModelResponse(text="hi", stop_reason="end_turn", usage=usage)
+    expected = """{
+  "text": "hi",
+  "stop_reason": "end_turn",
+  "content_blocks": [],
+  "tool_calls": [],
+  "thinking": "",
+  "usage": {
+    "input_tokens": 5,
+    "output_tokens": 3,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 1,
+    "reasoning_tokens": 0,
+    "estimated": false
+  },
+  "model": "",
+  "id": ""
+}
+"""
+    assert unmasked_record(reply).decode() == expected
+    hour = ModelResponse(text="hi", stop_reason="end_turn", usage=Usage(cache_write_tokens=2, cache_write_1h_tokens=2))
+    assert b'"cache_write_1h_tokens": 2' in unmasked_record(hour)

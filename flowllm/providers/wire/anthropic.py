@@ -192,6 +192,10 @@ class AnthropicProvider(BaseProvider):
             return response, None
         read = int(raw.get("cache_read_input_tokens") or 0)
         write = int(raw.get("cache_creation_input_tokens") or 0)
+        # The writes by TTL (usage.cache_creation: ephemeral_5m_input_tokens, ephemeral_1h_input_tokens), when
+        # the server says: the one-hour part is billed at its own price (flowllm/spend/pricing.py).
+        split = raw.get("cache_creation")
+        written_1h = int(split.get("ephemeral_1h_input_tokens") or 0) if isinstance(split, dict) else 0
         output = int(raw.get("output_tokens") or 0)
         usage = Usage(
             # Anthropic's input_tokens excludes cache reads and writes; ours counts every prompt token.
@@ -199,6 +203,7 @@ class AnthropicProvider(BaseProvider):
             output_tokens=output,
             cache_read_tokens=read,
             cache_write_tokens=write,
+            cache_write_1h_tokens=min(written_1h, write),
             # Anthropic reports no thinking count: estimated from the visible thinking text, within output.
             reasoning_tokens=min(estimate_tokens(response.thinking), output),
         )
