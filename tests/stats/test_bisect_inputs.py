@@ -15,6 +15,7 @@ import yaml
 from flowllm.bundle.make import make_bundle
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.inspect.cli import main as inspect_main
+from flowllm.rundir.results import TaskResult
 from tests.experiment.helpers import start_flowllm
 
 IDS = ("sample-02-word-count", "sample-09-arithmetic")  # max_turns=1 breaks sample-02 (it needs three turns)
@@ -78,12 +79,17 @@ def test_bundles_of_two_jobs_are_bisected_by_real_forks_and_shown_in_the_report(
     [effect] = data["effects"]
     assert (effect["setting"], effect["overrides"], effect["broken"]) == ("agent.max_turns", ["agent.max_turns=1"], 1)
     assert effect["effect"] == pytest.approx(-0.5) and data["interaction"] == pytest.approx(0.0)
+    # Live calls: the forked turns only (from each task's fork turn to its last), as the emulator counted them.
+    fork = Path(data["forks"]["agent.max_turns"])
+    results = [TaskResult.from_dict(json.loads((fork / "tasks" / t / "result.json").read_text())) for t in IDS]
+    turns = {
+        r.task_id: r.turns - r.replay["turn"] + 1 if r.replay["status"] == "forked" else 0 for r in results if r.replay
+    }
     requests = Counter(json.loads(line)["task"] for line in capture.read_text().splitlines())
-    assert sum(requests.values()) == data["spent"]["live_calls"] > 0  # live calls: the forked turns only
+    assert requests == Counter(turns) and sum(turns.values()) == data["spent"]["live_calls"] > 0
     saved_calls = sum(1 for line in (sweep / "0" / "usage.jsonl").read_text().splitlines() if '"attempt"' in line)
     assert sum(requests.values()) < saved_calls
     # The fork is job 0 with max_turns changed and nothing else: it kept the sweep's repair=none.
-    fork = Path(data["forks"]["agent.max_turns"])
     config_a, config_fork = (
         flat(yaml.safe_load((r / ".hydra" / "config.yaml").read_text())) for r in (sweep / "0", fork)
     )
