@@ -3,9 +3,10 @@
 The workload (the emulator's script): every task computes with the calculator, then answers. Every fourth task
 writes its turn-2 call in single-quoted JSON, which only the lenient repair stages read; every fifth task needs
 one turn more than the others. Run A has ``repair=full`` and room for every task's turns; run B has
-``repair=strict`` and one turn fewer than the long tasks need. So by construction repair breaks 25% of the tasks,
-max_turns 20%, and 5% (every twentieth) are broken by both: the observed difference is -40 points, the effects
--25 and -20, the interaction +5.
+``repair=strict`` and ``agent.max_turns`` one below what the long tasks need. So by construction strict repair
+breaks the short tasks among every fourth (20%: a long one recovers, its next call gives the answer) and
+max_turns the long ones (20%); the two sets are disjoint, so the observed difference is -40 points, each effect
+-20 and the interaction 0.
 
 ``python -m flowllm.inspect bisect A B`` then forks A once per setting (two real ``python -m flowllm`` runs,
 each with its emulator) on the tasks whose result differs and a seeded sample of the others, live from each
