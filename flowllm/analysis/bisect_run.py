@@ -4,6 +4,8 @@ on the planned tasks only: each task replays A's turns and goes live from its fi
 attribute the observed difference to the settings.
 
 A fork's folder is ``OUT/<setting>``; a second bisect into the same ``OUT`` resumes them (nothing runs again).
+The attribution is saved as ``OUT/bisect.json`` (``BisectReport.to_dict``): ``flowllm inspect report OUT`` shows
+it above the forks (``bisect_rows``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
 from flowllm.setup.fingerprint import flatten, read_fingerprint
 
-__all__ = ["BisectOptions", "BisectReport", "OverBudget", "bisect"]
+__all__ = ["BISECT_FILE", "BisectOptions", "BisectReport", "OverBudget", "bisect", "bisect_rows"]
+
+BISECT_FILE = "bisect.json"  # in OUT, beside the forks
 
 
 class OverBudget(CliError):
@@ -49,6 +53,7 @@ class BisectOptions:
     seed: int = 0
     max_cost: float | None = None
     dry_run: bool = False
+    shown: tuple[str, str] | None = None  # how A and B were given (a bundle's file), when not the folders read
 
 
 @dataclass
@@ -77,6 +82,7 @@ class BisectReport:
             "tasks_only_in": self.tasks_only_in,
             "differing_tasks": self.plan.differing,
             "sampled_tasks": self.plan.sampled,
+            "settings_forked": [{"setting": c.name, "overrides": list(c.overrides)} for c in self.changes],
             "settings_left_out": self.left_out_settings,
             "projected_cost_usd": self.projected_cost_usd,
             "observed": self.observed,
@@ -96,8 +102,14 @@ def _yaml(path: Path) -> Any:
 
 
 def _choices(run: Path) -> dict[str, str]:
+    """The run's config-group choices: Hydra's record, or (a bundle leaves Hydra's settings out) the groups its
+    command line chose (``repair=none``; a group left at its default is then compared key by key)."""
     data = _yaml(RunLayout(run).hydra)
     choices = ((data.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+    if not choices and not RunLayout(run).hydra.is_file():
+        given = _yaml(RunLayout(run).overrides)
+        pairs = (str(o).lstrip("+").split("=", 1) for o in given if isinstance(o, str) and "=" in o)
+        choices = {k: v for k, v in pairs if k.isidentifier() and not v.startswith(("[", "{"))}
     return {str(k): str(v) for k, v in choices.items() if not str(k).startswith("hydra/")}
 
 
@@ -125,9 +137,29 @@ def plan_bisect(a: Path, b: Path, options: BisectOptions) -> BisectReport:
     costs = task_costs(a)
     per_fork = [costs.get(t, 0.0) for t in plan.tasks]
     projected = None if any(c is None for c in per_fork) else len(changes) * math.fsum(c or 0.0 for c in per_fork)
-    report = BisectReport(a, b, plan, changes, left_out, {k: v for k, v in only.items() if v}, projected)
+    shown_a, shown_b = options.shown or (str(a), str(b))
+    report = BisectReport(
+        Path(shown_a), Path(shown_b), plan, changes, left_out, {k: v for k, v in only.items() if v}, projected
+    )
     report.observed = math.fsum(sb[t] - sa[t] for t in plan.common) / len(plan.common)
     return report
+
+
+def _own_overrides(a: Path, change: Change) -> list[str]:
+    """A's command line, so that its fork differs from A in ``change`` only (a sweep's job was run with the
+    sweep's settings): all of it but Hydra's, the provider's (the fork's is the replay), the task selection and
+    progress (the fork sets them) and what ``change`` sets."""
+    given = _yaml(RunLayout(a).overrides)
+    kept = []
+    for override in given if isinstance(given, list) else []:
+        key = str(override).lstrip("+~").split("=", 1)[0]
+        head = re.split(r"[./]", key, maxsplit=1)[0]
+        if head in ("hydra", "provider", "progress") or key == "dataset.task_ids":
+            continue
+        if key == change.name or key in change.keys or ("." not in change.name and head == change.name):
+            continue
+        kept.append(str(override))
+    return kept
 
 
 def fork_command(a: Path, provider: str, change: Change, tasks: Sequence[str], out: Path) -> list[str]:
@@ -135,6 +167,7 @@ def fork_command(a: Path, provider: str, change: Change, tasks: Sequence[str], o
         sys.executable,
         "-m",
         "flowllm",
+        *_own_overrides(a, change),
         "provider=replay",
         f"provider.run_dir={a}",
         "provider.fork=live",
@@ -196,4 +229,38 @@ def bisect(a: Path, b: Path, options: BisectOptions) -> BisectReport:
     summaries = {c.name: _summary(outs[c.name]) for c in report.changes}
     report.spent = _spent(summaries)
     report.forks = {name: str(path) for name, path in outs.items()}
+    (options.out / BISECT_FILE).write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
     return report
+
+
+def bisect_rows(folder: Path) -> dict[str, Any] | None:
+    """The HTML report's bisect card for a bisect's ``OUT`` folder (None without its ``bisect.json``)."""
+    try:
+        data = orjson.loads((folder / BISECT_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+    def points(value: float | None) -> str:
+        return "not known" if value is None else f"{100 * value:+.1f}"
+
+    rows = [
+        [
+            e["setting"],
+            " ".join(e["overrides"]),
+            points(e["effect"]),
+            "not known" if e["ci"] is None else f"[{100 * e['ci'][0]:+.1f}, {100 * e['ci'][1]:+.1f}]",
+            "not known" if e["p_holm"] is None else f"{e['p_holm']:.3g}",
+            f"{e['fixed']} / {e['broken']}",
+        ]
+        for e in data["effects"]
+    ]
+    spent = data["spent"]
+    cost = spent.get("live_cost_usd")
+    note = (
+        f"A: {data['a']}; B: {data['b']}; {data['tasks']} common tasks, forked on {len(data['differing_tasks'])} "
+        f"differing and {len(data['sampled_tasks'])} sampled; observed B - A {points(data['observed'])} points = "
+        f"effects + interaction {points(data['interaction'])}; spent "
+        f"{'not known' if cost is None else f'${cost:.4f}'} on {spent.get('live_calls', 0)} live calls"
+    )
+    columns = ["setting", "override", "effect (points)", "interval", "p (Holm)", "fixed / broken"]
+    return {"columns": columns, "rows": rows, "note": note}

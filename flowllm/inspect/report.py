@@ -23,6 +23,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from flowllm.analysis.bisect_run import bisect_rows
 from flowllm.analysis.scale_report import scale_rows
 from flowllm.export.contamination import contamination_rows
 from flowllm.inspect.artifacts import (
@@ -235,6 +236,7 @@ def build_report_data(path: Path, max_chars: int = 20000) -> dict[str, Any]:
         "title": str(path),
         "runs": runs,
         "problems": problems,
+        "bisect": bisect_rows(path),  # a bisect's folder (its forks are the jobs): each setting's effect
         "strings": strings.table,
         "media": strings.media,  # keyed by content hash: a blob two jobs share is embedded once
     }

@@ -1,11 +1,13 @@
 """``python -m flowllm.inspect bisect A B [--out DIR] [--sample N] [--seed S] [--max-cost USD] [--dry-run] [--json]``:
 the difference in accuracy between two runs attributed to each setting that differs (flowllm/analysis/bisect_run.py):
 one fork of A per setting, on the tasks whose result differs and a seeded sample of the others, live only from
-each task's first differing turn."""
+each task's first differing turn. A and B are run folders (a sweep's jobs: ``SWEEP/0 SWEEP/3``) or bundles of
+one run (flowllm/analysis/bisect_inputs.py)."""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from flowllm.analysis.bisect_inputs import bisect_input
 from flowllm.analysis.bisect_run import BisectOptions, BisectReport, bisect
 from flowllm.inspect.commands.common import PROG
 from flowllm.inspect.commands.render import emit_json, esc
@@ -69,8 +72,8 @@ def render(console: Console, report: BisectReport) -> None:
 
 def main(argv: Sequence[str], console: Console) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} bisect", description="Attribute a difference to settings.")
-    parser.add_argument("run_a")
-    parser.add_argument("run_b")
+    parser.add_argument("run_a", help="a run folder (a sweep's job) or a bundle of one run")
+    parser.add_argument("run_b", help="a run folder (a sweep's job) or a bundle of one run")
     parser.add_argument("--out", type=Path, default=None, help="where the forks go (default: A.bisect-B beside A)")
     parser.add_argument("--sample", type=int, default=5, help="tasks sampled among those whose result is the same")
     parser.add_argument("--seed", type=int, default=0)
@@ -80,7 +83,10 @@ def main(argv: Sequence[str], console: Console) -> int:
     ns = parser.parse_args(list(argv))
     a, b = Path(ns.run_a).expanduser().resolve(), Path(ns.run_b).expanduser().resolve()
     out = ns.out.resolve() if ns.out is not None else a.parent / f"{a.name}.bisect-{b.name}"
-    report = bisect(a, b, BisectOptions(out, ns.sample, ns.seed, ns.max_cost, ns.dry_run))
+    with tempfile.TemporaryDirectory(prefix="flowllm-bisect-") as scratch:
+        run_a, run_b = (bisect_input(given, Path(scratch) / side) for given, side in ((a, "a"), (b, "b")))
+        options = BisectOptions(out, ns.sample, ns.seed, ns.max_cost, ns.dry_run, shown=(str(a), str(b)))
+        report = bisect(run_a, run_b, options)
     if ns.json:
         emit_json(report.to_dict())
     else:
