@@ -13,6 +13,7 @@ import pytest
 
 from flowllm.emulator.server import CAPTURE_ENV
 from flowllm.inspect.cli import main as inspect_main
+from flowllm.verify import audit_run
 from tests.experiment.helpers import start_flowllm
 
 IDS = ("sample-02-word-count", "sample-06-fibonacci", "sample-09-arithmetic")
@@ -64,6 +65,10 @@ def test_bisect_attributes_the_difference_to_each_setting(
     assert requests == forked and data["spent"]["live_calls"] == sum(forked.values())
     saved_calls = sum(1 for line in (a / "usage.jsonl").read_text().splitlines() if '"attempt"' in line)
     assert sum(forked.values()) < 2 * saved_calls  # two full live re-runs would have made every call again
+    # Every fork the bisect made is a run folder like any other: the run auditor checks its numbers.
+    for fork in data["forks"].values():
+        audit = audit_run(Path(fork))
+        assert audit.verified, [finding.line() for finding in audit.findings]
 
 
 def test_bisect_over_max_cost_runs_nothing(
