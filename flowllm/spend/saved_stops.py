@@ -45,7 +45,9 @@ class SavedStops:
         self.ended_run = False  # the saved run's budget ended it: the tasks it has no result for never started
         if self.layout.summary.is_file():
             summary = RunSummary.from_dict(orjson.loads(self.layout.summary.read_bytes()))
-            self.ended_run = summary.budget_ended_run
+            # A replay's own budget never ends it: that it stopped tasks says the run it replayed was ended.
+            stopped = summary.budget is not None and bool(summary.budget.stopped_tasks) and not summary.interrupted
+            self.ended_run = summary.budget_ended_run or stopped
 
     @classmethod
     def of_replay(cls, pcfg: ProviderConfig) -> SavedStops | None:
