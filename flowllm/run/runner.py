@@ -231,9 +231,10 @@ class Experiment:
             self.audit.forget(task.task_id)
         if self.resume is not None:
             self.resume.begin(task.task_id, number)
-        gate: TurnGate | None = self.stops.gate(task.task_id) if self.stops is not None else None
-        if gate is None and self.spend is not None:
+        gate: TurnGate | None = None
+        if self.spend is not None:
             gate = TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
+        gate = self.stops.gate(task.task_id, gate) if self.stops is not None else gate
         gate = ControlledGate(self.control, gate, self) if self.control is not None else gate
         try:
             workspace = self._workspace(task)

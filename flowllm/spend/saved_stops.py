@@ -25,7 +25,7 @@ from pathlib import Path
 import orjson
 
 from flowllm.config.provider_schema import ProviderConfig
-from flowllm.core.interfaces import Halt
+from flowllm.core.interfaces import Halt, TurnGate
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import RESULT_FILE, RunLayout, TurnDirs
 from flowllm.rundir.results import RunSummary, TaskResult
@@ -80,28 +80,33 @@ class SavedStops:
             return whole is not None and whole.status == STATUS_BUDGET
         return saved.status == STATUS_BUDGET and saved.attempts < attempt
 
-    def gate(self, task_id: str) -> SavedGate:
-        """The gate of one attempt at ``task_id`` in the running epoch."""
-        return SavedGate(self, task_id, current_epoch())
+    def gate(self, task_id: str, live: TurnGate | None) -> SavedGate:
+        """The gate of one attempt at ``task_id`` in the running epoch; ``live`` (the replay's own limits) is asked
+        where the saved run went on."""
+        return SavedGate(self, task_id, current_epoch(), live)
 
 
 class SavedGate:
-    """A replayed attempt's gate: it halts a conversation where the saved run's gate halted it."""
+    """A replayed attempt's gate: it halts a conversation where the saved run's gate halted it; elsewhere the
+    replay's own gate (``live``: a limit the replay sets, such as fewer turns, still acts) decides."""
 
-    def __init__(self, stops: SavedStops, task_id: str, epoch: int | None) -> None:
+    def __init__(self, stops: SavedStops, task_id: str, epoch: int | None, live: TurnGate | None = None) -> None:
         self.stops = stops
         self.task_id = task_id
         self.epoch = epoch
+        self.live = live
 
     async def before_turn(self) -> None:
-        return None
+        if self.live is not None:
+            await self.live.before_turn()
 
     def after_turn(self, agent: str, turns: int, scope: str = "") -> Halt | None:
+        live = self.live.after_turn(agent, turns, scope) if self.live is not None else None
         saved = self.stops.result(self.task_id, self.epoch)
         if saved is None or saved.status not in (STATUS_BUDGET, STATUS_LIMIT):
-            return None
+            return live
         if os.path.isdir(self.stops.turn_dirs.turn(self.task_id, turns + 1, scope, self.epoch)):
-            return None  # the saved conversation went on
+            return live  # the saved conversation went on
         if saved.status == STATUS_LIMIT:
             return Halt("limit", saved.limit, saved.halt_detail or "")
         return Halt("budget", None, saved.halt_detail or "")
