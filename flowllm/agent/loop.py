@@ -278,7 +278,7 @@ class Agent:
             if not outcome.called_tools:
                 stop = STOP_NO_TOOL_CALLS
                 break
-            halt = gate.after_turn(agent, number) if gate is not None else None
+            halt = gate.after_turn(agent, number, scope) if gate is not None else None
             if halt is not None:  # a limit or the budget: no further model call, not even the summary turn
                 stop = halt.status
                 break

@@ -24,6 +24,16 @@ __all__ = ["Replayed", "compare_tasks", "replay_run"]
 _REPLACED = ("provider", "hydra", "telemetry", "dataset.path", "progress")
 REPLAY_TIMEOUT_S = 3600
 OK_EXITS = (0, 3, 4)  # the replay ran (tasks that failed in the saved run fail again)
+COMPARED = ("status", "answer", "correct")
+# A task its budget or a limit stopped: the replay stops where it did (flowllm/spend/saved_stops.py), after as
+# many turns, having used as much (a task of several attempts sums them, which a replay of its last one does not).
+STOPPED = ("budget", "limit")
+
+
+def _compared(saved: TaskResult) -> tuple[str, ...]:
+    if saved.status not in STOPPED:
+        return COMPARED
+    return (*COMPARED, "turns", "limit", *(("usage",) if saved.attempts == 1 else ()))
 
 
 @dataclass
@@ -128,7 +138,7 @@ def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | 
         if task_id in by_hash:
             new.correct = new.answer is not None and answer_hash(new.answer) == by_hash[task_id]
             replayed.hash_correct += new.correct
-        for name in ("status", "answer", "correct"):
+        for name in _compared(result):
             if getattr(result, name) != getattr(new, name):
                 replayed.problems.append(
                     f"task {task_id}: {rel} says {name} {getattr(result, name)!r}, the replay gives "

@@ -42,12 +42,13 @@ class Halt:
 @runtime_checkable
 class TurnGate(Protocol):
     """Asked by the agent loop after each turn (its model call and the tool calls it asked for): whether the
-    task may go on. ``agent`` is ``main`` or a sub-agent's name; ``turns`` counts that conversation's turns.
+    task may go on. ``agent`` is ``main`` or a sub-agent's name; ``turns`` counts that conversation's turns,
+    ``scope`` is where it is recorded (``CallContext.scope``).
     ``before_turn`` is awaited before each turn starts (a paused run waits there: ``flowllm ctl RUN pause``)."""
 
     async def before_turn(self) -> None: ...
 
-    def after_turn(self, agent: str, turns: int) -> Halt | None: ...
+    def after_turn(self, agent: str, turns: int, scope: str = "") -> Halt | None: ...
 
 
 @runtime_checkable

@@ -69,6 +69,7 @@ from flowllm.setup.steering import adaptive_limits, concurrency_text, requeue_ch
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import web_tools
 from flowllm.spend.projection import Projector
+from flowllm.spend.saved_stops import SavedStops
 from flowllm.spend.spending import RunBudget, SpendBook
 from flowllm.telemetry.live import attach_telemetry
 
@@ -424,8 +425,11 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
             signal.signal(signum, handler)
     if desk.state.cost_usd is not None:  # set while the run ran: the summary's budget is the one that applied
         parts.experiment.budget = replace(parts.experiment.budget, cost_usd=desk.state.cost_usd)
-    # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so).
-    pending = bool(watcher.pending) and not budget_spent(parts.experiment.budget, run_dir)
+    # Tasks the run's budget left unstarted are not an interruption (the summary's budget block says so), nor, in
+    # a replay, those the saved run's budget left unstarted.
+    stops = SavedStops.of_replay(parts.provider_cfg)
+    left = [t for t in watcher.pending if stops is None or not stops.stopped_before(t)]
+    pending = bool(left) and not budget_spent(parts.experiment.budget, run_dir)
     interrupted = pool.signals > 0 or pool.failure is not None or pending
     outcomes = [
         already.get(t.task_id)

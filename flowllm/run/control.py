@@ -187,8 +187,8 @@ class ControlledGate:
     async def before_turn(self) -> None:
         await self.control.before_turn()
 
-    def after_turn(self, agent: str, turns: int) -> Halt | None:
-        halt = self.inner.after_turn(agent, turns) if self.inner is not None else None
+    def after_turn(self, agent: str, turns: int, scope: str = "") -> Halt | None:
+        halt = self.inner.after_turn(agent, turns, scope) if self.inner is not None else None
         if halt is not None or self.experiment.spend is None:
             return halt
         budget: RunBudget = self.experiment.settings.budget

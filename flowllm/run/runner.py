@@ -68,6 +68,7 @@ from flowllm.rundir.epochs import current_epoch, running_epoch
 from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, TIMING_FILE, TURN_GLOB, WORKSPACE_DIR
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
+from flowllm.spend.saved_stops import SavedStops
 from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits
 from flowllm.tools import PoolSettings, ToolCatalog, open_tool_catalog, open_tool_pool
 
@@ -126,6 +127,7 @@ class Experiment:
         breakdown: Iterable[str] = (),
         tools_unavailable: dict[str, str] | None = None,
         resume: TaskResume | None = None,
+        stops: SavedStops | None = None,
     ) -> None:
         # ``settings`` were checked where they were read (flowllm/setup/settings.py).
         self.agent = agent
@@ -136,6 +138,7 @@ class Experiment:
         self.progress = progress
         self.open_tools = open_tools
         self.audit = audit
+        self.stops = stops  # a replay's stops: the saved run's, not its own unbilled spend's (spend/saved_stops.py)
         self.resume = resume  # resumes an unfinished task from its saved turns (flowllm/run/resume.py)
         self.scorer: Scorer = scorer or GaiaScorer()
         self.breakdown = tuple(breakdown)
@@ -228,11 +231,10 @@ class Experiment:
             self.audit.forget(task.task_id)
         if self.resume is not None:
             self.resume.begin(task.task_id, number)
-        gate: TurnGate | None = (
-            TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
-            if self.spend is not None
-            else None
-        )
+        gate: TurnGate | None = None
+        if self.spend is not None:
+            gate = TaskGate(task.task_id, self.spend, self.settings.limits, self.settings.budget)
+        gate = self.stops.gate(task.task_id, gate) if self.stops is not None else gate
         gate = ControlledGate(self.control, gate, self) if self.control is not None else gate
         try:
             workspace = self._workspace(task)
@@ -324,8 +326,11 @@ class Experiment:
         outcome._tools_start_s = tools_start
         return outcome
 
-    def budget_reached(self) -> bool:
-        """Whether the run's budget is spent (no task or attempt starts then); said once on the console."""
+    def budget_reached(self, task: Task, attempt: int = 1) -> bool:
+        """Whether the run's budget is spent (no task or attempt starts then); said once on the console. A replay
+        starts what the saved run started: its own spend is nothing."""
+        if self.stops is not None:
+            return self.stops.stopped_before(task.task_id, attempt)
         halt = self.settings.budget.reached(self.spend.total()) if self.spend is not None else None
         if halt is not None and not self._budget_said:
             self._budget_said = True
@@ -364,7 +369,7 @@ class Experiment:
                 if previous is not None and previous.status == COMPLETED and not previous.score_error:
                     done.append(previous)
                     continue
-                if self.budget_reached():  # the rest of the epochs wait for a rerun with a higher budget
+                if self.budget_reached(task):  # the rest of the epochs wait for a rerun with a higher budget
                     return self._budget_stopped(task, done, f"the run's budget was spent before epoch {epoch}")
                 store = self.resume.store if self.resume is not None else None
                 await asyncio.to_thread(clear_epoch_dir, folder, task.task_id, epoch, store)
@@ -445,7 +450,7 @@ class Experiment:
         wall = 0.0
         outcome: TaskOutcome | None = None
         for number in range(1, self.settings.attempts + 1):
-            if outcome is not None and self.budget_reached():  # pass@k: no further attempt on a spent budget
+            if outcome is not None and self.budget_reached(task, number):  # pass@k: no attempt on a spent budget
                 outcome.status, outcome.correct = BUDGET, False
                 outcome.halt_detail = f"the run's budget was spent before attempt {number}"
                 break
@@ -547,7 +552,7 @@ class Experiment:
             async with scheduler.slot(task.task_id) as start:
                 if not start or self.stop_reason is not None:  # drained, or the run directory cannot be written
                     return
-                if self.budget_reached():  # the run's budget is spent: the task stays for a rerun
+                if self.budget_reached(task):  # the run's budget is spent: the task stays for a rerun
                     stopped = stopped_by_budget(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
                     if stopped is not None:  # an earlier session's budget stop: still this folder's record of it
                         outcomes[task.task_id] = stopped

@@ -58,6 +58,7 @@ from flowllm.setup.vision import plan_vision, unavailable_tools
 from flowllm.setup.webconf import check_web_tools
 from flowllm.spend.fork_accounting import fork_summary
 from flowllm.spend.pricing import PriceTable
+from flowllm.spend.saved_stops import SavedStops
 from flowllm.spend.spending import refuse_unpriced
 from flowllm.spend.task_usage import read_bills
 from flowllm.tools import load_settings, open_tool_pool
@@ -298,6 +299,7 @@ def build_experiment(
         breakdown=list(cfg.dataset.breakdown or []),
         tools_unavailable=unavailable_tools(parts.vision),
         resume=resume,
+        stops=SavedStops.of_replay(parts.provider_cfg),  # a plain replay stops where the saved run stopped
     )
 
 

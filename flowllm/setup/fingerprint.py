@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 from omegaconf import DictConfig, OmegaConf
 
+from flowllm.config.search_keys import register_resolvers
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FingerprintMismatch
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
@@ -109,7 +110,9 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def result_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened settings of ``cfg`` that can change a task's result, in key order."""
+    """The flattened settings of ``cfg`` that can change a task's result, in key order. flowllm's own resolvers
+    are registered first: a process that did not compose a config (``flowllm verify``) resolves as the run did."""
+    register_resolvers()
     try:
         container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except Exception:  # an interpolation only the run resolves (${workspace}): compare it as written

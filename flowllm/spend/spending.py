@@ -317,7 +317,7 @@ class TaskGate:
     async def before_turn(self) -> None:
         return None
 
-    def after_turn(self, agent: str, turns: int) -> Halt | None:
+    def after_turn(self, agent: str, turns: int, scope: str = "") -> Halt | None:
         if agent == MAIN_AGENT:
             self.turns = turns
         if self.budget.active:

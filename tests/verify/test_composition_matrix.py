@@ -22,11 +22,13 @@ from dataclasses import astuple, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import orjson
 import pytest
 
 from flowllm.bundle.cli import verify_main
 from flowllm.bundle.make import make_bundle
 from flowllm.exit_codes import ExitCode
+from flowllm.rundir.results import TaskResult
 from flowllm.rundir.store import local_run
 from flowllm.verify import audit_run
 from tests.experiment.helpers import ROOT, run_flowllm
@@ -34,8 +36,8 @@ from tests.experiment.s3_server import BUCKET, S3Server
 
 MATRIX = Path(__file__).resolve().parent / "data" / "matrix"
 OK_EXITS = (0, 3)  # every task finished (right, wrong or unscored), or the budget stopped the run
-# A replay or fork of a run its budget stopped fails the tasks the saved run never finished (no reply to serve):
-# every task of it may fail (4); its numbers must still verify.
+# A fork of a run its budget stopped fails the tasks the saved run never finished (no reply to serve): every task
+# of it may fail (4); its numbers must still verify.
 FOLLOW_UP_EXITS = (0, 3, 4)
 FIRST_RESULT_WAIT_S = 120  # how long an interrupted row waits for a first task to finish before it interrupts
 
@@ -238,9 +240,9 @@ def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> 
     assert_stored(row, "base", base)
     if row.telemetry == "on":
         assert receiver.received > before, "telemetry was on, yet no span reached the receiver"
-    # Published as a bundle, the run is reproduced offline from it, every number again. Not yet for a run its
-    # budget stopped: the replay bills nothing, so the stopped tasks run on and are compared as finished (open).
-    if row.then == "none" and row.budget == "none":
+    # Published as a bundle, the run is reproduced offline from it, every number again; a run its budget stopped
+    # too: its stopped tasks stop where they did, those it never started do not start.
+    if row.then == "none":
         make_bundle(base, tmp_path / "run.tar.zst")
         assert verify_main([str(tmp_path / "run.tar.zst"), "--dataset", str(MATRIX)]) == ExitCode.OK
     if row.then in ("replay", "fork", "fork_at_turn"):
@@ -248,3 +250,11 @@ def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> 
         run_ok(*row.overrides(url, row.then), *row.follow_up(base), f"hydra.run.dir={follow}", exits=FOLLOW_UP_EXITS)
         assert_verified(follow)
         assert_stored(row, row.then, follow)
+    if row.then == "replay":  # a plain replay ends every task as the saved run did, a budget's stop included
+        assert statuses(follow) == statuses(base)
+
+
+def statuses(run: Path) -> dict[str, tuple[str, int]]:
+    """Each task's status and turns, by its id."""
+    results = (TaskResult.from_dict(orjson.loads(p.read_bytes())) for p in run.glob("tasks/*/result.json"))
+    return {r.task_id: (r.status, r.turns) for r in results}
