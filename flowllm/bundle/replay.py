@@ -20,8 +20,17 @@ from flowllm.rundir.results import RunSummary, TaskResult
 
 __all__ = ["Replayed", "compare_tasks", "replay_run"]
 
-# Overrides of the saved run that the replay sets itself or that would reach out (telemetry), by their key.
-_REPLACED = ("provider", "hydra", "telemetry", "dataset.path", "progress")
+# Overrides of the saved run that the replay sets itself or that would reach out (telemetry, the object store the
+# run was kept in, the Redis its machines shared), by their key: a verification runs offline, in its own folder.
+_REPLACED = (
+    "provider",
+    "hydra",
+    "telemetry",
+    "dataset.path",
+    "progress",
+    "experiment.store",
+    "experiment.coordination",
+)
 REPLAY_TIMEOUT_S = 3600
 OK_EXITS = (0, 3, 4)  # the replay ran (tasks that failed in the saved run fail again)
 COMPARED = ("status", "answer", "correct")
