@@ -88,10 +88,17 @@ def budget_share(budget: RunBudget, run_dir: Path, workers: int) -> dict[str, An
     spent = SpendBook.of_run(run_dir).total()
     share: dict[str, Any] = {"cost_usd": None, "tokens": None}
     if budget.cost_usd is not None:
-        share["cost_usd"] = spent.cost_usd + max(0.0, budget.cost_usd - spent.cost_usd) / workers
+        share["cost_usd"] = cost_share(budget.cost_usd, spent.cost_usd, workers)
     if budget.tokens is not None:
         share["tokens"] = spent.tokens + max(1, (budget.tokens - spent.tokens) // workers)
     return share
+
+
+def cost_share(cost_usd: float, spent_before: float, workers: int) -> float:
+    """One Ray worker's part of a run budget of ``cost_usd`` (set at start, or by ``flowllm ctl`` while it runs):
+    what the run had spent when the workers started (every worker's ledger begins with it) and 1/N of the rest.
+    Each worker sees its own ledger only; held to the whole budget each, N workers could spend N times it."""
+    return spent_before + max(0.0, cost_usd - spent_before) / workers
 
 
 class ControlRelay:

@@ -46,7 +46,7 @@ from flowllm.engine import Recorder
 from flowllm.engine.recorder import RecordError, Redactor, atomic_write
 from flowllm.errors import ConfigError, RunStopped
 from flowllm.experiment.children import SHARD_KEY, die_with, quoted, shard_override
-from flowllm.experiment.ray_executor import RayPool, budget_share
+from flowllm.experiment.ray_executor import RayPool, budget_share, cost_share
 from flowllm.providers import UsageLedger, check_provider_config, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.limiter import SHARED_PAUSES_ENV
@@ -118,6 +118,9 @@ class Shard:
     task_ids: list[str]
     parent_pid: int
     budget: dict[str, Any] | None = None  # experiment.executor=ray: this worker's share of the run's budget
+    # experiment.executor=ray: what the run had spent when the workers started (a budget `flowllm ctl` sets is
+    # shared from there, as the starting one is)
+    spent_usd: float | None = None
 
     def save(self, path: Path) -> None:
         path.write_bytes(orjson.dumps(self.__dict__))
@@ -212,7 +215,16 @@ async def _run_shard_async(
         parts.tools = web.apply(parts.tools)
         experiment = build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
         attach_control(experiment, control)  # flowllm ctl: this worker follows the run's control state
+        if shard.spent_usd is not None:
+            share_set_budget(control, shard.spent_usd, shard.of)
         return await experiment.run(tasks)
+
+
+def share_set_budget(control: RunControl, spent_before: float, workers: int) -> None:
+    """A Ray worker holds its share of a budget set while the run runs (it sees its own ledger only)."""
+    whole = control.on_budget
+    if whole is not None:
+        control.on_budget = lambda cost_usd: whole(cost_share(cost_usd, spent_before, workers))
 
 
 def run_shard(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -513,6 +525,7 @@ def _start_workers(
         shard = Shard(index, len(shards), shard_ids, os.getpid())
         if isinstance(pool, RayPool):
             shard.budget = budget_share(budget, run_dir, len(shards))
+            shard.spent_usd = SpendBook.of_run(run_dir).total().cost_usd
             pool.start(worker_base_command(hydra_cfg, run_dir), dict(shard.__dict__))
             continue
         shard_path = scratch / f"shard-{index}.json"

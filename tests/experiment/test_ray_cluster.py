@@ -25,6 +25,8 @@ import pytest
 from flowllm.engine.recorder import read_json
 from flowllm.experiment.ray_executor import budget_share
 from flowllm.experiment.ray_files import INPUTS_DIR, ship_inputs
+from flowllm.experiment.workers import share_set_budget
+from flowllm.run.control import RunControl
 from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.spend.spending import RunBudget, SpendBook
 from tests.experiment.helpers import ROOT, run_flowllm
@@ -229,3 +231,17 @@ def test_each_ray_worker_holds_its_share_of_what_the_budget_has_left(runs: dict[
     assert share["cost_usd"] == pytest.approx(spent.cost_usd + 0.01)
     assert share["tokens"] == spent.tokens + 1000
     assert budget_share(RunBudget(), runs["one"], 3) is None  # no budget: none to share
+
+
+def test_a_budget_set_by_ctl_is_shared_like_the_starting_one(tmp_path: Path) -> None:
+    """`flowllm ctl set experiment.budget.cost_usd=X` during a Ray run: each of three workers, seeing only its
+    own ledger (which begins with the $0.30 the run had spent), holds $0.30 + 1/3 of the rest, so together they
+    stop at X, not at three times it."""
+    held: list[float] = []
+    control = RunControl(tmp_path, 4, 0, 3, on_budget=held.append)
+    share_set_budget(control, 0.30, 3)
+    assert control.on_budget is not None
+    control.on_budget(1.20)
+    control.on_budget(0.10)  # below what was spent already: nothing more to spend
+    assert held == [pytest.approx(0.60), pytest.approx(0.30)]
+    assert 0.30 + 3 * (held[0] - 0.30) == pytest.approx(1.20)
