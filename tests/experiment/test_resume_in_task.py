@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,8 +115,8 @@ def call_saved(records: Path, turn: int) -> bool:
     return any((records / f"turn_{turn:03d}").glob("*_call_model/output.json"))
 
 
-def kill_mid_task(s: Session, a_records: str, b_records: str, b_attempt: int) -> None:
-    """Run until resume-a holds in its turn-2 tool and resume-b's turn-3 call is held, then SIGKILL the run."""
+def kill_when(s: Session, held: Callable[[], bool], poll_s: float = 0.05) -> None:
+    """Run ``s`` with its tool gate closed until ``held()``, then SIGKILL the run and its workers."""
     (s.gate / "closed").touch()
     log = s.run_dir.parent / f"{s.run_dir.name}.log"
     with log.open("w") as out:
@@ -128,6 +128,20 @@ def kill_mid_task(s: Session, a_records: str, b_records: str, b_attempt: int) ->
             env={**os.environ, **s.env},
             start_new_session=True,  # its workers too: the kill hits the whole group
         )
+    try:
+        deadline = time.monotonic() + 120
+        while not held():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(poll_s)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        (s.gate / "closed").unlink()
+
+
+def kill_mid_task(s: Session, a_records: str, b_records: str, b_attempt: int) -> None:
+    """Run until resume-a holds in its turn-2 tool and resume-b's turn-3 call is held, then SIGKILL the run."""
     tasks = s.run_dir / "tasks"
 
     def held() -> bool:
@@ -139,16 +153,7 @@ def kill_mid_task(s: Session, a_records: str, b_records: str, b_attempt: int) ->
             and call_saved(tasks / b_records, 2)
         )
 
-    try:
-        deadline = time.monotonic() + 120
-        while not held():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        (s.gate / "closed").unlink()
+    kill_when(s, held)
     assert not (tasks / "resume-a" / "result.json").exists() and not (tasks / "resume-b" / "result.json").exists()
 
 

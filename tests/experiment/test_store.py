@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server
-from tests.experiment.test_resume_in_task import TASKS, Session, Sessions, held_call, results, resumed_turns
+from tests.experiment.test_resume_in_task import TASKS, Session, Sessions, held_call, kill_when, results, resumed_turns
 
 SAMPLE_TASKS = 4  # the sample's first four: two in each shard
 SHARDS = 2
@@ -222,17 +221,6 @@ def in_store(fs: Any, prefix: str, task: str, turn: int) -> bool:
 def kill_once_stored(s: StoreSession, fs: Any, prefix: str) -> None:
     """Run until resume-c has finished and resume-a and resume-b hold mid-task with their turn-2 replies in the
     store (resume-a in its gated tool, resume-b's turn-3 call held by the emulator), then SIGKILL the run."""
-    (s.gate / "closed").touch()
-    log = s.run_dir.parent / f"{s.run_dir.name}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flowllm", *s.args()],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **s.env},
-            start_new_session=True,
-        )
 
     def held() -> bool:
         fs.invalidate_cache()  # what the store holds now, not a listing cached by the last look
@@ -244,16 +232,7 @@ def kill_once_stored(s: StoreSession, fs: Any, prefix: str) -> None:
             and in_store(fs, prefix, "resume-b", 2)
         )
 
-    try:
-        deadline = time.monotonic() + 120
-        while not held():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        (s.gate / "closed").unlink()
+    kill_when(s, held, poll_s=0.1)
 
 
 def test_a_killed_run_resumes_from_the_store_on_another_machine(
