@@ -7,6 +7,7 @@ learning it from 429s.
     limiter.leave(slot, used_tokens)                # frees the in-flight slot; tokens beyond the estimate are
                                                     # charged to the next caller
     limiter.back_off(retry_after_s)                 # a 429: every task waits it out, not only the one that got it
+                                                    # (and the tasks it held leave one per retry-after)
 
 Requests and tokens per minute are leaky buckets (``aiolimiter``) that refill continuously: requests with a
 burst of one second's worth (at least one request), tokens with a burst of ten seconds' worth, so a run's
@@ -215,6 +216,8 @@ class LocalLimiter:
             self.flight = asyncio.Semaphore(int(cfg.max_in_flight))
         self.counts_tokens = self.tokens is not None
         self.paused_until = 0.0  # clock time before which nobody sends (a 429's retry-after)
+        self.spacing = 0.0  # the last 429's retry-after: the callers a pause held leave this far apart
+        self.next_turn = 0.0  # clock time at which the next caller a pause held may leave
         self.debt = 0  # tokens used beyond the estimates, charged to the next callers
 
     async def _left(self) -> float:
@@ -224,8 +227,18 @@ class LocalLimiter:
         return left
 
     async def _wait_pause(self) -> None:
+        waited = False
         while (left := await self._left()) > 0:
+            waited = True
             await self.sleep(left)  # a later 429 may push the pause further: look again
+        if waited and self.spacing > 0:
+            # A retry-after frees one request, not all the callers it held: they leave one per retry-after
+            # (else they all go at once, all but one meet another 429, and a retry can run out of attempts).
+            now = self.clock()
+            turn = max(now, self.next_turn)
+            self.next_turn = turn + self.spacing
+            if turn > now:
+                await self.sleep(turn - now)
 
     async def enter(self, estimated_tokens: int = 0) -> Slot:
         started = self.clock()
@@ -253,6 +266,8 @@ class LocalLimiter:
         except BaseException:
             self._free(slot)
             raise
+        if slot.adaptive is not None and self.adaptive is not None:
+            slot.adaptive.started = self.adaptive.controller.clock()  # its latency: from here, not the waits
         slot.waited_s = max(self.clock() - started, 0.0)
         return slot
 
@@ -272,6 +287,7 @@ class LocalLimiter:
     def back_off(self, seconds: float) -> None:
         """A 429 (its retry-after, else the key pool's cooldown): nobody sends to this provider until then."""
         if seconds > 0:
+            self.spacing = seconds
             self.paused_until = max(self.paused_until, self.clock() + seconds)
             if self.shared is not None:
                 self.shared.extend(seconds)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from flowllm.config.provider_schema import RateLimitConfig
 from flowllm.providers.adaptive.aimd import (
     AdaptiveConcurrency,
     AdaptiveFlight,
@@ -17,6 +18,7 @@ from flowllm.providers.adaptive.aimd import (
     SharedLimitFile,
     parse_auto,
 )
+from flowllm.providers.limiter import LocalLimiter
 
 
 class Clock:
@@ -59,17 +61,43 @@ def test_grows_by_one_per_window_of_good_answers_up_to_the_ceiling() -> None:
     assert aimd.limit == 6.0, "never above the ceiling"
 
 
-def test_a_429_halves_the_limit_once_for_the_calls_sent_at_that_limit() -> None:
+def test_a_429_cuts_once_per_episode_and_each_further_refusal_takes_one_call_off() -> None:
     aimd, _ = controller(start=16.0)
-    in_flight = [aimd.admit() for _ in range(8)]  # all sent before the provider said no
+    in_flight = [aimd.admit() for _ in range(4)]  # all sent before the provider said no
     for ticket in in_flight:
         aimd.overloaded(ticket)
-    assert aimd.limit == 8.0, "eight 429s of one burst cut once"
-    aimd.overloaded(aimd.admit())  # sent after the cut: the provider still says no
-    assert aimd.limit == 4.0
+    assert aimd.limit == 8.0 - 3, "four 429s of one burst: one cut (to 8), then one call fewer for each other"
+    aimd.overloaded(aimd.admit())  # sent after the cut (no round trip known yet): the provider still says no
+    assert aimd.limit == 2.5
     for _ in range(10):
         aimd.overloaded(aimd.admit())
     assert aimd.limit == 1.0, "never below one call"
+
+
+def test_a_429_within_a_round_trip_of_the_cut_belongs_to_its_episode() -> None:
+    aimd, clock = controller(start=20.0)
+    answer(aimd, clock, latency_s=1.0)  # a round trip of one second (slow start: 21)
+    aimd.overloaded(aimd.admit())  # one call served in the last round trip: the deepest cut, to half
+    assert aimd.limit == 10.5
+    clock.now += 0.5
+    aimd.overloaded(aimd.admit())  # the provider's quota has not refilled yet: no second cut, one call off
+    assert aimd.limit == 9.5
+    clock.now += 2.0
+    aimd.overloaded(aimd.admit())  # a round trip later: a new episode
+    assert aimd.limit == 4.75
+
+
+def test_near_the_edge_of_the_last_cut_the_limit_probes_slowly() -> None:
+    aimd, clock = controller(start=10.0)
+    aimd.overloaded(aimd.admit())  # cut from 10 to 5: the edge is near 10
+    clock.now += 10.0
+    for _ in range(5):  # a window at 5: one call more
+        answer(aimd, clock)
+    assert 5.9 < aimd.limit <= 6.0
+    aimd.store.save(LimitState(9.5, aimd.store.load().cuts))
+    for _ in range(10):  # a window at 9.5 (above 90% of the edge): a quarter of a call more
+        answer(aimd, clock)
+    assert 9.7 < aimd.limit < 9.9
 
 
 def test_rising_latency_cuts_the_limit() -> None:
@@ -137,3 +165,27 @@ def test_a_429_cuts_to_just_below_what_the_provider_served_in_the_last_round_tri
         aimd.answered(ticket)
     aimd.overloaded(aimd.admit())
     assert aimd.limit == pytest.approx(0.85 * 20)
+
+
+def test_the_callers_a_429_held_leave_one_per_retry_after() -> None:
+    """Not all at once: the retry-after frees one request, so the others would meet 429s again."""
+    clock = Clock()
+
+    async def sleep(seconds: float) -> None:
+        until = clock.now + seconds
+        await asyncio.sleep(0)
+        clock.now = max(clock.now, until)
+
+    async def scenario() -> list[float]:
+        limiter = LocalLimiter(RateLimitConfig(requests_per_minute=6000), clock=clock, sleep=sleep)
+        limiter.back_off(1.0)
+        passed: list[float] = []
+
+        async def caller() -> None:
+            limiter.leave(await limiter.enter())
+            passed.append(clock.now)
+
+        await asyncio.gather(*(caller() for _ in range(3)))
+        return passed
+
+    assert asyncio.run(scenario()) == [1.0, 2.0, 3.0]

@@ -10,12 +10,18 @@ and each provider and model gets a limit of calls in flight that
 * is cut on a 429 (rate limit) or an overload error (529, 503) (multiplicative decrease): to 85% of the calls
   the provider answered well within the last round trip (what it serves at once, measured; the 15% let its
   quota's bucket refill), at most 90% and at least half of the limit (half when nothing was answered yet: a
-  start far above the provider's capacity). Once per window: the calls already in flight when it was cut were
-  sent at the old limit, and their 429s say nothing new (each call carries the number of cuts when it was
-  admitted, and only a call sent after the last cut cuts again); after a cut it holds for three round trips
-  before it grows again, so the provider's quota refills before it is probed;
+  start far above the provider's capacity). Once per congestion episode (as TCP): a call sent before the last
+  cut (each call carries the number of cuts when it was admitted) or within a round trip after it (the
+  provider's quota had not refilled yet) does not cut again; each such 429 takes one call off the limit (not
+  below a quarter of the limit the episode began at). After a cut it holds for three round trips before it
+  grows again, and near the limit of the last cut (90% of it and above) it grows four times slower: each probe
+  past the provider's edge costs 429s, so it probes rarely;
 * is cut by a tenth when latency rises: the recent latency (an average over the last calls) above twice the
   best recent latency means the provider queues the calls instead of serving them.
+
+Calls start paced (``AdaptiveFlight``): at most 1.5 times the limit per round trip, so answers that come back
+together do not send their successors in a clump that an empty quota refuses whole. A call's latency is timed
+from the end of the limiter's waits (flowllm/providers/limiter.py sets ``Ticket.started``).
 
 The limit lives in a ``LimitStore``: this process's memory, or, under ``experiment.workers=N``, a small file per
 provider and model beside the shared 429 pauses (``SharedLimitFile``), so every worker reads and moves the one
@@ -42,10 +48,13 @@ DECREASE = 0.5  # the deepest cut on a 429 or an overload error (and the cut whe
 SHALLOW = 0.9  # the shallowest: the limit was just above what the provider serves
 BELOW_SERVED = 0.85  # a cut goes this far below what the provider served: its quota's bucket refills meanwhile
 HOLD_ROUND_TRIPS = 3.0  # after a cut the limit holds this many round trips before it grows again
+NEAR_PEAK = 0.9  # above this share of the limit of the last cut, the limit probes slowly
+PROBE_SLOWDOWN = 4.0  # there it grows one call per this many windows of answers (the provider's edge is near)
 LATENCY_DECREASE = 0.9  # the factor when latency rises
 LATENCY_FACTOR = 2.0  # recent latency above this many times the best recent latency: the provider is queueing
 LATENCY_SAMPLES = 8  # answers seen before latency may cut
 RECENT = 0.2  # weight of the newest answer in the recent latency
+PACE_GAIN = 1.5  # calls start at most this many times the limit's rate (limit per round trip), never in clumps
 BASELINE_DRIFT = 0.02  # how fast the best latency forgets (so a slower model after a change is not "congested")
 
 
@@ -147,6 +156,7 @@ class AimdController:
     best_s: float | None = None  # the best recent latency, forgetting slowly
     samples: int = 0
     cut_at: float | None = None  # when this process last cut the limit
+    peak: float | None = None  # the limit this process last cut from: the provider's edge, as last found
     answers: collections.deque[float] = field(default_factory=collections.deque)  # when calls were answered well
 
     @property
@@ -174,6 +184,8 @@ class AimdController:
         if self.cut_at is not None and now - self.cut_at < HOLD_ROUND_TRIPS * self.recent_s:
             return  # just cut: the provider's quota refills before the limit probes it again
         step = 1.0 if state.cuts == 0 else 1.0 / max(state.limit, 1.0)  # slow start until the first cut
+        if self.peak is not None and state.limit >= NEAR_PEAK * self.peak:
+            step /= PROBE_SLOWDOWN  # near the edge the last cut found: probe it gently (few 429s per probe)
         grown = min(float(self.ceiling), state.limit + step)
         if grown != state.limit:
             self.store.save(LimitState(grown, state.cuts))
@@ -197,9 +209,17 @@ class AimdController:
 
     def _cut(self, ticket: Ticket, factor: float) -> None:
         state = self.store.load()
-        if ticket.cuts < state.cuts:  # sent before the last cut: that cut already answered it
+        same_episode = ticket.cuts < state.cuts  # sent before the last cut: that cut already answered it
+        if self.cut_at is not None and self.recent_s is not None and ticket.started < self.cut_at + self.recent_s:
+            same_episode = True  # sent within a round trip of the cut: the provider's quota had not refilled yet
+        if same_episode:
+            if self.peak is not None and factor < 1.0:  # each further refusal: one call fewer in flight
+                floor = max(1.0, self.peak * DECREASE * DECREASE)
+                if state.limit - 1.0 >= floor:
+                    self.store.save(LimitState(state.limit - 1.0, state.cuts))
             return
         self.cut_at = self.clock()
+        self.peak = state.limit
         self.store.save(LimitState(max(1.0, state.limit * factor), state.cuts + 1))
 
 
@@ -211,6 +231,7 @@ class AdaptiveFlight:
     controller: AimdController
     workers: int = 1
     in_flight: int = 0
+    next_start: float = 0.0  # clock time before which no further call starts (pacing)
     _waiters: collections.deque[asyncio.Future[None]] = field(default_factory=collections.deque)
 
     def allowed(self) -> int:
@@ -234,7 +255,27 @@ class AdaptiveFlight:
                 break
         self.in_flight += 1
         self._wake()
+        await self._pace()
         return self.controller.admit()
+
+    async def _pace(self) -> None:
+        """Calls start spread over a round trip (TCP's pacing): answers that come back together would otherwise
+        send their successors together, and a clump that meets a provider's empty quota is answered 429 whole
+        before the first 429 can cut the limit."""
+        round_trip = self.controller.recent_s
+        if not round_trip:
+            return  # nothing answered yet: no round trip to spread over
+        gap = round_trip / (PACE_GAIN * max(self.controller.limit / self.workers, 1.0))
+        clock = self.controller.clock
+        now = clock()
+        start = max(now, self.next_start)
+        self.next_start = start + gap
+        if start > now:
+            try:
+                await asyncio.sleep(start - now)
+            except asyncio.CancelledError:
+                self._free()
+                raise
 
     def release(self, ticket: Ticket, overloaded: bool | None) -> None:
         """``overloaded``: True for a 429 or an overload error, False for an answer, None when the call said
