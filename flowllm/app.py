@@ -86,7 +86,9 @@ async def _run_async(
     # This session's calls: the agent's (its ledger's lines) and the judge's (appended from now on).
     judged = LedgerTail(RunLayout(ledger.path.parent).judge_ledger, from_end=True) if ledger.path else None
     # flowllm ctl RUN ...: the desk answers; this process follows (flowllm/setup/steering.py)
-    adaptive = adaptive_limits(parts.experiment)
+    coordination = parts.experiment.coordination
+    limits = RedisLimits(coordination) if coordination is not None else None  # else this machine's (limiter.py)
+    adaptive = adaptive_limits(parts.experiment, shared_value=limits.value if limits is not None else None)
     desk = ControlDesk(recorder.run_dir, failed=requeue_check(recorder.run_dir, parts.tasks))
     shown = concurrency_text(parts.experiment, adaptive, desk)
     progress = ProgressReporter(
@@ -108,8 +110,6 @@ async def _run_async(
         prices=parts.prices,
         providers=parts.providers,
     )
-    coordination = parts.experiment.coordination
-    limits = RedisLimits(coordination) if coordination is not None else None  # else this machine's (limiter.py)
     async with (
         steering(desk),
         open_provider(

@@ -196,12 +196,35 @@ class RedisSpend:
             self._client.close()
 
 
+@dataclass
+class RedisText:
+    """One short value of the run in Redis (``SharedText`` of the adaptive limits): a blocking GET or SET of a
+    few bytes, made at most every few hundred milliseconds by its reader."""
+
+    client: redis.Redis
+    key: str
+
+    def get(self) -> str | None:
+        try:
+            raw = self.client.get(self.key)
+        except redis.RedisError as exc:
+            raise OSError(str(exc)) from exc
+        return raw.decode() if isinstance(raw, bytes) else None
+
+    def set(self, text: str) -> None:
+        try:
+            self.client.set(self.key, text)
+        except redis.RedisError as exc:
+            raise OSError(str(exc)) from exc
+
+
 class RedisLimits:
     """The rate-limit state of every provider of the run in one Redis (``SharedLimits`` of the limiter)."""
 
     def __init__(self, coordination: Coordination) -> None:
         self.coordination = coordination
         self._client: aioredis.Redis | None = None
+        self._sync: redis.Redis | None = None
 
     def _async(self) -> aioredis.Redis:
         if self._client is None:  # made in the event loop that uses it
@@ -214,7 +237,17 @@ class RedisLimits:
     def pause(self, provider: str) -> RedisPause:
         return RedisPause(self._async(), self.coordination.key("pause", provider))
 
+    def value(self, name: str) -> RedisText:
+        """A shared value of the run (the adaptive limit of a provider and model)."""
+        if self._sync is None:
+            self._sync = self.coordination.client()
+        return RedisText(self._sync, self.coordination.key(name))
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self._sync is not None:
+            with contextlib.suppress(redis.RedisError, OSError):
+                self._sync.close()
+            self._sync = None

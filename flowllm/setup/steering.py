@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from flowllm.datasets.task import Task
-from flowllm.providers.adaptive.aimd import AdaptiveConcurrency, AdaptiveSettings
+from flowllm.providers.adaptive.aimd import AdaptiveConcurrency, AdaptiveSettings, SharedText
 from flowllm.run.control import POLL_S
 from flowllm.run.ctl_desk import ControlDesk
 from flowllm.run.outcome import FAILED, read_outcome
@@ -22,12 +22,19 @@ log = logging.getLogger(__name__)
 
 
 def adaptive_limits(
-    settings: ExperimentSettings, *, workers: int = 1, shared_dir: Path | None = None
+    settings: ExperimentSettings,
+    *,
+    workers: int = 1,
+    shared_dir: Path | None = None,
+    shared_value: Callable[[str], SharedText] | None = None,
 ) -> AdaptiveConcurrency | None:
-    """The run's adaptive limits of calls in flight (None unless ``experiment.max_concurrent=auto``)."""
+    """The run's adaptive limits of calls in flight (None unless ``experiment.max_concurrent=auto``); with
+    ``shared_value`` (experiment.coordination) one limit for the run's processes on every machine."""
     if settings.adaptive_ceiling is None:
         return None
-    return AdaptiveConcurrency(AdaptiveSettings(settings.adaptive_ceiling, workers=workers, shared_dir=shared_dir))
+    return AdaptiveConcurrency(
+        AdaptiveSettings(settings.adaptive_ceiling, workers=workers, shared_dir=shared_dir, shared_value=shared_value)
+    )
 
 
 def concurrency_text(

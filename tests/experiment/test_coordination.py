@@ -4,6 +4,7 @@ measured on their ledgers (every request the emulator answered is an attempt lin
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from flowllm.core.coordination import RedisLimits, connect
+from flowllm.providers.adaptive.aimd import AdaptiveConcurrency, AdaptiveSettings
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import LedgerLine, RunSummary
 from tests.experiment.helpers import start_flowllm
@@ -120,3 +123,23 @@ def test_an_unreachable_redis_is_refused_before_the_first_task(runs: dict[str, l
     said = [line for line in (folder.parent / "gone.log").read_text().splitlines() if "error" in line]
     assert len(said) == 1 and "experiment.coordination: cannot reach Redis at redis://127.0.0.1:" in said[0]
     assert not RunLayout(folder).tasks.exists()
+
+
+def test_the_adaptive_limit_is_one_for_the_processes_of_every_machine(redis_url: str) -> None:
+    """``max_concurrent=auto`` with coordination: two processes (two machines) read and move one limit per
+    provider and model, kept in Redis; a 429 one of them meets cuts the limit the other admits by."""
+    now = [0.0]
+    flights, closers = [], []
+    for _ in range(2):
+        limits = RedisLimits(connect(f"{redis_url}?run=adaptive", "unused"))
+        adaptive = AdaptiveConcurrency(AdaptiveSettings(16, shared_value=limits.value), clock=lambda: now[0])
+        flights.append(adaptive.flight("emulator", "model"))
+        closers.append(limits)
+    a, b = (flight.controller for flight in flights)
+    start = a.limit
+    assert b.limit == start
+    a.overloaded(a.admit())  # a 429 on the first machine
+    now[0] += 1.0  # past the second's refresh of what it read
+    assert a.limit < start and b.limit == a.limit
+    for limits in closers:
+        asyncio.run(limits.aclose())

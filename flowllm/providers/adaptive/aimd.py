@@ -25,8 +25,10 @@ from the end of the limiter's waits (flowllm/providers/limiter.py sets ``Ticket.
 
 The limit lives in a ``LimitStore``: this process's memory, or, under ``experiment.workers=N``, a small file per
 provider and model beside the shared 429 pauses (``SharedLimitFile``), so every worker reads and moves the one
-limit of the run; a worker admits its 1/N share of it. A 429's Retry-After pause is the limiter's own
-(flowllm/providers/limiter.py): this only decides how many calls may be in flight.
+limit of the run; a worker admits its 1/N share of it. Under ``experiment.coordination=redis://...`` the limit is
+one Redis key per provider and model (``SharedLimitValue``), so the processes of every machine of the run move
+the one limit (each is one worker of its own: it admits the limit as Redis holds it). A 429's Retry-After pause
+is the limiter's own (flowllm/providers/limiter.py): this only decides how many calls may be in flight.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class AdaptiveSettings:
     ceiling: int = DEFAULT_CEILING
     workers: int = 1  # the run's worker processes: each admits its share of the run's limit
     shared_dir: Path | None = None  # where the workers' limits meet (the run's shared 429 pauses folder)
+    # where the limits of the run's machines meet (experiment.coordination): a shared value by name
+    shared_value: Callable[[str], SharedText] | None = None
     start: float = START
 
 
@@ -134,6 +138,47 @@ class SharedLimitFile:
         tmp.write_text(f"{state.limit:.4f} {state.cuts}", encoding="ascii")
         os.replace(tmp, self.path)
         self._cached = LimitState(state.limit, state.cuts)
+
+
+class SharedText(Protocol):
+    """One short value every process of a run reads and replaces (a key in Redis)."""
+
+    def get(self) -> str | None: ...
+
+    def set(self, text: str) -> None: ...
+
+
+REFRESH_S = 0.25  # how stale a limit read from a shared value may be (each read is a round trip to the server)
+
+
+@dataclass
+class SharedLimitValue:
+    """The limit of a run's processes on several machines, in a shared value (``<limit> <cuts>``), read again at
+    most every ``REFRESH_S``. As with ``SharedLimitFile``, two processes moving it at once may lose one's step;
+    an unreachable server keeps the last value read (the run goes on with it)."""
+
+    value: SharedText
+    initial: LimitState
+    clock: Callable[[], float] = time.monotonic
+    _cached: LimitState | None = None
+    _read_at: float = -math.inf
+
+    def load(self) -> LimitState:
+        now = self.clock()
+        if self._cached is None or now - self._read_at >= REFRESH_S:
+            self._read_at = now
+            with contextlib.suppress(OSError, ValueError):
+                text = self.value.get()
+                if text is not None:
+                    limit, cuts = text.split()
+                    self._cached = LimitState(float(limit), int(cuts))
+        found = self._cached or self.initial
+        return LimitState(found.limit, found.cuts)
+
+    def save(self, state: LimitState) -> None:
+        with contextlib.suppress(OSError):
+            self.value.set(f"{state.limit:.4f} {state.cuts}")
+        self._cached, self._read_at = LimitState(state.limit, state.cuts), self.clock()
 
 
 @dataclass
@@ -318,7 +363,10 @@ class AdaptiveConcurrency:
         if key not in self.flights:
             initial = LimitState(min(self.settings.start, float(self.settings.ceiling)))
             store: LimitStore = MemoryLimit(initial)
-            if self.settings.shared_dir is not None:
+            if self.settings.shared_value is not None:
+                value = self.settings.shared_value(f"adaptive:{provider}/{model}")
+                store = SharedLimitValue(value, initial, clock=self.clock)
+            elif self.settings.shared_dir is not None:
                 store = SharedLimitFile(self.settings.shared_dir / limit_file_name(provider, model), initial)
             workers = max(1, self.settings.workers)
             controller = AimdController(self.settings.ceiling, store, clock=self.clock, workers=workers)
