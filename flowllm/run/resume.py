@@ -16,9 +16,10 @@ folder: ``RunLayout.resume``), and the task runs again with its saved turns in f
 ``result.json`` says how many turns were resumed (``resumed_turns``, every conversation's calls answered from the
 saved turns) and where a resumed node differed (``resume_divergence``). When the task's result is written the
 moved-aside turns are dropped: the task folder holds them again. A rerun killed in its turn replays the merge
-of both: a turn the newer session saved a reply for replaces the older one. Only the first attempt of a task
-resumes (pass@k's later attempts start over), and a settings change is refused before anything runs by the
-fingerprint rule (flowllm/setup/fingerprint.py).
+of both: a turn the newer session saved a reply for replaces the older one. Each attempt of pass@k resumes
+from its own saved turns (the store keeps them as the task folder does, ``attempts/<n>``, and puts the running
+attempt's in place), so a task killed in its third attempt pays none of its first two again. A settings change is
+refused before anything runs by the fingerprint rule (flowllm/setup/fingerprint.py).
 """
 
 from __future__ import annotations
@@ -58,10 +59,30 @@ from flowllm.rundir.layout import (
 __all__ = ["ResumeAudit", "ResumeStore", "ResumingProvider", "TaskResume", "clear_epoch_dir", "clear_task_dir"]
 
 _CALL_OUTPUT = f"*_{CALL_NODE}/{OUTPUT_FILE}"
+ACTIVE_FILE = ".attempt"  # in a task's store folder: which attempt's turns are in place (pass@k)
 
 
 def _has_reply(turn: Path) -> bool:
     return any(turn.glob(_CALL_OUTPUT))
+
+
+def _attempt_numbers(folder: Path) -> list[int]:
+    """The attempts a task folder's ``attempts/`` holds (pass@k's finished ones)."""
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+def _move_turns(turns: list[Path], target: Path) -> None:
+    """Move turn folders into ``target``; a turn it holds already is replaced only by one that saved a reply."""
+    if not turns:
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for turn in turns:
+        kept = target / turn.name
+        if kept.exists():
+            if not _has_reply(turn):
+                continue
+            shutil.rmtree(kept)
+        shutil.move(str(turn), str(kept))
 
 
 @dataclass(frozen=True)
@@ -78,20 +99,46 @@ class ResumeStore:
 
     def shelve(self, records: Path, task_id: str, epoch: int | None) -> None:
         """Move the turn folders of ``records`` (a task's or an epoch's folder) aside; a turn the store holds
-        already is replaced only when the newer one saved a reply. An attempt of pass@k past the first is not
-        resumed: its turns are left to be wiped."""
+        already is replaced only when the newer one saved a reply. A task of one attempt keeps its turns in the
+        store's task folder; a task of several (pass@k) keeps each attempt's in ``attempts/<n>``, the attempt
+        that was running when the run stopped included."""
         turns = sorted(records.glob(TURN_GLOB))
-        if not turns or (records / ATTEMPTS_DIR).exists():
+        attempts = _attempt_numbers(records / ATTEMPTS_DIR)
+        if not turns and not attempts:
             return
         target = self.layout.records(task_id, epoch)
-        target.mkdir(parents=True, exist_ok=True)
-        for turn in turns:
-            kept = target / turn.name
-            if kept.exists():
-                if not _has_reply(turn):
-                    continue
-                shutil.rmtree(kept)
-            shutil.move(str(turn), str(kept))
+        self._settle(target)
+        kept = target / ATTEMPTS_DIR
+        if not attempts and not kept.is_dir():
+            _move_turns(turns, target)
+            return
+        _move_turns(sorted(target.glob(TURN_GLOB)), kept / "1")  # an earlier session's first attempt, in place
+        for number in attempts:
+            _move_turns(sorted((records / ATTEMPTS_DIR / str(number)).glob(TURN_GLOB)), kept / str(number))
+        _move_turns(turns, kept / str(max(attempts, default=0) + 1))
+
+    def activate(self, task_id: str, epoch: int | None, attempt: int) -> bool:
+        """Put attempt ``attempt``'s saved turns in place, where the provider and the audit read them; False when
+        the store holds none for it."""
+        target = self.layout.records(task_id, epoch)
+        kept = target / ATTEMPTS_DIR
+        if not kept.is_dir():  # one attempt's turns, the first's
+            return attempt == 1
+        self._settle(target)
+        saved = sorted((kept / str(attempt)).glob(TURN_GLOB))
+        _move_turns(saved, target)
+        (target / ACTIVE_FILE).write_text(str(attempt), encoding="ascii")
+        return bool(saved)
+
+    def _settle(self, target: Path) -> None:
+        """The attempt in place (``activate``) goes back to its own folder."""
+        marker = target / ACTIVE_FILE
+        try:
+            number = int(marker.read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            return
+        _move_turns(sorted(target.glob(TURN_GLOB)), target / ATTEMPTS_DIR / str(number))
+        marker.unlink()
 
     def holds(self, task_id: str, epoch: int | None) -> bool:
         return self.layout.turn(task_id, 1, "", epoch).is_dir()
@@ -152,10 +199,10 @@ class ResumingProvider(ProviderFacade):
     def normalize(self, raw: dict[str, Any]) -> ModelResponse:
         return self.inner.normalize(raw)
 
-    def begin(self, task_id: str) -> None:
-        """The running attempt of ``task_id`` (in the running epoch) resumes when the store holds its turns."""
+    def begin(self, task_id: str, attempt: int = 1) -> None:
+        """Attempt ``attempt`` of ``task_id`` (in the running epoch) resumes when the store holds its turns."""
         epoch = current_epoch()
-        if self.store.holds(task_id, epoch):
+        if self.store.activate(task_id, epoch, attempt) and self.store.holds(task_id, epoch):
             with self._lock:
                 self._tasks[(task_id, epoch)] = Resumed()
 
@@ -277,8 +324,7 @@ class TaskResume:
 
     def begin(self, task_id: str, attempt: int) -> None:
         self.audit.forget(task_id)
-        if attempt == 1:
-            self.provider.begin(task_id)
+        self.provider.begin(task_id, attempt)
 
     def end(self, task_id: str) -> tuple[int, dict[str, Any] | None]:
         """How many calls the saved turns answered, and the first resumed node that differed."""

@@ -447,7 +447,7 @@ class Experiment:
         log_entries: list[dict[str, Any]] = []
         timings: list[dict[str, Any]] = []
         usage = Usage()
-        wall = 0.0
+        wall, resumed = 0.0, 0
         outcome: TaskOutcome | None = None
         for number in range(1, self.settings.attempts + 1):
             if outcome is not None and self.budget_reached(task, number):  # pass@k: no attempt on a spent budget
@@ -463,10 +463,12 @@ class Experiment:
                 {"attempt": number, "wall_seconds": outcome.wall_seconds, "tools_start_s": outcome._tools_start_s}
             )
             usage = usage + outcome.usage
+            resumed += outcome.resumed_turns
             wall += outcome.wall_seconds
             if outcome.correct or outcome.status == BUDGET:
                 break
         assert outcome is not None
+        outcome.resumed_turns = resumed  # every attempt's resumed calls (pass@k: each resumes from its own)
         outcome.attempts = len(log_entries)
         outcome.usage = usage
         outcome.wall_seconds = wall

@@ -252,3 +252,43 @@ def test_tasks_the_budget_stopped_resume_inside_when_the_rerun_raises_it(
     assert results(stopped.run_dir) == results(reference.run_dir)
     assert stopped.answered() == reference.answered()
     assert {t: resumed_turns(stopped.run_dir, t) for t in TASKS} == saved and min(saved.values()) >= 1
+
+
+@dataclass
+class OwnDataset(Session):
+    """A session over a dataset of its own (the resume tasks with other ground truths)."""
+
+    dataset: Path = RESUME
+
+    def args(self) -> list[str]:
+        return [f"dataset.path={self.dataset}" if a.startswith("dataset.path=") else a for a in super().args()]
+
+
+def test_each_attempt_of_pass_at_k_resumes_from_its_own_turns(sessions: Sessions) -> None:
+    """resume-b answers wrong (its ground truth is changed here), so pass@2 runs it twice; the run is killed in
+    its second attempt. The rerun serves the first attempt's turns and the second's saved ones: nothing is sent
+    twice, and the results are the uninterrupted run's."""
+    data = sessions.root / "wrong-b"
+    shutil.copytree(RESUME, data)
+    rows = [json.loads(line) for line in (RESUME / "metadata.jsonl").read_text().splitlines()]
+    rows = [{**row, "Final answer": "never"} if row["task_id"] == "resume-b" else row for row in rows]
+    (data / "metadata.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    def session(name: str, faults: FaultPlan | None = None) -> OwnDataset:
+        made = sessions(name, "experiment.attempts=2", faults=faults)
+        return OwnDataset(made.run_dir, made.emulator, made.gate, made.extra, dataset=data)
+
+    reference = session("reference-k")
+    reference.run()
+    saved_b = TaskResult.from_dict(json.loads((reference.run_dir / "tasks" / "resume-b" / "result.json").read_bytes()))
+    assert (saved_b.attempts, saved_b.correct) == (2, False)
+    killed = session("killed-k", held_call(2))  # resume-b's second attempt is held in its turn-3 call
+    kill_mid_task(killed, "resume-a", "resume-b", 2)
+    assert (killed.run_dir / "tasks" / "resume-b" / "attempts" / "1").is_dir()
+    killed.run()
+    # resume-b: its first attempt's four calls and its second's first two answered from the saved turns
+    check_resumed(reference, killed, turns={"resume-a": 2, "resume-b": 6, "resume-c": 0})
+    verified = subprocess.run(
+        [sys.executable, "-m", "flowllm", "verify", str(killed.run_dir)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
