@@ -18,6 +18,7 @@ from flowllm.bundle.check import check_bundle
 from flowllm.bundle.make import make_bundle
 from flowllm.errors import CliError
 from flowllm.exit_codes import ExitCode
+from flowllm.rundir.store import local_run
 from flowllm.verify.cli import main as audit_main
 
 __all__ = ["bundle_main", "verify_main"]
@@ -32,7 +33,7 @@ def _bundle_parser() -> argparse.ArgumentParser:
         "flowllm verify FILE: the config as it ran, every node's input and output, the ledgers, the web cache; "
         "no key, no ground truth (each task's answer hash instead) unless --with-answers.",
     )
-    parser.add_argument("run", type=Path, help="a run folder or a sweep folder")
+    parser.add_argument("run", help="a run folder or a sweep folder, or a run kept in a store (experiment.store URL)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the bundle file to write")
     parser.add_argument(
         "--with-answers", action="store_true", help="keep the ground truth (only for a dataset you may publish)"
@@ -43,7 +44,7 @@ def _bundle_parser() -> argparse.ArgumentParser:
 def bundle_main(argv: Sequence[str] | None = None) -> int:
     args = _bundle_parser().parse_args(argv)
     try:
-        manifest = make_bundle(args.run, args.output, with_answers=args.with_answers)
+        manifest = make_bundle(local_run(args.run), args.output, with_answers=args.with_answers)
     except CliError as exc:  # BundleInputError, or a run record that is no record (RecordFormatError)
         print(f"flowllm bundle: error: {exc}", file=sys.stderr)
         return exc.exit_code

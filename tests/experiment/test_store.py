@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from flowllm.analysis.frames import load as load_frames
+from flowllm.bundle.cli import bundle_main
+from flowllm.bundle.cli import verify_main as bundle_verify
 from flowllm.cli.merge import main as merge_main
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
@@ -166,6 +168,9 @@ def test_readers_take_the_store_url(stored: StoredRun, s3: S3Server, tmp_path: P
     report = tmp_path / "report.html"
     assert inspect_main(["report", url, "-o", str(report)]) == 0 and report.stat().st_size > 10_000
     assert verify_main([url]) == 0 and "verified" in capsys.readouterr().out
+    bundle = tmp_path / "run.tar.zst"  # published from the store, reproduced offline from the bundle
+    assert bundle_main([url, "-o", str(bundle)]) == 0
+    assert bundle_verify([str(bundle)]) == 0 and "reproduced" in capsys.readouterr().out
     submission = tmp_path / "submission.jsonl"
     assert inspect_main(["export", url, "--format", "gaia-submission", "-o", str(submission)]) == 0
     lines = [json.loads(line) for line in submission.read_text().splitlines()]
