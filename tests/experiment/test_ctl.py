@@ -104,6 +104,27 @@ class Steered:
     peak_after_set: int = 0
 
 
+def pause_set_resume(
+    seen: Steered, emu: Emulator, proc: subprocess.Popen[Any], log: Path, *, concurrent: int, peak: int
+) -> None:
+    """Pause the run until every running task waits, set its max_concurrent, resume it until the emulator sees
+    ``peak`` calls at once, and let it finish; what each step saw goes into ``seen``."""
+    run_dir = seen.run_dir
+    seen.answers["pause"] = ctl(run_dir, "pause")
+    seen.sent_at_pause = len(emu.requests)
+    wait_until(
+        "every running task waits", lambda: (s := status(run_dir))["waiting_at_turn"] == s["running"] > 0, proc, log
+    )
+    seen.sent_when_all_waited = len(emu.requests)
+    seen.answers["paused status"] = ctl(run_dir, "status")
+    seen.peak_before_set, emu.app.peak = emu.app.peak, 0
+    seen.answers["set"] = ctl(run_dir, "set", f"experiment.max_concurrent={concurrent}")
+    seen.answers["resume"] = ctl(run_dir, "resume")
+    wait_until(f"{peak} calls at once", lambda: emu.app.peak >= peak, proc, log)
+    seen.code = proc.wait(timeout=300)
+    seen.peak_after_set = emu.app.peak
+
+
 @pytest.fixture(scope="module")
 def steered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steered]:
     """Five tasks, one at a time: the first fails and is requeued; the run is paused, its max_concurrent set to
@@ -119,22 +140,7 @@ def steered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steered]:
             seen.answers["requeue unfinished"] = ctl(run_dir, "requeue", "slow-05")
             seen.answers["set epochs"] = ctl(run_dir, "set", "experiment.epochs=2")
             seen.answers["set 0"] = ctl(run_dir, "set", "experiment.max_concurrent=0")
-            seen.answers["pause"] = ctl(run_dir, "pause")
-            seen.sent_at_pause = len(emu.requests)
-            wait_until(
-                "every running task waits",
-                lambda: (s := status(run_dir))["waiting_at_turn"] == s["running"] > 0,
-                proc,
-                log,
-            )
-            seen.sent_when_all_waited = len(emu.requests)
-            seen.answers["paused status"] = ctl(run_dir, "status")
-            seen.peak_before_set, emu.app.peak = emu.app.peak, 0
-            seen.answers["set"] = ctl(run_dir, "set", "experiment.max_concurrent=3")
-            seen.answers["resume"] = ctl(run_dir, "resume")
-            wait_until("two calls at once", lambda: emu.app.peak >= 2, proc, log)
-            seen.code = proc.wait(timeout=300)
-            seen.peak_after_set = emu.app.peak
+            pause_set_resume(seen, emu, proc, log, concurrent=3, peak=2)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -12,7 +12,16 @@ import pytest
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan
 from tests.experiment.helpers import start_flowllm
-from tests.experiment.test_ctl import FAILS_FIRST, SCRIPT, Steered, args, ctl, result_status, status, wait_until
+from tests.experiment.test_ctl import (
+    FAILS_FIRST,
+    SCRIPT,
+    Steered,
+    args,
+    ctl,
+    pause_set_resume,
+    result_status,
+    wait_until,
+)
 
 
 def faults() -> FaultPlan:
@@ -35,22 +44,7 @@ def steered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steered]:
             seen = Steered(0, run_dir)
             wait_until("the first task failed", lambda: result_status(run_dir, FAILS_FIRST) == "failed", proc, log)
             seen.answers["requeue"] = ctl(run_dir, "requeue", FAILS_FIRST)
-            seen.answers["pause"] = ctl(run_dir, "pause")
-            seen.sent_at_pause = len(emu.requests)
-            wait_until(
-                "every running task waits",
-                lambda: (s := status(run_dir))["waiting_at_turn"] == s["running"] > 0,
-                proc,
-                log,
-            )
-            seen.sent_when_all_waited = len(emu.requests)
-            seen.answers["paused status"] = ctl(run_dir, "status")
-            seen.peak_before_set, emu.app.peak = emu.app.peak, 0
-            seen.answers["set"] = ctl(run_dir, "set", "experiment.max_concurrent=4")
-            seen.answers["resume"] = ctl(run_dir, "resume")
-            wait_until("three calls at once", lambda: emu.app.peak >= 3, proc, log)
-            seen.code = proc.wait(timeout=300)
-            seen.peak_after_set = emu.app.peak
+            pause_set_resume(seen, emu, proc, log, concurrent=4, peak=3)
         finally:
             if proc.poll() is None:
                 proc.kill()
