@@ -94,7 +94,10 @@ class RunStore:
             raise ConfigError(f"experiment.store: cannot write to {self.url}: {reason}") from None
 
     def objects(self) -> dict[str, dict[str, Any]]:
-        """The run's objects, by their path in the run folder."""
+        """The run's objects, by their path in the run folder, as the store holds them now: the filesystem's
+        listings cache is dropped first (fsspec keeps one per process, and s3fs answers a prefix from the
+        listing of its parent, so a run written since an earlier look would be missing or stale)."""
+        self.fs.invalidate_cache()
         try:
             found = self.fs.find(self.root, detail=True)
         except FileNotFoundError:

@@ -29,6 +29,7 @@ from flowllm.core.interfaces import Halt, TurnGate
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import RESULT_FILE, RunLayout, TurnDirs
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.rundir.store import local_run
 from flowllm.spend.spending import STATUS_BUDGET, STATUS_LIMIT
 
 __all__ = ["SavedGate", "SavedStops"]
@@ -54,7 +55,7 @@ class SavedStops:
         """The stops of the run a plain replay serves (``provider=replay`` without a fork); None otherwise."""
         if pcfg.protocol != "replay" or pcfg.fork is not None or not pcfg.run_dir:
             return None
-        return cls(Path(pcfg.run_dir).expanduser())
+        return cls(local_run(pcfg.run_dir))  # a folder, or a store's URL read from its local copy
 
     def result(self, task_id: str, epoch: int | None) -> TaskResult | None:
         """The saved result of the task (``epoch`` None) or of one of its epochs; None when there is none."""

@@ -27,6 +27,7 @@ from flowllm.bundle.cli import verify_main as bundle_verify
 from flowllm.cli.merge import main as merge_main
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.rundir.store import local_run
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server
@@ -262,3 +263,26 @@ def test_a_killed_run_resumes_from_the_store_on_another_machine(
     assert not s3.fs().find(f"{prefix}/.resume")  # the moved-aside turns are gone from the store too (a fresh listing)
     verified = flowllm(s3, tmp_path / "cache", "verify", url)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_run_read_again_in_one_process_shows_what_the_store_holds_now(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook or a long-lived reader reads a run that is still being written, another run, then the first
+    again: the last read has the objects written since (fsspec caches listings per process; a stale one failed
+    with FileNotFoundError)."""
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    fs, growing, other = s3.fs(), f"{BUCKET}/runs/growing", f"{BUCKET}/runs/other"
+    fs.pipe_file(f"{growing}/tasks/a/result.json", b"{}")
+    fs.pipe_file(f"{other}/tasks/a/result.json", b"{}")
+    local_run(f"s3://{growing}", cache=tmp_path)
+    local_run(f"s3://{other}", cache=tmp_path)
+    fs.pipe_file(f"{growing}/tasks/a/turn_001/output.json", b"{}")
+    fs.pipe_file(f"{growing}/tasks/a/timing.json", b"{}")
+    run = local_run(f"s3://{growing}", cache=tmp_path)
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*.json")) == [
+        "tasks/a/result.json",
+        "tasks/a/timing.json",
+        "tasks/a/turn_001/output.json",
+    ]
