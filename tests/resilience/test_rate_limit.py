@@ -130,8 +130,11 @@ async def test_a_429_pauses_every_task_not_only_the_one_that_got_it() -> None:
     assert not any(e.done() for e in entering)  # all three wait, though none of them got the 429
     limiter.back_off(0.5)  # a shorter pause never shortens the one in force
     await t.advance(1.0)
+    assert sum(e.done() for e in entering) == 1  # when it ends, the callers it held leave one per retry-after,
+    await t.advance(0.5)  # the last 429's (0.5 s): all at once, all but one would meet another 429
+    await t.advance(0.5)
     slots = await asyncio.gather(*entering)
-    assert [s.waited_s for s in slots] == [2.0, 2.0, 2.0]
+    assert sorted(s.waited_s for s in slots) == [2.0, 2.5, 3.0]
     for slot in slots:
         limiter.leave(slot)
     assert (await limiter.enter()).waited_s == 0.0  # the pause is over
