@@ -209,7 +209,7 @@ class StoreSession(Session):
 
     @property
     def env(self) -> dict[str, str]:
-        return {"SLEEP_GATE": str(self.gate), **self.s3_env}
+        return {**super().env, **self.s3_env}
 
 
 @pytest.fixture(scope="module")
