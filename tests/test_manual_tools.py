@@ -2,7 +2,8 @@
 README and the documentation pages show (also spelled ``python -m flowllm.inspect``, ``python -m flowllm verify``,
 ``python -m flowllm.sweep.summary``) is parsed by the command's own argument parser as written (its subcommands,
 options and choices exist), ``flowllm list ...`` lists, and the ``flowllm verify`` lines that need no file of the
-reader's are run on the offline sample, which they must find verified (exit 0). The run commands:
+reader's are run on the offline sample, which they must find verified (exit 0); a line naming a run in an object
+store (``s3://...``) finds the sample there, put on a real S3 server. The run commands:
 tests/test_readme_commands.py.
 """
 
@@ -20,6 +21,7 @@ import pytest
 
 from flowllm.cli.command import main
 from flowllm.exit_codes import ExitCode
+from tests.experiment.s3_server import S3Server
 from tests.manual import manual_lines
 
 # The spellings of each command, and what the flowllm console script is given for it.
@@ -113,10 +115,30 @@ AUDITS = [
 ]
 
 
+def stored_sample(url: str, sample_run: Path, s3: S3Server) -> None:
+    """The sample run put at ``url`` (``s3://bucket/prefix``) on the test's S3 server, its bucket made if new."""
+    fs = s3.fs()
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    files = [f for f in sample_run.rglob("*") if f.is_file()]
+    fs.pipe({f"{url}/{f.relative_to(sample_run).as_posix()}": f.read_bytes() for f in files})
+
+
 @pytest.mark.parametrize("command", AUDITS, ids=[f"{c.page}:{c.line}" for c in AUDITS])
 def test_every_manual_verify_command_verifies_the_sample(
-    command: ToolCommand, sample_run: Path, capsys: pytest.CaptureFixture[str]
+    command: ToolCommand,
+    sample_run: Path,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     argv = [str(sample_run) if a in RUN_WORDS else a for a in command.argv]
+    for url in (a for a in argv if a.startswith("s3://")):
+        s3: S3Server = request.getfixturevalue("s3")
+        stored_sample(url, sample_run, s3)
+        for name, value in {**s3.env(), "FLOWLLM_STORE_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(name, value)
     assert main(argv) == ExitCode.OK, capsys.readouterr().out[-3000:]
     assert "verified" in capsys.readouterr().out

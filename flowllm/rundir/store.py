@@ -95,8 +95,8 @@ class RunStore:
 
     def objects(self) -> dict[str, dict[str, Any]]:
         """The run's objects, by their path in the run folder, as the store holds them now: the filesystem's
-        listings cache is dropped first (fsspec keeps one per process, and s3fs answers a prefix from the
-        listing of its parent, so a run written since an earlier look would be missing or stale)."""
+        listings cache is dropped first (s3fs answers a prefix from the listing of its parent, so a run written
+        since this store's earlier look would be missing or stale)."""
         self.fs.invalidate_cache()
         try:
             found = self.fs.find(self.root, detail=True)
@@ -134,7 +134,9 @@ def open_store(url: str, *, check: bool = True) -> RunStore:
     except ImportError:
         raise ConfigError(f"experiment.store: {url} needs fsspec and its backend: pip install 'flowllm[s3]'") from None
     try:
-        fs, root = url_to_fs(url)
+        # A filesystem of its own, not fsspec's per-process instance: its credentials are the environment's now
+        # (a cached client made before they were set, in a notebook or an earlier reader, would keep failing).
+        fs, root = url_to_fs(url, skip_instance_cache=True)
     except (ImportError, ValueError) as exc:
         raise ConfigError(f"experiment.store: cannot open {url}: {str(exc).splitlines()[0]}") from None
     store = RunStore(url=url, fs=fs, root=str(root).rstrip("/"))

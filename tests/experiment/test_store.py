@@ -25,6 +25,7 @@ from flowllm.analysis.frames import load as load_frames
 from flowllm.bundle.cli import bundle_main
 from flowllm.bundle.cli import verify_main as bundle_verify
 from flowllm.cli.merge import main as merge_main
+from flowllm.errors import CliError
 from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.rundir.store import local_run
@@ -286,3 +287,25 @@ def test_a_run_read_again_in_one_process_shows_what_the_store_holds_now(
         "tasks/a/timing.json",
         "tasks/a/turn_001/output.json",
     ]
+
+
+def test_a_store_read_before_its_credentials_were_set_is_read_once_they_are(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first read without credentials fails with one line; once they are set, the same URL reads (each open
+    gets a client of its own: fsspec's per-process cache kept the first, credential-less one, and every later
+    reader in the process failed)."""
+    fs, url = s3.fs(), f"s3://{BUCKET}/runs/credentials"
+    fs.pipe_file(f"{url}/tasks/a/result.json", b"{}")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    with pytest.raises(CliError, match=f"cannot read the run at {url}: .*credentials"):
+        local_run(url, cache=tmp_path / "cache")
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    run = local_run(url, cache=tmp_path / "cache")
+    assert (run / "tasks/a/result.json").read_bytes() == b"{}"
