@@ -11,6 +11,8 @@ import pytest
 
 from flowllm.config.schema import IntervalMethod, Reducer
 from flowllm.scoring.stats import (
+    ALPHA,
+    Z_95,
     StatsSettings,
     TaskScore,
     compare_paired,
@@ -41,6 +43,20 @@ def test_wilson_interval_matches_the_textbook(correct: int, n: int, low: float, 
     assert est.ci_low == pytest.approx(low, abs=6e-5)
     assert est.ci_high == pytest.approx(high, abs=6e-5)
     assert est.mean == pytest.approx(correct / n)
+
+
+def test_the_wilson_interval_is_statsmodels_bit_for_bit() -> None:
+    """The summary computes Wilson's interval without importing statsmodels and scipy: the same floats, so runs
+    saved before still verify (their summaries are recomputed and compared)."""
+    from scipy import stats as sps
+    from statsmodels.stats.proportion import proportion_confint
+
+    assert float(sps.norm.isf(ALPHA / 2)) == Z_95 == float(sps.norm.ppf(1 - ALPHA / 2))
+    for n in [*range(2, 80), 120, 165, 263, 300, 466, 1000]:
+        for correct in range(n + 1):
+            est = estimate(_tasks([1.0] * correct + [0.0] * (n - correct)))
+            low, high = proportion_confint(correct, n, alpha=ALPHA, method="wilson")
+            assert (est.ci_low, est.ci_high) == (float(low), float(high)), (correct, n)
 
 
 def test_clt_standard_error_is_the_sample_sd_over_root_n() -> None:
