@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -18,6 +17,7 @@ from flowllm.engine import NodeContractError, PipelineError, build_pipeline, mak
 from flowllm.engine.contract import Port, TurnContract
 from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.resources import CONFIG_DIR
+from tests.appfork import run_app
 
 
 def compose_cfg(*overrides: str):
@@ -74,12 +74,8 @@ def test_the_outcome_is_type_checked_at_the_end_of_a_turn() -> None:
 
 
 def test_the_command_line_refuses_the_pipeline_before_any_task(tmp_path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "flowllm", "~pipeline.nodes.dispatch_tools", f"hydra.run.dir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
+    proc = run_app(
+        ["~pipeline.nodes.dispatch_tools", f"hydra.run.dir={tmp_path}"], cwd=tmp_path, timeout=600, env=dict(os.environ)
     )
     assert proc.returncode == 2
     # One error line (preflight may also say what it is checking), no traceback.

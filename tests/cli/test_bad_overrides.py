@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from flowllm.config.check import check_command_line
+from tests.appfork import run_app
 from tests.cli.bad_overrides import BAD_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,12 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(args: tuple[str, ...], run_dir: Path) -> subprocess.CompletedProcess[str]:
     # Rows about other settings skip starting the tool servers (the slowest check), to keep the table quick.
     quick = [] if any(a.startswith("tools") for a in args) else ["preflight.tools=false"]
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm", "progress=false", f"hydra.run.dir={run_dir}", *quick, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    return run_app(
+        ["progress=false", f"hydra.run.dir={run_dir}", *quick, *args], cwd=ROOT, timeout=300, env=dict(os.environ)
     )
 
 

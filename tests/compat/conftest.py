@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from flowllm.config.providers import provider_config
 from flowllm.config.schema import register_configs
 from flowllm.providers import build_provider
 from flowllm.providers.base import BaseProvider
+from tests.appfork import run_app
 
 from .litellm_proxy import LITELLM_ENV
 from .llamaserver import SERVER_ENV
@@ -84,12 +84,9 @@ async def connect(llama: LlamaServer) -> AsyncIterator[Callable[..., BaseProvide
 
 def run_flowllm(run_dir: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m flowllm ...`` as a user types it, in a subprocess (its own event loop and MCP servers)."""
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm", f"hydra.run.dir={run_dir}", *overrides],
+    return run_app(
+        [f"hydra.run.dir={run_dir}", *overrides],
         cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
         timeout=3600,  # a hang guard only
         env={**os.environ, **(env or {})},
-        check=False,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import orjson
 import pytest
 
 from flowllm.engine.recorder import read_json
+from tests.appfork import run_app
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 900  # a hang guard only: the machine running the suite may be loaded
@@ -27,14 +27,7 @@ TIMEOUT_S = 900  # a hang guard only: the machine running the suite may be loade
 
 def flowllm(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm", *args, "progress=false"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        env=env,
-    )
+    return run_app([*args, "progress=false"], cwd=ROOT, timeout=TIMEOUT_S, env=env)
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from tests.appfork import AppProcess, run_app, start_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -47,17 +48,11 @@ def gaia_overrides(*extra: str) -> list[str]:
 def run_flowllm(
     *args: str, env: dict[str, str] | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    """``python -m flowllm ARGS`` in a process of its own (forked with the app imported: tests/appfork.py)."""
+    return run_app(list(args), cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
-def start_flowllm(*args: str, log: Path) -> subprocess.Popen[Any]:
+def start_flowllm(*args: str, log: Path) -> AppProcess | subprocess.Popen[Any]:
     """The app in the background, output to ``log`` (a pipe nobody reads could fill up and block it)."""
-    handle = log.open("w")
-    return subprocess.Popen([sys.executable, "-m", "flowllm", *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+    with log.open("w") as handle:
+        return start_app(list(args), cwd=ROOT, env=dict(os.environ), stdout=handle.fileno(), stderr=handle.fileno())

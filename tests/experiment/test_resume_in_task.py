@@ -28,6 +28,7 @@ import pytest
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan
 from flowllm.rundir.results import RunSummary, TaskResult
+from tests.appfork import start_app
 from tests.experiment.helpers import DATA, ROOT, TEST_CONF, run_flowllm
 
 RESUME = DATA / "resume"
@@ -120,13 +121,13 @@ def kill_when(s: Session, held: Callable[[], bool], poll_s: float = 0.05) -> Non
     (s.gate / "closed").touch()
     log = s.run_dir.parent / f"{s.run_dir.name}.log"
     with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flowllm", *s.args()],
+        proc = start_app(
+            list(s.args()),
             cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            stdout=out.fileno(),
+            stderr=out.fileno(),
             env={**os.environ, **s.env},
-            start_new_session=True,  # its workers too: the kill hits the whole group
+            new_session=True,  # its workers too: the kill hits the whole group
         )
     try:
         deadline = time.monotonic() + 120

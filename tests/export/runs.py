@@ -11,14 +11,15 @@ split but was never run (a GAIA submission must still list it):
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from tests.agent.test_subagents import DELEGATE
 from tests.agent.test_subagents import PYTHON as SQUARES  # the analyst's Python call
+from tests.appfork import run_app
 from tests.replay.runs import PROJECT_ROOT, Finished, run_flowllm
 
 PYTHON = """<use_mcp_tool>
@@ -69,10 +70,6 @@ def export_run(base: Path, *overrides: str) -> Finished:
 
 def flowllm_export(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m flowllm.inspect export RUN ...`` as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", "export", str(run), *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return run_app(
+        ["export", str(run), *args], module="flowllm.inspect", cwd=PROJECT_ROOT, env=dict(os.environ), timeout=600
     )

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flowllm.export.source import ExportError, write_atomically
 from flowllm.inspect.cli import main as inspect_main
+from tests.appfork import run_app
 from tests.export.phoenix import free_port
 from tests.export.runs import export_run
 from tests.replay.runs import run_flowllm
@@ -21,13 +22,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def export(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", "export", *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_app(["export", *args], module="flowllm.inspect", cwd=PROJECT_ROOT, env=dict(os.environ), timeout=600)
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:

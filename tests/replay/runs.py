@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowllm.engine.recorder import read_json
+from tests.appfork import run_app
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LENIENT_TASK = "sample-01-csv-revenue"
@@ -84,7 +85,12 @@ def finish(run_dir: Path, proc: subprocess.Popen[str]) -> Finished:
 
 
 def run_flowllm(run_dir: Path, *overrides: str) -> Finished:
-    return finish(run_dir, start_flowllm(run_dir, *overrides))
+    args = [f"hydra.run.dir={run_dir}", "progress=false", *overrides]
+    try:
+        done = run_app(args, cwd=PROJECT_ROOT, env=_env(), timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        return Finished(run_dir, -9, str(exc.output or ""), str(exc.stderr or ""))
+    return Finished(run_dir, done.returncode, done.stdout, done.stderr)
 
 
 @dataclass(frozen=True)

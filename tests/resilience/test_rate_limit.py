@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from flowllm.emulator.faults import FaultPlan, RateLimitSpec, RequestThrottle
 from flowllm.providers import ProviderConfigError, check_provider_config, open_provider
 from flowllm.providers.ledger import UsageLedger
 from flowllm.providers.limiter import SHARED_PAUSES_ENV, LocalLimiter, SharedPause, Unlimited, build_limiter
+from tests.appfork import run_app
 
 from .conftest import FakeTime, provider_cfg
 
@@ -214,11 +213,9 @@ def test_a_limit_of_zero_or_below_is_refused_before_the_first_task(field: str, v
 
 
 def test_a_bad_limit_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "flowllm", "progress=false", "provider.rate_limit.max_in_flight=0"],
+    done = run_app(
+        ["progress=false", "provider.rate_limit.max_in_flight=0"],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=240,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,15 @@ import pytest
 
 from flowllm.inspect.usage import sum_usage
 from flowllm.providers.ledger import UsageLedger, resolve_user
+from tests.appfork import run_app
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "dataset.task_ids=[sample-02-word-count]"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, **(env or {})},
-    )
+    assert args[0] == "-m"
+    return run_app(list(args[2:]), module=args[1], cwd=ROOT, timeout=240, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")

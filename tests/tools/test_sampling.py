@@ -21,6 +21,7 @@ from flowllm.core.interfaces import SamplingReply, SamplingRequest
 from flowllm.errors import ToolConfigError
 from flowllm.resources import bundled
 from flowllm.tools import ToolPool, load_settings, open_tool_catalog, open_tool_pool
+from tests.appfork import run_app
 from tests.tools.helpers import ROOT, everything_or_skip
 
 SERVER = Path(__file__).parent / "servers" / "sampling_server.py"
@@ -56,12 +57,8 @@ async def test_sampling_is_declined_by_default_with_a_message_the_server_can_pas
 def test_a_bad_setting_is_one_line_naming_the_values(tmp_path: Path) -> None:
     with pytest.raises(ToolConfigError, match=r"^tools\.sampling must be one of decline, answer, not 'always'$"):
         load_settings(server_cfg(sampling="always"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "flowllm", "tools.sampling=always", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_app(
+        ["tools.sampling=always", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, timeout=300, env=dict(os.environ)
     )
     assert proc.returncode == 2
     assert (

@@ -12,9 +12,8 @@ fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves 
 from __future__ import annotations
 
 import itertools
+import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from flowllm.exit_codes import ExitCode
 from flowllm.rundir.results import TaskResult
 from flowllm.rundir.store import local_run
 from flowllm.verify import audit_run
+from tests.appfork import start_app
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.s3_server import BUCKET, S3Server
 
@@ -185,7 +185,7 @@ def run_ok(*args: str, exits: tuple[int, ...] = OK_EXITS) -> None:
 def interrupted_then_resumed(args: list[str], run: Path, sig: signal.Signals, log: Path) -> None:
     """The run is interrupted once a first task has finished, then run again into the same folder."""
     with log.open("w") as handle:
-        proc = subprocess.Popen([sys.executable, "-m", "flowllm", *args], cwd=ROOT, stdout=handle, stderr=handle)
+        proc = start_app(list(args), cwd=ROOT, env=dict(os.environ), stdout=handle.fileno(), stderr=handle.fileno())
         deadline = time.monotonic() + FIRST_RESULT_WAIT_S
         while proc.poll() is None and time.monotonic() < deadline and not any(run.glob("tasks/*/result.json")):
             time.sleep(0.05)

@@ -4,6 +4,7 @@ composition fixes (kept as a fixture) are reported with the disagreement each bu
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from flowllm.exit_codes import ExitCode
 from flowllm.verify.cli import main as verify_main
+from tests.appfork import run_app
 from tests.experiment.helpers import ROOT, run_flowllm
 
 TASK = "sample-02-word-count"
@@ -32,13 +34,7 @@ def test_a_sample_run_verifies(sample_run: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_verify_is_a_command_of_python_m_flowllm(sample_run: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "flowllm", "verify", str(sample_run), "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_app(["verify", str(sample_run), "--json"], cwd=ROOT, timeout=300, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     assert body["verified"] is True and body["findings"] == [] and body["compared"] > 100

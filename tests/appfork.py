@@ -1,0 +1,335 @@
+"""``python -m flowllm`` for the tests, forked from a process that has imported the app already.
+
+A run of the app spends about three CPU-seconds importing the SDKs, Hydra, the MCP client and the report before
+it does anything, and the suite starts the app a few hundred times. A *zygote* (one per test process, started at
+its first use) imports those modules once, then forks one child per run. The child is a process of its own, as a
+subprocess is: its own arguments, environment, working folder, standard streams (``stdin`` is ``/dev/null``),
+process id and signals, and it exits the way ``python -m flowllm`` exits. Only the modules it starts with are
+already imported (and its hash seed is the zygote's). The tests of what a fresh interpreter does (the README's
+commands, the wheel, end to end, plug-ins found by entry point) still start ``python -m flowllm`` themselves.
+
+Protocol, over a Unix socket: the test process sends one JSON request with its two output files' descriptors
+(``SCM_RIGHTS``); the zygote forks a waiter, which forks the app, sends its pid, waits for it and sends its exit
+status (negative: the signal that ended it, as ``subprocess`` says). Forks are made only by the zygote's single
+thread, never from the test process (which has threads of its own).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import random
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# What ``python -m flowllm`` imports on the way to a run and its summary (module-level imports only, none of
+# which starts a thread: the zygote checks it has one thread before it forks).
+PRELOAD = (
+    "flowllm.cli.run",
+    "flowllm.app",
+    "flowllm.cli.command",
+    "flowllm.run.report",
+    "flowllm.tools.client.connection",
+    "flowllm.bundle.cli",
+    "flowllm.verify.cli",
+    "flowllm.inspect.cli",
+    "anthropic",
+    "openai",
+    "hydra.utils",
+)
+START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Request:
+    module: str  # python -m MODULE
+    args: list[str]
+    cwd: str
+    env: dict[str, str]
+    new_session: bool = False  # subprocess's start_new_session
+
+
+def _child(request: Request, out_fd: int, err_fd: int) -> None:
+    """In the forked app process: become ``python -m flowllm ARGS`` started in ``cwd`` with ``env``."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    for fd in (null, out_fd, err_fd):
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    if request.new_session:
+        os.setsid()
+    os.chdir(request.cwd)
+    zygote_path = os.environ.get("PYTHONPATH", "")
+    os.environ.clear()
+    os.environ.update(request.env)
+    extra = [
+        p for p in request.env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in zygote_path.split(os.pathsep)
+    ]
+    sys.path[1:1] = extra  # as the interpreter puts PYTHONPATH: after the script's folder
+    random.seed()  # a fresh interpreter's random state, not the zygote's
+    sys.argv = [request.module, *request.args]  # runpy puts the module's file in sys.argv[0]
+
+
+def _serve_one(listener: socket.socket, conn: socket.socket) -> Request | None:
+    """Read one request, fork the waiter; in the app process return its request, in the zygote None."""
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+    data = json.loads(message)
+    request = Request(data["module"], data["args"], data["cwd"], data["env"], data.get("new_session", False))
+    if os.fork():  # the zygote
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+        return None
+    try:  # the waiter: never back into the zygote's loop, whatever happens
+        listener.close()
+        app = os.fork()
+        if app == 0:
+            conn.close()
+            _child(request, fds[0], fds[1])
+            return request
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(f"{app}\n".encode())
+        _, status = os.waitpid(app, 0)
+        conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    except BaseException:  # the waiter, or the app process before it runs: print, and exit here
+        traceback.print_exc()
+        os._exit(70)
+    os._exit(0)
+
+
+def serve(path: str) -> Request | None:
+    """The zygote's loop: import, say ready, then fork a run per connection. Returns only in an app process."""
+    for name in PRELOAD:
+        __import__(name)
+    if threading.active_count() != 1:
+        raise SystemExit(f"appfork: importing the app started threads {threading.enumerate()}: cannot fork safely")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    print("ready", flush=True)
+    while True:
+        conn, _ = listener.accept()
+        try:
+            request = _serve_one(listener, conn)
+        except Exception as exc:  # a broken request: say so to that test, keep serving the others
+            print(f"appfork: {exc!r}", file=sys.stderr, flush=True)
+            conn.close()
+            continue
+        if request is not None:
+            listener.close()
+            return request
+        while True:  # reap the waiters that have finished
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+
+
+@dataclass
+class Zygote:
+    """The test process's handle on its zygote."""
+
+    proc: subprocess.Popen[str]
+    path: str
+
+    @classmethod
+    def launch(cls) -> Zygote:
+        folder = tempfile.mkdtemp(prefix="flowllm-appfork-")
+        path = os.path.join(folder, "socket")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.appfork", path],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the imports take a few seconds; a failure ends the process (empty line)
+        if line.strip() != "ready":
+            proc.kill()
+            raise RuntimeError(f"the app's zygote did not start (exit {proc.wait()})")
+        zygote = cls(proc, path)
+        atexit.register(zygote.stop)
+        return zygote
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def start(self, request: Request, stdout: int, stderr: int) -> AppProcess:
+        """The app started: ``stdout`` and ``stderr`` are file descriptors it writes to."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.path)
+            message = json.dumps(vars(request)).encode()
+            socket.send_fds(conn, [message], [stdout, stderr])
+            conn.shutdown(socket.SHUT_WR)
+            replies = _Lines(conn)
+            first = replies.next(START_TIMEOUT_S)
+            if first is None:
+                raise RuntimeError(f"the app's zygote did not start python -m {request.module} {request.args}")
+        except BaseException:
+            conn.close()
+            raise
+        return AppProcess([sys.executable, "-m", request.module, *request.args], int(first), replies)
+
+
+@dataclass
+class AppProcess:
+    """A started app, as much of ``subprocess.Popen`` as the tests use: ``pid``, ``poll``, ``wait``,
+    ``send_signal``, ``terminate``, ``kill`` and ``returncode``."""
+
+    args: list[str]
+    pid: int
+    _replies: _Lines
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self._status(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        status = self._status(float("inf") if timeout is None else timeout)
+        if status is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return status
+
+    def _status(self, timeout: float) -> int | None:
+        if self.returncode is None:
+            line = self._replies.next(timeout)
+            if line is not None:
+                self.returncode = int(line)
+                self._replies.conn.close()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self) -> AppProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.returncode is None:
+            self.kill()
+            self.wait()
+
+
+class _Lines:
+    """The zygote's replies on one connection, a line at a time, each awaited at most so long."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buffer = b""
+
+    def next(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.conn], [], [], left)[0]:
+                return None
+            chunk = self.conn.recv(4096)
+            if not chunk:
+                raise RuntimeError("the app's zygote closed the connection without an exit status")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def _text(handle: Any) -> str:
+    handle.seek(0)
+    return handle.read().decode("utf-8", errors="replace")
+
+
+_started: list[Zygote] = []  # this test process's zygote, started at the first run
+_starting = threading.Lock()
+
+
+def run_app(
+    args: list[str], *, cwd: Path, env: dict[str, str], timeout: float, module: str = "flowllm"
+) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS``, its output captured: forked from the zygote, or a plain subprocess where fork is
+    not available or ``FLOWLLM_TEST_FORK=0`` asks for one."""
+    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork"):
+        command = [sys.executable, "-m", module, *args]
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    command = [sys.executable, "-m", module, *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = _zygote().start(Request(module, args, str(cwd), env), out.fileno(), err.fileno())
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:  # the time is up: end it as subprocess.run does, with what it printed
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(command, timeout, _text(out), _text(err)) from None
+        return subprocess.CompletedProcess(command, proc.wait(), _text(out), _text(err))
+
+
+def start_app(
+    args: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stdout: int,
+    stderr: int,
+    module: str = "flowllm",
+    new_session: bool = False,
+) -> AppProcess | subprocess.Popen[Any]:
+    """``python -m MODULE ARGS`` started, its output to the file descriptors given (see ``run_app``)."""
+    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork"):
+        command = [sys.executable, "-m", module, *args]
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=new_session)
+    return _zygote().start(Request(module, args, str(cwd), env, new_session), stdout, stderr)
+
+
+def _zygote() -> Zygote:
+    with _starting:
+        if not _started or _started[0].proc.poll() is not None:
+            _started[:] = [Zygote.launch()]
+        return _started[0]
+
+
+def _main() -> None:
+    request = serve(sys.argv[1])
+    if request is None:
+        return
+    # The app process: run the app as ``python -m flowllm`` runs it, and exit as it exits (atexit handlers and
+    # non-daemon threads included).
+    spec = importlib.util.find_spec(request.module)
+    if spec is None:
+        raise SystemExit(f"{sys.executable}: No module named {request.module}")
+    main = f"{request.module}.__main__" if spec.submodule_search_locations is not None else request.module
+    sys.modules.pop(main, None)  # run afresh as __main__, as python -m does (runpy warns when it was imported)
+    runpy.run_module(request.module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    _main()
