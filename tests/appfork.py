@@ -211,12 +211,12 @@ class AppProcess:
         return self._status(0.0)
 
     def wait(self, timeout: float | None = None) -> int:
-        status = self._status(float("inf") if timeout is None else timeout)
+        status = self._status(timeout)
         if status is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return status
 
-    def _status(self, timeout: float) -> int | None:
+    def _status(self, timeout: float | None) -> int | None:
         if self.returncode is None:
             line = self._replies.next(timeout)
             if line is not None:
@@ -250,11 +250,14 @@ class _Lines:
         self.conn = conn
         self.buffer = b""
 
-    def next(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
+    def next(self, timeout: float | None) -> str | None:
+        """The next line, or None when ``timeout`` seconds passed first (None: wait as long as it takes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.conn], [], [], left)[0]:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if not select.select([self.conn], [], [], left)[0]:
                 return None
             chunk = self.conn.recv(4096)
             if not chunk:
