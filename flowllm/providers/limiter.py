@@ -2,8 +2,9 @@
 max_in_flight}``, shared by every task that sends to the provider, so a run stays inside its quota instead of
 learning it from 429s.
 
-    slot = await limiter.enter(estimated_tokens)   # waits: a 429's pause, an in-flight slot, request and
-    ...send...                                      # token budgets; slot.waited_s goes to the ledger
+    slot = await limiter.enter(tokens, retry=r)    # waits: a 429's pause, an in-flight slot (a retry goes first
+    ...send...                                      # in line for an adaptive one), request and token budgets;
+                                                    # slot.waited_s goes to the ledger
     limiter.leave(slot, used_tokens)                # frees the in-flight slot; tokens beyond the estimate are
                                                     # charged to the next caller
     limiter.back_off(retry_after_s)                 # a 429: every task waits it out, not only the one that got it
@@ -83,7 +84,7 @@ class Limiter(Protocol):
 
     counts_tokens: bool  # does enter() want a token estimate (worth computing)?
 
-    async def enter(self, estimated_tokens: int = 0) -> Slot: ...
+    async def enter(self, estimated_tokens: int = 0, *, retry: bool = False) -> Slot: ...
 
     def leave(self, slot: Slot, used_tokens: int | None = None) -> None: ...
 
@@ -95,7 +96,7 @@ class Unlimited:
 
     counts_tokens = False
 
-    async def enter(self, estimated_tokens: int = 0) -> Slot:
+    async def enter(self, estimated_tokens: int = 0, *, retry: bool = False) -> Slot:
         return Slot()
 
     def leave(self, slot: Slot, used_tokens: int | None = None) -> None:
@@ -240,12 +241,12 @@ class LocalLimiter:
             if turn > now:
                 await self.sleep(turn - now)
 
-    async def enter(self, estimated_tokens: int = 0) -> Slot:
+    async def enter(self, estimated_tokens: int = 0, *, retry: bool = False) -> Slot:
         started = self.clock()
         slot = Slot()
         await self._wait_pause()
         if self.adaptive is not None:
-            slot.adaptive = await self.adaptive.acquire()
+            slot.adaptive = await self.adaptive.acquire(retry=retry)
         try:
             if self.flight is not None:
                 await self.flight.acquire()

@@ -344,7 +344,9 @@ class ResilientProvider(ProviderFacade):
             reported = False
             try:
                 # The provider's rate limit, shared by every task: a 429's pause, in-flight slots, budgets.
-                limit = await route.limiter.enter(estimate_tokens(wire) if route.limiter.counts_tokens else 0)
+                limit = await route.limiter.enter(
+                    estimate_tokens(wire) if route.limiter.counts_tokens else 0, retry=state.number > 0
+                )
                 used_tokens: int | None = None
                 try:
                     state.slot = None

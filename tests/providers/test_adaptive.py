@@ -147,6 +147,32 @@ def test_a_flight_admits_its_share_and_wakes_waiters_in_order() -> None:
     assert asyncio.run(scenario()) == [0, 1]
 
 
+def test_a_retry_waits_before_the_first_tries_already_waiting() -> None:
+    """A call the provider refused goes first when it is sent again: behind the first tries it could meet the
+    refusal again each time, until it ran out of attempts (a task failed on 429s while the others ran)."""
+
+    async def scenario() -> list[str]:
+        aimd, _ = controller(start=1.0)
+        flight = AdaptiveFlight(aimd)
+        held = await flight.acquire()
+        order: list[str] = []
+
+        async def later(name: str, retry: bool) -> None:
+            ticket = await flight.acquire(retry=retry)
+            order.append(name)
+            flight.release(ticket, overloaded=None)
+
+        waiting = [asyncio.create_task(later("first a", False)), asyncio.create_task(later("first b", False))]
+        await asyncio.sleep(0)
+        waiting.append(asyncio.create_task(later("retry", True)))
+        await asyncio.sleep(0)
+        flight.release(held, overloaded=None)
+        await asyncio.gather(*waiting)
+        return order
+
+    assert asyncio.run(scenario()) == ["retry", "first a", "first b"]
+
+
 def test_auto_and_its_ceiling_are_read_from_the_setting() -> None:
     assert parse_auto("auto") == 64 and parse_auto("auto:12") == 12 and parse_auto(8) is None
     with pytest.raises(ValueError, match="auto:N"):

@@ -271,7 +271,7 @@ class AimdController:
 @dataclass
 class AdaptiveFlight:
     """The calls in flight of one provider and model in this process, held under its controller's limit (this
-    worker's share of it). Waiters are woken in order as calls end."""
+    worker's share of it). Waiters are woken in order as calls end, retries first."""
 
     controller: AimdController
     workers: int = 1
@@ -283,10 +283,15 @@ class AdaptiveFlight:
         """This process's calls at once: its share of the limit (at least one)."""
         return max(1, math.floor(self.controller.limit / self.workers))
 
-    async def acquire(self) -> Ticket:
+    async def acquire(self, *, retry: bool = False) -> Ticket:
+        """A slot, in turn; a ``retry`` (a call the provider refused, sent again) goes before the first tries
+        waiting: behind them it could be refused again and again until it ran out of attempts."""
         while self.in_flight >= self.allowed() or self._waiters:
             waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            if retry:
+                self._waiters.appendleft(waiter)
+            else:
+                self._waiters.append(waiter)
             try:
                 await waiter
             except asyncio.CancelledError:
