@@ -23,6 +23,7 @@ import os
 import random
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -127,6 +128,11 @@ def serve(path: str) -> Request | None:
     listener.listen(64)
     print("ready", flush=True)
     while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
+            raise SystemExit(0)  # the test process has gone (its end of our stdin closed): so do we
+        if listener not in ready:
+            continue
         conn, _ = listener.accept()
         try:
             request = _serve_one(listener, conn)
@@ -161,7 +167,7 @@ class Zygote:
             [sys.executable, "-m", "tests.appfork", path],
             cwd=ROOT,
             stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # never written: it closes when this process ends, however it ends
             text=True,
             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
         )
@@ -178,6 +184,7 @@ class Zygote:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
     def start(self, request: Request, stdout: int, stderr: int) -> AppProcess:
         """The app started: ``stdout`` and ``stderr`` are file descriptors it writes to."""
