@@ -284,8 +284,9 @@ class AdaptiveFlight:
         return max(1, math.floor(self.controller.limit / self.workers))
 
     async def acquire(self, *, retry: bool = False) -> Ticket:
-        """A slot, in turn; a ``retry`` (a call the provider refused, sent again) goes before the first tries
-        waiting: behind them it could be refused again and again until it ran out of attempts."""
+        """A slot, in turn; a ``retry`` (a call sent again after a failed attempt: a 429, an overload, a 5xx) goes
+        before the first tries waiting: behind them it could be refused again and again until it ran out of
+        attempts."""
         while self.in_flight >= self.allowed() or self._waiters:
             waiter = asyncio.get_running_loop().create_future()
             if retry:
