@@ -207,7 +207,7 @@ class Zygote:
 @dataclass
 class AppProcess:
     """A started app, as much of ``subprocess.Popen`` as the tests use: ``pid``, ``poll``, ``wait``,
-    ``send_signal``, ``terminate``, ``kill`` and ``returncode``."""
+    ``send_signal``, ``kill`` and ``returncode``."""
 
     args: list[str]
     pid: int
@@ -235,19 +235,8 @@ class AppProcess:
         if self.returncode is None:
             os.kill(self.pid, sig)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-    def __enter__(self) -> AppProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.returncode is None:
-            self.kill()
-            self.wait()
 
 
 class _Lines:
@@ -288,10 +277,9 @@ def run_app(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m MODULE ARGS``, its output captured: forked from the zygote, or a plain subprocess where fork is
     not available or ``FLOWLLM_TEST_FORK=0`` asks for one."""
-    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork"):
-        command = [sys.executable, "-m", module, *args]
-        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     command = [sys.executable, "-m", module, *args]
+    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork"):
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = _zygote().start(Request(module, args, str(cwd), env), out.fileno(), err.fileno())
         try:
