@@ -17,6 +17,7 @@ thread, never from the test process (which has threads of its own).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import json
 import os
@@ -26,6 +27,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -51,7 +53,15 @@ PRELOAD = (
     "anthropic",
     "openai",
     "hydra.utils",
+    # the built-in tool servers a run starts (as ``python -m``, through tests/applaunch.py)
+    "flowllm.tools.python",
+    "flowllm.tools.files",
+    "flowllm.tools.math",
+    "flowllm.tools.browse",
+    "flowllm.tools.search",
+    "flowllm.tools.audio",
 )
+LAUNCHER = Path(__file__).resolve().parent / "applaunch.py"
 START_TIMEOUT_S = 120.0
 
 
@@ -62,16 +72,18 @@ class Request:
     cwd: str
     env: dict[str, str]
     new_session: bool = False  # subprocess's start_new_session
+    # From tests/applaunch.py: its stdin comes too, and the module's process ends if the launcher ends first.
+    launcher: bool = False
 
 
-def _child(request: Request, out_fd: int, err_fd: int) -> None:
-    """In the forked app process: become ``python -m flowllm ARGS`` started in ``cwd`` with ``env``."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
-    for fd in (null, out_fd, err_fd):
-        os.close(fd)
+def _child(request: Request, fds: list[int]) -> None:
+    """In the forked app process: become ``python -m MODULE ARGS`` started in ``cwd`` with ``env``."""
+    streams = fds if request.launcher else [os.open(os.devnull, os.O_RDONLY), *fds]
+    for target, fd in enumerate(streams):
+        os.dup2(fd, target)
+    for fd in streams:
+        if fd > 2:
+            os.close(fd)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
@@ -91,9 +103,13 @@ def _child(request: Request, out_fd: int, err_fd: int) -> None:
 
 def _serve_one(listener: socket.socket, conn: socket.socket) -> Request | None:
     """Read one request, fork the waiter; in the app process return its request, in the zygote None."""
-    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     data = json.loads(message)
-    request = Request(data["module"], data["args"], data["cwd"], data["env"], data.get("new_session", False))
+    request = Request(**data)
+    if len(fds) != (3 if request.launcher else 2):
+        for fd in fds:
+            os.close(fd)
+        raise ValueError(f"a request with {len(fds)} file descriptors")
     if os.fork():  # the zygote
         conn.close()
         for fd in fds:
@@ -101,20 +117,60 @@ def _serve_one(listener: socket.socket, conn: socket.socket) -> Request | None:
         return None
     try:  # the waiter: never back into the zygote's loop, whatever happens
         listener.close()
+        launcher = _peer_pid(conn) if request.launcher else None
         app = os.fork()
         if app == 0:
             conn.close()
-            _child(request, fds[0], fds[1])
+            _child(request, fds)
             return request
         for fd in fds:
             os.close(fd)
-        conn.sendall(f"{app}\n".encode())
+        _tell(conn, app)
+        if launcher is not None:
+            _end_with(app, launcher)
         _, status = os.waitpid(app, 0)
-        conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+        _tell(conn, os.waitstatus_to_exitcode(status))
     except BaseException:  # the waiter, or the app process before it runs: print, and exit here
         traceback.print_exc()
         os._exit(70)
     os._exit(0)
+
+
+def _tell(conn: socket.socket, number: int) -> None:
+    """One reply line; whoever asked may have ended (a launcher SIGKILLed with its app): then nobody is told."""
+    with contextlib.suppress(BrokenPipeError):
+        conn.sendall(f"{number}\n".encode())
+
+
+def _peer_pid(conn: socket.socket) -> int:
+    """The process at the other end of a Unix socket (``SO_PEERCRED``: pid, uid, gid)."""
+    pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return int(pid)
+
+
+def _end_with(app: int, launcher: int) -> None:
+    """Wait until ``app`` exits, SIGKILLing it if ``launcher`` (a process that stands in for it) exits first."""
+    app_fd = os.pidfd_open(app)
+    try:
+        launcher_fd = os.pidfd_open(launcher)
+    except ProcessLookupError:
+        os.kill(app, signal.SIGKILL)
+        return
+    try:
+        ready, _, _ = select.select([app_fd, launcher_fd], [], [])
+        if app_fd not in ready:
+            os.kill(app, signal.SIGKILL)
+    finally:
+        os.close(app_fd)
+        os.close(launcher_fd)
+
+
+def _write_launcher(folder: str) -> None:
+    """``python`` in ``folder``: tests/applaunch.py under a ``#!`` line naming this interpreter."""
+    path = os.path.join(folder, "python")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"#!{sys.executable} -SI\n{LAUNCHER.read_text(encoding='utf-8')}")
+    os.chmod(path, 0o755)
 
 
 def serve(path: str) -> Request | None:
@@ -123,6 +179,7 @@ def serve(path: str) -> Request | None:
         __import__(name)
     if threading.active_count() != 1:
         raise SystemExit(f"appfork: importing the app started threads {threading.enumerate()}: cannot fork safely")
+    _write_launcher(os.path.dirname(path))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -315,18 +372,62 @@ def _zygote() -> Zygote:
         return _started[0]
 
 
+def _exit_code(exc: SystemExit) -> int:
+    """The exit status ``SystemExit`` gives an interpreter (a message is printed, and the status is 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _run_as_main(module: str) -> None:
+    """``python -m MODULE`` in this process, and its exit, without the interpreter's teardown.
+
+    An interpreter that ends waits for its non-daemon threads, runs the ``atexit`` handlers, flushes its standard
+    streams and exits with the status ``SystemExit`` gave (1 and a traceback for another exception; an uncaught
+    Ctrl-C kills it with SIGINT). That is done here, and then ``os._exit``: the rest of a teardown, freeing every
+    module the zygote imported (the SDKs, Hydra, MCP...), costs about a CPU-second and is seen by nobody.
+    """
+    interrupted = False
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            raise SystemExit(f"{sys.executable}: No module named {module}")
+        main = f"{module}.__main__" if spec.submodule_search_locations is not None else module
+        sys.modules.pop(main, None)  # run afresh as __main__, as python -m does (runpy warns when it was imported)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code, interrupted = 1, True
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # The interpreter's own first steps of an exit: its thread-exit hooks (executors' workers told to stop) and a
+    # join of every non-daemon thread, then the atexit handlers.
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
 def _main() -> None:
-    request = serve(sys.argv[1])
+    socket_path = sys.argv[1]
+    request = serve(socket_path)
     if request is None:
         return
-    # The app process: run the app as ``python -m flowllm`` runs it, and exit as it exits (atexit handlers and
-    # non-daemon threads included).
-    spec = importlib.util.find_spec(request.module)
-    if spec is None:
-        raise SystemExit(f"{sys.executable}: No module named {request.module}")
-    main = f"{request.module}.__main__" if spec.submodule_search_locations is not None else request.module
-    sys.modules.pop(main, None)  # run afresh as __main__, as python -m does (runpy warns when it was imported)
-    runpy.run_module(request.module, run_name="__main__", alter_sys=True)
+    if request.module == "flowllm":  # the app's Python children (tool servers, workers) are forked too
+        sys.executable = os.path.join(os.path.dirname(socket_path), "python")
+    _run_as_main(request.module)
 
 
 if __name__ == "__main__":

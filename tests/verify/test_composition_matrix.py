@@ -24,7 +24,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from flowllm.bundle.cli import verify_main
 from flowllm.bundle.make import make_bundle
 from flowllm.exit_codes import ExitCode
 from flowllm.rundir.results import TaskResult
@@ -244,7 +243,8 @@ def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> 
     # too: its stopped tasks stop where they did, those it never started do not start.
     if row.then == "none":
         make_bundle(base, tmp_path / "run.tar.zst")
-        assert verify_main([str(tmp_path / "run.tar.zst"), "--dataset", str(MATRIX)]) == ExitCode.OK
+        verified = run_flowllm("verify", str(tmp_path / "run.tar.zst"), "--dataset", str(MATRIX))
+        assert verified.returncode == ExitCode.OK, verified.stdout[-3000:] + verified.stderr[-3000:]
     if row.then in ("replay", "fork", "fork_at_turn"):
         follow = tmp_path / row.then
         run_ok(*row.overrides(url, row.then), *row.follow_up(base), f"hydra.run.dir={follow}", exits=FOLLOW_UP_EXITS)
