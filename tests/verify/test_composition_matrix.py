@@ -83,7 +83,9 @@ class Row:
     def live(self) -> list[str]:
         """The provider of the first run (the one a replay or a fork reads)."""
         found = [f"provider={self.wire}", f"provider.emulator_script={MATRIX / 'script.yaml'}"]
-        return found + (["provider.batch.enabled=true"] if self.batch == "on" else [])
+        # A batch goes out 0.3 s after its first call and is polled every 0.05 s (5 s by default: minutes a row).
+        batched = ["provider.batch.enabled=true", "provider.batch.max_wait_s=0.3", "provider.batch.poll_s=0.05"]
+        return found + (batched if self.batch == "on" else [])
 
     def follow_up(self, base: Path) -> list[str]:
         replay = ["provider=replay", f"provider.run_dir={self.store_url('base') or base}"]
