@@ -7,9 +7,9 @@ file stand for two worker processes) and a fake clock; the end-to-end tests run 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,17 @@ from flowllm.providers.ledger import UsageLedger
 from flowllm.spend.pricing import PriceTable
 from flowllm.spend.projection import Projector
 from flowllm.spend.spending import RunBudget, SpendBook, TaskGate, TaskLimits, refuse_unpriced
-from tests.experiment.helpers import CSV_TASK, GAIA, LIST_TASK, MATH_TASK, WRONG_TASK, gaia_overrides, run_flowllm
+from tests.appfork import run_app
+from tests.experiment.helpers import (
+    CSV_TASK,
+    GAIA,
+    LIST_TASK,
+    MATH_TASK,
+    ROOT,
+    WRONG_TASK,
+    gaia_overrides,
+    run_flowllm,
+)
 
 MODEL = "priced-model"
 PRICES = PriceTable.from_mapping({MODEL: {"input": 1.0, "output": 10.0}})  # USD per million tokens
@@ -277,16 +287,11 @@ def test_score_partial_false_leaves_a_limited_answer_unscored(tmp_path: Path) ->
 
 
 def run_flowllm_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+    return run_app(list(args), module=module, cwd=ROOT, env=dict(os.environ), timeout=300)
 
 
 def run_flowllm_inspect(run_dir: Path) -> str:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", str(run_dir)], capture_output=True, text=True, timeout=300
-    )
+    done = run_flowllm_module("flowllm.inspect", str(run_dir))
     assert done.returncode in (0, 1), done.stderr
     return done.stdout
 

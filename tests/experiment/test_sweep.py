@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from omegaconf import DictConfig
 from flowllm.engine.recorder import read_json
 from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
 from flowllm.sweep.summary import build_sweep_summary, collect, main
+from tests.appfork import run_app
 from tests.experiment.helpers import GAIA, LIST_TASK, ROOT, WRONG_TASK, gaia_overrides, run_flowllm
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -144,12 +144,8 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         assert (sweep_dir / SWEEP_PLOT_FILE).read_bytes().startswith(b"\x89PNG")
     # The jobs' own folders are enough to rebuild it.
     (sweep_dir / SWEEP_SUMMARY_FILE).unlink()
-    rebuilt = subprocess.run(
-        [sys.executable, "-m", "flowllm.sweep.summary", str(sweep_dir), "--no-plot"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    rebuilt = run_app(
+        [str(sweep_dir), "--no-plot"], module="flowllm.sweep.summary", cwd=ROOT, env=dict(os.environ), timeout=600
     )
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert read_json(sweep_dir / SWEEP_SUMMARY_FILE)["jobs"] == summary["jobs"]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flowllm.inspect.cli import main
+from tests.appfork import run_app
 from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, PROJECT_ROOT, FixtureRuns
 
 
@@ -186,11 +186,11 @@ def test_an_older_layout_is_read(runs: FixtureRuns, tmp_path: Path, capsys: pyte
 
 
 def test_module_entry_point(runs: FixtureRuns) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", str(runs.original.run_dir), "tasks", "--json"],
+    done = run_app(
+        [str(runs.original.run_dir), "tasks", "--json"],
+        module="flowllm.inspect",
         cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
+        env=dict(os.environ),
         timeout=600,
     )
     assert done.returncode == 0, done.stderr

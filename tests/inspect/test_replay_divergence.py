@@ -8,15 +8,15 @@ misses that turn for the lenient task and, run without tools, diverges for the o
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flowllm.inspect.cli import main
+from tests.appfork import run_app
 from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, PROJECT_ROOT, FixtureRuns
 
 
@@ -155,11 +155,11 @@ def test_summary_names_the_tasks_that_did_not_replay_exactly(
 
 
 def test_tasks_replay_filter_from_the_command_line(runs: FixtureRuns) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", str(runs.strict.run_dir), "tasks", "--replay", "diverged"],
+    done = run_app(
+        [str(runs.strict.run_dir), "tasks", "--replay", "diverged"],
+        module="flowllm.inspect",
         cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
+        env=dict(os.environ),
         timeout=600,
     )
     assert done.returncode == 0, done.stderr

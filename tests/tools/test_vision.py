@@ -8,7 +8,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
@@ -20,6 +19,7 @@ from flowllm.core.images import image_media_type
 from flowllm.resources import bundled
 from flowllm.tools.browse import UrlPolicy
 from flowllm.tools.web.cache import CacheMode, WebCache
+from tests.appfork import run_app
 from tests.loopback import serve_http
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,11 +93,8 @@ async def test_private_addresses_and_runs_without_urls_are_refused(tmp_path: Pat
 
 
 def run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_app(
         [
-            sys.executable,
-            "-m",
-            "flowllm",
             "+experiment=web_sample",
             f"dataset.task_ids=[{TASK}]",
             "progress=false",
@@ -105,8 +102,6 @@ def run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
             *overrides,
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=600,  # a hang guard only
         env={k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
     )

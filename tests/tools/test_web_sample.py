@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.appfork import run_app
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = ("legacy", "graph", "graph_parallel")
@@ -20,11 +21,8 @@ pytest.importorskip("trafilatura")
 
 
 def run(runner: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_app(
         [
-            sys.executable,
-            "-m",
-            "flowllm",
             "+experiment=web_sample",
             "progress=false",
             f"runner={runner}",
@@ -35,8 +33,6 @@ def run(runner: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
             f"hydra.run.dir={run_dir}",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=900,  # a hang guard only
         env={k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
     )

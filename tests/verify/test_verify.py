@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -166,11 +164,11 @@ def test_exports_are_compared_with_the_run(
     the submission is named by its line."""
     log, submission = tmp_path / "run.eval", tmp_path / "answers.jsonl"
     for fmt, path in (("inspect", log), ("gaia-submission", submission)):
-        done = subprocess.run(
-            [sys.executable, "-m", "flowllm.inspect", "export", str(sample_run), "--format", fmt, "-o", str(path)],
+        done = run_app(
+            ["export", str(sample_run), "--format", fmt, "-o", str(path)],
+            module="flowllm.inspect",
             cwd=ROOT,
-            capture_output=True,
-            text=True,
+            env=dict(os.environ),
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
@@ -190,12 +188,8 @@ def test_inspect_and_the_report_say_whether_a_run_verifies(old_runs: Path) -> No
     from flowllm.inspect.report import build_report_data
 
     for name, verified in (("plain", True), ("fork", False)):
-        done = subprocess.run(
-            [sys.executable, "-m", "flowllm.inspect", str(old_runs / name), "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        done = run_app(
+            [str(old_runs / name), "--json"], module="flowllm.inspect", cwd=ROOT, env=dict(os.environ), timeout=300
         )
         assert done.returncode == 0, done.stderr
         shown = json.loads(done.stdout)["verification"]
