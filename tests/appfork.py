@@ -365,6 +365,14 @@ def start_app(
     return _zygote().start(Request(module, args, str(cwd), env, new_session), stdout, stderr)
 
 
+def launcher() -> str | None:
+    """The zygote's launcher (tests/applaunch.py): ``python -m flowllm`` started with it is forked; None where
+    forking is off (``FLOWLLM_TEST_FORK=0``, or no ``fork``)."""
+    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork"):
+        return None
+    return os.path.join(os.path.dirname(_zygote().path), "python")
+
+
 def _zygote() -> Zygote:
     with _starting:
         if not _started or _started[0].proc.poll() is not None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import compileall
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.appfork import launcher
 from tests.experiment.helpers import run_flowllm
 from tests.experiment.s3_server import S3Server, weed_binary
 from tests.verify.old_runs import unpack_old_runs
@@ -34,6 +36,15 @@ def serial_terminal_size() -> Iterator[None]:
             patch.delenv("COLUMNS", raising=False)
             patch.delenv("LINES", raising=False)
         yield
+
+
+@pytest.fixture
+def forked_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For flowllm code a test calls in its own process that starts ``python -m flowllm`` (a bundle's replay, a
+    bisect's forks): ``sys.executable`` is the zygote's launcher, so that run is forked (tests/appfork.py)."""
+    path = launcher()
+    if path is not None:
+        monkeypatch.setattr(sys, "executable", path)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,9 @@ from flowllm.rundir.results import RunSummary
 from tests.bundle.test_bundle import unpacked
 from tests.experiment.helpers import run_flowllm
 
+# What this calls in process may start `python -m flowllm` (a bundle's replay, a bisect's forks): forked.
+pytestmark = pytest.mark.usefixtures("forked_python")
+
 MATRIX = Path(__file__).resolve().parents[1] / "verify" / "data" / "matrix"
 STOPPED = "sample-02-word-count"  # the task the budget stops, after its first turn
 
@@ -42,6 +45,7 @@ def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_edited_budget_stopped_task_does_not_reproduce(
     stopped_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+
     budget = RunSummary.from_dict(orjson.loads(RunLayout(stopped_run).summary.read_bytes())).budget
     assert budget is not None and list(budget.stopped_tasks) == [STOPPED] and budget.not_started > 0
     make_bundle(stopped_run, tmp_path / "run.tar.zst")

@@ -23,6 +23,9 @@ from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
 from tests.experiment.helpers import run_flowllm
 
+# What this calls in process may start `python -m flowllm` (a bundle's replay, a bisect's forks): forked.
+pytestmark = pytest.mark.usefixtures("forked_python")
+
 DATA = Path(__file__).resolve().parent / "data" / "gaialike"
 TASK_IDS = ("bundle-01-abbey", "bundle-02-number", "bundle-03-town")
 CANARIES = {
@@ -37,6 +40,7 @@ OVERRIDES = (
     "~tools.servers.tool-math",
     f"+tools.servers.tool-python.env.CANARY_TOKEN={TOOL_TOKEN}",
 )
+
 REPRODUCED = re.compile(r"reproduced: (\S+)% ± (\S+) \[(\S+), (\S+)\] n=(\d+), (\d+)/(\d+) tasks replayed exactly")
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,14 @@ from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.rundir.store import local_run
 from flowllm.verify.cli import main as verify_main
+from tests.appfork import run_app
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server
 from tests.experiment.test_resume_in_task import TASKS, Session, Sessions, held_call, kill_when, results, resumed_turns
+
+# What this calls in process may start `python -m flowllm` (a bundle's replay, a bisect's forks): forked.
+pytestmark = pytest.mark.usefixtures("forked_python")
+
 
 SAMPLE_TASKS = 4  # the sample's first four: two in each shard
 SHARDS = 2
@@ -98,29 +103,20 @@ def stored(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> StoredRun:
     thread = threading.Thread(target=poller.run, daemon=True)
     thread.start()
     try:
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "flowllm",
-                    "progress=false",
-                    f"dataset.limit={SAMPLE_TASKS}",
-                    f"experiment.shard={i}/{SHARDS}",
-                    f"experiment.store={url}",
-                    f"hydra.run.dir={folder}",
-                ],
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**os.environ, **store_env(s3, root / "cache")},
-            )
+        env = {**os.environ, **store_env(s3, root / "cache")}
+        shards = [
+            [
+                "progress=false",
+                f"dataset.limit={SAMPLE_TASKS}",
+                f"experiment.shard={i}/{SHARDS}",
+                f"experiment.store={url}",
+                f"hydra.run.dir={folder}",
+            ]
             for i, (url, folder) in enumerate(zip(urls, folders, strict=True))
         ]
-        for proc in procs:
-            _, err = proc.communicate(timeout=300)
-            assert proc.returncode == 0, err[-3000:]
+        with ThreadPoolExecutor(SHARDS) as pool:  # the shards run at once, as on separate machines
+            for done in pool.map(lambda args: run_app(args, cwd=ROOT, env=env, timeout=300), shards):
+                assert done.returncode == 0, done.stderr[-3000:]
     finally:
         poller.stop.set()
         thread.join()

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,26 +64,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start_flowllm(run_dir: Path, *overrides: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "flowllm", f"hydra.run.dir={run_dir}", "progress=false", *overrides],
-        cwd=PROJECT_ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(run_dir: Path, proc: subprocess.Popen[str]) -> Finished:
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    return Finished(run_dir, proc.returncode, out, err)
-
-
 def run_flowllm(run_dir: Path, *overrides: str) -> Finished:
     args = [f"hydra.run.dir={run_dir}", "progress=false", *overrides]
     try:
@@ -91,6 +71,13 @@ def run_flowllm(run_dir: Path, *overrides: str) -> Finished:
     except subprocess.TimeoutExpired as exc:
         return Finished(run_dir, -9, str(exc.output or ""), str(exc.stderr or ""))
     return Finished(run_dir, done.returncode, done.stdout, done.stderr)
+
+
+def run_all(jobs: dict[str, tuple[Path, tuple[str, ...]]]) -> dict[str, Finished]:
+    """Runs (a name: its folder and overrides), ``AT_ONCE`` at a time."""
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        started = {name: pool.submit(run_flowllm, folder, *args) for name, (folder, args) in jobs.items()}
+        return {name: future.result() for name, future in started.items()}
 
 
 @dataclass(frozen=True)
@@ -126,13 +113,7 @@ def fixture_runs(base: Path) -> FixtureRuns:
         )
         # provider=replay without provider.run_dir: must be refused with one line before any task starts.
         jobs["no-run-dir"] = (base / "replay-no-run-dir", ("provider=replay", TASK_OVERRIDE))
-        done: dict[str, Finished] = {}
-        names = list(jobs)
-        for i in range(0, len(names), AT_ONCE):
-            batch = {
-                name: (jobs[name][0], start_flowllm(jobs[name][0], *jobs[name][1])) for name in names[i : i + AT_ONCE]
-            }
-            done.update({name: finish(d, proc) for name, (d, proc) in batch.items()})
+        done = run_all(jobs)
         runs = FixtureRuns(
             original=original,
             replays={r: done[f"runner-{r}"] for r in RUNNERS},

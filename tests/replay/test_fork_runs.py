@@ -18,7 +18,7 @@ from flowllm.providers.ledger import UsageLedger
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import LedgerLine
 from flowllm.spend.task_usage import read_bills
-from tests.replay.runs import TASK_OVERRIDE, Finished, finish, run_flowllm, start_flowllm
+from tests.replay.runs import TASK_OVERRIDE, Finished, run_all, run_flowllm
 
 FORK = ("provider.fork=live", "provider.live=offline")
 
@@ -41,8 +41,7 @@ def fork_runs(tmp_path_factory: pytest.TempPathFactory) -> ForkRuns:
             ("provider=replay", f"provider.run_dir={saved.run_dir}", *FORK, "repair=strict"),
         ),
     }
-    started = {name: (run_dir, start_flowllm(run_dir, *args)) for name, (run_dir, args) in jobs.items()}
-    done = {name: finish(run_dir, proc) for name, (run_dir, proc) in started.items()}
+    done = run_all(jobs)
     return ForkRuns(saved, done["live"].check(), done["fork"].check())
 
 

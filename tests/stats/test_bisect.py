@@ -16,6 +16,9 @@ from flowllm.inspect.cli import main as inspect_main
 from flowllm.verify import audit_run
 from tests.experiment.helpers import start_flowllm
 
+# What this calls in process may start `python -m flowllm` (a bundle's replay, a bisect's forks): forked.
+pytestmark = pytest.mark.usefixtures("forked_python")
+
 IDS = ("sample-02-word-count", "sample-06-fibonacci", "sample-09-arithmetic")
 TASKS = f"dataset.task_ids=[{','.join(IDS)}]"
 
@@ -35,6 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_bisect_attributes_the_difference_to_each_setting(
     runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+
     a, b = runs
     capture = tmp_path / "requests.jsonl"
     monkeypatch.setenv(CAPTURE_ENV, str(capture))  # the forks' emulators log every request they answer

@@ -18,6 +18,9 @@ from flowllm.inspect.cli import main as inspect_main
 from flowllm.rundir.results import TaskResult
 from tests.experiment.helpers import start_flowllm
 
+# What this calls in process may start `python -m flowllm` (a bundle's replay, a bisect's forks): forked.
+pytestmark = pytest.mark.usefixtures("forked_python")
+
 IDS = ("sample-02-word-count", "sample-09-arithmetic")  # max_turns=1 breaks sample-02 (it needs three turns)
 
 
@@ -47,6 +50,7 @@ def flat(value: Any, prefix: str = "") -> dict[str, Any]:
 def test_two_jobs_of_a_sweep_are_planned_and_a_whole_sweep_is_refused(
     sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+
     out = tmp_path / "forks"
     plan = bisect_json(capsys, str(sweep / "0"), str(sweep / "1"), "--out", str(out), "--dry-run")
     assert plan["settings_forked"] == [{"setting": "agent.max_turns", "overrides": ["agent.max_turns=1"]}]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.appfork import run_app
 from tests.compat.server import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,11 +81,8 @@ def test_every_kind_of_server_composes_in_one_run_over_two_workers(tmp_path: Pat
     flaky = (
         f"{{command: python, args: ['{SERVERS / 'flaky_server.py'}'], scope: task, env: {{FLAKY_STATE: '{tmp_path}'}}}}"
     )
-    proc = subprocess.run(
+    proc = run_app(
         [
-            sys.executable,
-            "-m",
-            "flowllm",
             "+experiment=web_sample",
             "+subagents=analyst",
             "experiment.workers=2",
@@ -98,8 +96,6 @@ def test_every_kind_of_server_composes_in_one_run_over_two_workers(tmp_path: Pat
             f"hydra.run.dir={run_dir}",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=900,  # a hang guard only
         env={k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
     )

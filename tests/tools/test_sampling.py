@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,11 +154,8 @@ def write_run_inputs(folder: Path) -> tuple[Path, Path]:
 
 
 def run_flowllm(data: Path, run_dir: Path, *overrides: str) -> None:
-    proc = subprocess.run(
+    proc = run_app(
         [
-            sys.executable,
-            "-m",
-            "flowllm",
             "progress=false",
             f"dataset.path={data}",
             "tools=none",
@@ -171,8 +166,6 @@ def run_flowllm(data: Path, run_dir: Path, *overrides: str) -> None:
             *overrides,
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=600,  # a hang guard only
         env={k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
     )
