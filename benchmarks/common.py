@@ -114,7 +114,7 @@ class Sizes:
             recorder_turns=5,
             fanout_k=(1, 2),
             tool_seconds=0.01,
-            concurrency=(1, 3),
+            concurrency=(3,),  # one level: each starts the workers' and Inspect AI's processes
             concurrency_turns=2,
             latency_s=0.01,
             replay_tasks=3,

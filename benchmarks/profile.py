@@ -374,7 +374,7 @@ def _last_json(stdout: str) -> dict[str, Any]:
     return dict(json.loads(lines[-1]))
 
 
-def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int) -> dict[str, Profile]:
+def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int, repeats: int = REPEATS) -> dict[str, Profile]:
     from benchmarks import replay
     from benchmarks.concurrency import EmulatorProcess, emulator_script
     from benchmarks.stack import multi_turn_answer
@@ -390,20 +390,20 @@ def measure(tasks: int, turns: int, replay_tasks: int, replay_turns: int) -> dic
             live = [python(), "-m", "benchmarks.concurrency", "--child", "--tasks", str(tasks)]
             live += ["--turns", str(turns), "--latency", "0.1", "--base-url", emulator.base_url, "--snapshot", "none"]
             runs = []
-            for n in range(REPEATS):
+            for n in range(repeats):
                 (folder / f"live-{n}").mkdir()
                 runs.append(_profiled([*live, "--folder", str(folder / f"live-{n}")], folder / f"live-{n}"))
             profiles["flowllm"] = Profile.of(runs, "cpu_s")
             floor_cmd = [python(), "-m", "benchmarks.floor", "--tasks", str(tasks), "--turns", str(turns)]
             floor_cmd += ["--base-url", emulator.base_url, "--answer", multi_turn_answer(turns)]
-            runs = [_profiled(floor_cmd, folder / f"floor-{n}") for n in range(REPEATS)]
+            runs = [_profiled(floor_cmd, folder / f"floor-{n}") for n in range(repeats)]
             profiles["floor"] = Profile.of(runs, "cpu_s")
         rsizes = Sizes(**{**sizes.__dict__, "replay_tasks": replay_tasks, "replay_turns": replay_turns})
         source, dataset, _ = replay.make_source(folder / "replay-source", rsizes)
         replay_cmd = [python(), "-m", "benchmarks.replay", "--child", "--source", str(source)]
         replay_cmd += ["--dataset", str(dataset), "--snapshot", "none", "--turns", str(replay_turns)]
         runs = []
-        for n in range(REPEATS):
+        for n in range(repeats):
             out = folder / f"replay-out-{n}"
             runs.append(_profiled([*replay_cmd, "--folder", str(out)], folder / f"replay-{n}"))
         profiles["replay"] = Profile.of(runs, "wall_s")
@@ -466,11 +466,13 @@ def summary(profiles: dict[str, Profile]) -> str:
     )
 
 
-def section_from(profiles: dict[str, Profile], tasks: int, turns: int, replay_tasks: int) -> Section:
+def section_from(
+    profiles: dict[str, Profile], tasks: int, turns: int, replay_tasks: int, repeats: int = REPEATS
+) -> Section:
     intro = (
         f"`python -m benchmarks.profile`: py-spy samples ({RATE_HZ} Hz, non-blocking, `--gil`: only the thread "
         f"holding the interpreter lock, so threads waiting in file-system calls are not counted as busy) of "
-        f"{REPEATS} runs each of the concurrency child at {tasks} tasks x {turns} turns (100 ms model latency, "
+        f"{repeats} runs each of the concurrency child at {tasks} tasks x {turns} turns (100 ms model latency, "
         f"recorder off), of the bare-SDK floor on the same emulator, and of a one-core replay of {replay_tasks} "
         "saved tasks (recorder off). Only the timed part of each run counts. Each sample goes to the component of "
         "its innermost frame that belongs to one; general-purpose libraries (pydantic, json, copy, logging, "
@@ -488,8 +490,9 @@ def run(sizes: Sizes) -> Section:
         return Section("Where the CPU goes per turn", note, [], [], [])
     tasks = 20 if sizes.in_process else 500
     replay_tasks = 20 if sizes.in_process else 400
-    profiles = measure(tasks, sizes.concurrency_turns, replay_tasks, sizes.replay_turns)
-    return section_from(profiles, tasks, sizes.concurrency_turns, replay_tasks)
+    repeats = 1 if sizes.in_process else REPEATS  # a smoke run profiles each command once
+    profiles = measure(tasks, sizes.concurrency_turns, replay_tasks, sizes.replay_turns, repeats)
+    return section_from(profiles, tasks, sizes.concurrency_turns, replay_tasks, repeats)
 
 
 def main(argv: list[str] | None = None) -> int:
