@@ -1,5 +1,6 @@
-"""The whole app as a user runs it: `python -m flowllm` in its own process, offline, through the real SDK,
-the loopback emulator and real MCP tool servers. The three runners must leave identical artifacts."""
+"""The whole app as a user runs it: `python -m flowllm` in a fresh interpreter, offline, through the real SDK,
+the loopback emulator and real MCP tool servers. The three runners must leave identical artifacts. The other
+runs here (a turn limit, user errors) are forked with the app imported (tests/appfork.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.tools.sandbox.execute import probe_bwrap
+from tests.appfork import run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ("legacy", "graph", "graph_parallel")
@@ -38,6 +40,12 @@ def flowllm(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def forked_flowllm(
+    *overrides: str, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    return run_app(["progress=false", *overrides], cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +142,7 @@ def test_results_agree_across_runners(runs: dict[str, Path]) -> None:
 
 
 def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
-    proc = flowllm("agent.max_turns=1", "dataset.task_ids=[sample-02-word-count]", f"hydra.run.dir={tmp_path}")
+    proc = forked_flowllm("agent.max_turns=1", "dataset.task_ids=[sample-02-word-count]", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr
     result = read_json(tmp_path / "tasks" / "sample-02-word-count" / "result.json")
     # Turn 1 called a tool, the limit was reached, turn 2 asked for the final answer without tools.
@@ -157,7 +165,7 @@ def test_max_turns_ends_with_a_summary_turn(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_clear_line(overrides: list[str], env: dict[str, str], needle: str, tmp_path: Path) -> None:
-    proc = flowllm(*overrides, f"hydra.run.dir={tmp_path}", env=env, timeout=600)
+    proc = forked_flowllm(*overrides, f"hydra.run.dir={tmp_path}", env=env, timeout=600)
     assert proc.returncode != 0
     assert needle in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ import pytest
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan
 from flowllm.rundir.results import RunSummary, TaskResult
-from tests.appfork import start_app
+from tests.appfork import run_app, start_app
 from tests.experiment.helpers import DATA, ROOT, TEST_CONF, run_flowllm
 
 RESUME = DATA / "resume"
@@ -189,16 +188,12 @@ def test_a_killed_run_resumes_inside_its_tasks(sessions: Sessions, reference: Se
     summary = check_resumed(reference, killed, turns={"resume-a": 2, "resume-b": 2, "resume-c": 0})
     assert summary.resumed == 1 and summary.completed == summary.correct == 3
     # The auditor accepts the resumed run and finds its resumed turns in the ledger.
-    verified = subprocess.run(
-        [sys.executable, "-m", "flowllm", "verify", str(killed.run_dir)], cwd=ROOT, capture_output=True, text=True
-    )
+    verified = run_app(["verify", str(killed.run_dir)], cwd=ROOT, env=dict(os.environ), timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     # A resumed-turn count the evidence does not back is named.
     result = killed.run_dir / "tasks" / "resume-a" / "result.json"
     result.write_text(result.read_text().replace('"resumed_turns": 2', '"resumed_turns": 9'))
-    verified = subprocess.run(
-        [sys.executable, "-m", "flowllm", "verify", str(killed.run_dir)], cwd=ROOT, capture_output=True, text=True
-    )
+    verified = run_app(["verify", str(killed.run_dir)], cwd=ROOT, env=dict(os.environ), timeout=300)
     assert verified.returncode != 0 and "resumed_turns: the run says 9, the evidence gives 'at most 3'" in (
         verified.stdout + verified.stderr
     )
@@ -289,7 +284,5 @@ def test_each_attempt_of_pass_at_k_resumes_from_its_own_turns(sessions: Sessions
     killed.run()
     # resume-b: its first attempt's four calls and its second's first two answered from the saved turns
     check_resumed(reference, killed, turns={"resume-a": 2, "resume-b": 6, "resume-c": 0})
-    verified = subprocess.run(
-        [sys.executable, "-m", "flowllm", "verify", str(killed.run_dir)], cwd=ROOT, capture_output=True, text=True
-    )
+    verified = run_app(["verify", str(killed.run_dir)], cwd=ROOT, env=dict(os.environ), timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
