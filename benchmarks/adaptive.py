@@ -173,7 +173,7 @@ def run_all(calls: int, rpm: float, latency: float) -> Section:
 
 def run(sizes: Sizes) -> Section:
     quick = sizes == Sizes.quick()
-    return run_all(30, 1200.0, 0.1) if quick else run_all(1800, 1800.0, 0.5)
+    return run_all(30, 6000.0, 0.05) if quick else run_all(1800, 1800.0, 0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
