@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import overhead, run
+from benchmarks import overhead, run, startup
 from benchmarks.common import Sizes, Stat, md_table
 from benchmarks.turn_fixture import trivial_pipeline, turn_inputs, typical_turn
 from flowllm.engine import TurnContext, make_runner
@@ -101,3 +101,43 @@ def test_stat_and_table_helpers() -> None:
 def test_script_entry_points_exist() -> None:
     root = Path(run.__file__).parent
     assert (root / "__main__.py").is_file() and (root / "run.py").is_file()
+
+
+# ----- the start-up section (benchmarks/startup.py) and --only ---------------------------------------------------
+def startup_rows(text: str) -> list[list[str]]:
+    section = text.split("## Start-up: CPU per task", 1)[1]
+    table = section.split("\n\n")[2]  # heading, intro, then the table
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in table.splitlines()]
+
+
+def test_the_startup_section_is_registered_and_written(quick_results: str) -> None:
+    assert "## Start-up: CPU per task" in quick_results and "--quick sizes" in quick_results
+    assert "| Start-up: CPU per task | CPU per task of the sample, start-up included | < 1 s |" in quick_results
+
+
+def test_only_writes_the_sections_named(tmp_path: Path) -> None:
+    output = tmp_path / "results.md"
+    assert run.main(["--quick", "--only", "scale", "--output", str(output)]) == 0
+    text = output.read_text(encoding="utf-8")
+    assert "## Scaling figures and bisect planning" in text and "--quick sizes" in text
+    assert "## Engine overhead per node" not in text and "## Start-up: CPU per task" not in text
+
+
+def test_the_startup_table_has_its_columns_and_rows(quick_results: str) -> None:
+    header, align, *rows = startup_rows(quick_results)
+    assert header == [
+        "run",
+        "tasks",
+        "CPU s per task, best of 1",
+        "CPU s per run, median (min-max)",
+        "wall s, best",
+        "completed",
+    ]
+    assert len(align) == len(header)
+    # --quick leaves out the one-task row (every run has one task there); the reference row comes last.
+    quick = [v.name for v in startup.VARIANTS if not v.full_only]
+    assert [r[0] for r in rows] == [*quick, startup.REFERENCE]
+    for row in rows[:-1]:
+        assert row[1] == "1" and row[-1] == "all", row  # one task per run, completed
+        assert float(row[2]) > 0 and float(row[4]) > 0
+    assert rows[-1][1] == rows[-1][2] == rows[-1][-1] == "-"
