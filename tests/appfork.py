@@ -5,13 +5,22 @@ it does anything, and the suite starts the app a few hundred times. A *zygote* (
 its first use) imports those modules once, then forks one child per run. The child is a process of its own, as a
 subprocess is: its own arguments, environment, working folder, standard streams (``stdin`` is ``/dev/null``),
 process id and signals, and it exits the way ``python -m flowllm`` exits. Only the modules it starts with are
-already imported (and its hash seed is the zygote's). The tests of what a fresh interpreter does (the README's
-commands, the wheel, end to end, plug-ins found by entry point) still start ``python -m flowllm`` themselves.
+already imported (and its hash seed is the zygote's). The tests of what a fresh interpreter does (the wheel, end
+to end, plug-ins found by entry point, Ctrl-C under a closed pipe, Ray's nodes) still start ``python -m flowllm``
+themselves.
+
+The app's own Python children are forked too: in a forked app, ``sys.executable`` is a launcher
+(tests/applaunch.py) that has the zygote fork ``python -m flowllm.tools...`` (a tool server) or ``python -m
+flowllm`` (a worker) with the launcher's streams, folder and environment, passes signals on, exits as the child
+exited, and takes the child with it when it dies. A forked process exits as an interpreter does (threads joined,
+``atexit`` handlers run, streams flushed, the same status) but without freeing every module it holds, which
+costs about a CPU-second in a process that has imported the SDKs, Hydra and MCP.
 
 Protocol, over a Unix socket: the test process sends one JSON request with its two output files' descriptors
-(``SCM_RIGHTS``); the zygote forks a waiter, which forks the app, sends its pid, waits for it and sends its exit
-status (negative: the signal that ended it, as ``subprocess`` says). Forks are made only by the zygote's single
-thread, never from the test process (which has threads of its own).
+(``SCM_RIGHTS``; a launcher sends its stdin too); the zygote forks a waiter, which forks the app, sends its pid,
+waits for it (for a launcher's request: and kills it if the launcher, found by ``SO_PEERCRED``, ends first) and
+sends its exit status (negative: the signal that ended it, as ``subprocess`` says). Forks are made only by the
+zygote's single thread, never from the test process (which has threads of its own).
 """
 
 from __future__ import annotations
@@ -62,6 +71,8 @@ PRELOAD = (
     "flowllm.tools.audio",
 )
 LAUNCHER = Path(__file__).resolve().parent / "applaunch.py"
+# The launcher's module process dies with it: the zygote watches both through pidfds (Linux 5.3 and later).
+FORKS_CHILDREN = hasattr(os, "pidfd_open")
 START_TIMEOUT_S = 120.0
 
 
@@ -154,6 +165,7 @@ def _end_with(app: int, launcher: int) -> None:
     try:
         launcher_fd = os.pidfd_open(launcher)
     except ProcessLookupError:
+        os.close(app_fd)
         os.kill(app, signal.SIGKILL)
         return
     try:
@@ -368,7 +380,7 @@ def start_app(
 def launcher() -> str | None:
     """The zygote's launcher (tests/applaunch.py): ``python -m flowllm`` started with it is forked; None where
     forking is off (``FLOWLLM_TEST_FORK=0``, or no ``fork``)."""
-    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork"):
+    if os.environ.get("FLOWLLM_TEST_FORK") == "0" or not hasattr(os, "fork") or not FORKS_CHILDREN:
         return None
     return os.path.join(os.path.dirname(_zygote().path), "python")
 
@@ -433,7 +445,7 @@ def _main() -> None:
     request = serve(socket_path)
     if request is None:
         return
-    if request.module == "flowllm":  # the app's Python children (tool servers, workers) are forked too
+    if request.module == "flowllm" and FORKS_CHILDREN:  # the app's Python children (tool servers, workers) too
         sys.executable = os.path.join(os.path.dirname(socket_path), "python")
     _run_as_main(request.module)
 
