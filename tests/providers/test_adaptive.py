@@ -123,9 +123,11 @@ def test_the_limit_is_shared_through_a_file(tmp_path: Path) -> None:
 
 def test_a_flight_admits_its_share_and_wakes_waiters_in_order() -> None:
     async def scenario() -> list[int]:
-        aimd, _ = controller(start=4.0)
-        flight = AdaptiveFlight(aimd, workers=2)  # this worker's share of 4: 2 at once
-        tickets = [await flight.acquire() for _ in range(2)]
+        aimd, _ = controller(start=3.0)
+        flight = AdaptiveFlight(aimd, workers=2)
+        first = await flight.acquire()
+        flight.release(first, overloaded=False)  # answered (at once: no pacing), the limit grows to 4
+        tickets = [await flight.acquire() for _ in range(2)]  # this worker's share of 4: 2 at once
         order: list[int] = []
 
         async def later(n: int) -> None:
@@ -147,12 +149,33 @@ def test_a_flight_admits_its_share_and_wakes_waiters_in_order() -> None:
     assert asyncio.run(scenario()) == [0, 1]
 
 
+def test_until_a_first_answer_one_call_goes_alone() -> None:
+    """A start far above the provider's quota sends one call, not a burst the quota refuses whole; its answer
+    gives the round trip the next calls are paced by."""
+
+    async def scenario() -> tuple[int, int]:
+        aimd, _ = controller(start=64.0)
+        flight = AdaptiveFlight(aimd)
+        first = await flight.acquire()
+        second = asyncio.create_task(flight.acquire())
+        await asyncio.sleep(0)
+        alone = flight.in_flight
+        flight.release(first, overloaded=False)
+        await second
+        for _ in range(10):  # answered: the limit (65) holds them all at once
+            await flight.acquire()
+        return alone, flight.in_flight
+
+    assert asyncio.run(scenario()) == (1, 11)
+
+
 def test_a_retry_waits_before_the_first_tries_already_waiting() -> None:
     """A call the provider refused goes first when it is sent again: behind the first tries it could meet the
     refusal again each time, until it ran out of attempts (a task failed on 429s while the others ran)."""
 
     async def scenario() -> list[str]:
         aimd, _ = controller(start=1.0)
+        aimd.recent_s = 0.0  # a call was answered (at once: no pacing)
         flight = AdaptiveFlight(aimd)
         held = await flight.acquire()
         order: list[str] = []

@@ -20,7 +20,8 @@ and each provider and model gets a limit of calls in flight that
   best recent latency means the provider queues the calls instead of serving them.
 
 Calls start paced (``AdaptiveFlight``): at most 1.5 times the limit per round trip, so answers that come back
-together do not send their successors in a clump that an empty quota refuses whole. A call's latency is timed
+together do not send their successors in a clump that an empty quota refuses whole. Until a first call has been
+answered there is no round trip to pace by, so that call goes alone. A call's latency is timed
 from the end of the limiter's waits (flowllm/providers/limiter.py sets ``Ticket.started``).
 
 The limit lives in a ``LimitStore``: this process's memory, or, under ``experiment.workers=N``, a small file per
@@ -280,7 +281,11 @@ class AdaptiveFlight:
     _waiters: collections.deque[asyncio.Future[None]] = field(default_factory=collections.deque)
 
     def allowed(self) -> int:
-        """This process's calls at once: its share of the limit (at least one)."""
+        """This process's calls at once: its share of the limit (at least one); one alone until a call has been
+        answered (TCP's initial window): a start far above the provider's quota would send a burst it refuses
+        whole before the first 429 could cut, and the first answer's round trip is what later calls are paced by."""
+        if self.controller.recent_s is None:
+            return 1
         return max(1, math.floor(self.controller.limit / self.workers))
 
     async def acquire(self, *, retry: bool = False) -> Ticket:
