@@ -1,6 +1,7 @@
-"""``flowllm ctl`` applies to every worker of a run (``experiment.workers=2``): pause stops new turns in both, ``set
-experiment.max_concurrent`` changes the calls in flight the emulator sees, ``requeue`` runs a failed task again.
-Nothing waits a fixed time: each step waits for what the run or the emulator says."""
+"""``flowllm ctl`` applies to every worker of a run (``experiment.workers=2``, local processes or Ray tasks): pause
+stops new turns in both, ``set experiment.max_concurrent`` changes the calls in flight the emulator sees,
+``requeue`` runs a failed task again. Nothing waits a fixed time: each step waits for what the run or the emulator
+says."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.experiment.test_ctl import (
     result_status,
     wait_until,
 )
+from tests.experiment.test_ray_executor import needs_ray
 
 
 def faults() -> FaultPlan:
@@ -31,13 +33,15 @@ def faults() -> FaultPlan:
     return FaultPlan.parse({"rules": [refused, {"fault": "delay", "delay_s": 0.5}]})
 
 
-@pytest.fixture(scope="module")
-def steered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steered]:
-    """Eight tasks on two workers, one task at a time each: the first fails and is requeued; the run is paused until
-    every running task waits, its max_concurrent set to 4, resumed, and left to finish."""
+@pytest.fixture(scope="module", params=["local", pytest.param("ray", marks=needs_ray)])
+def steered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steered]:
+    """Eight tasks on two workers (local processes, or Ray tasks on a local Ray instance), one task at a time each:
+    the first fails and is requeued; the run is paused until every running task waits, its max_concurrent set to
+    4, resumed, and left to finish."""
     tmp = tmp_path_factory.mktemp("ctl-workers")
     run_dir, log = tmp / "run", tmp / "log.txt"
     extra = ("dataset.limit=8", "experiment.workers=2", "experiment.max_concurrent=2")
+    extra += (f"experiment.executor={request.param}",)
     with Emulator(SCRIPT, faults=faults()) as emu:
         proc = start_flowllm(*args(run_dir, emu, *extra), log=log)
         try:
