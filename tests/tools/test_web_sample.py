@@ -26,8 +26,8 @@ def run(runner: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
             "+experiment=web_sample",
             "progress=false",
             f"runner={runner}",
-            # Each task starts its own tool server processes (each a Python import of MCP, httpx2 and the
-            # readers): the runs go one after the other, and the calculator no task uses stays off.
+            # The runs go one after the other, three tasks at once each; the calculator no task uses stays off
+            # (one tool server process fewer).
             "experiment.max_concurrent=3",
             "~tools.servers.tool-math",
             f"hydra.run.dir={run_dir}",
