@@ -26,6 +26,19 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(PACKAGE, quiet=1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked ``long`` first, then the others; in each part, files with more tests first (what xdist's own
+    order would be). The test processes are handed whole files in this order: the long ones are started early,
+    and what is left for the end is short, so no process runs on alone while the other has nothing to do."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(str(item.path), []).append(item)
+    order = sorted(
+        files.values(), key=lambda tests: (tests[0].get_closest_marker("long") is None, -len(tests))
+    )  # stable: files alike stay in the order they were collected
+    items[:] = [item for tests in order for item in tests]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def serial_terminal_size() -> Iterator[None]:
     """A test process started by pytest-xdist has COLUMNS=80 and LINES=24 in its environment, a serial run

@@ -16,6 +16,8 @@ from flowllm.engine.recorder import read_json
 from flowllm.tools.sandbox.execute import probe_bwrap
 from tests.appfork import run_app
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ("legacy", "graph", "graph_parallel")
 NODES = [

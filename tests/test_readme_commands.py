@@ -22,6 +22,8 @@ from flowllm.verify import audit_run
 from tests.experiment.helpers import run_flowllm
 from tests.manual import manual_lines
 
+pytestmark = pytest.mark.long
+
 COMMAND = re.compile(r"(?:^|`)\s*(?:[A-Z_]+=\S+\s+)*python -m flowllm(?= |$|`)([^`\n]*)")
 # Words the manual uses for a folder the reader has: the test gives it a run it made.
 RUN_WORDS = {"RUN", "RUN_A", "RUN_B", "runs/2026-12-02/10-00-00", "runs/2026-12-04/10-00-00", "runs/first-sweep"}

@@ -25,6 +25,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -21,6 +21,8 @@ import pytest
 from flowllm.engine.recorder import read_json
 from tests.appfork import run_app
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 900  # a hang guard only: the machine running the suite may be loaded
 

@@ -19,6 +19,8 @@ from flowllm.emulator import Emulator
 from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import GAIA, ONLY_PYTHON_TOOL, gaia_overrides, run_flowllm, start_flowllm
 
+pytestmark = pytest.mark.long
+
 CALL_TOOL = """<use_mcp_tool>
 <server_name>tool-python</server_name>
 <tool_name>run_python</tool_name>

@@ -25,6 +25,8 @@ from tests.experiment.test_ctl import (
 )
 from tests.experiment.test_ray_executor import needs_ray
 
+pytestmark = pytest.mark.long
+
 
 def faults() -> FaultPlan:
     """The first call of FAILS_FIRST is refused (400); every call takes 0.5 s, so the calls of four tasks at once

@@ -33,7 +33,10 @@ from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.test_workers import HANG_GUARD_S, assert_same_runs
 
 HAS_RAY = importlib.util.find_spec("ray") is not None and shutil.which("ray") is not None
-pytestmark = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'flowllm[ray]')")
+pytestmark = [
+    pytest.mark.long,
+    pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'flowllm[ray]')"),
+]
 
 IDS = ("sample-03-percentage", "sample-07-department", "sample-09-arithmetic")  # math and Python only
 SAMPLE = (

@@ -15,6 +15,8 @@ from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import ONLY_PYTHON_TOOL, gaia_overrides, run_flowllm
 from tests.experiment.test_workers import HANG_GUARD_S, assert_same_runs
 
+pytestmark = pytest.mark.long
+
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed (pip install 'flowllm[ray]')")
 

@@ -30,6 +30,8 @@ from flowllm.rundir.results import RunSummary, TaskResult
 from tests.appfork import run_app, start_app
 from tests.experiment.helpers import DATA, ROOT, TEST_CONF, run_flowllm
 
+pytestmark = pytest.mark.long
+
 RESUME = DATA / "resume"
 TASKS = ("resume-a", "resume-b", "resume-c")
 RESUME_KEYS = ("resumed_turns", "resume_divergence")

@@ -34,6 +34,8 @@ from tests.experiment.helpers import (
     run_flowllm,
 )
 
+pytestmark = pytest.mark.long
+
 MODEL = "priced-model"
 PRICES = PriceTable.from_mapping({MODEL: {"input": 1.0, "output": 10.0}})  # USD per million tokens
 

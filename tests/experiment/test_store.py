@@ -36,7 +36,7 @@ from tests.experiment.s3_server import BUCKET, KEY_ID, SECRET, S3Server
 from tests.experiment.test_resume_in_task import TASKS, Session, Sessions, held_call, kill_when, results, resumed_turns
 
 # What this calls in process may start `python -m flowllm` (a bundle's replay, a bisect's forks): forked.
-pytestmark = pytest.mark.usefixtures("forked_python")
+pytestmark = [pytest.mark.long, pytest.mark.usefixtures("forked_python")]
 
 
 SAMPLE_TASKS = 4  # the sample's first four: two in each shard

@@ -21,6 +21,8 @@ from flowllm.sweep.summary import build_sweep_summary, collect, main
 from tests.appfork import run_app
 from tests.experiment.helpers import GAIA, LIST_TASK, ROOT, WRONG_TASK, gaia_overrides, run_flowllm
 
+pytestmark = pytest.mark.long
+
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 

@@ -43,6 +43,8 @@ from tests.experiment.helpers import (
 )
 from tests.experiment.test_interrupts import completed, wait_for_results
 
+pytestmark = pytest.mark.long
+
 SLOW_TASKS = [f"slow-{i:02d}" for i in range(1, 7)]
 HANG_GUARD_S = 600  # only against a hang: the suite runs on loaded machines
 # Files whose content holds timings (or the run's own config and log): compared apart, not byte for byte.

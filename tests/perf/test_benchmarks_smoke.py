@@ -17,6 +17,8 @@ from benchmarks.common import Sizes, Stat, md_table
 from benchmarks.turn_fixture import trivial_pipeline, turn_inputs, typical_turn
 from flowllm.engine import TurnContext, make_runner
 
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(scope="module")
 def quick_results(tmp_path_factory: pytest.TempPathFactory) -> str:

@@ -20,6 +20,8 @@ from flowllm.rundir.results import LedgerLine
 from flowllm.spend.task_usage import read_bills
 from tests.replay.runs import TASK_OVERRIDE, Finished, run_all, run_flowllm
 
+pytestmark = pytest.mark.long
+
 FORK = ("provider.fork=live", "provider.live=offline")
 
 

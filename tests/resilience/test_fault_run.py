@@ -24,6 +24,8 @@ from flowllm.emulator.faults import Draw, FaultPlan
 from flowllm.providers.ledger import UsageLedger
 from flowllm.resources import CONFIG_DIR
 
+pytestmark = pytest.mark.long
+
 N_TASKS = 200
 OUTAGE = [f"t{i:03d}" for i in range(150, 158)]
 RANDOM_FAULTS = [  # 10 classes x 2% = 20% of the primary's requests

@@ -23,6 +23,8 @@ from flowllm.providers.resilient import ROUTE_KEY
 
 from .conftest import FakeTime, provider_cfg
 
+pytestmark = pytest.mark.long
+
 PROTOCOLS = ("anthropic", "openai_chat", "openai_responses")
 SYSTEM = [{"type": "text", "text": "Be brief."}]
 HELLO = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]

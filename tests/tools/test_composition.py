@@ -19,6 +19,8 @@ import yaml
 from tests.appfork import run_app
 from tests.compat.server import stop_process
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = Path(__file__).parent / "servers"
 

@@ -12,6 +12,8 @@ from flowllm.config.schema import ToolsConfig, ToolServerConfig
 from flowllm.tools import ToolPool, open_tool_pool
 from tests.tools.helpers import FLAKY_SERVER, alive, descendants, flaky_config, needs_proc
 
+pytestmark = pytest.mark.long
+
 
 async def call(pool: ToolPool, name: str, arguments: dict, *, server: str | None = "flaky", timeout_s: float = 30):
     return await pool.call(server, name, arguments, call_id=f"id-{name}", timeout_s=timeout_s)

@@ -30,6 +30,8 @@ from flowllm.tools.web.documents import DocumentError, Limits, convert
 from flowllm.tools.web.readerproc import ReaderLimits, ReaderProcess, isolation_problem
 from tests.tools.helpers import alive, descendants, needs_proc
 
+pytestmark = pytest.mark.long
+
 PROJECT = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-reader-0123456789abcdef"
 GENEROUS = ReaderLimits(memory_mb=1024, timeout_s=300)  # never reached by the calls it serves

@@ -13,6 +13,8 @@ import pytest
 
 from tests.appfork import run_app
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = ("legacy", "graph", "graph_parallel")
 

@@ -33,6 +33,8 @@ from tests.appfork import start_app
 from tests.experiment.helpers import ROOT, run_flowllm
 from tests.experiment.s3_server import BUCKET, S3Server
 
+pytestmark = pytest.mark.long
+
 MATRIX = Path(__file__).resolve().parent / "data" / "matrix"
 OK_EXITS = (0, 3)  # every task finished (right, wrong or unscored), or the budget stopped the run
 # A fork of a run its budget stopped fails the tasks the saved run never finished (no reply to serve): every task
