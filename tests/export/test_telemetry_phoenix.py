@@ -8,8 +8,8 @@ afterwards from its folder are the same.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.appfork import run_app
 from tests.export.phoenix import Phoenix, phoenix_binary, run_phoenix
 from tests.export.runs import export_run
 
@@ -60,13 +61,8 @@ def expected_spans(run: Path) -> Counter[str]:
 
 
 def export_otlp(run: Path, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowllm.inspect", "export", str(run), "--format", "otlp", "--endpoint", url],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    args = ["export", str(run), "--format", "otlp", "--endpoint", url]
+    return run_app(args, module="flowllm.inspect", cwd=PROJECT_ROOT, env=dict(os.environ), timeout=600)
 
 
 def signature(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
