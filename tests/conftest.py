@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files marked ``long`` first, then the others; in each part, files with more tests first (what xdist's own
     order would be). The test processes are handed whole files in this order: the long ones are started early,
-    and what is left for the end is short, so no process runs on alone while the other has nothing to do."""
+    and what is left for the end is short, so no process runs on alone while the others have nothing to do."""
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(str(item.path), []).append(item)
