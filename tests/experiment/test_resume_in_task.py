@@ -10,6 +10,7 @@ Tasks stopped by the run's budget resume the same way when a rerun raises it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -137,9 +138,53 @@ def kill_when(s: Session, held: Callable[[], bool], poll_s: float = 0.05) -> Non
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(poll_s)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         proc.wait()
         (s.gate / "closed").unlink()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the run ``pid`` leads, its workers and their tool servers, and return once none of them runs.
+
+    Workers have process groups of their own (flowllm/experiment/workers.py) and die with their parent through
+    PR_SET_PDEATHSIG, which the kernel sends as the parent exits: a worker may still send a request after the
+    parent is reaped. Seen under load: a held task's next model call went out once the gate opened, 19 ms after
+    the kill, and was answered twice. So the run is stopped first (it spawns nothing more), every process below
+    it is killed, and the gate opens only when they are gone."""
+    os.killpg(pid, signal.SIGSTOP)
+    below = descendants(pid)
+    for child in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while any(running(child) for child in below):
+        assert time.monotonic() < deadline, f"processes of the killed run still run: {below}"
+        time.sleep(0.01)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a zombie runs no code)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def kill_mid_task(s: Session, a_records: str, b_records: str, b_attempt: int) -> None:
