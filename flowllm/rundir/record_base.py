@@ -75,25 +75,23 @@ class Record:
 
     def omitted_keys(self) -> set[str]:
         """The keys a record built in code leaves out: ``optional`` fields at their default."""
-        return {
-            f.metadata.get(KEY, f.name)
-            for f in record_fields(type(self))
-            if f.metadata.get("optional") and getattr(self, f.name) == _default(f)
-        }
+        return {slot.key for slot in _optional_slots(type(self)) if getattr(self, slot.name) == slot.default()}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        omitted = self.omitted_keys() if self.loaded_keys is None else set()
-        for f in record_fields(type(self)):
-            key = f.metadata.get(KEY, f.name)
-            value = getattr(self, f.name)
-            if self.loaded_keys is None:
+        loaded = self.loaded_keys
+        omitted = self.omitted_keys() if loaded is None else ()
+        for slot in _slots(type(self)):
+            key = slot.key
+            value = getattr(self, slot.name)
+            if loaded is None:
                 if key in omitted:
                     continue
-            elif key not in self.loaded_keys and value == _default(f):
+            elif key not in loaded and value == slot.default():
                 continue
-            out[key] = _write(value)
-        out.update(_write(self.extra))
+            out[key] = value if type(value) in _PLAIN else _write(value)
+        if self.extra:
+            out.update(_write(self.extra))
         return out
 
 
@@ -109,6 +107,55 @@ def _hints(cls: type[Record]) -> dict[str, Any]:
 @functools.cache
 def _fields(cls: Any) -> tuple[dataclasses.Field[Any], ...]:  # read once per class
     return tuple(f for f in dataclasses.fields(cls) if not f.metadata.get(_INTERNAL))
+
+
+# Values written as they are (no record, mapping or list inside to convert).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+# Default factories whose every call returns an equal, empty value: one made value stands for all of them.
+_EMPTY_FACTORIES = frozenset({dict, list, set, tuple, frozenset})
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """What ``to_dict`` needs of one field, read once per class: its name, JSON key and default."""
+
+    name: str
+    key: str
+    optional: bool
+    field: dataclasses.Field[Any]
+    fixed: Any  # the default when it is one value (a plain default, or an empty factory's); else MISSING
+
+    def default(self) -> Any:
+        fixed = self.fixed
+        return fixed if fixed is not MISSING else _default(self.field)
+
+
+@functools.cache
+def _slots_of(cls: Any) -> tuple[_Slot, ...]:
+    slots = []
+    for f in _fields(cls):
+        factory: Any = f.default_factory
+        if f.default is not MISSING:
+            fixed = f.default
+        elif factory in _EMPTY_FACTORIES:
+            fixed = factory()
+        else:
+            fixed = MISSING
+        slots.append(_Slot(f.name, f.metadata.get(KEY, f.name), bool(f.metadata.get("optional")), f, fixed))
+    return tuple(slots)
+
+
+def _slots(cls: type[Record]) -> tuple[_Slot, ...]:
+    return _slots_of(typing.cast(Hashable, cls))
+
+
+@functools.cache
+def _optional_of(cls: Any) -> tuple[_Slot, ...]:
+    return tuple(slot for slot in _slots_of(cls) if slot.optional)
+
+
+def _optional_slots(cls: type[Record]) -> tuple[_Slot, ...]:
+    return _optional_of(typing.cast(Hashable, cls))
 
 
 @functools.cache
