@@ -46,14 +46,12 @@ class Record:
     def from_dict(cls, data: Any) -> Self:
         if not isinstance(data, dict):
             raise RecordFormatError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
-        hints = _hints(cls)
         values: dict[str, Any] = {}
-        known: set[str] = set()
-        for f in record_fields(cls):
-            key = f.metadata.get(KEY, f.name)
-            known.add(key)
-            if key in data:
-                values[f.name] = _read(hints[f.name], data[key])
+        for slot in _slots(cls):
+            if slot.key in data:
+                value = data[slot.key]
+                values[slot.name] = _read(slot.hint, value) if slot.nested else value
+        known = _keys(cls)
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, loaded_keys=frozenset(data))
 
@@ -124,6 +122,8 @@ class _Slot:
     optional: bool
     field: dataclasses.Field[Any]
     fixed: Any  # the default when it is one value (a plain default, or an empty factory's); else MISSING
+    hint: Any  # the field's type
+    nested: bool  # whether the type holds records (a value read from JSON is then converted: ``_read``)
 
     def default(self) -> Any:
         fixed = self.fixed
@@ -133,6 +133,7 @@ class _Slot:
 @functools.cache
 def _slots_of(cls: Any) -> tuple[_Slot, ...]:
     slots = []
+    hints = _type_hints(cls)
     for f in _fields(cls):
         factory: Any = f.default_factory
         if f.default is not MISSING:
@@ -141,8 +142,32 @@ def _slots_of(cls: Any) -> tuple[_Slot, ...]:
             fixed = factory()
         else:
             fixed = MISSING
-        slots.append(_Slot(f.name, f.metadata.get(KEY, f.name), bool(f.metadata.get("optional")), f, fixed))
+        hint = hints[f.name]
+        key, optional = f.metadata.get(KEY, f.name), bool(f.metadata.get("optional"))
+        slots.append(_Slot(f.name, key, optional, f, fixed, hint, _holds_records(hint)))
     return tuple(slots)
+
+
+@functools.cache
+def _keys_of(cls: Any) -> frozenset[str]:
+    return frozenset(slot.key for slot in _slots_of(cls))
+
+
+def _keys(cls: type[Record]) -> frozenset[str]:
+    """The JSON keys a record class reads into fields."""
+    return _keys_of(typing.cast(Hashable, cls))
+
+
+def _holds_records(hint: Any) -> bool:
+    """Whether ``_read`` converts values of type ``hint`` (a record, or a mapping or list of records)."""
+    if record_type(hint) is not None:
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is dict and len(args) == 2:
+        return record_type(args[1]) is not None
+    if origin is list and args:
+        return record_type(args[0]) is not None
+    return False
 
 
 def _slots(cls: type[Record]) -> tuple[_Slot, ...]:
