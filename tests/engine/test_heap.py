@@ -7,14 +7,18 @@ import weakref
 
 import pytest
 
-from flowllm.engine.heap import FULL_COLLECTION_SPACING, run_collector
+from flowllm.engine.heap import FULL_COLLECTION_SPACING, MIDDLE_COLLECTION_SPACING, run_collector
 
 
-def test_the_start_up_heap_is_frozen_and_full_collections_spaced_only_inside_the_block() -> None:
+def test_the_start_up_heap_is_frozen_and_older_collections_spaced_only_inside_the_block() -> None:
     before = gc.get_threshold()
     with run_collector():
         assert gc.get_freeze_count() > 0
-        assert gc.get_threshold() == (before[0], before[1], before[2] * FULL_COLLECTION_SPACING)
+        assert gc.get_threshold() == (
+            before[0],
+            before[1] * MIDDLE_COLLECTION_SPACING,
+            before[2] * FULL_COLLECTION_SPACING,
+        )
     assert gc.get_freeze_count() == 0
     assert gc.get_threshold() == before
 
