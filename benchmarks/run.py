@@ -1,7 +1,7 @@
 """flowllm's benchmark suite: every figure of issue 9 in one run, written to ``benchmarks/results.md``.
 
     python -m benchmarks                 # everything, full sizes (about 10 minutes on 2 cores)
-    python benchmarks/run.py --only overhead parallel
+    python benchmarks/run.py --only overhead parallel   # merged into the results file: the other sections stay
     python -m benchmarks --quick --output /some/where.md   # tiny sizes: checks the script, measures nothing
 
 Sections: engine overhead per node (with LangGraph and Haystack when installed: ``pip install -e ".[bench]"``),
@@ -40,6 +40,7 @@ from benchmarks.common import (
     md_table,
     quiet_peers_env,
 )
+from benchmarks.merge import merge_sections
 
 os.environ.update(quiet_peers_env())  # before any peer library is imported
 
@@ -149,6 +150,18 @@ def _runners() -> dict[str, Callable[[Sizes], Section]]:
     }
 
 
+def merge_note(only: list[str], info: dict[str, str], seconds: float) -> str:
+    """What a section run on its own says under its heading, once merged into the results file."""
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{info.get('cpu', 'an unknown cpu')} ({info.get('cores', '?')} cores, {info.get('memory', '?')})"
+    revision = info.get("flowllm revision", "unknown")
+    return (
+        f"_Run on its own on {now} (`python -m benchmarks --only {' '.join(only)}`, {seconds / 60:.1f} minutes, "
+        f"revision {revision}) on {machine}, and merged here: the other sections' figures are from the runs their "
+        "own notes and the machine table name._"
+    )
+
+
 def render(sections: list[Section], info: dict[str, str], seconds: float, quick: bool) -> str:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = [
@@ -192,7 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(section)
         print(section.markdown(), flush=True)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)", flush=True)
-    text = render(sections, info, time.perf_counter() - started, args.quick)
+    seconds = time.perf_counter() - started
+    if args.only and not args.quick and args.output.exists():  # the other sections' figures are kept
+        note = merge_note(args.only, info, seconds)
+        text = merge_sections(args.output.read_text(encoding="utf-8"), sections, note)
+    else:
+        text = render(sections, info, seconds, args.quick)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     print(f"\nwrote {args.output}")
