@@ -115,7 +115,8 @@ _EMPTY_FACTORIES = frozenset({dict, list, set, tuple, frozenset})
 
 @dataclass(frozen=True)
 class _Slot:
-    """What ``to_dict`` needs of one field, read once per class: its name, JSON key and default."""
+    """One field as ``from_dict`` and ``to_dict`` read it, worked out once per class: its name, JSON key, default
+    and type."""
 
     name: str
     key: str
@@ -126,6 +127,7 @@ class _Slot:
     nested: bool  # whether the type holds records (a value read from JSON is then converted: ``_read``)
 
     def default(self) -> Any:
+        """The field's default, to compare a value with (an empty factory's value is shared: never hand it out)."""
         fixed = self.fixed
         return fixed if fixed is not MISSING else _default(self.field)
 
@@ -148,6 +150,10 @@ def _slots_of(cls: Any) -> tuple[_Slot, ...]:
     return tuple(slots)
 
 
+def _slots(cls: type[Record]) -> tuple[_Slot, ...]:
+    return _slots_of(typing.cast(Hashable, cls))
+
+
 @functools.cache
 def _keys_of(cls: Any) -> frozenset[str]:
     return frozenset(slot.key for slot in _slots_of(cls))
@@ -168,10 +174,6 @@ def _holds_records(hint: Any) -> bool:
     if origin is list and args:
         return record_type(args[0]) is not None
     return False
-
-
-def _slots(cls: type[Record]) -> tuple[_Slot, ...]:
-    return _slots_of(typing.cast(Hashable, cls))
 
 
 @functools.cache
