@@ -44,6 +44,8 @@ from benchmarks.merge import merge_sections
 
 os.environ.update(quiet_peers_env())  # before any peer library is imported
 
+RESULTS = BENCH_DIR / "results.md"
+
 SECTIONS = (
     "overhead",
     "parallel",
@@ -190,8 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script, measures nothing")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run these sections only")
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.md", help="the Markdown file to write")
+    parser.add_argument(
+        "--output", type=Path, help=f"the Markdown file to write (default: {RESULTS.relative_to(BENCH_DIR.parent)})"
+    )
     args = parser.parse_args(argv)
+    if args.output is None:
+        if args.quick:  # smoke figures would replace the measurements
+            parser.error(f"--quick measures nothing: give --output, so that {RESULTS.name} keeps its figures")
+        args.output = RESULTS
     sizes = Sizes.quick() if args.quick else Sizes.full()
     info = machine_info()
     print("machine:", *(f"  {k}: {v}" for k, v in info.items()), sep="\n", flush=True)

@@ -1,10 +1,14 @@
-"""``python -m benchmarks --only ...`` merges the sections it ran into the results file instead of replacing it."""
+"""``python -m benchmarks --only ...`` merges the sections it ran into the results file instead of replacing it, and
+a ``--quick`` run never writes over the measured figures."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.common import Section, Target, md_table
 from benchmarks.merge import merge_sections, split_sections
-from benchmarks.run import merge_note
+from benchmarks.run import RESULTS, merge_note
+from benchmarks.run import main as run_main
 
 TARGET_HEADERS = ["section", "target", "wanted", "measured", ""]
 
@@ -87,3 +91,11 @@ def test_the_note_names_the_command_the_machine_and_the_revision() -> None:
     note = merge_note(["concurrency", "ratelimit"], info, 600.0)
     assert "`python -m benchmarks --only concurrency ratelimit`" in note
     assert "10.0 minutes" in note and "abc1234" in note and "AMD EPYC (2 usable of 2 cores, 23.5 GB)" in note
+
+
+def test_a_quick_run_never_writes_the_measured_results(capsys: pytest.CaptureFixture[str]) -> None:
+    before = RESULTS.read_bytes()
+    with pytest.raises(SystemExit) as stopped:
+        run_main(["--quick", "--only", "scale"])
+    assert stopped.value.code == 2 and "give --output" in capsys.readouterr().err
+    assert RESULTS.read_bytes() == before
