@@ -50,9 +50,9 @@ def merge_targets(body: str, ran: Sequence[Section]) -> str:
                 placed.add(title)
             continue
         kept.append(row)
-    for title, lines in new_rows.items():  # a section the table did not have: at its end
+    for title, added in new_rows.items():  # a section the table did not have: at its end
         if title not in placed:
-            kept += lines[2:]
+            kept += added[2:]
     others = [line for line in lines if not line.startswith("|")]
     before = [line for line in others if line.strip()]
     return "\n" + "\n".join([*before, *([""] if before else []), *header, *kept]) + "\n\n"

@@ -35,6 +35,8 @@ def results_file() -> str:
             "",
             "## Targets",
             "",
+            "What each section aims at.",
+            "",
             targets,
             "",
             "## Alpha",
@@ -69,6 +71,7 @@ def test_the_sections_run_replace_theirs_and_every_other_stays() -> None:
     assert bodies["Beta"].lstrip().startswith("_run on its own_") and "beta's new figures" in bodies["Beta"]
     assert "_run on its own_" in bodies["Delta"] and "a section the file did not have" in bodies["Delta"]
 
+    assert bodies["Targets"].lstrip().startswith("What each section aims at.\n\n| section |")
     rows = [line for line in bodies["Targets"].splitlines() if line.startswith("| ")][2:]
     assert [row.split("|")[1:3] for row in rows] == [
         [" Alpha ", " a fast "],
