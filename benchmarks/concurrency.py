@@ -364,11 +364,25 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
         rows,
     )
 
+    keys = dict(zip(COLUMNS, ("levels", "workers", "floor", "inspect"), strict=True))
+
+    def wall_of(run: dict[str, Any]) -> float:
+        return float(run["wall_s"])
+
+    def cpu_per_turn(run: dict[str, Any]) -> float:
+        return float(run["cpu_s"]) / max(int(run["turns"]), 1)
+
+    def paired(a: str, b: str, tasks: int, figure: Callable[[dict[str, Any]], float] = wall_of) -> Stat | None:
+        """``a``'s figure over ``b``'s repetition by repetition (the i-th runs of the columns ran one after the
+        other, interleaved), as median (min-max): a target is met only when the whole range is inside it."""
+        pairs = list(zip(results[keys[a]].get(tasks) or [], results[keys[b]].get(tasks) or [], strict=False))
+        return Stat.of([figure(x) / figure(y) for x, y in pairs]) if pairs else None
+
     def ratio(a: str, b: str, tasks: int) -> float | None:
-        """``a``'s median wall over ``b``'s at ``tasks`` (the same ideal, so also the ratio of wall / ideal)."""
-        if tasks not in walls[a] or tasks not in walls[b]:
-            return None
-        return walls[a][tasks].median / walls[b][tasks].median
+        """The median of ``a``'s wall over ``b``'s at ``tasks``, repetition by repetition (the same ideal, so also
+        the ratio of wall / ideal): every table and target of the section states this one figure."""
+        found = paired(a, b, tasks)
+        return None if found is None else found.median
 
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}x"
@@ -396,19 +410,6 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
         ],
         summary_rows,
     )
-    keys = dict(zip(COLUMNS, ("levels", "workers", "floor", "inspect"), strict=True))
-
-    def paired(a: str, b: str, tasks: int, figure: Callable[[dict[str, Any]], float]) -> Stat | None:
-        """``a``'s figure over ``b``'s repetition by repetition (the i-th runs of the columns ran one after the
-        other, interleaved), as median (min-max): a target is met only when the whole range is inside it."""
-        pairs = list(zip(results[keys[a]].get(tasks) or [], results[keys[b]].get(tasks) or [], strict=False))
-        return Stat.of([figure(x) / figure(y) for x, y in pairs]) if pairs else None
-
-    def wall_of(run: dict[str, Any]) -> float:
-        return float(run["wall_s"])
-
-    def cpu_per_turn(run: dict[str, Any]) -> float:
-        return float(run["cpu_s"]) / max(int(run["turns"]), 1)
 
     def fmt_range(value: Stat | None) -> str:
         return "-" if value is None else value.fmt(2, "x")

@@ -52,3 +52,13 @@ def test_every_repetition_inside_the_target_meets_it() -> None:
     assert found["flowllm's CPU per turn over the floor's per call"][1] is True
     assert found["flowllm's wall / ideal over the floor's"][1] is True
     assert found["2 workers against 1"] == ("1.80x (1.80-1.80)", True)
+
+
+def test_the_summary_table_states_the_targets_figure() -> None:
+    # Repetition by repetition 1.11x, 1.27x and 1.28x (median 1.27x); a ratio of medians would say 5.1 / 4.5 = 1.13x.
+    data = results([(5.0, 2.0), (5.1, 2.1), (5.9, 1.9)], [(4.5, 1.8), (4.0, 1.85), (4.6, 1.75)])
+    done = section(data, Sizes.full())
+    measured = next(t.measured for t in done.targets if t.what.startswith("flowllm's wall / ideal"))
+    median = measured.split(" ")[0]
+    summary = done.tables[1].splitlines()[2]  # the one level's row
+    assert median == "1.27x" and summary.split("|")[2].strip() == median
