@@ -51,7 +51,7 @@ class Record:
             if slot.key in data:
                 value = data[slot.key]
                 values[slot.name] = _read(slot.hint, value) if slot.nested else value
-        known = _keys(cls)
+        known = _by_key(cls)
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, loaded_keys=frozenset(data))
 
@@ -63,13 +63,13 @@ class Record:
     def merge(self, data: Mapping[str, Any]) -> None:
         """Set the fields ``data`` names, read as ``from_dict`` reads them (a block of keys a builder returned);
         keys the record does not know go to ``extra``."""
-        fields = {f.metadata.get(KEY, f.name): f.name for f in record_fields(type(self))}
-        hints = _hints(type(self))
+        slots = _by_key(type(self))
         for key, value in data.items():
-            if key in fields:
-                setattr(self, fields[key], _read(hints[fields[key]], value))
-            else:
+            slot = slots.get(key)
+            if slot is None:
                 self.extra[key] = value
+            else:
+                setattr(self, slot.name, _read(slot.hint, value) if slot.nested else value)
 
     def omitted_keys(self) -> set[str]:
         """The keys a record built in code leaves out: ``optional`` fields at their default."""
@@ -96,10 +96,6 @@ class Record:
 def record_fields(cls: type[Record]) -> tuple[dataclasses.Field[Any], ...]:
     """The fields of a record class that are JSON keys, in the order they are written."""
     return _fields(typing.cast(Hashable, cls))
-
-
-def _hints(cls: type[Record]) -> dict[str, Any]:
-    return _type_hints(typing.cast(Hashable, cls))
 
 
 @functools.cache
@@ -155,13 +151,13 @@ def _slots(cls: type[Record]) -> tuple[_Slot, ...]:
 
 
 @functools.cache
-def _keys_of(cls: Any) -> frozenset[str]:
-    return frozenset(slot.key for slot in _slots_of(cls))
+def _by_key_of(cls: Any) -> dict[str, _Slot]:
+    return {slot.key: slot for slot in _slots_of(cls)}
 
 
-def _keys(cls: type[Record]) -> frozenset[str]:
-    """The JSON keys a record class reads into fields."""
-    return _keys_of(typing.cast(Hashable, cls))
+def _by_key(cls: type[Record]) -> dict[str, _Slot]:
+    """A record class's fields by their JSON key (the keys it reads into fields; never to be changed)."""
+    return _by_key_of(typing.cast(Hashable, cls))
 
 
 def _holds_records(hint: Any) -> bool:
