@@ -69,6 +69,11 @@ class TaskChecker:
         if result.status == FAILED:
             self.audit.check(file, "answer", saved, None, "a failed task gave no answer")
             return None
+        if result.status == BUDGET and result.error is not None:
+            # Its last attempt failed, then the budget kept the next one from starting: no answer, whatever the
+            # failed attempt's last reply said before it failed (a timeout in a tool, an error on a later call).
+            self.audit.check(file, "answer", saved, None, "its last attempt failed and gave no answer")
+            return None
         reply = final_reply(self.ev.layout.conversation(task.task_id, "", epoch), self.normalizers)
         if reply.file is None and self.snapshot != ALL_NODES:  # the run kept no node files for this task
             self.audit.skip(f"answers of tasks whose replies were not kept (recorder.snapshot={self.snapshot})")

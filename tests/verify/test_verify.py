@@ -224,3 +224,48 @@ def test_a_limit_verdict_is_checked_against_the_turns(tmp_path: Path, capsys: py
     assert code == ExitCode.UNVERIFIED
     name = limited.relative_to(run).as_posix()
     assert f"{name}: turns: the run says 1, the evidence gives 2 (a task ended by agent.limits.turns" in out
+
+
+# Turn 1's reply is paid for (a tiny budget is then spent) and already names an answer; its tool call outlives the
+# task's timeout, so the attempt fails, and the budget keeps the second attempt from starting.
+TIMED_OUT_SCRIPT = r"""
+default:
+- text: I could not finish this task. \boxed{none}
+tasks:
+  sample-02-word-count:
+  - text: "My guess is \\boxed{41}; let me check it with Python.\n<use_mcp_tool>\n<server_name>tool-python</server_name>
+      \n<tool_name>run_python</tool_name>\n<arguments>\n{\"code\": \"import time\\ntime.sleep(600)\"}\n</arguments>
+      \n</use_mcp_tool>\n"
+"""
+
+
+def test_a_failed_attempt_the_budget_cut_short_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    matrix = Path(__file__).resolve().parent / "data" / "matrix"
+    rows = (matrix / "metadata.jsonl").read_text().splitlines()
+    (data / "metadata.jsonl").write_text("".join(r + "\n" for r in rows if f'"{TASK}"' in r))
+    shutil.copy(matrix / "poem.txt", data)
+    script = tmp_path / "script.yaml"
+    script.write_text(TIMED_OUT_SCRIPT)
+    run = tmp_path / "run"
+    done = run_flowllm(
+        "progress=false",
+        f"dataset.path={data}",
+        f"provider.emulator_script={script}",
+        "experiment.task_timeout_s=8",
+        "experiment.attempts=2",
+        "experiment.budget.cost_usd=0.0000001",
+        f"hydra.run.dir={run}",
+    )
+    assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    result = run / "tasks" / TASK / "result.json"
+    saved = json.loads(result.read_text())
+    assert (saved["status"], saved["answer"], saved["attempts"]) == ("budget", None, 1)
+    assert saved["error"].startswith("task timed out") and "before attempt 2" in saved["halt_detail"]
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.OK, out
+    _json_edit(result, _set("answer", value="41"))  # the failed attempt's reply named it: still not its answer
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.UNVERIFIED
+    assert f"tasks/{TASK}/result.json: answer: the run says '41', the evidence gives None" in out
