@@ -42,7 +42,7 @@ class RetryConfig:
     max_retry_after_s: float = 60.0  # cap of a server's retry-after / retry-after-ms
     max_total_s: float = 600.0  # stop retrying this provider after this long (then fall back)
     retry_on: list[str] = field(default_factory=_default_retry_on)
-    check_reply: bool = True  # read the reply inside send, so a malformed or empty one is retried too
+    check_reply: bool = True  # retry a malformed or empty reply too (read in the send either way, for its bill)
 
 
 @dataclass

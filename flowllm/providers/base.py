@@ -397,13 +397,14 @@ class BaseProvider:
                 kind="bad_response",
                 provider=self.name,
             ) from exc
+        response.usage = usage_or_estimate(usage, prompt_chars=int(raw.get(PROMPT_CHARS_KEY, 0)), reply=response)
         if not response.text and not response.tool_calls and not response.content_blocks:
             raise ProviderResponseError(
                 f"the model returned an empty reply (stop_reason={response.stop_reason!r})",
                 kind="empty_reply",
                 provider=self.name,
+                usage=response.usage,  # read and answered: billed, though of no use
             )
-        response.usage = usage_or_estimate(usage, prompt_chars=int(raw.get(PROMPT_CHARS_KEY, 0)), reply=response)
         return response
 
     async def aclose(self) -> None:

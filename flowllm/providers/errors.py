@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from flowllm.core.types import Usage
 from flowllm.errors import BuildError, ErrorKind, RunError
 
 # Error types of the Anthropic and OpenAI bodies -> our kinds.
@@ -130,7 +131,12 @@ class ProviderCallError(ProviderError):
 
 
 class ProviderResponseError(ProviderCallError):
-    """The reply arrived but cannot be used: unparseable, or empty."""
+    """The reply arrived but cannot be used: unparseable, or empty. ``usage``: what the reply says it counted
+    (or its estimate) when it could be read that far: the provider billed it all the same."""
+
+    def __init__(self, message: str, *, usage: Usage | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.usage = usage
 
 
 def _body_error(body: Any) -> tuple[str | None, str | None, str | None]:

@@ -112,9 +112,10 @@ class Tally:
         usage = Usage.from_dict(line.usage)
         for kind in TOKEN_KINDS:
             self.tokens[kind] += int(getattr(usage, kind))
-        self.estimated += bool(ok and usage.estimated)
+        billed = line.billed
+        self.estimated += bool(billed and usage.estimated)
         if line.cost_usd is None:
-            self.unpriced += ok
+            self.unpriced += billed
         else:
             self.cost_usd += float(line.cost_usd)
 
@@ -217,6 +218,7 @@ class UsageLedger:
         batch: dict[str, Any] | None = None,
     ) -> LedgerLine:
         usage = usage or Usage()
+        billed = error is None or usage.total_tokens > 0  # an unusable reply that arrived is billed all the same
         if batch is not None and batch.get("billed_before"):
             usage = Usage()  # an earlier session read (and billed) this batch result: nothing new is spent
         line = LedgerLine(
@@ -241,7 +243,7 @@ class UsageLedger:
             latency_s=round(latency_s, 6),
             limiter_wait_s=round(limiter_wait_s, 6),  # waiting for provider.rate_limit before sending
             usage=usage.to_dict(),
-            cost_usd=self.cost(model, usage, batch_protocol=protocol if batch else None) if error is None else 0.0,
+            cost_usd=self.cost(model, usage, batch_protocol=protocol if batch else None) if billed else 0.0,
             # experiment.epochs > 1: which epoch of the task made the call (None: not written)
             epoch=current_epoch(),
             # answered through a batch API (flowllm/providers/batch.py)
@@ -293,10 +295,10 @@ class UsageLedger:
         return [line.to_dict() for line in self.attempt_lines()]
 
     def usage(self) -> Usage:
-        """Tokens of every successful attempt: what the run was billed for."""
+        """Tokens of every billed attempt (answered, or answered unusably): what the run was billed for."""
         total = Usage()
         for line in self.attempt_lines():
-            if line.ok:
+            if line.billed:
                 total = total + Usage.from_dict(line.usage)
         return total
 

@@ -37,11 +37,11 @@ from tenacity import RetryCallState
 from flowllm.config.provider_schema import ProviderConfig
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
-from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
+from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.batch import BATCH_KEY
 from flowllm.providers.breaker import CircuitBreaker, Transition
-from flowllm.providers.errors import ProviderCallError
+from flowllm.providers.errors import ProviderCallError, ProviderResponseError
 from flowllm.providers.keys import RETIRE_KINDS, KeyPool, KeySlot, NoUsableKeyError
 from flowllm.providers.ledger import UsageLedger
 from flowllm.providers.limiter import Limiter, Unlimited
@@ -71,9 +71,9 @@ class WireRequest(dict[str, Any]):
 
 
 class CheckedReply(dict[str, Any]):
-    """A raw reply whose check (``retry.check_reply``) normalised it: that ModelResponse is handed to the first
-    ``normalize`` of this reply, so a reply is read once per call, not twice. Still a plain dict to everything
-    else (the recorder writes it as one); a later ``normalize`` reads it again."""
+    """A raw reply normalised inside the send (for its bill, and to retry an unusable one): that ModelResponse is
+    handed to the first ``normalize`` of this reply, so a reply is read once per call, not twice. Still a plain
+    dict to everything else (the recorder writes it as one); a later ``normalize`` reads it again."""
 
     def __init__(self, raw: dict[str, Any], checked: ModelResponse) -> None:
         super().__init__(raw)
@@ -359,8 +359,7 @@ class ResilientProvider(ProviderFacade):
                     started = time.perf_counter()
                     try:
                         raw = await provider.send(wire, context=context)
-                        checked = provider.normalize(raw) if policy.check_reply else None
-                        usage = checked.usage if checked is not None else None
+                        checked, usage = _read_reply(provider, raw, policy.check_reply)
                         batch = raw.get(BATCH_KEY)
                     except ProviderCallError as error:
                         state.last_error, limit.overloaded = error, (True if error.kind in OVERLOAD_KINDS else None)
@@ -370,7 +369,10 @@ class ResilientProvider(ProviderFacade):
                         route.pool.report(slot, error)
                         route.breaker.record_failure(error, permit)
                         reported = True
-                        record(slot.label, started_wall, started, error=error, limiter_wait_s=limit.waited_s)
+                        paid = error.usage if isinstance(error, ProviderResponseError) else None
+                        record(
+                            slot.label, started_wall, started, error=error, usage=paid, limiter_wait_s=limit.waited_s
+                        )
                         raise
                     route.breaker.record_success(permit)
                     limit.overloaded, reported = False, True  # an answer: the adaptive limit may grow
@@ -450,6 +452,19 @@ class ResilientProvider(ProviderFacade):
 
     def __repr__(self) -> str:
         return f"ResilientProvider(chains={ {a: [r.id for r in c] for a, c in self.chains.items()} })"
+
+
+def _read_reply(provider: BaseProvider, raw: dict[str, Any], check: bool) -> tuple[ModelResponse | None, Usage | None]:
+    """The reply normalised once, and what it was billed. A reply that cannot be used raises (a retry asks
+    again), with what it was billed on the error; under ``retry.check_reply=false`` it goes on unread (the turn's
+    normalize node fails on it, not retried), its bill still counted."""
+    try:
+        checked = provider.normalize(raw)
+    except ProviderResponseError as unusable:
+        if check:
+            raise
+        return None, unusable.usage
+    return checked, checked.usage
 
 
 def breaker_listener(ledger: UsageLedger) -> Callable[[Transition], None]:

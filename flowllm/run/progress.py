@@ -69,10 +69,10 @@ class LedgerTally:
                 self._seen[index] = end
 
     def _count(self, line: LedgerLine) -> None:
-        if line.type != "attempt" or not line.ok:
+        if line.type != "attempt" or not line.billed:
             return
         usage = Usage.from_dict(line.usage)
-        self.calls += 1
+        self.calls += line.ok  # answered calls; an unusable reply's bill counts all the same
         self.tokens += int(usage.input_tokens or 0) + int(usage.output_tokens or 0)
         if line.cost_usd is None:
             self.priced = False

@@ -403,6 +403,9 @@ _LINE_KEYS: dict[str, tuple[str, ...]] = {
 
 
 # ----- usage.jsonl ---------------------------------------------------------------------------------------------
+BILLED_COUNTS = ("input_tokens", "output_tokens")  # input counts every prompt token, cached or not
+
+
 @dataclass(kw_only=True)
 class LedgerLine(Record):
     """One line of the usage ledger (flowllm/providers/ledger.py): ``type`` says which of its fields it has.
@@ -455,3 +458,12 @@ class LedgerLine(Record):
     @property
     def ok(self) -> bool:
         return self.outcome == "ok"
+
+    @property
+    def billed(self) -> bool:
+        """Whether the provider billed this attempt: it answered, or its reply arrived and counted tokens but
+        could not be used (an empty reply: paid for all the same). A request refused or lost is not billed."""
+        if self.outcome == "ok":
+            return True
+        usage = self.usage or {}
+        return any(isinstance(usage.get(k), int) and usage[k] > 0 for k in BILLED_COUNTS)

@@ -113,7 +113,7 @@ def run_cache(run_dir: Path | str) -> RunCache:
     lines: list[LedgerLine] = []
     ledger = RunLayout(run_dir).ledger
     if ledger.is_file():
-        lines = [line for line in UsageLedger.read(ledger).attempt_lines() if line.outcome == "ok"]
+        lines = [line for line in UsageLedger.read(ledger).attempt_lines() if line.billed]
     tasks: dict[str, TaskCache] = {}
     protocols: dict[str, str] = {}
     for line in lines:

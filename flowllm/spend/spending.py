@@ -145,7 +145,7 @@ class RunBudget:
 
 @dataclass
 class Spend:
-    """What some model calls were billed (successful attempts) and how long they waited."""
+    """What some model calls were billed (every billed attempt: ``LedgerLine.billed``) and how long they waited."""
 
     tokens: int = 0  # input + output
     output_tokens: int = 0
@@ -154,7 +154,7 @@ class Spend:
     wait_s: float = 0.0  # the calls' time spent not sending (ledger call lines' wait_s)
 
     def add_attempt(self, line: LedgerLine) -> None:
-        if not line.ok:
+        if not line.billed:
             return
         usage = Usage.from_dict(line.usage)
         self.tokens += usage.input_tokens + usage.output_tokens
@@ -222,7 +222,7 @@ class SpendBook:
         task = line.task_id
         if kind == "attempt":
             self._total.add_attempt(line)
-            if self.shared is not None and line.ok:
+            if self.shared is not None and line.billed:
                 self._unshared.append(_entry(line))
             if task is not None:
                 self._tasks.setdefault(str(task), Spend()).add_attempt(line)

@@ -59,6 +59,7 @@ def bills_by_task(lines: Iterable[LedgerLine | Mapping[str, Any]]) -> dict[str, 
             bill.attempts += 1
             if not line.ok:
                 bill.failed_attempts += 1
+            if not line.billed:
                 continue
             usage = Usage.from_dict(line.usage)
             bill.input_tokens += usage.input_tokens

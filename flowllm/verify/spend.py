@@ -24,7 +24,7 @@ ATTEMPT = "attempt"
 
 def _line_cost(ev: RunEvidence, line: LedgerLine) -> float | None:
     """The cost of one attempt line as the price table gives it (None: the model has no price)."""
-    if not line.ok:
+    if not line.billed:
         return 0.0
     assert ev.prices is not None
     price = ev.prices.lookup(str(line.model or ""))

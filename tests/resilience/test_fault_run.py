@@ -188,6 +188,10 @@ def test_the_ledger_adds_up_to_the_summary(fault_run: dict[str, Any]) -> None:
             Usage(),
         )
         assert per_task.to_dict() == outcomes[tid]["usage"]
+    # An empty reply arrived and was read, then refused and retried: the provider billed it, so the run did.
+    empty = [line for line in ledger.attempt_lines() if line.outcome == "empty_reply"]
+    assert empty and all(line.billed and (line.cost_usd or 0) > 0 for line in empty)
+    assert summary["cost_usd"] == pytest.approx(sum(line.cost_usd or 0 for line in ledger.attempt_lines()), abs=1e-5)
     totals = ledger.summary()
     assert totals["calls"] == N_TASKS and totals["calls_ok"] == N_TASKS - 2
     assert totals["attempts"] == sum(p["attempts"] for p in totals["by_provider"].values())

@@ -84,12 +84,39 @@ async def test_each_fault_class_is_retried_and_recorded(
     assert reply.text == "The answer is \\boxed{42}"
     attempts = UsageLedger.read(tmp_path / "usage.jsonl").attempts()
     assert [a["outcome"] for a in attempts] == [EXPECTED_KIND.get(kind, kind), "ok"]
-    assert attempts[1]["usage"]["output_tokens"] > 0 and attempts[0]["usage"]["output_tokens"] == 0
+    assert attempts[1]["usage"]["output_tokens"] > 0
+    if kind == "empty_reply":  # it arrived, was read and is of no use: billed all the same, as the provider bills it
+        assert attempts[0]["usage"]["input_tokens"] > 0
+    else:  # refused, cut or unreadable: nothing billed
+        assert attempts[0]["usage"]["input_tokens"] == attempts[0]["usage"]["output_tokens"] == 0
     assert raw[ROUTE_KEY]["provider"] == "offline" and raw[ROUTE_KEY]["fallback"] is False
     if kind == "rate_limit":
         assert attempts[0]["retry_after_s"] == 0.25
         # The key rested exactly the server's retry-after (tenacity's own wait is 0: the pool does the waiting).
         assert [s for s in t.sleeps if s] == [pytest.approx(0.25)]
+
+
+@pytest.mark.parametrize("check", [True, False])
+async def test_a_reply_read_in_the_send_is_billed_whether_or_not_it_is_checked(tmp_path: Path, check: bool) -> None:
+    """retry.check_reply=false lets an unusable reply through unretried (the turn's normalize fails on it); every
+    reply is still read in the send for its bill: none is billed as nothing."""
+    cfg = provider_cfg(emulator_script=script_file(tmp_path, [{"fault": "empty", "attempts": [1]}]))
+    cfg.retry.check_reply = check
+    ledger = UsageLedger(None)
+    async with open_provider(cfg, ledger=ledger) as provider:
+        request = provider.build_request(system=SYSTEM, messages=HELLO, tools=[])
+        raw = await provider.send(request, context=CallContext("t1", 1, "main"))
+        if check:
+            assert provider.normalize(raw).text.endswith("{42}")
+        else:
+            with pytest.raises(ProviderCallError, match="empty reply"):
+                provider.normalize(raw)
+        raw = await provider.send(request, context=CallContext("t1", 2, "main"))  # answered: read once, billed
+        assert provider.normalize(raw).text.endswith("{42}")
+    attempts = ledger.attempt_lines()
+    assert [a.outcome for a in attempts] == (["empty_reply", "ok", "ok"] if check else ["ok", "ok"])
+    assert all(a.billed and a.usage and a.usage["input_tokens"] > 0 for a in attempts)
+    assert ledger.usage().input_tokens == sum(a.usage["input_tokens"] for a in attempts if a.usage)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
