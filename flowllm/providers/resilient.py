@@ -40,11 +40,11 @@ from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec, Usage
 from flowllm.providers.base import BaseProvider
 from flowllm.providers.batch import BATCH_KEY
-from flowllm.providers.breaker import CircuitBreaker, Transition
+from flowllm.providers.breaker import CircuitBreaker, Permit, Transition
 from flowllm.providers.errors import ProviderCallError, ProviderResponseError
 from flowllm.providers.keys import RETIRE_KINDS, KeyPool, KeySlot, NoUsableKeyError
 from flowllm.providers.ledger import UsageLedger
-from flowllm.providers.limiter import Limiter, Unlimited
+from flowllm.providers.limiter import Limiter, Slot, Unlimited
 from flowllm.providers.registry import MAIN_AGENT, RoutePlan
 from flowllm.providers.retry import RetryPolicy
 from flowllm.rundir.results import LedgerLine
@@ -103,6 +103,16 @@ class Route:
     @property
     def protocol(self) -> str:
         return self.cfg.protocol
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """One attempt as it went out: the key it used, when, and how long the rate limit held it first."""
+
+    key: str
+    started_wall: float
+    started: float
+    limiter_wait_s: float
 
 
 class _Attempts:
@@ -318,9 +328,9 @@ class ResilientProvider(ProviderFacade):
         # Attempts are counted per call and provider across waits for its breaker: at most max_attempts.
         state.number = call.used.get(route.id, 0)
 
-        def record(key: str, started_wall: float, started: float, **outcome: Any) -> None:
+        def record(sent: _Sent, **outcome: Any) -> None:
             if outcome.get("batch") is None:  # a batch call's time is spent queued behind its batch: waiting
-                call.sending_s += time.perf_counter() - started
+                call.sending_s += time.perf_counter() - sent.started
             self.ledger.attempt(
                 call=call.id,
                 provider=route.id,
@@ -330,10 +340,11 @@ class ResilientProvider(ProviderFacade):
                 agent=context.agent,
                 turn=context.turn,
                 attempt=state.number,
-                key=key,
-                started=started_wall,
-                latency_s=time.perf_counter() - started,
+                key=sent.key,
+                started=sent.started_wall,
+                latency_s=time.perf_counter() - sent.started,
                 fallback=fallback,
+                limiter_wait_s=sent.limiter_wait_s,
                 **outcome,
             )
 
@@ -355,30 +366,24 @@ class ResilientProvider(ProviderFacade):
                     state.number += 1
                     call.used[route.id] = state.number
                     provider = route.providers[slot.label]
-                    started_wall = time.time()
-                    started = time.perf_counter()
+                    sent = _Sent(slot.label, time.time(), time.perf_counter(), limit.waited_s)
+                    batch: dict[str, Any] | None = None
                     try:
                         raw = await provider.send(wire, context=context)
+                        batch = raw.get(BATCH_KEY)  # answered through a batch: priced (and billed once) as one
                         checked, usage = _read_reply(provider, raw, policy.check_reply)
-                        batch = raw.get(BATCH_KEY)
                     except ProviderCallError as error:
-                        state.last_error, limit.overloaded = error, (True if error.kind in OVERLOAD_KINDS else None)
-                        if error.kind == "rate_limit":  # everyone waits it out, not only this task
-                            pause = error.retry_after if error.retry_after is not None else route.pool.cfg.cooldown_s
-                            route.limiter.back_off(min(pause, policy.max_retry_after_s))
-                        route.pool.report(slot, error)
-                        route.breaker.record_failure(error, permit)
+                        _failed(route, state, limit, slot, permit, error)
                         reported = True
-                        paid = error.usage if isinstance(error, ProviderResponseError) else None
-                        record(
-                            slot.label, started_wall, started, error=error, usage=paid, limiter_wait_s=limit.waited_s
-                        )
+                        paid = error.usage if isinstance(error, ProviderResponseError) else None  # billed all the same
+                        used_tokens = paid.total_tokens if paid is not None else None
+                        record(sent, error=error, usage=paid, batch=batch)
                         raise
                     route.breaker.record_success(permit)
                     limit.overloaded, reported = False, True  # an answer: the adaptive limit may grow
                     if usage is not None:
                         used_tokens = usage.input_tokens + usage.output_tokens
-                    record(slot.label, started_wall, started, usage=usage, limiter_wait_s=limit.waited_s, batch=batch)
+                    record(sent, usage=usage, batch=batch)
                     return raw if checked is None else CheckedReply(raw, checked)
                 finally:
                     route.limiter.leave(limit, used_tokens)
@@ -452,6 +457,19 @@ class ResilientProvider(ProviderFacade):
 
     def __repr__(self) -> str:
         return f"ResilientProvider(chains={ {a: [r.id for r in c] for a, c in self.chains.items()} })"
+
+
+def _failed(
+    route: Route, state: _Attempts, limit: Slot, slot: KeySlot, permit: Permit, error: ProviderCallError
+) -> None:
+    """What one failed attempt tells the route: the breaker, the key pool, the adaptive limit, and (a 429) a
+    pause for every task sending to this provider."""
+    state.last_error, limit.overloaded = error, (True if error.kind in OVERLOAD_KINDS else None)
+    if error.kind == "rate_limit":  # everyone waits it out, not only this task
+        pause = error.retry_after if error.retry_after is not None else route.pool.cfg.cooldown_s
+        route.limiter.back_off(min(pause, route.policy.max_retry_after_s))
+    route.pool.report(slot, error)
+    route.breaker.record_failure(error, permit)
 
 
 def _read_reply(provider: BaseProvider, raw: dict[str, Any], check: bool) -> tuple[ModelResponse | None, Usage | None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
+from flowllm.errors import ErrorKind
 from flowllm.rundir.record_base import KEY, OPTIONAL, Record
 
 __all__ = [
@@ -403,7 +404,8 @@ _LINE_KEYS: dict[str, tuple[str, ...]] = {
 
 
 # ----- usage.jsonl ---------------------------------------------------------------------------------------------
-BILLED_COUNTS = ("input_tokens", "output_tokens")  # input counts every prompt token, cached or not
+# A failed attempt whose reply arrived, was read, and was of no use (an empty reply): the provider billed it.
+BILLED_FAILURES = frozenset({ErrorKind.EMPTY_REPLY.value})
 
 
 @dataclass(kw_only=True)
@@ -461,9 +463,6 @@ class LedgerLine(Record):
 
     @property
     def billed(self) -> bool:
-        """Whether the provider billed this attempt: it answered, or its reply arrived and counted tokens but
-        could not be used (an empty reply: paid for all the same). A request refused or lost is not billed."""
-        if self.outcome == "ok":
-            return True
-        usage = self.usage or {}
-        return any(isinstance(usage.get(k), int) and usage[k] > 0 for k in BILLED_COUNTS)
+        """Whether the provider billed this attempt: it answered, or its reply arrived but could not be used (an
+        empty reply: paid for all the same). A request refused, lost or cut short is not billed."""
+        return self.outcome == "ok" or self.outcome in BILLED_FAILURES
