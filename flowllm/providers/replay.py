@@ -93,12 +93,15 @@ def read_saved(path: str) -> bytes:
     ``OSError`` as it does."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
-        chunks = []
+        chunk = os.read(fd, READ_CHUNK)
+        if len(chunk) < READ_CHUNK:  # a regular file's short read is its end: no second read to learn it
+            return chunk
+        chunks = [chunk]
         while chunk := os.read(fd, READ_CHUNK):
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for an empty file
+    return b"".join(chunks)
 
 
 def resolve_run_dir(value: str | Path) -> Path:
