@@ -233,7 +233,11 @@ class OverrideChecker:
                     return hint
                 return f"{key}: {parent} has no setting '{part}'{hint}"
             node = node[part]
-        return "" if only_hint else f"{key}: cannot be set"
+        if only_hint:
+            return ""
+        if isinstance(node, DictConfig):  # Hydra merges into a mapping, whose new keys its struct mode refuses
+            return f"{key}: a mapping is set whole with ++{key}={{...}}, or one entry at a time with +{key}.NAME=..."
+        return f"{key}: cannot be set"
 
     def _unknown_added_key(self, override: Override, cfg: DictConfig, loader: Any) -> str | None:
         groups = {override.key_or_group} if self._is_group(override.key_or_group, loader) else set()

@@ -14,6 +14,7 @@ BAD_OVERRIDES: list[tuple[tuple[str, ...], str]] = [
     (("provider.max_tokens=many",), "provider.max_tokens"),
     (("provider.emulator_script=/nonexistent/script.yaml",), "provider.emulator_script"),
     (("provider.fallbacks=[nobody]",), "nobody"),
+    (("provider.emulator_faults={seed: 3}",), "set whole with ++provider.emulator_faults={...}"),
     # pipeline
     (("pipeline=agent_trun",), "did you mean agent_turn"),
     (("pipeline.nodes.call_model._target_=no.such.Node",), "no.such.Node"),

@@ -48,6 +48,7 @@ def test_every_bad_override_exits_2_with_one_line(tmp_path: Path) -> None:
     [
         (["-m", "provider=offline,claud"], "did you mean claude"),  # every swept value is checked
         (["+provider.extra_body.top_k=3"], None),  # a free-form mapping takes any key
+        (["++provider.emulator_faults={seed: 3}"], None),  # and is set whole with ++
         (["+experiment=gaia"], None),
         (["--help", "provider=claud"], None),  # Hydra answers --help itself
     ],
