@@ -26,7 +26,7 @@ import pytest
 
 from flowllm.bundle.make import make_bundle
 from flowllm.exit_codes import ExitCode
-from flowllm.rundir.results import TaskResult
+from flowllm.rundir.results import LedgerLine, TaskResult
 from flowllm.rundir.store import local_run
 from flowllm.verify import audit_run
 from tests.appfork import start_app
@@ -40,6 +40,13 @@ OK_EXITS = (0, 3)  # every task finished (right, wrong or unscored), or the budg
 # A fork of a run its budget stopped fails the tasks the saved run never finished (no reply to serve): every task
 # of it may fail (4); its numbers must still verify.
 FOLLOW_UP_EXITS = (0, 3, 4)
+# Faults of the first run: an empty reply (read, refused, retried: the provider billed it, so must the ledger) and
+# an overloaded server, each on some first attempts; retried at once.
+FAULTS = [
+    "+provider.emulator_faults={seed: 3, rules: [{fault: empty, rate: 0.4, attempts: [1]},"
+    " {fault: status, status: 529, rate: 0.3, attempts: [1]}]}",
+    "provider.retry.base_delay_s=0.01",
+]
 FIRST_RESULT_WAIT_S = 120  # how long an interrupted row waits for a first task to finish before it interrupts
 
 
@@ -57,6 +64,9 @@ class Row:
     telemetry: str  # off | on (telemetry.otlp_endpoint, a loopback receiver)
     subagent: str  # off | on (+subagents=analyst)
     store: str  # off | on (experiment.store on a real S3 server; a replay or fork reads the run from the store)
+    # off | on: the first run's emulator answers some first attempts empty or with a 529 (retried; the empty ones
+    # billed). Its batch endpoint injects no fault: with batch on, the faults are set and meet no call.
+    faults: str
 
     @property
     def name(self) -> str:
@@ -87,7 +97,8 @@ class Row:
         found = [f"provider={self.wire}", f"provider.emulator_script={MATRIX / 'script.yaml'}"]
         # A batch goes out 0.3 s after its first call and is polled every 0.05 s (5 s by default: minutes a row).
         batched = ["provider.batch.enabled=true", "provider.batch.max_wait_s=0.3", "provider.batch.poll_s=0.05"]
-        return found + (batched if self.batch == "on" else [])
+        found += batched if self.batch == "on" else []
+        return found + (FAULTS if self.faults == "on" else [])
 
     def follow_up(self, base: Path) -> list[str]:
         replay = ["provider=replay", f"provider.run_dir={self.store_url('base') or base}"]
@@ -98,27 +109,27 @@ class Row:
         return replay
 
 
-# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store column was added later,
-# its levels chosen so that every pair with it is covered too).
+# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store and faults columns were
+# added later, their levels chosen so that every pair with them is covered too).
 ROWS = [
-    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off"),
-    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off", "off"),
-    Row("fork", "graph_parallel", "offline_responses", 2, 1, 2, "none", "turns", "off", "on", "on", "off"),
-    Row("fork_at_turn", "graph_parallel", "offline_chat", 1, 3, 1, "tight", "none", "on", "off", "on", "off"),
-    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off"),
-    Row("sigkill", "legacy", "offline_responses", 2, 3, 1, "tight", "turns", "on", "off", "on", "on"),
-    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off"),
-    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off", "on"),
-    Row("fork_at_turn", "graph", "offline_responses", 1, 1, 2, "none", "turns", "off", "off", "off", "on"),
-    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on"),
-    Row("replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "on"),
-    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on", "on"),
-    Row("sigkill", "graph_parallel", "offline_chat", 1, 1, 2, "tight", "turns", "off", "off", "off", "off"),
-    Row("fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off", "off"),
-    Row("sigint", "graph_parallel", "offline_responses", 2, 3, 1, "tight", "none", "off", "off", "off", "off"),
-    Row("replay", "legacy", "offline_responses", 2, 1, 2, "tight", "turns", "off", "off", "on", "off"),
-    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off", "off"),
-    Row("none", "graph_parallel", "offline_chat", 2, 1, 2, "tight", "turns", "off", "off", "off", "off"),
+    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off", "on"),
+    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off", "off", "off"),
+    Row("fork", "graph_parallel", "offline_responses", 2, 1, 2, "none", "turns", "off", "on", "on", "off", "off"),
+    Row("fork_at_turn", "graph_parallel", "offline_chat", 1, 3, 1, "tight", "none", "on", "off", "on", "off", "off"),
+    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off", "on"),
+    Row("sigkill", "legacy", "offline_responses", 2, 3, 1, "tight", "turns", "on", "off", "on", "on", "off"),
+    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off", "off"),
+    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off", "on", "off"),
+    Row("fork_at_turn", "graph", "offline_responses", 1, 1, 2, "none", "turns", "off", "off", "off", "on", "off"),
+    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on", "on"),
+    Row("replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "on", "off"),
+    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on", "on", "off"),
+    Row("sigkill", "graph_parallel", "offline_chat", 1, 1, 2, "tight", "turns", "off", "off", "off", "off", "on"),
+    Row("fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off", "off", "on"),
+    Row("sigint", "graph_parallel", "offline_responses", 2, 3, 1, "tight", "none", "off", "off", "off", "off", "off"),
+    Row("replay", "legacy", "offline_responses", 2, 1, 2, "tight", "turns", "off", "off", "on", "off", "on"),
+    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off", "off", "off"),
+    Row("none", "graph_parallel", "offline_chat", 2, 1, 2, "tight", "turns", "off", "off", "off", "off", "off"),
 ]
 LEVELS = {
     "then": ["none", "replay", "fork", "fork_at_turn", "sigint", "sigkill"],
@@ -133,6 +144,7 @@ LEVELS = {
     "telemetry": ["off", "on"],
     "subagent": ["off", "on"],
     "store": ["off", "on"],
+    "faults": ["off", "on"],
 }
 
 
@@ -241,6 +253,10 @@ def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> 
         run_ok(*args)
     assert_verified(base)
     assert_stored(row, "base", base)
+    if row.faults == "on" and row.batch == "off":  # the faults happened; empty replies billed as a provider bills them
+        lines = [LedgerLine.from_dict(orjson.loads(raw)) for raw in (base / "usage.jsonl").read_bytes().splitlines()]
+        empty = [line for line in lines if line.outcome == "empty_reply"]
+        assert empty and all(line.billed and (line.cost_usd or 0) > 0 for line in empty)
     if row.telemetry == "on":
         assert receiver.received > before, "telemetry was on, yet no span reached the receiver"
     # Published as a bundle, the run is reproduced offline from it, every number again; a run its budget stopped
