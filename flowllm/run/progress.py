@@ -34,6 +34,7 @@ from rich.progress import (
 from rich.text import Text
 
 from flowllm.core.types import Usage
+from flowllm.run.outcome import FAILED
 from flowllm.rundir.results import LedgerLine
 from flowllm.scoring.tally import is_finished
 
@@ -287,7 +288,7 @@ class ProgressReporter:
         if outcome.correct is not None and is_finished(outcome.status):  # unscored or unfinished: not counted
             self.scored += 1
             self.correct += int(outcome.correct)
-        self.failed += int(outcome.status != "completed")
+        self.failed += int(outcome.status == FAILED)  # as the summary counts: not a limit or the budget
         self.tokens += outcome.usage.total_tokens
 
     def requeued(self, outcome: TaskOutcome) -> None:
@@ -296,7 +297,7 @@ class ProgressReporter:
         if outcome.correct is not None and is_finished(outcome.status):
             self.scored -= 1
             self.correct -= int(outcome.correct)
-        self.failed -= int(outcome.status != "completed")
+        self.failed -= int(outcome.status == FAILED)
         self.tokens -= outcome.usage.total_tokens
         if self._progress is not None:
             self._progress.update(self._bar, advance=-1, **self._fields())

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from flowllm.core.types import Usage
 from flowllm.providers.ledger import LedgerTail, UsageLedger
-from flowllm.run.outcome import COMPLETED, FAILED, TaskOutcome
+from flowllm.run.outcome import BUDGET, COMPLETED, FAILED, LIMIT, TaskOutcome
 from flowllm.run.progress import ProgressReporter
 from flowllm.spend.pricing import PriceTable
 
@@ -125,6 +125,16 @@ def test_failed_attempts_cost_nothing_and_failed_tasks_are_counted(
     reporter.task_done(outcome("a", correct=False, status=FAILED))
     bar = rendered(reporter)
     assert "1/2" in bar and "running 0" in bar and "acc 0.0%" in bar and "failed 1" in bar
+
+
+def test_failed_counts_what_the_summary_counts(reporter: ProgressReporter) -> None:
+    """A task a limit ended or the budget stopped is not failed, in the bar as in summary.json."""
+    reporter.start(total=3, already=[])
+    for task, status in (("limited", LIMIT), ("stopped", BUDGET), ("broken", FAILED)):
+        reporter.task_started(task)
+        reporter.task_done(outcome(task, correct=False, status=status))
+    bar = rendered(reporter)
+    assert "3/3" in bar and "failed 1" in bar
 
 
 def test_a_resumed_run_starts_from_the_tasks_already_done(reporter: ProgressReporter, writer: UsageLedger) -> None:
