@@ -57,8 +57,14 @@ def _ledger_total(ev: RunEvidence, audit: Audit, name: str, lines: Sequence[Numb
 
 
 def _max_call(lines: Sequence[NumberedLine]) -> float:
-    costs = [float(line.ledger.cost_usd or 0.0) for line in lines if line.ledger.type == ATTEMPT]
-    return max(costs, default=0.0)
+    """The most one model call cost: its billed attempts summed (an empty reply, billed, then the retry)."""
+    costs: dict[tuple[object, ...], float] = {}
+    for numbered in lines:
+        line = numbered.ledger
+        if line.type == ATTEMPT:
+            key = (line.call, line.task_id, line.agent, line.turn, line.epoch)
+            costs[key] = costs.get(key, 0.0) + float(line.cost_usd or 0.0)
+    return max(costs.values(), default=0.0)
 
 
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:

@@ -40,10 +40,11 @@ OK_EXITS = (0, 3)  # every task finished (right, wrong or unscored), or the budg
 # A fork of a run its budget stopped fails the tasks the saved run never finished (no reply to serve): every task
 # of it may fail (4); its numbers must still verify.
 FOLLOW_UP_EXITS = (0, 3, 4)
-# Faults of the first run: an empty reply (read, refused, retried: the provider billed it, so must the ledger) and
-# an overloaded server, each on some first attempts; retried at once.
+# Faults of the first run, each retried at once: every task's first call is answered empty (read, refused: the
+# provider billed it, so must the ledger; a task that starts meets it, whatever a tight budget stops), and some
+# later first attempts meet an overloaded server.
 FAULTS = [
-    "+provider.emulator_faults={seed: 3, rules: [{fault: empty, rate: 0.4, attempts: [1]},"
+    "+provider.emulator_faults={seed: 3, rules: [{fault: empty, turns: [1], attempts: [1]},"
     " {fault: status, status: 529, rate: 0.3, attempts: [1]}]}",
     "provider.retry.base_delay_s=0.01",
 ]
@@ -64,8 +65,8 @@ class Row:
     telemetry: str  # off | on (telemetry.otlp_endpoint, a loopback receiver)
     subagent: str  # off | on (+subagents=analyst)
     store: str  # off | on (experiment.store on a real S3 server; a replay or fork reads the run from the store)
-    # off | on: the first run's emulator answers some first attempts empty or with a 529 (retried; the empty ones
-    # billed). Its batch endpoint injects no fault: with batch on, the faults are set and meet no call.
+    # off | on: the first run's emulator answers first calls empty and some first attempts with a 529 (FAULTS). Its
+    # batch endpoint injects no fault: with batch on, the faults are set and meet no call.
     faults: str
 
     @property

@@ -269,3 +269,22 @@ def test_a_failed_attempt_the_budget_cut_short_verifies(tmp_path: Path, capsys: 
     code, out, _ = verify(run, capsys)
     assert code == ExitCode.UNVERIFIED
     assert f"tasks/{TASK}/result.json: answer: the run says '41', the evidence gives None" in out
+
+
+def test_a_budget_overrun_is_bounded_by_calls_not_attempts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Past the cap, the call in flight finishes: an empty reply (billed) and its retry are one call, and the
+    budget's bound counts them as one."""
+    run = tmp_path / "run"
+    done = run_flowllm(
+        "progress=false",
+        "experiment.max_concurrent=1",
+        "experiment.budget.cost_usd=0.0000001",
+        "+provider.emulator_faults={rules: [{fault: empty, turns: [1], attempts: [1]}]}",
+        "provider.retry.base_delay_s=0.01",
+        f"hydra.run.dir={run}",
+    )
+    assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    outcomes = [json.loads(line)["outcome"] for line in (run / "usage.jsonl").read_text().splitlines()]
+    assert outcomes[:3] == ["empty_reply", "ok", "ok"]  # two attempts, then the call's own line
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.OK, out
