@@ -25,6 +25,7 @@ from flowllm.bundle.manifest import BundleInputError, JobEntry
 from flowllm.engine.recorder import environment_secrets
 from flowllm.rundir.layout import (
     CONFIG_FILE,
+    DIGESTS_FILE,
     FINGERPRINT_FILE,
     HISTORY_FILE,
     JUDGE_LEDGER_FILE,
@@ -116,7 +117,7 @@ def _in_bundle(rel: Path, with_answers: bool) -> bool:
     parts = rel.parts
     if parts[0] != TASKS_DIR:
         return rel.as_posix() in TOP_FILES or parts[0] == WEB_CACHE_DIR
-    if WORKSPACE_DIR in parts:
+    if WORKSPACE_DIR in parts or rel.name == DIGESTS_FILE:  # digests: of the records before masking and stripping
         return False
     return with_answers or JUDGE_SCOPE not in parts
 

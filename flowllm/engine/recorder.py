@@ -41,8 +41,9 @@ from flowllm.engine.blobs import BlobStore
 from flowllm.engine.context import TurnContext
 from flowllm.engine.node import BoundNode
 from flowllm.errors import RunError
+from flowllm.rundir.digests import Digests, digest, node_key
 from flowllm.rundir.epochs import current_epoch
-from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
+from flowllm.rundir.layout import DIGESTS_FILE, EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
 from flowllm.rundir.results import TaskResult
 from flowllm.rundir.taskdirs import task_folder_name
 
@@ -310,6 +311,9 @@ class Recorder:
         self._lock = threading.Lock()
         # snapshot=errors keeps a task's node records in memory until we know whether the task failed.
         self._held: dict[str, list[_Write]] = {}
+        # snapshot=all: the digest of each node output written so far, by records folder (a task's, an epoch's),
+        # written as its digests.json when the run of the task or epoch ends (flowllm/rundir/digests.py).
+        self._digests: dict[str, Digests] = {}
         self.listeners: list[RunListener] = []
 
     @property
@@ -346,12 +350,17 @@ class Recorder:
         return Path(self._node_folder(task_id, turn, node, scope))
 
     def _node_folder(self, task_id: str, turn: int, node: BoundNode, scope: str) -> str:
+        records = self._records_folder(task_id)
+        base = f"{records}/{scope}/" if scope else f"{records}/"
+        return f"{base}{turn_folder(turn)}/{node.folder}"
+
+    def _records_folder(self, task_id: str) -> str:
+        """The task's folder, or (experiment.epochs > 1) the running epoch's own folder under it."""
         task = task_folder_name(task_id)
-        epoch = current_epoch()  # experiment.epochs > 1: the epoch's own folder under the task
+        epoch = current_epoch()
         if epoch is not None:
             task = f"{task}/{EPOCHS_DIR}/{epoch}"
-        base = f"{self._tasks_root}/{task}/{scope}/" if scope else f"{self._tasks_root}/{task}/"
-        return f"{base}{turn_folder(turn)}/{node.folder}"
+        return f"{self._tasks_root}/{task}"
 
     # -- writing ----------------------------------------------------------------------------------------
     def write_json(self, path: Path, value: Any) -> None:
@@ -380,11 +389,16 @@ class Recorder:
             listener.on_node(ctx, node, inputs, outputs, meta)
         if self.snapshot == "none":
             return
-        folder = self._node_folder(ctx.task_id, ctx.turn, node, ctx.scope)
+        records = self._records_folder(ctx.task_id)
+        base = f"{records}/{ctx.scope}/" if ctx.scope else f"{records}/"
+        folder = f"{base}{turn_folder(ctx.turn)}/{node.folder}"
         dumps = self._dumps
         files: list[_Write] = [(folder, INPUT_FILE, dumps(dict(inputs)))]
-        if outputs is not None:
-            files.append((folder, OUTPUT_FILE, dumps(dict(outputs))))
+        output = dumps(dict(outputs)) if outputs is not None else None
+        if output is not None:
+            files.append((folder, OUTPUT_FILE, output))
+        if self.snapshot == "all":
+            self._note_digest(records, node_key(ctx.turn, node.folder, ctx.scope), output)
         # The meta's keys are the runner's own (status, timings, error text): no credential field to look for.
         files.append((folder, META_FILE, dumps({"node": node.name, "turn": ctx.turn, **meta}, scrub_fields=False)))
         if self.snapshot == "errors":
@@ -393,21 +407,42 @@ class Recorder:
             return
         self._submit(files)
 
+    def _note_digest(self, records: str, key: str, output: bytes | None) -> None:
+        """Keep the digest of a node's output (none: the node failed and wrote no output)."""
+        with self._lock:
+            found = self._digests.setdefault(records, Digests())
+            if output is None:
+                found.outputs.pop(key, None)
+            else:
+                found.outputs[key] = digest(output)
+
+    def write_digests(self, task_id: str) -> None:
+        """Write ``digests.json`` of the run of a task (or of the running epoch) that just ended."""
+        records = self._records_folder(task_id)
+        with self._lock:
+            found = self._digests.pop(records, None)
+        if found is not None and found.outputs:
+            self._submit([(records, DIGESTS_FILE, found.to_bytes())])
+
     def finish_task(self, task_id: str, result: TaskResult | Mapping[str, Any]) -> None:
-        """Write a task's ``result.json``; under snapshot=errors, keep its node records only if it failed."""
+        """Write a task's ``result.json`` (and its ``digests.json``); under snapshot=errors, keep its node records
+        only if it failed."""
         record = TaskResult.coerce(result)
         with self._lock:
             held = self._held.pop(task_id, [])
         if held and record.status != "completed":
             self._submit(held)
+        self.write_digests(task_id)
         self.write_json(self.layout.result(task_id), record.to_dict())
         for listener in self.listeners:
             listener.finish_task(task_id, record)
 
     def discard_task(self, task_id: str) -> None:
         """Forget node records of an attempt that will be retried (pass@k keeps the last attempt only)."""
+        records = self._records_folder(task_id)
         with self._lock:
             self._held.pop(task_id, None)
+            self._digests.pop(records, None)
         for listener in self.listeners:
             listener.discard_task(task_id)
 

@@ -33,6 +33,7 @@ from flowllm.engine.recorder import unmasked_record
 from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
 from flowllm.providers.replay import read_saved
+from flowllm.rundir.digests import Digests, digest, node_key, read_digests
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
@@ -40,6 +41,7 @@ from flowllm.scoring.tally import SCORED_REPLAYS, replay_scored
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
+_NOT_READ = object()  # a task whose saved digests were not looked for yet
 
 
 class ReplayStatus(StrEnum):
@@ -99,6 +101,8 @@ class ReplayAudit:
         self._unverified: set[str] = set()
         self._lock = threading.Lock()
         self._turn_dirs = TurnDirs(source)  # each turn's saved folder is spelled once, not once per node
+        # The saved run's digests.json of each task (or epoch) being replayed, read once, dropped at its verdict.
+        self._digests: dict[tuple[str, int | None], Digests | None] = {}
         # Records hold media as blob references (engine/blobs.py): compare the new outputs in the same form.
         self._references = BlobStore(source.root, None)
 
@@ -120,14 +124,16 @@ class ReplayAudit:
             return
         saved_path = self._saved_path(ctx, node)
         saved = self._saved_outputs(saved_path) if self._saved_outputs is not None else None
+        produced = outputs if type(outputs) is dict else dict(outputs)
         if saved is None:
+            if self._matches_digest(ctx, node, produced):
+                return  # what the saved run's digests.json says it recorded: no file to read
             try:
                 saved = read_saved(saved_path)
             except OSError:
                 with self._lock:
                     self._unverified.add(ctx.task_id)
                 return
-        produced = outputs if type(outputs) is dict else dict(outputs)
         # The common case first: the plain serialisation already equals the saved record, which was masked and
         # had its media moved to blobs when it was written, so those steps have nothing left to change.
         if saved == unmasked_record(produced):
@@ -144,6 +150,26 @@ class ReplayAudit:
             what = "the saved output.json is unreadable"
         with self._lock:
             self._first.setdefault(ctx.task_id, Divergence(ctx.turn, node.name, ctx.scope, what))
+
+    def _matches_digest(self, ctx: TurnContext, node: BoundNode, produced: dict[str, Any]) -> bool:
+        """Whether the output has the digest the saved run wrote for this node (as recorded, or once masked and
+        its media moved to blobs). False when there is none, or it differs: the file then decides."""
+        key = (ctx.task_id, current_epoch())
+        with self._lock:
+            found = self._digests.get(key, _NOT_READ)
+        if found is _NOT_READ:
+            found = read_digests(self.source.records(*key))
+            with self._lock:
+                self._digests[key] = found
+        if not isinstance(found, Digests):
+            return False
+        known = found.outputs.get(node_key(ctx.turn, node.folder, ctx.scope))
+        if known is None:
+            return False
+        return (
+            digest(unmasked_record(produced)) == known
+            or digest(self._references.serialize(produced, self.dumps)) == known
+        )
 
     def _saved_path(self, ctx: TurnContext, node: BoundNode) -> str:
         return self._turn_dirs.node_file(
@@ -163,6 +189,7 @@ class ReplayAudit:
         with self._lock:
             first = self._first.get(task_id)
             unverified = task_id in self._unverified
+            self._digests.pop((task_id, current_epoch()), None)
         if missed:
             return {"status": ReplayStatus.MISSING.value}
         if self.forks is not None:

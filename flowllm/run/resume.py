@@ -46,6 +46,7 @@ from flowllm.run.replay_audit import ReplayAudit
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.layout import (
     ATTEMPTS_DIR,
+    DIGESTS_FILE,
     LEGACY_AGENTS_DIR,
     OUTPUT_FILE,
     RESULT_FILE,
@@ -290,6 +291,7 @@ def clear_task_dir(layout: RunLayout, task_id: str, epochs: int, store: ResumeSt
         partial.unlink(missing_ok=True)
     (task_dir / RESULT_FILE).unlink(missing_ok=True)
     (task_dir / TIMING_FILE).unlink(missing_ok=True)
+    (task_dir / DIGESTS_FILE).unlink(missing_ok=True)
     # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
     epochs_dir = layout.epochs(task_id)
     if epochs == 1:

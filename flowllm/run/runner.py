@@ -377,6 +377,7 @@ class Experiment:
                 await self.recorder.flushed()
                 self._fail_if_unrecorded(outcome)
                 self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
+                self.recorder.write_digests(task.task_id)  # the running epoch's
                 self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
                 if store is not None:
                     await self.recorder.flushed()

@@ -59,6 +59,7 @@ RESUME_DIR = ".resume"  # a run folder of its own: the saved turns of the tasks 
 TASKS_DIR = "tasks"
 RESULT_FILE = "result.json"
 TIMING_FILE = "timing.json"
+DIGESTS_FILE = "digests.json"  # a digest of each node output of the task's run (flowllm/rundir/digests.py)
 VERDICT_FILE = "verdict.json"
 WORKSPACE_DIR = "workspace"
 ATTEMPTS_DIR = "attempts"

@@ -10,6 +10,7 @@ from typing import Any
 from flowllm.errors import FlowError
 from flowllm.rundir.layout import SUMMARY_FILE, SWEEP_SUMMARY_FILE
 from flowllm.verify.contamination import check_contamination
+from flowllm.verify.digests import check_digests
 from flowllm.verify.evidence import VerifyInputError, load_evidence
 from flowllm.verify.exports import check_export
 from flowllm.verify.findings import Audit
@@ -38,6 +39,7 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     check_limits(ev, audit)
     check_fork(ev, outcomes, audit)
     check_resumed(ev, audit)
+    check_digests(ev, audit)
     for export in exports:
         check_export(export, outcomes, audit)
     return audit

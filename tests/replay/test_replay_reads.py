@@ -16,7 +16,8 @@ from flowllm.engine.blobs import BlobStore
 from flowllm.engine.recorder import Redactor, read_json
 from flowllm.providers.replay import READ_CHUNK, build_replay_provider, read_saved
 from flowllm.run.replay_audit import ReplayAudit
-from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs, nested_scope, subagent_scope
+from flowllm.rundir.digests import Digests, digest, node_key
+from flowllm.rundir.layout import DIGESTS_FILE, OUTPUT_FILE, RunLayout, TurnDirs, nested_scope, subagent_scope
 from tests.replay.runs import CLEAN_TASK, FixtureRuns
 
 
@@ -141,3 +142,41 @@ def test_the_audit_compares_what_a_record_would_hold_masked_and_with_blobs(tmp_p
         audit.forget(task)
         audit.on_node(TurnContext(task, 1), node, {}, output, {})  # type: ignore[arg-type]
         assert audit.verdict(task, missed=False)["status"] == "diverged", task
+
+
+def test_the_audit_trusts_the_saved_digests_and_reads_a_file_only_where_they_do_not_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the saved run's digests.json, an output that has its node's digest (plain, or as it was recorded:
+    masked) is exact without a read; one that does not is compared with the file, which decides."""
+    layout = RunLayout(tmp_path)
+    redactor = Redactor(["sk-this-is-a-long-secret"], environ={})
+    node = SimpleNamespace(index=5, name="parse_tool_calls", folder="05_parse_tool_calls")
+    outputs: dict[str, dict[str, object]] = {
+        "plain": {"tool_calls": []},
+        "masked": {"text": "key sk-this-is-a-long-secret"},
+        "changed": {"tool_calls": []},
+        "stale": {"tool_calls": []},  # its digest was not updated when its file was: the file decides
+    }
+    for task, output in outputs.items():
+        path = Path(TurnDirs(layout).node_file(task, 1, 5, "parse_tool_calls", OUTPUT_FILE))
+        path.parent.mkdir(parents=True)
+        path.write_bytes(redactor.dumps(output))
+        recorded = redactor.dumps({"tool_calls": ["old"]}) if task == "stale" else path.read_bytes()
+        found = Digests({node_key(1, node.folder): digest(recorded)})
+        (layout.records(task) / DIGESTS_FILE).write_bytes(found.to_bytes())
+    reads: list[str] = []
+
+    def counted(path: str) -> bytes:
+        reads.append(path)
+        return read_saved(path)
+
+    monkeypatch.setattr("flowllm.run.replay_audit.read_saved", counted)
+    audit = ReplayAudit(layout, redactor.dumps)
+    produced = {**outputs, "changed": {"tool_calls": [{"name": "other"}]}}
+    verdicts = {}
+    for task, output in produced.items():
+        audit.on_node(TurnContext(task, 1), node, {}, output, {})  # type: ignore[arg-type]
+        verdicts[task] = audit.verdict(task, missed=False)["status"]
+    assert verdicts == {"plain": "exact", "masked": "exact", "changed": "diverged", "stale": "exact"}
+    assert sorted(Path(p).parts[-4] for p in reads) == ["changed", "stale"]

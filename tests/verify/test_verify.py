@@ -92,6 +92,12 @@ EDITS: dict[str, tuple[Callable[[Path], None], str]] = {
         _reply_edit,
         f"tasks/{TASK}/result.json: answer: the run says '7', the evidence gives '9'",
     ),
+    "a node's output": (  # a replay trusts digests.json: an edited record must not hide behind it
+        lambda run: _json_edit(
+            run / "tasks" / TASK / "turn_001" / "05_parse_tool_calls" / "output.json", _set("bad_tool_calls", value=[1])
+        ),
+        f"tasks/{TASK}/digests.json: outputs.turn_001/05_parse_tool_calls: the run says '",
+    ),
 }
 
 
