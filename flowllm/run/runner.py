@@ -265,11 +265,8 @@ class Experiment:
         outcome = self._completed(task, result, wall, replay, tools_start).resumed_from(*resumed)
         if result.halt is not None:
             # Ended by a limit or the budget: its answer is the one it gave (boxed), if it gave one.
-            outcome.status, outcome.limit, outcome.halt_detail = (
-                result.halt.status,
-                result.halt.limit,
-                result.halt.detail,
-            )
+            halt = result.halt
+            outcome.status, outcome.limit, outcome.halt_detail = halt.status, halt.limit, halt.detail
             outcome.answer = last_boxed(result.final_text)
             outcome.scored = outcome.status == LIMIT and self.settings.limits.score_partial
             if not outcome.scored:
