@@ -2,7 +2,7 @@
 task ends, so that a replay's audit compares what a node produced with one read per task instead of one per
 node (flowllm/run/replay_audit.py).
 
-    tasks/<task>/digests.json                  {"format_version": 1, "algorithm": "blake2b-128",
+    tasks/<task>/digests.json                  {"format_version": 1, "algorithm": "xxh3-128",
     tasks/<task>/epochs/<n>/digests.json        "outputs": {"turn_001/03_call_model": "<hex>", ...}}
 
 A key is the node's folder under the records folder (a sub-agent's turns under their scope). The files stay
@@ -12,24 +12,26 @@ written; ``flowllm verify`` checks each digest against its file, so an edited re
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+import xxhash
 
 from flowllm.rundir.layout import DIGESTS_FILE, turn_folder
 
 __all__ = ["ALGORITHM", "Digests", "digest", "node_key", "read_digests"]
 
-ALGORITHM = "blake2b-128"
+ALGORITHM = "xxh3-128"
 FORMAT_VERSION = 1
 
 
 def digest(data: bytes) -> str:
-    """The digest of a record's bytes, as ``digests.json`` keeps it."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    """The digest of a record's bytes, as ``digests.json`` keeps it: XXH3's 128 bits, a checksum (about 0.1 us
+    for a node's 2 KB, 15 times less than BLAKE2b), not a signature: it says whether a record is the one digested,
+    as ``flowllm verify`` checks; what a bundle publishes is hashed with SHA-256 (its manifest)."""
+    return xxhash.xxh3_128_hexdigest(data)
 
 
 def node_key(turn: int, folder: str, scope: str = "") -> str:
