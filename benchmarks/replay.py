@@ -231,10 +231,10 @@ The wall time covers the tasks (not start-up). Median (min-max) of {sizes.runs} 
         "saved one by plain equality); the replay audit, which decides whether a task replayed exactly, "
         "serialises every node's output and compares its digest with the saved run's `digests.json`, read once per "
         "task (a node's file is read only where they differ, or for runs made before digests; the recorder row, "
-        "with the recorder off); the rest is the turn's own nodes, the engine, the agent loop and the experiment's per-task set-up "
-        "(workspace folder, scoring). No row dominates: the engine loop, the largest, runs seven nodes a turn "
-        "(inputs gathered, outputs checked against their contract, the audit called), and the target's 200 us "
-        "per turn would need every row of that column about halved, not one part removed.",
+        "with the recorder off); the rest is the turn's own nodes, the engine, the agent loop and the experiment's "
+        "per-task set-up (workspace folder, scoring). No row dominates: the engine loop, the largest, runs seven "
+        "nodes a turn (inputs gathered, outputs checked against their contract, the audit called), and the target's "
+        "200 us per turn would need every row of that column about halved, not one part removed.",
         f"With the recorder on, each turn writes {results['source_files'] // max(results['source_turns'], 1)} "
         "files atomically; on this machine's disk that, not Python, bounds the rate (see the recorder rows of the "
         "engine-overhead table for the disk's own pace).",
