@@ -39,7 +39,7 @@ import orjson
 
 from flowllm.core.types import Usage
 from flowllm.rundir.epochs import current_epoch
-from flowllm.rundir.results import LedgerLine
+from flowllm.rundir.results import BILLED_FAILURES, LedgerLine
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class UsageLedger:
         batch: dict[str, Any] | None = None,
     ) -> LedgerLine:
         usage = usage or Usage()
-        billed = error is None or usage.total_tokens > 0  # an unusable reply that arrived is billed all the same
+        billed = error is None or str(error.kind) in BILLED_FAILURES  # as LedgerLine.billed reads it back
         if batch is not None and batch.get("billed_before"):
             usage = Usage()  # an earlier session read (and billed) this batch result: nothing new is spent
         line = LedgerLine(
