@@ -449,7 +449,7 @@ class Experiment:
         outcome: TaskOutcome | None = None
         for number in range(1, self.settings.attempts + 1):
             if outcome is not None and self.budget_reached(task, number):  # pass@k: no attempt on a spent budget
-                outcome.status, outcome.correct = BUDGET, False
+                outcome.status, outcome.correct, outcome.scored = BUDGET, False, False  # as _budget_stopped says it
                 outcome.halt_detail = f"the run's budget was spent before attempt {number}"
                 break
             if outcome is not None:

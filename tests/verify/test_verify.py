@@ -267,7 +267,7 @@ def test_a_failed_attempt_the_budget_cut_short_verifies(tmp_path: Path, capsys: 
     assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
     result = run / "tasks" / TASK / "result.json"
     saved = json.loads(result.read_text())
-    assert (saved["status"], saved["answer"], saved["attempts"]) == ("budget", None, 1)
+    assert (saved["status"], saved["answer"], saved["attempts"], saved["scored"]) == ("budget", None, 1, False)
     assert saved["error"].startswith("task timed out") and "before attempt 2" in saved["halt_detail"]
     code, out, _ = verify(run, capsys)
     assert code == ExitCode.OK, out
