@@ -347,10 +347,10 @@ class Recorder:
 
     def node_dir(self, task_id: str, turn: int, node: BoundNode, scope: str = "") -> Path:
         """``scope`` places a sub-agent's turns under the parent turn that called it."""
-        return Path(self._node_folder(task_id, turn, node, scope))
+        return Path(self._node_folder(self._records_folder(task_id), turn, node, scope))
 
-    def _node_folder(self, task_id: str, turn: int, node: BoundNode, scope: str) -> str:
-        records = self._records_folder(task_id)
+    @staticmethod
+    def _node_folder(records: str, turn: int, node: BoundNode, scope: str) -> str:
         base = f"{records}/{scope}/" if scope else f"{records}/"
         return f"{base}{turn_folder(turn)}/{node.folder}"
 
@@ -390,8 +390,7 @@ class Recorder:
         if self.snapshot == "none":
             return
         records = self._records_folder(ctx.task_id)
-        base = f"{records}/{ctx.scope}/" if ctx.scope else f"{records}/"
-        folder = f"{base}{turn_folder(ctx.turn)}/{node.folder}"
+        folder = self._node_folder(records, ctx.turn, node, ctx.scope)
         dumps = self._dumps
         files: list[_Write] = [(folder, INPUT_FILE, dumps(dict(inputs)))]
         output = dumps(dict(outputs)) if outputs is not None else None

@@ -7,7 +7,8 @@ node (flowllm/run/replay_audit.py).
 
 A key is the node's folder under the records folder (a sub-agent's turns under their scope). The files stay
 the record: a node missing from the digests is compared with its file, as in runs made before digests were
-written; ``flowllm verify`` checks each digest against its file, so an edited record cannot hide behind one.
+written; ``flowllm verify`` checks each digest against its file, so a record changed after the run is seen
+(a checksum: it catches accidents and careless edits, not a record forged to collide).
 """
 
 from __future__ import annotations

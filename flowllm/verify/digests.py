@@ -1,8 +1,12 @@
 """Each ``digests.json`` against the records it digests: a replay's audit trusts a digest instead of reading the
-file, so an output edited after the run (or a digest edited to hide it) must not go unseen.
+file, so an output changed after the run (or a digest changed without it) must not go unseen.
 
-* every digest names a node whose ``output.json`` is there, and equals the digest of that file's bytes;
+* every digest names a node folder inside its records folder whose ``output.json`` is there, and equals the
+  digest of that file's bytes;
 * a records folder without ``digests.json`` (older runs, a task whose run did not end) has nothing to check.
+
+A digest is a checksum (XXH3): it catches a record changed by mistake or by a careless edit, not one forged to
+collide with it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def _check_one(ev: RunEvidence, audit: Audit, records: Path) -> None:
         audit.flag(name, "digests", "unreadable", "digests a replay can read", "flowllm/rundir/digests.py")
         return
     for key, saved in sorted(found.outputs.items()):
+        if Path(key).is_absolute() or ".." in Path(key).parts:  # never read outside the run
+            audit.flag(name, f"outputs.{key}", saved, "a node folder inside the records folder", name)
+            continue
         output = records / key / OUTPUT_FILE
         try:
             recomputed = digest(output.read_bytes())

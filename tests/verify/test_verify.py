@@ -98,6 +98,10 @@ EDITS: dict[str, tuple[Callable[[Path], None], str]] = {
         ),
         f"tasks/{TASK}/digests.json: outputs.turn_001/05_parse_tool_calls: the run says '",
     ),
+    "a digest naming a file outside the run": (
+        lambda run: _json_edit(run / "tasks" / TASK / "digests.json", _set("outputs", "../../../x", value="00")),
+        f"tasks/{TASK}/digests.json: outputs.../../../x: the run says '00', the evidence gives 'a node folder inside",
+    ),
 }
 
 
