@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -94,6 +95,7 @@ class BoundNode:
     def produces(self) -> tuple[str, ...]:
         return tuple(self.output_key(p) for p in self.ports.outputs)
 
-    @property
+    @cached_property
     def folder(self) -> str:
+        """Its record folder's name (``NN_name``): spelled once, every turn's records name it."""
         return node_folder(self.index, self.name)

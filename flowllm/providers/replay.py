@@ -63,6 +63,8 @@ READ_CHUNK = 1 << 16
 # How many saved call outputs ``send`` keeps for the replay audit at most: one per conversation in flight is used
 # (and taken); the rest are left by calls whose node then failed, and are dropped when the limit is reached.
 KEPT_OUTPUTS = 256
+# A node's record in a saved run: (task id, scope, epoch, turn, the node's folder name ``NN_name``).
+SavedKey = tuple[str, str, int | None, int, str]
 
 
 class ReplayMissError(ProviderError):
@@ -176,9 +178,9 @@ class ReplayProvider(ProviderFacade):
         self.diverged: dict[str, str] = {}  # "task[/agent]" -> where its first request differed
         self._index: dict[tuple[str, str, int | None], _TaskIndex] = {}
         self._lock = threading.Lock()
-        # The output.json bytes each send read, by path, until the replay audit takes them (``output_taker``);
-        # kept only once an audit asked for them.
-        self._outputs: dict[str, bytes] = {}
+        # The output.json bytes each send read, by the node they belong to (``SavedKey``), until the replay audit
+        # takes them (``output_taker``); kept only once an audit asked for them.
+        self._outputs: dict[SavedKey, bytes] = {}
         self._keep_outputs = False
         # The call node's folder name (``NN_call_model``) last found by a scan: every turn of a pipeline has the
         # same one, so the next turn opens it without scanning its folder first.
@@ -225,13 +227,13 @@ class ReplayProvider(ProviderFacade):
         None when the layout is anything else (an older run, a renamed node, a missing turn) or the record does
         not hold a reply: ``saved_call`` then indexes the conversation's folders and explains what it finds.
         """
-        turn_dir = self._turn_dirs.turn(context.task_id, context.turn, context.scope, current_epoch())
+        epoch = current_epoch()
+        turn_dir = self._turn_dirs.turn(context.task_id, context.turn, context.scope, epoch)
         data: bytes | None = None
         if self._call_folder is not None:  # the name of the previous turn's call folder: no scan when it is there
             folder = f"{turn_dir}{os.sep}{self._call_folder}"
-            path = f"{folder}{os.sep}{OUTPUT_FILE}"
             with contextlib.suppress(OSError):
-                data = read_saved(path)
+                data = read_saved(f"{folder}{os.sep}{OUTPUT_FILE}")
         if data is None:
             suffix = f"_{CALL_NODE}"
             try:
@@ -242,9 +244,8 @@ class ReplayProvider(ProviderFacade):
             if len(names) != 1 or NODE_RE.match(names[0]) is None:
                 return None
             folder = f"{turn_dir}{os.sep}{names[0]}"
-            path = f"{folder}{os.sep}{OUTPUT_FILE}"
             try:
-                data = read_saved(path)
+                data = read_saved(f"{folder}{os.sep}{OUTPUT_FILE}")
             except OSError:
                 return None
             self._call_folder = names[0]
@@ -259,20 +260,20 @@ class ReplayProvider(ProviderFacade):
         if self._keep_outputs:
             if len(self._outputs) >= KEPT_OUTPUTS:
                 self._outputs.clear()
-            self._outputs[path] = data
+            assert self._call_folder is not None
+            self._outputs[(context.task_id, context.scope, epoch, context.turn, self._call_folder)] = data
         return SavedCall(request if isinstance(request, dict) else None, raw, folder)
 
-    def output_taker(self) -> Callable[[str], bytes | None]:
+    def output_taker(self) -> Callable[[SavedKey], bytes | None]:
         """From now on keep the saved call outputs ``send`` reads, for the replay audit (``ReplayAudit``'s
         ``saved_outputs``), so that it need not read the call node's record again; returns ``saved_output``."""
         self._keep_outputs = True
         return self.saved_output
 
-    def saved_output(self, path: str) -> bytes | None:
-        """The bytes of the saved ``output.json`` at ``path`` (a string as ``TurnDirs.node_file`` spells it) that a
-        ``send`` read since ``output_taker`` was called, given once; None when no send read it (or it was given
-        already)."""
-        return self._outputs.pop(path, None)
+    def saved_output(self, key: SavedKey) -> bytes | None:
+        """The bytes of the saved ``output.json`` of the node ``key`` names that a ``send`` read since
+        ``output_taker`` was called, given once; None when no send read it (or it was given already)."""
+        return self._outputs.pop(key, None)
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""

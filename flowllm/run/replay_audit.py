@@ -32,7 +32,7 @@ from flowllm.engine.blobs import BlobStore
 from flowllm.engine.recorder import unmasked_record
 from flowllm.engine.runners import NodeObserver
 from flowllm.providers.fork import ForkLog
-from flowllm.providers.replay import read_saved
+from flowllm.providers.replay import SavedKey, read_saved
 from flowllm.rundir.digests import Digests, digest, node_key, read_digests
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
@@ -86,10 +86,10 @@ class ReplayAudit:
         recorder: NodeObserver | None = None,
         *,
         forks: ForkLog | None = None,
-        saved_outputs: Callable[[str], bytes | None] | None = None,
+        saved_outputs: Callable[[SavedKey], bytes | None] | None = None,
     ) -> None:
         self.source = source
-        # The saved outputs the provider already read, by path (ReplayProvider.saved_output): read once per turn.
+        # The saved outputs the provider already read, by node (ReplayProvider.saved_output): read once per turn.
         self._saved_outputs = saved_outputs
         self.forks = forks  # a fork's record of where each task went live (None: a plain replay)
         self.dumps = dumps
@@ -117,19 +117,21 @@ class ReplayAudit:
         if self._forward:
             assert self.recorder is not None
             self.recorder.on_node(ctx, node, inputs, outputs, meta)
+        epoch = current_epoch()
+        # What the provider kept of this node's saved record (the call node's), taken whatever happens next.
+        saved = (
+            self._saved_outputs((ctx.task_id, ctx.scope, epoch, ctx.turn, node.folder))
+            if self._saved_outputs is not None
+            else None
+        )
         if outputs is None or ctx.task_id in self._first:
-            # A failed node is judged by the task's error; after the first divergence the rest follows.
-            if self._saved_outputs is not None:  # what the provider kept for this node is not needed
-                self._saved_outputs(self._saved_path(ctx, node))
-            return
-        saved_path = self._saved_path(ctx, node)
-        saved = self._saved_outputs(saved_path) if self._saved_outputs is not None else None
+            return  # a failed node is judged by the task's error; after the first divergence the rest follows
         produced = outputs if type(outputs) is dict else dict(outputs)
         if saved is None:
-            if self._matches_digest(ctx, node, produced):
+            if self._matches_digest(ctx, node, produced, epoch):
                 return  # what the saved run's digests.json says it recorded: no file to read
             try:
-                saved = read_saved(saved_path)
+                saved = read_saved(self._saved_path(ctx, node, epoch))
             except OSError:
                 with self._lock:
                     self._unverified.add(ctx.task_id)
@@ -151,12 +153,11 @@ class ReplayAudit:
         with self._lock:
             self._first.setdefault(ctx.task_id, Divergence(ctx.turn, node.name, ctx.scope, what))
 
-    def _matches_digest(self, ctx: TurnContext, node: BoundNode, produced: dict[str, Any]) -> bool:
+    def _matches_digest(self, ctx: TurnContext, node: BoundNode, produced: dict[str, Any], epoch: int | None) -> bool:
         """Whether the output has the digest the saved run wrote for this node (as recorded, or once masked and
         its media moved to blobs). False when there is none, or it differs: the file then decides."""
-        key = (ctx.task_id, current_epoch())
-        with self._lock:
-            found = self._digests.get(key, _NOT_READ)
+        key = (ctx.task_id, epoch)
+        found = self._digests.get(key, _NOT_READ)  # one dict read: atomic, no lock needed to look
         if found is _NOT_READ:
             found = read_digests(self.source.records(*key))
             with self._lock:
@@ -171,10 +172,8 @@ class ReplayAudit:
             or digest(self._references.serialize(produced, self.dumps)) == known
         )
 
-    def _saved_path(self, ctx: TurnContext, node: BoundNode) -> str:
-        return self._turn_dirs.node_file(
-            ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, current_epoch()
-        )
+    def _saved_path(self, ctx: TurnContext, node: BoundNode, epoch: int | None) -> str:
+        return self._turn_dirs.node_file(ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, epoch)
 
     def forget(self, task_id: str) -> None:
         """A new attempt at the task starts from a clean slate."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowllm.rundir.taskdirs import task_folder_name
@@ -81,7 +81,13 @@ TURN_GLOB = "turn_*"  # every turn folder of a conversation
 NODE_RE = re.compile(r"^(\d+)_(.+)$")
 
 
+# The folder names of the first turns, spelled once: every node of every turn names its turn's folder.
+_TURN_FOLDERS = tuple(f"turn_{turn:03d}" for turn in range(256))
+
+
 def turn_folder(turn: int) -> str:
+    if 0 <= turn < len(_TURN_FOLDERS):
+        return _TURN_FOLDERS[turn]
     return f"turn_{turn:03d}"
 
 
@@ -101,11 +107,17 @@ def nested_scope(parent_scope: str, turn: int, name: str) -> str:
     return f"{prefix}{turn_folder(turn)}/{name}"
 
 
+# How many task folders a ``RunLayout`` remembers (it starts over when full): far more than run at once.
+TASK_FOLDERS_KEPT = 4096
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """The paths of one run directory."""
 
     root: Path
+    # Each task's folder, joined once: a task's records, result, timing and workspace are all under it.
+    _task_folders: dict[str, Path] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def summary(self) -> Path:
@@ -158,7 +170,13 @@ class RunLayout:
 
     def task(self, task_id: str) -> Path:
         """A task's folder: its id, or a safe name derived from it when the id cannot name a folder."""
-        return self.tasks / task_folder_name(task_id)
+        known = self._task_folders.get(task_id)
+        if known is not None:
+            return known
+        if len(self._task_folders) >= TASK_FOLDERS_KEPT:
+            self._task_folders.clear()
+        folder = self._task_folders[task_id] = self.tasks / task_folder_name(task_id)
+        return folder
 
     def result(self, task_id: str) -> Path:
         return self.task(task_id) / RESULT_FILE

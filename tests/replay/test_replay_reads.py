@@ -73,23 +73,23 @@ async def test_the_saved_call_output_a_send_read_is_given_once(runs: FixtureRuns
         ProviderConfig(name="replay", protocol="replay", model="replay", run_dir=str(run_dir))
     )
     path = TurnDirs(RunLayout(run_dir)).node_file(CLEAN_TASK, 1, 3, "call_model", OUTPUT_FILE)
+    key = (CLEAN_TASK, "", None, 1, "03_call_model")  # the node's record, as the audit names it
     saved = read_json(Path(path))
     assert await provider.send(saved["raw_request"], context=CallContext(CLEAN_TASK, 1)) == saved["raw_response"]
-    assert provider.saved_output(path) is None  # kept only for an audit that asked
+    assert provider.saved_output(key) is None  # kept only for an audit that asked
     take = provider.output_taker()
-    assert take(path) is None  # no send read it since
+    assert take(key) is None  # no send read it since
     assert await provider.send(saved["raw_request"], context=CallContext(CLEAN_TASK, 1)) == saved["raw_response"]
-    assert take(path) == Path(path).read_bytes()
-    assert take(path) is None  # given once: the audit reads it, nobody keeps it
+    assert take(key) == Path(path).read_bytes()
+    assert take(key) is None  # given once: the audit reads it, nobody keeps it
     await provider.aclose()
 
 
 def test_the_audit_compares_with_the_output_the_provider_gave(tmp_path: Path) -> None:
     layout = RunLayout(tmp_path)
     dumps = Redactor(environ={}).dumps
-    node = SimpleNamespace(index=3, name="call_model")
-    path = TurnDirs(layout).node_file("t", 1, 3, "call_model", OUTPUT_FILE)
-    given = {path: dumps({"text": "saved"})}
+    node = SimpleNamespace(index=3, name="call_model", folder="03_call_model")
+    given = {("t", "", None, 1, "03_call_model"): dumps({"text": "saved"})}
     # No file on disk: the given bytes are the saved output, taken once.
     audit = ReplayAudit(layout, dumps, saved_outputs=lambda p: given.pop(p, None))
     audit.on_node(TurnContext("t", 1), node, {}, {"text": "saved"}, {})  # type: ignore[arg-type]
@@ -98,11 +98,11 @@ def test_the_audit_compares_with_the_output_the_provider_gave(tmp_path: Path) ->
     # Nothing given and no file: unverified, as before.
     audit.on_node(TurnContext("u", 1), node, {}, {"text": "saved"}, {})  # type: ignore[arg-type]
     assert audit.verdict("u", missed=False) == {"status": "unverified"}
-    given[TurnDirs(layout).node_file("v", 1, 3, "call_model", OUTPUT_FILE)] = dumps({"text": "saved"})
+    given["v", "", None, 1, "03_call_model"] = dumps({"text": "saved"})
     audit.on_node(TurnContext("v", 1), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
     assert audit.verdict("v", missed=False)["status"] == "diverged"
     # After the first divergence nothing is compared, and what the provider kept for the task is dropped.
-    given[TurnDirs(layout).node_file("v", 2, 3, "call_model", OUTPUT_FILE)] = b"kept"
+    given["v", "", None, 2, "03_call_model"] = b"kept"
     audit.on_node(TurnContext("v", 2), node, {}, {"text": "new"}, {})  # type: ignore[arg-type]
     assert not given
 
@@ -119,7 +119,7 @@ def test_the_audit_compares_what_a_record_would_hold_masked_and_with_blobs(tmp_p
 
     image = {"type": "image", "media_type": "image/png", "data": base64.b64encode(b"\x89PNG pixels").decode()}
     other = {**image, "data": base64.b64encode(b"\x89PNG other").decode()}
-    node = SimpleNamespace(index=2, name="dispatch_tools")
+    node = SimpleNamespace(index=2, name="dispatch_tools", folder="02_dispatch_tools")
     cases: dict[str, dict[str, object]] = {
         "secret": {"text": "key sk-this-is-a-long-secret", "api_key": "v"},
         "media": {"content": [image]},

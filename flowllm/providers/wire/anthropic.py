@@ -31,10 +31,15 @@ def _cache(block: dict[str, Any], source: Block | ToolSpec, enabled: bool) -> di
 def _as_content(parts: list[dict[str, Any]], fmt: ContentFormat) -> str | list[dict[str, Any]]:
     """Content blocks, or their joined text when they are all text and the format allows a string (``auto``:
     only when no block carries a cache breakpoint, which needs the block form)."""
-    if not parts or any(p.get("type") != "text" for p in parts):
+    if not parts or fmt is ContentFormat.parts:
         return parts
-    if fmt is ContentFormat.string or (fmt is ContentFormat.auto and not any(CACHE_KEY in p for p in parts)):
-        return "\n\n".join(p["text"] for p in parts)
+    marked = False
+    for p in parts:  # one pass: every block text, and whether one carries a breakpoint
+        if p.get("type") != "text":
+            return parts
+        marked = marked or CACHE_KEY in p
+    if fmt is ContentFormat.string or not marked:
+        return parts[0]["text"] if len(parts) == 1 else "\n\n".join(p["text"] for p in parts)
     return parts
 
 
@@ -141,7 +146,8 @@ class AnthropicProvider(BaseProvider):
             request["stream"] = True
         if cfg.wire.metadata:
             request["metadata"] = dict(cfg.wire.metadata)
-        request.update(copy.deepcopy(dict(cfg.extra_body or {})))
+        if cfg.extra_body:
+            request.update(copy.deepcopy(dict(cfg.extra_body)))
         return request
 
     # ----- wire -> canonical -----------------------------------------------------------------------------

@@ -180,7 +180,8 @@ class OpenAIChatProvider(BaseProvider):
             if wire.store:  # Chat takes metadata only with store: true (models.py drops it otherwise)
                 request["store"] = True
             request["metadata"] = dict(wire.metadata)
-        request.update(copy.deepcopy(dict(cfg.extra_body or {})))
+        if cfg.extra_body:
+            request.update(copy.deepcopy(dict(cfg.extra_body)))
         return request
 
     # ----- wire -> canonical -----------------------------------------------------------------------------

@@ -144,7 +144,8 @@ class OpenAIResponsesProvider(BaseProvider):
             request["stream"] = True
         if wire.metadata:
             request["metadata"] = dict(wire.metadata)
-        request.update(copy.deepcopy(dict(cfg.extra_body or {})))
+        if cfg.extra_body:
+            request.update(copy.deepcopy(dict(cfg.extra_body)))
         return request
 
     # ----- wire -> canonical -----------------------------------------------------------------------------
