@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 # The pages the rules below come from.
@@ -176,6 +177,7 @@ def family_version(name: str) -> tuple[str, tuple[int, int] | None] | None:
     return None
 
 
+@lru_cache(maxsize=256)  # a pure function of the name, asked for every request: read once per model
 def rule_for(model: str) -> ModelRule | None:
     """The rule for ``model`` (pinned prefix, else family and version: see the module's docstring), or None."""
     name = model_name(model)
