@@ -43,7 +43,17 @@ from flowllm.engine.node import BoundNode
 from flowllm.errors import RunError
 from flowllm.rundir.digests import Digests, digest, node_key
 from flowllm.rundir.epochs import current_epoch
-from flowllm.rundir.layout import DIGESTS_FILE, EPOCHS_DIR, INPUT_FILE, META_FILE, OUTPUT_FILE, RunLayout, turn_folder
+from flowllm.rundir.layout import (
+    DIGESTS_FILE,
+    EPOCHS_DIR,
+    INPUT_FILE,
+    META_FILE,
+    OUTPUT_FILE,
+    RESULT_FILE,
+    TIMING_FILE,
+    RunLayout,
+    turn_folder,
+)
 from flowllm.rundir.results import TaskResult
 from flowllm.rundir.taskdirs import task_folder_name
 
@@ -186,6 +196,17 @@ def _write_in(folder: str, name: str, data: bytes) -> None:
     os.replace(tmp, f"{folder}/{name}")
 
 
+def _make_folder(folder: str) -> None:
+    """``os.makedirs(folder, exist_ok=True)`` in one system call when the folder or its parent exists (a task's
+    folder, a turn's): the writer thread gives up the interpreter lock at each call, and takes it back."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+
+
 def _settle_future(future: asyncio.Future[None]) -> None:
     if not future.done():  # a cancelled waiter's future is done already
         future.set_result(None)
@@ -227,7 +248,7 @@ class _Writer:
     def _write(self, folder: str, name: str, data: bytes) -> None:
         try:
             if folder not in self._made:
-                os.makedirs(folder, exist_ok=True)
+                _make_folder(folder)
                 self._made.add(folder)
             try:
                 _write_in(folder, name, data)
@@ -315,6 +336,12 @@ class Recorder:
         # written as its digests.json when the run of the task or epoch ends (flowllm/rundir/digests.py).
         self._digests: dict[str, Digests] = {}
         self.listeners: list[RunListener] = []
+
+    @property
+    def writes_while_running(self) -> bool:
+        """Whether a running task's node records go to disk as it runs (snapshot=all), so that they must have
+        landed before its result is written; under errors they wait for the result, under none there are none."""
+        return self.snapshot == "all"
 
     @property
     def records_nodes(self) -> bool:
@@ -423,16 +450,24 @@ class Recorder:
         if found is not None and found.outputs:
             self._submit([(records, DIGESTS_FILE, found.to_bytes())])
 
-    def finish_task(self, task_id: str, result: TaskResult | Mapping[str, Any]) -> None:
-        """Write a task's ``result.json`` (and its ``digests.json``); under snapshot=errors, keep its node records
-        only if it failed."""
+    def finish_task(
+        self, task_id: str, result: TaskResult | Mapping[str, Any], *, timing: Mapping[str, Any] | None = None
+    ) -> None:
+        """Write a task's ``result.json`` (and its ``digests.json``, and ``timing.json`` when ``timing`` is given:
+        before the result, which stays the last file of a finished task); under snapshot=errors, keep its node
+        records only if it failed."""
         record = TaskResult.coerce(result)
         with self._lock:
             held = self._held.pop(task_id, [])
         if held and record.status != "completed":
             self._submit(held)
         self.write_digests(task_id)
-        self.write_json(self.layout.result(task_id), record.to_dict())
+        folder = str(self.layout.task(task_id))
+        files: list[_Write] = []
+        if timing is not None:
+            files.append((folder, TIMING_FILE, self.redactor.dumps(timing)))
+        files.append((folder, RESULT_FILE, self.redactor.dumps(record.to_dict())))
+        self._submit(files)  # one hand-over to the writer thread for both
         for listener in self.listeners:
             listener.finish_task(task_id, record)
 

@@ -341,12 +341,11 @@ class Experiment:
             outcome = await self._run_epochs(task)
         else:
             outcome = await self._run_attempts(task)
-            await self.recorder.flushed()
-            self._fail_if_unrecorded(outcome)
-        # Timings beside the result, so that two identical runs compare with plain `diff -r` (written first:
-        # result.json stays the last file of a finished task).
-        self.recorder.write_json(self.recorder.layout.timing(task.task_id), outcome.timing_dict())
-        self.recorder.finish_task(task.task_id, outcome.to_dict())
+            if self.recorder.writes_while_running:  # its node records must have landed first
+                await self.recorder.flushed()
+                self._fail_if_unrecorded(outcome)
+        # Timings beside the result, so that two identical runs compare with plain `diff -r`.
+        self.recorder.finish_task(task.task_id, outcome.to_dict(), timing=outcome.timing_dict())
         self._handed_over[task.task_id] = outcome
         await self.recorder.flushed()
         self._fail_if_unrecorded(outcome)  # result.json itself did not land: not finished, it reruns
