@@ -107,3 +107,21 @@ async def test_flushed_waits_on_the_loop_for_every_write(tmp_path: Path) -> None
     assert read_json(files[0]) == {"i": "again"}
     rec.close()
     await rec.flushed()  # closed: nothing to wait for
+
+
+async def test_a_finished_task_writes_its_timing_and_result_whatever_folders_exist(tmp_path: Path) -> None:
+    """The writer makes a task's folder with one mkdir where it can: it must still make a missing parent, use an
+    existing folder, and fail the task (not claim it written) where a file stands in the folder's place."""
+    rec = Recorder(tmp_path / "run", snapshot="none")  # the run's tasks/ folder does not exist yet
+    (tmp_path / "run" / "tasks" / "t2").mkdir(parents=True)  # a task whose folder exists (its workspace moved in)
+    (tmp_path / "run" / "tasks" / "t3").write_text("not a folder")
+    for task in ("t1", "t2", "t3"):
+        rec.finish_task(task, {"task_id": task, "status": "completed"}, timing={"wall_seconds": 1.5})
+    await rec.flushed()
+    for task in ("t1", "t2"):
+        folder = tmp_path / "run" / "tasks" / task
+        assert read_json(folder / "result.json")["status"] == "completed"
+        assert read_json(folder / "timing.json") == {"wall_seconds": 1.5}
+        assert rec.task_write_error(task) is None
+    assert "could not write" in (rec.task_write_error("t3") or "")
+    rec.close()
