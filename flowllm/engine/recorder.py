@@ -390,6 +390,16 @@ class Recorder:
         return f"{self._tasks_root}/{task}"
 
     # -- writing ----------------------------------------------------------------------------------------
+    def write_result(self, folder: Path, result: Mapping[str, Any], timing: Mapping[str, Any] | None = None) -> None:
+        """A task's (or an epoch's) ``timing.json``, when given, then its ``result.json``, which stays the last file
+        of a finished task: in one hand-over to the writer thread."""
+        where = str(folder)
+        files: list[_Write] = []
+        if timing is not None:
+            files.append((where, TIMING_FILE, self.redactor.dumps(timing)))
+        files.append((where, RESULT_FILE, self.redactor.dumps(result)))
+        self._submit(files)
+
     def write_json(self, path: Path, value: Any) -> None:
         """Serialise now, write in the background."""
         path = Path(path)
@@ -462,12 +472,7 @@ class Recorder:
         if held and record.status != "completed":
             self._submit(held)
         self.write_digests(task_id)
-        folder = str(self.layout.task(task_id))
-        files: list[_Write] = []
-        if timing is not None:
-            files.append((folder, TIMING_FILE, self.redactor.dumps(timing)))
-        files.append((folder, RESULT_FILE, self.redactor.dumps(record.to_dict())))
-        self._submit(files)  # one hand-over to the writer thread for both
+        self.write_result(self.layout.task(task_id), record.to_dict(), timing)
         for listener in self.listeners:
             listener.finish_task(task_id, record)
 

@@ -230,8 +230,9 @@ class ReplayProvider(ProviderFacade):
         epoch = current_epoch()
         turn_dir = self._turn_dirs.turn(context.task_id, context.turn, context.scope, epoch)
         data: bytes | None = None
-        if self._call_folder is not None:  # the name of the previous turn's call folder: no scan when it is there
-            folder = f"{turn_dir}{os.sep}{self._call_folder}"
+        name = self._call_folder or ""  # the name of the previous turn's call folder: no scan when it is there
+        if name:
+            folder = f"{turn_dir}{os.sep}{name}"
             with contextlib.suppress(OSError):
                 data = read_saved(f"{folder}{os.sep}{OUTPUT_FILE}")
         if data is None:
@@ -243,12 +244,13 @@ class ReplayProvider(ProviderFacade):
                 return None
             if len(names) != 1 or NODE_RE.match(names[0]) is None:
                 return None
-            folder = f"{turn_dir}{os.sep}{names[0]}"
+            name = names[0]
+            folder = f"{turn_dir}{os.sep}{name}"
             try:
                 data = read_saved(f"{folder}{os.sep}{OUTPUT_FILE}")
             except OSError:
                 return None
-            self._call_folder = names[0]
+            self._call_folder = name
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -260,8 +262,7 @@ class ReplayProvider(ProviderFacade):
         if self._keep_outputs:
             if len(self._outputs) >= KEPT_OUTPUTS:
                 self._outputs.clear()
-            assert self._call_folder is not None
-            self._outputs[(context.task_id, context.scope, epoch, context.turn, self._call_folder)] = data
+            self._outputs[(context.task_id, context.scope, epoch, context.turn, name)] = data
         return SavedCall(request if isinstance(request, dict) else None, raw, folder)
 
     def output_taker(self) -> Callable[[SavedKey], bytes | None]:

@@ -65,7 +65,7 @@ from flowllm.run.resume import TaskResume, clear_epoch_dir, clear_task_dir
 from flowllm.run.workspaces import WorkspaceRoot
 from flowllm.rundir.attempts import running_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
-from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, TIMING_FILE, TURN_GLOB, WORKSPACE_DIR
+from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, TURN_GLOB, WORKSPACE_DIR
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.spend.saved_stops import SavedStops
@@ -372,9 +372,8 @@ class Experiment:
                 outcome = await self._run_attempts(task)
                 await self.recorder.flushed()
                 self._fail_if_unrecorded(outcome)
-                self.recorder.write_json(folder / TIMING_FILE, outcome.timing_dict())
                 self.recorder.write_digests(task.task_id)  # the running epoch's
-                self.recorder.write_json(folder / RESULT_FILE, outcome.to_dict())
+                self.recorder.write_result(folder, outcome.to_dict(), outcome.timing_dict())
                 if store is not None:
                     await self.recorder.flushed()
                     await asyncio.to_thread(store.drop, task.task_id, epoch)
