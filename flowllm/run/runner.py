@@ -179,11 +179,13 @@ class Experiment:
         clear_task_dir(self.recorder.layout, task.task_id, self.settings.epochs, store)
 
     def _workspace(self, task: Task) -> Path:
-        """A fresh workspace for the task, outside the run directory (``workspaces``), attachment copied in."""
+        """A fresh workspace for the task, outside the run directory (``workspaces``), attachment copied in; made
+        here only for an attachment, else by the first tool that works in it."""
         workspace = self.workspaces.fresh(task_folder_name(task.task_id))
         if task.attachment is not None:
             if not task.attachment.is_file():
                 raise FileNotFoundError(f"attachment '{task.file_name}' is missing from the dataset folder")
+            workspace.mkdir(exist_ok=True)
             shutil.copy2(task.attachment, workspace / Path(task.file_name or "").name)
         return workspace
 

@@ -4,8 +4,9 @@ A workspace inside ``<run dir>/tasks/<id>/`` put the run's answer-bearing files 
 model-written code: ``../../../.hydra/config.yaml`` names the dataset, ``../../<other task>/result.json`` can
 be rewritten. So a running task's workspace is ``<tmp>/flowllm-workspaces-<pid>-XXXX/<task folder>`` (the root
 is ``0711``: a sandbox uid can reach its own workspace by path but list nothing), and when the attempt ends the
-workspace moves to ``tasks/<id>/workspace``, where it is kept for reading. Roots of runs that died (their pid
-is gone) are removed when the next run makes its own.
+workspace moves to ``tasks/<id>/workspace``, where it is kept for reading. A task that never used its folder
+(no attachment, no tool that works in it) has none to keep. Roots of runs that died (their pid is gone) are
+removed when the next run makes its own.
 """
 
 from __future__ import annotations
@@ -56,13 +57,16 @@ class WorkspaceRoot:
         return self._root
 
     def fresh(self, name: str) -> Path:
-        """An empty workspace for the task folder ``name``."""
+        """Where the task folder ``name`` works, empty: an earlier attempt's folder (not kept) is removed.
+
+        The folder itself is made by the first thing that needs it (an attachment copied in, a task's own tool
+        server starting, a call to a tool that works in the folder: ``flowllm.tools.client``), not here: a task
+        that never touches it costs no folder (creating one takes a few hundred microseconds of kernel time on
+        some disks), and its run folder holds no empty ``workspace/``.
+        """
         workspace = self.root / name
-        try:
-            workspace.mkdir()
-        except FileExistsError:  # an earlier attempt's, not kept: start empty
+        if os.path.lexists(workspace):
             shutil.rmtree(workspace, ignore_errors=True)
-            workspace.mkdir()
         return workspace
 
     def keep_by_rename(self, name: str, target: Path) -> bool:

@@ -14,7 +14,7 @@
     <run>/tasks/<task_id>/result.json                     one task's outcome
     <run>/tasks/<task_id>/timing.json                     its wall times (apart: they change from run to run)
     <run>/tasks/<task_id>/verdict.json                    the judge's verdict (dataset.scorer=judge)
-    <run>/tasks/<task_id>/workspace/                      the task's working directory, kept when it ends
+    <run>/tasks/<task_id>/workspace/                      the task's working directory, kept when it ends (if used)
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
     <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   a sub-agent's conversation
     <run>/tasks/<task_id>/attempts/<n>/                   earlier attempts under pass@k (retry until correct)

@@ -54,6 +54,7 @@ def test_gaia_experiment_on_the_fixture(composed: Compose, tmp_path: Path, monke
     assert read_json(tasks / LIST_TASK / "result.json")["correct"] is True
     wrong = read_json(tasks / WRONG_TASK / "result.json")
     assert wrong["status"] == "completed" and wrong["answer"] == "Paris" and wrong["correct"] is False
+    assert not (tasks / WRONG_TASK / "workspace").exists()  # no attachment, no tool worked there: none kept
     # A missing attachment fails that task only, with the reason.
     missing = read_json(tasks / MISSING_FILE_TASK / "result.json")
     assert missing["status"] == "failed"

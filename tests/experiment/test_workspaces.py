@@ -1,4 +1,5 @@
-"""A task's workspace: made empty for each attempt, then moved into the run directory, by one rename when it can."""
+"""A task's workspace: empty for each attempt, made by the first thing that needs it, then moved into the run
+directory, by one rename when it can."""
 
 from __future__ import annotations
 
@@ -17,19 +18,36 @@ def _base(tmp_path: Path) -> Path:
     return base
 
 
+def _made(root: WorkspaceRoot, name: str) -> Path:
+    """A fresh workspace that something used (a tool made it)."""
+    workspace = root.fresh(name)
+    workspace.mkdir()
+    return workspace
+
+
 def test_fresh_starts_empty_even_after_an_earlier_attempt(tmp_path: Path) -> None:
     root = WorkspaceRoot(tmp_path)
-    first = root.fresh("t1")
+    first = _made(root, "t1")
     (first / "left.txt").write_text("x")
     again = root.fresh("t1")
-    assert again == first and list(again.iterdir()) == []
+    assert again == first and not again.exists()  # the earlier attempt's is gone; the folder waits to be made
     root.close()
     assert not any(tmp_path.iterdir())
 
 
+def test_a_workspace_nothing_made_is_nothing_to_keep(tmp_path: Path) -> None:
+    root = WorkspaceRoot(_base(tmp_path))
+    assert not root.fresh("t1").exists()
+    target = tmp_path / "run" / "tasks" / "t1" / "workspace"
+    assert root.keep_by_rename("t1", target)
+    assert not target.exists() and not target.parent.exists()  # no empty workspace/, no folder made for it
+    root.keep("t1", target)
+    assert not target.exists()
+
+
 def test_keep_by_rename_moves_and_makes_the_parent(tmp_path: Path) -> None:
     root = WorkspaceRoot(_base(tmp_path))
-    (root.fresh("t1") / "out.txt").write_text("kept")
+    (_made(root, "t1") / "out.txt").write_text("kept")
     target = tmp_path / "run" / "tasks" / "t1" / "workspace"  # no task folder yet (snapshot=none)
     assert root.keep_by_rename("t1", target)
     assert (target / "out.txt").read_text() == "kept" and not (root.root / "t1").exists()
@@ -39,7 +57,7 @@ def test_keep_by_rename_moves_and_makes_the_parent(tmp_path: Path) -> None:
 
 def test_a_target_that_holds_files_is_left_to_keep(tmp_path: Path) -> None:
     root = WorkspaceRoot(_base(tmp_path))
-    (root.fresh("t1") / "new.txt").write_text("new")
+    (_made(root, "t1") / "new.txt").write_text("new")
     target = tmp_path / "workspace"
     target.mkdir()
     (target / "old.txt").write_text("old")
@@ -50,7 +68,7 @@ def test_a_target_that_holds_files_is_left_to_keep(tmp_path: Path) -> None:
 
 def test_another_filesystem_is_left_to_keep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = WorkspaceRoot(_base(tmp_path))
-    (root.fresh("t1") / "a.txt").write_text("a")
+    (_made(root, "t1") / "a.txt").write_text("a")
 
     def cross_device(src: object, dst: object) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link")

@@ -91,6 +91,20 @@ async def test_results_show_the_folder_as_dot_for_every_task(catalog: ToolCatalo
     assert text.strip() == "."
 
 
+@on_shared_loop
+async def test_a_task_folder_is_made_by_the_first_call_that_works_in_it(catalog: ToolCatalog, tmp_path: Path) -> None:
+    """The runner names a task's folder without making it: a calculator call leaves none behind (no empty
+    ``workspace/`` kept), a file tool's call makes it first, then works in it."""
+    folder = tmp_path / "root" / "task"
+    async with open_tool_pool(compose_tools("default"), folder, catalog=catalog) as pool:
+        assert await call(pool, "tool-math", "calculate", expression="2**3 + 1") == "9"
+        assert not folder.exists()
+        assert await call(pool, "tool-files", "list_files") == "(the task folder is empty)"
+        assert folder.is_dir()
+        await call(pool, "tool-python", "run_python", code="open('made.txt', 'w').write('here')")
+    assert (folder / "made.txt").read_text() == "here"
+
+
 def test_a_server_started_without_a_folder_refuses_calls_that_name_none(tmp_path: Path) -> None:
     """Started by hand (or by another client) with neither --workspace nor $FLOWLLM_WORKSPACE, a call that names
     no folder is refused with what to do: never the server's own working directory."""
@@ -133,3 +147,16 @@ async def test_a_task_scoped_server_starts_on_the_first_call_and_its_start_up_is
         assert pool.startup_seconds == 0  # nothing started before the first call
         assert await call(pool, "tool-files", "read_file", path="own.txt") == "mine"
         assert pool.startup_seconds > 0
+
+
+@on_shared_loop
+async def test_a_task_scoped_server_makes_its_task_folder_before_it_starts(tmp_path: Path) -> None:
+    """A server of the task's own is started in the folder (its working directory, ``$FLOWLLM_WORKSPACE``), so
+    the folder the runner named but did not make is made before the process starts."""
+    cfg = compose_tools("default")
+    cfg["servers"]["tool-files"]["scope"] = "task"
+    folder = tmp_path / "root" / "own"
+    async with open_tool_catalog(cfg) as own_catalog, open_tool_pool(cfg, folder, catalog=own_catalog) as pool:
+        assert not folder.exists()
+        assert await call(pool, "tool-files", "list_files") == "(the task folder is empty)"
+        assert folder.is_dir() and pool.startup_seconds > 0

@@ -349,6 +349,8 @@ class ServerHandle:
 
     async def start(self) -> None:
         spec = self.spec
+        if self.workspace is not None:  # the task's folder is made by the first thing that needs it
+            self.workspace.mkdir(parents=True, exist_ok=True)
         if spec.cwd and not Path(spec.cwd).is_dir():
             self.problem = f"server '{spec.name}' failed to start: its working directory {spec.cwd} does not exist"
             raise ServerFailure(self.problem)

@@ -248,6 +248,7 @@ class ToolPool:
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._task_state: TaskState | None = None
+        self._workspace_made = False
         for spec in settings.servers:
             if catalog is not None:
                 if spec.name in catalog.unavailable:  # warned about once, by the catalog
@@ -339,6 +340,12 @@ class ToolPool:
         apart from the calls (``timing.json`` → ``tools_start_s``)."""
         return sum(handle.start_seconds for handle in self._owned)
 
+    def _make_workspace(self) -> None:
+        """The task's folder, made on the first call that works in it (``flowllm.run.workspaces``)."""
+        if not self._workspace_made:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+            self._workspace_made = True
+
     def _scrub(self, text: str) -> str:
         return scrub_workspace(text, self._spellings)
 
@@ -383,6 +390,7 @@ class ToolPool:
         if state is not None and stateful:
             meta[STATE_META_KEY] = state.values(server)
         if tool_asks_for_workspace(tool):  # a server shared by the run learns the task's folder call by call
+            self._make_workspace()
             meta[WORKSPACE_META_KEY] = str(self.workspace)
         progress: list[dict[str, Any]] = []
         try:
