@@ -50,6 +50,7 @@ from flowllm.rundir.layout import (
     LEGACY_AGENTS_DIR,
     OUTPUT_FILE,
     RESULT_FILE,
+    STATE_FILE,
     TIMING_FILE,
     TURN_GLOB,
     WORKSPACE_DIR,
@@ -292,6 +293,7 @@ def clear_task_dir(layout: RunLayout, task_id: str, epochs: int, store: ResumeSt
     (task_dir / RESULT_FILE).unlink(missing_ok=True)
     (task_dir / TIMING_FILE).unlink(missing_ok=True)
     (task_dir / DIGESTS_FILE).unlink(missing_ok=True)
+    (task_dir / STATE_FILE).unlink(missing_ok=True)
     # Epochs beyond this run's number (all of them without epochs) are not this run's: an earlier run's.
     epochs_dir = layout.epochs(task_id)
     if epochs == 1:

@@ -65,7 +65,7 @@ from flowllm.run.resume import TaskResume, clear_epoch_dir, clear_task_dir
 from flowllm.run.workspaces import WorkspaceRoot
 from flowllm.rundir.attempts import running_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
-from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, TURN_GLOB, WORKSPACE_DIR
+from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, STATE_FILE, TURN_GLOB, WORKSPACE_DIR
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.spend.saved_stops import SavedStops
@@ -203,7 +203,8 @@ class Experiment:
         task_dir = self._records_dir(task)
         target = task_dir / ATTEMPTS_DIR / str(number)
         target.mkdir(parents=True, exist_ok=True)
-        for item in (*sorted(task_dir.glob(TURN_GLOB)), task_dir / LEGACY_AGENTS_DIR, task_dir / WORKSPACE_DIR):
+        kept = (LEGACY_AGENTS_DIR, WORKSPACE_DIR, STATE_FILE)
+        for item in (*sorted(task_dir.glob(TURN_GLOB)), *(task_dir / name for name in kept)):
             if item.exists():
                 shutil.move(str(item), str(target / item.name))
         self.recorder.discard_task(task.task_id)
@@ -242,7 +243,7 @@ class Experiment:
             workspace = self._workspace(task)
             try:
                 async with asyncio.timeout(self.settings.task_timeout_s):
-                    async with self._open_tools(workspace) as tools:
+                    async with self._open_tools(task, workspace) as tools:
                         try:
                             result = await self.agent.run(
                                 task.task_id, task_prompt(task), self.provider, tools, workspace=workspace, gate=gate
@@ -496,10 +497,11 @@ class Experiment:
             self.stop_reason = failure
             log.error("flowllm: no new tasks start: %s (rerun into this folder to resume)", failure)
 
-    def _open_tools(self, workspace: Path) -> Any:
+    def _open_tools(self, task: Task, workspace: Path) -> Any:
+        state_file = self._records_dir(task) / STATE_FILE  # tools.task_state: one of the task's records
         if self.tools_catalog is not None:
-            return self.open_tools(self.tools, workspace, catalog=self.tools_catalog)
-        return self.open_tools(self.tools, workspace)
+            return self.open_tools(self.tools, workspace, catalog=self.tools_catalog, state_file=state_file)
+        return self.open_tools(self.tools, workspace, state_file=state_file)
 
     async def _discover_tools(self, stack: contextlib.AsyncExitStack) -> None:
         """Check the servers once for the run; the run-scoped ones stay connected until ``stack`` closes.

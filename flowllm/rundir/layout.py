@@ -14,6 +14,7 @@
     <run>/tasks/<task_id>/result.json                     one task's outcome
     <run>/tasks/<task_id>/timing.json                     its wall times (apart: they change from run to run)
     <run>/tasks/<task_id>/verdict.json                    the judge's verdict (dataset.scorer=judge)
+    <run>/tasks/<task_id>/state.json                      its tools' key-value store (tools.task_state=true)
     <run>/tasks/<task_id>/workspace/                      the task's working directory, kept when it ends (if used)
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
     <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   a sub-agent's conversation
@@ -61,6 +62,7 @@ RESULT_FILE = "result.json"
 TIMING_FILE = "timing.json"
 DIGESTS_FILE = "digests.json"  # a digest of each node output of the task's run (flowllm/rundir/digests.py)
 VERDICT_FILE = "verdict.json"
+STATE_FILE = "state.json"  # the task's tools' key-value store (flowllm/tools/state.py)
 WORKSPACE_DIR = "workspace"
 ATTEMPTS_DIR = "attempts"
 EPOCHS_DIR = "epochs"

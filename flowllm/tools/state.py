@@ -6,7 +6,7 @@ after a crash or a hang) and a task may run its servers lazily or share them acr
 So the state belongs to the task, not to the process:
 
 * ``TaskState`` is the store: one namespace per tool server, JSON values, written atomically to
-  ``<task folder>/state.json`` after every change (readable with the run's other records).
+  ``tasks/<id>/state.json`` after every change (readable with the run's other records).
 * A tool **asks** for it by declaring ``_meta: {"flowllm/state": true}`` in its MCP tool definition
   (``asks_for_state()``). Only then does the pool send the server's namespace with the call, in the request's
   ``_meta["flowllm/state"]``; the tool answers with the changes in its result's ``_meta["flowllm/state"]``
@@ -31,8 +31,9 @@ from typing import Any
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 
+from flowllm.rundir.layout import STATE_FILE
+
 STATE_META_KEY = "flowllm/state"
-STATE_FILE = "state.json"
 
 
 class TaskState:

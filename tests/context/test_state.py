@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from flowllm.agent.loop import Agent
 from flowllm.agent.results import AgentSettings
@@ -18,6 +19,7 @@ from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.providers import build_provider
 from flowllm.tools import open_tool_pool
 from flowllm.tools.state import STATE_FILE, TaskState
+from tests.experiment.helpers import run_flowllm
 
 from .helpers import Outputs
 
@@ -82,3 +84,46 @@ async def test_a_form_filled_over_several_turns(tmp_path: Path, compose_cfg: Any
         # Off by default: the tool gets no state, so every call starts from an empty form.
         assert submitted.is_error and "missing name, email, topic" in submitted.content
         assert not state_file.exists()
+
+
+def _form_script(name: str, email: str) -> list[dict[str, str]]:
+    return [
+        {"text": call("set_field", field="name", value=name)},
+        {"text": call("set_field", field="email", value=email)},
+        {"text": call("set_field", field="topic", value="engines")},
+        {"text": call("submit_form")},
+        {"text": "Done: ${last_tool_result} \\boxed{submitted}"},
+    ]
+
+
+def test_a_run_keeps_each_tasks_store_in_its_own_folder(tmp_path: Path) -> None:
+    """Two tasks fill the form at once: each one's store is ``tasks/<id>/state.json``, its own, beside its other
+    records (not in the temporary folder the workspaces live in, which both would share and the run removes)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [
+        {"task_id": t, "Question": "Fill in the contact form.", "Level": 1, "Final answer": "submitted"}
+        for t in ("ada", "bob")
+    ]
+    (data / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = {"tasks": {"ada": _form_script("Ada", "ada@example.org"), "bob": _form_script("Bob", "bob@example.org")}}
+    (data / "script.yaml").write_text(yaml.safe_dump(script))
+    run_dir = tmp_path / "run"
+    done = run_flowllm(
+        "+experiment=gaia",
+        "progress=false",
+        f"dataset.path={data}",
+        f"provider.emulator_script={data / 'script.yaml'}",
+        f"hydra.run.dir={run_dir}",
+        "experiment.max_concurrent=2",
+        "tools=none",
+        "+tools.servers.tool-form={command: python, args: [-m, flowllm.tools.state]}",
+        "tools.task_state=true",
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["correct"] == 2
+    for task, name in (("ada", "Ada"), ("bob", "Bob")):
+        saved = json.loads((run_dir / "tasks" / task / STATE_FILE).read_text())
+        email = f"{task}@example.org"
+        assert saved == {"tool-form": {"name": name, "email": email, "topic": "engines", "_submitted": True}}

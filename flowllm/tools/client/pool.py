@@ -232,6 +232,7 @@ class ToolPool:
         ping_timeout_s: float = PING_TIMEOUT_S,
         catalog: ToolCatalog | None = None,
         sampler: Sampler | None = None,
+        state_file: Path | None = None,
     ) -> None:
         self.settings = settings
         self.catalog = catalog
@@ -248,6 +249,9 @@ class ToolPool:
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._task_state: TaskState | None = None
+        # Where the task's key-value store is saved: its records folder (the runner's ``tasks/<id>/state.json``);
+        # by default beside the workspace, for a caller whose workspace is inside the task's folder.
+        self._state_file = state_file
         self._workspace_made = False
         for spec in settings.servers:
             if catalog is not None:
@@ -328,10 +332,13 @@ class ToolPool:
 
     @property
     def task_state(self) -> TaskState:
-        """The task's key-value store (flowllm/tools/state.py), next to the workspace; a new pool (a new attempt)
-        starts it empty."""
+        """The task's key-value store (flowllm/tools/state.py), saved in ``state_file`` (default: next to the
+        workspace); a new pool (a new attempt) starts it empty."""
         if self._task_state is None:
-            self._task_state = TaskState.for_workspace(self.workspace, fresh=True)
+            if self._state_file is not None:
+                self._task_state = TaskState(self._state_file, fresh=True)
+            else:
+                self._task_state = TaskState.for_workspace(self.workspace, fresh=True)
         return self._task_state
 
     @property
@@ -509,13 +516,15 @@ async def open_tool_pool(
     ping_timeout_s: float = PING_TIMEOUT_S,
     catalog: ToolCatalog | None = None,
     sampler: Sampler | None = None,
+    state_file: Path | None = None,
 ) -> AsyncIterator[ToolPool]:
     """Start the servers of ``cfg`` for the task folder ``workspace``; stop them all on leaving the context.
 
     ``start_timeout_s`` bounds each server's start (spawn, handshake, tool listing); ``ping_timeout_s`` is how
     long a server may take to answer the health check that follows a timed-out call before it is restarted.
     ``sampler``: who answers the servers' sampling requests (default: a new one when ``tools.sampling=answer``,
-    else none: declined).
+    else none: declined). ``state_file``: where the task's key-value store is saved (``tools.task_state``;
+    default: ``state.json`` beside ``workspace``).
     """
     pool = ToolPool(
         load_settings(cfg),
@@ -524,6 +533,7 @@ async def open_tool_pool(
         ping_timeout_s=ping_timeout_s,
         catalog=catalog,
         sampler=sampler,
+        state_file=state_file,
     )
     try:
         await pool.start()
