@@ -278,6 +278,41 @@ class GcClock:
         gc.callbacks.remove(self._callback)
 
 
+class CpuClock:
+    """This process's CPU time (all its threads) while the block runs, user and system apart (``getrusage``):
+    a run's own files cost system time, which ``time.process_time`` adds in unseen."""
+
+    def __init__(self) -> None:
+        self.user_s = 0.0
+        self.sys_s = 0.0
+        self._began = resource.getrusage(resource.RUSAGE_SELF)
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.sys_s
+
+    def __enter__(self) -> CpuClock:
+        self._began = resource.getrusage(resource.RUSAGE_SELF)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        ended = resource.getrusage(resource.RUSAGE_SELF)
+        self.user_s = ended.ru_utime - self._began.ru_utime
+        self.sys_s = ended.ru_stime - self._began.ru_stime
+
+
+def file_creation_us(folder: Path, files: int = 200) -> float:
+    """Kernel CPU microseconds to create one small file in a new folder under ``folder``: what a run's records
+    cost on that disk (tens on a tmpfs, up to hundreds on an ext4 that freed many inodes moments before). The
+    files are left in place: removing them would make the next ones slower to create."""
+    target = Path(folder) / f"probe-{time.monotonic_ns()}"
+    target.mkdir()
+    began = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    for index in range(files):
+        (target / f"f{index}.json").write_bytes(b"{}")
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_stime - began) / files * 1e6
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory.
 

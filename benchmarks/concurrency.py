@@ -38,6 +38,7 @@ from benchmarks.common import (
     Sizes,
     Stat,
     Target,
+    file_creation_us,
     md_table,
     peak_rss_mb,
     python,
@@ -89,7 +90,11 @@ def child(
         "rss_before_mb": before,
         "rss_peak_mb": peak_rss_mb(),
         "cpu_s": figures.cpu_s,
+        "user_s": figures.user_s,
+        "sys_s": figures.sys_s,
         "gc_s": figures.gc_s,
+        # Folders and files the run's records made per task (each one an inode the kernel allocates).
+        "entries_per_task": sum(1 for _ in (folder / "run" / "tasks").rglob("*")) / max(tasks, 1),
     }
 
 
@@ -149,50 +154,51 @@ def _child_command(tasks: int, sizes: Sizes, base_url: str, folder: str, snapsho
     ]
 
 
-def run_level(tasks: int, sizes: Sizes, base_url: str, snapshot: str = "none") -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="flowllm-bench-conc-") as folder:
-        if sizes.in_process:
-            return child(tasks, sizes.concurrency_turns, sizes.latency_s, base_url, Path(folder), snapshot)
-        cmd = _child_command(tasks, sizes, base_url, folder, snapshot)
-        out = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800, check=False)
+def run_level(tasks: int, sizes: Sizes, base_url: str, scratch: Path, snapshot: str = "none") -> dict[str, Any]:
+    """One flowllm run of ``tasks`` in a new folder under ``scratch`` (kept until the section ends: ``measure``)."""
+    folder = tempfile.mkdtemp(prefix="conc-", dir=scratch)
+    if sizes.in_process:
+        return child(tasks, sizes.concurrency_turns, sizes.latency_s, base_url, Path(folder), snapshot)
+    cmd = _child_command(tasks, sizes, base_url, folder, snapshot)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=1800, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"concurrency level {tasks} failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def run_level_workers(tasks: int, sizes: Sizes, base_url: str, workers: int, snapshot: str = "none") -> dict[str, Any]:
+def run_level_workers(
+    tasks: int, sizes: Sizes, base_url: str, workers: int, scratch: Path, snapshot: str = "none"
+) -> dict[str, Any]:
     """``tasks`` over ``workers`` processes started together, each its share (always separate processes)."""
     from flowllm.experiment.workers import share
 
     count = min(workers, tasks)
-    with tempfile.TemporaryDirectory(prefix="flowllm-bench-conc-w-") as folder:
-        procs = []
-        for index in range(count):
-            sub = Path(folder) / str(index)
-            sub.mkdir()
-            cmd = [*_child_command(share(tasks, index, count), sizes, base_url, str(sub), snapshot), "--barrier"]
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=subprocess_env(),
-                )
+    folder = tempfile.mkdtemp(prefix="conc-w-", dir=scratch)
+    procs = []
+    for index in range(count):
+        sub = Path(folder) / str(index)
+        sub.mkdir()
+        cmd = [*_child_command(share(tasks, index, count), sizes, base_url, str(sub), snapshot), "--barrier"]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=subprocess_env(),
             )
-        for proc in procs:  # every worker has started (imports, config) before any runs a task
-            assert proc.stdout is not None
-            ready = proc.stdout.readline()
-            if ready.strip() != "ready":
-                raise RuntimeError(
-                    f"a worker of level {tasks} did not start: {ready!r} {proc.communicate()[1][-3000:]}"
-                )
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        outs = [proc.communicate(timeout=1800) for proc in procs]
+        )
+    for proc in procs:  # every worker has started (imports, config) before any runs a task
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        if ready.strip() != "ready":
+            raise RuntimeError(f"a worker of level {tasks} did not start: {ready!r} {proc.communicate()[1][-3000:]}")
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outs = [proc.communicate(timeout=1800) for proc in procs]
     parts = []
     for proc, (stdout, stderr) in zip(procs, outs, strict=True):
         if proc.returncode != 0:
@@ -209,6 +215,8 @@ def run_level_workers(tasks: int, sizes: Sizes, base_url: str, workers: int, sna
         "errors": [e for p in parts for e in p["errors"]],
         "rss_peak_mb": sum(p["rss_peak_mb"] for p in parts),  # the processes' peaks added up
         "cpu_s": sum(p["cpu_s"] for p in parts),
+        "user_s": sum(p["user_s"] for p in parts),
+        "sys_s": sum(p["sys_s"] for p in parts),
     }
 
 
@@ -281,10 +289,15 @@ def measure(sizes: Sizes) -> dict[str, Any]:
     results: dict[str, Any] = {"levels": {}, "workers": {}, "floor": {}, "inspect": {}, "inspect_error": None}
     missing = inspect_missing()
     results["inspect_error"] = missing
-    with tempfile.TemporaryDirectory(prefix="flowllm-bench-emu-") as folder:
+    # Every run's folder stays until the section ends: on ext4, inodes freed moments before make new ones slower
+    # to allocate (the kernel's allocator skips recently deleted inodes), so removing one run's folder would bill
+    # the next run for it.
+    with tempfile.TemporaryDirectory(prefix="flowllm-bench-conc-") as folder:
         import yaml
 
-        script = Path(folder) / "script.yaml"
+        scratch = Path(folder)
+        results["file_us"] = [file_creation_us(scratch)]
+        script = scratch / "script.yaml"
         script.write_text(yaml.safe_dump(emulator_script(sizes)))
         with EmulatorProcess(script) as emulator:
             url = emulator.base_url
@@ -292,14 +305,15 @@ def measure(sizes: Sizes) -> dict[str, Any]:
                 for key in ("levels", "workers", "floor", "inspect"):
                     results[key][tasks] = []
                 for _ in range(sizes.runs_at(tasks)):
-                    results["levels"][tasks].append(run_level(tasks, sizes, url))
-                    results["workers"][tasks].append(run_level_workers(tasks, sizes, url, WORKERS))
+                    results["levels"][tasks].append(run_level(tasks, sizes, url, scratch))
+                    results["workers"][tasks].append(run_level_workers(tasks, sizes, url, WORKERS, scratch))
                     results["floor"][tasks].append(run_floor_level(tasks, sizes, url))
                     if results["inspect_error"] is None:
                         try:
                             results["inspect"][tasks].append(run_inspect_level(tasks, sizes, url))
                         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
                             results["inspect_error"] = f"Inspect AI failed at {tasks} tasks: {exc}"
+        results["file_us"].append(file_creation_us(scratch))
     return results
 
 
@@ -506,6 +520,7 @@ median (min-max).
             if "floor" in cpu_turn and "flowllm" in cpu_turn
             else ""
         ),
+        *cpu_split_notes(results, floor_level, sizes.concurrency_turns),
         f"Two workers split the tasks over {WORKERS} processes; on this machine's 2 cores they share them with the "
         "emulator's process, which serves every call of both.",
         "The emulator is served by `benchmarks/emulator_server.py`: the same application as "
@@ -536,8 +551,40 @@ median (min-max).
             "over_floor": {t: ratio("flowllm", "floor", t) for t in levels},
             "inspect_vs_flowllm": ahead,
             "inspect_error": inspect_error,
+            "file_creation_us": results.get("file_us"),
         },
     )
+
+
+def cpu_split_notes(results: dict[str, Any], tasks: int, turns: int) -> list[str]:
+    """The CPU per turn at ``tasks`` split into user and system time, and what the run's records cost the kernel:
+    the floor writes no file, flowllm a few per task, and what a file costs depends on the disk."""
+    per_turn = {}
+    for column, key in (("flowllm", "levels"), ("floor", "floor")):
+        runs = [r for r in results[key].get(tasks) or [] if "user_s" in r]
+        if runs:
+            per_turn[column] = [Stat.of([r[k] / max(r["turns"], 1) * 1000 for r in runs]) for k in ("user_s", "sys_s")]
+    flowllm_runs = [r for r in results["levels"].get(tasks) or [] if "entries_per_task" in r]
+    if "flowllm" not in per_turn or "floor" not in per_turn or not flowllm_runs:
+        return []
+    (user, system), (floor_user, floor_system) = per_turn["flowllm"], per_turn["floor"]
+    entries = Stat.of([r["entries_per_task"] for r in flowllm_runs]).median
+    probes = results.get("file_us") or []
+    files = (
+        f"{min(probes):.0f} to {max(probes):.0f} us of kernel CPU per file on this section's disk (200 files, at "
+        f"its start and its end): {entries:.0f} of them over {turns} turns come to "
+        f"{entries * min(probes) / turns / 1000:.2f} to {entries * max(probes) / turns / 1000:.2f} ms per turn"
+        if probes
+        else "not measured on this section's disk"
+    )
+    return [
+        f"CPU per turn at {tasks} tasks, user + system: flowllm {user.fmt(2)} + {system.fmt(2)} ms, the floor "
+        f"{floor_user.fmt(2)} + {floor_system.fmt(2)} ms: flowllm's system time is "
+        f"{system.median - floor_system.median:.2f} ms per turn above the floor's. The floor writes no file; "
+        f"flowllm's run folder gets {entries:.0f} folders and files per task under `recorder.snapshot=none` (the "
+        f"task's folder, `timing.json`, `result.json`), each an inode for the kernel to allocate: {files}. A "
+        "run folder on a tmpfs pays about 15 us a file."
+    ]
 
 
 def run(sizes: Sizes) -> Section:

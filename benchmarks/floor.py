@@ -29,7 +29,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/floor.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import GcClock, peak_rss_mb
+from benchmarks.common import CpuClock, GcClock, peak_rss_mb
 
 CLIENTS = 16  # flowllm's CLIENT_SHARDS
 MODEL = "flowllm-emulator"
@@ -101,14 +101,12 @@ async def run_floor(tasks: int, turns: int, base_url: str, answer: str, clients:
         await warm.messages.create(model=MODEL, max_tokens=16, messages=[{"role": "user", "content": QUESTION}])
     pool = [client() for _ in range(min(clients, tasks))]
     try:
-        with GcClock() as collector:
+        with GcClock() as collector, CpuClock() as cpu:
             t0 = time.perf_counter()
-            cpu0 = time.process_time()
             outcomes = await asyncio.gather(
                 *(one_task(pool[i % len(pool)], turns, answer) for i in range(tasks)), return_exceptions=True
             )
             wall = time.perf_counter() - t0
-            cpu = time.process_time() - cpu0
     finally:
         for made in pool:
             await made.close()
@@ -121,7 +119,9 @@ async def run_floor(tasks: int, turns: int, base_url: str, answer: str, clients:
         "correct": sum(ok for ok, _ in done),
         "turns": sum(calls for _, calls in done),
         "errors": errors,
-        "cpu_s": cpu,
+        "cpu_s": cpu.cpu_s,
+        "user_s": cpu.user_s,
+        "sys_s": cpu.sys_s,
         "gc_s": collector.seconds,
         "rss_peak_mb": peak_rss_mb(),
     }

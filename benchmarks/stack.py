@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.common import ROOT, GcClock
+from benchmarks.common import ROOT, CpuClock, GcClock
 from flowllm.core.forwarding import ToolBackendDefaults
 from flowllm.core.types import ToolResult, ToolSpec
 from flowllm.tools.calculator import CalculationError, calculate
@@ -166,6 +166,8 @@ class RunFigures:
     errors: list[str]
     cpu_s: float  # CPU time of this process (all its threads) while the tasks ran
     gc_s: float = 0.0  # of which the cyclic garbage collector's
+    user_s: float = 0.0  # cpu_s in user space
+    sys_s: float = 0.0  # and in the kernel (system calls: sockets, the run's files)
 
 
 async def run_experiment(
@@ -186,12 +188,10 @@ async def run_experiment(
     try:
         async with open_provider(parts.provider_cfg, resolve=parts.providers) as provider:
             experiment = build_experiment(cfg, parts, provider, recorder, open_tools=open_tools)
-            with GcClock() as collector:
+            with GcClock() as collector, CpuClock() as cpu:
                 t0 = time.perf_counter()
-                cpu0 = time.process_time()
                 result = await experiment.run(parts.tasks)
                 wall = time.perf_counter() - t0
-                cpu = time.process_time() - cpu0
     finally:
         await asyncio.to_thread(recorder.close)
     outcomes = result.outcomes
@@ -201,6 +201,8 @@ async def run_experiment(
         correct=sum(o.correct is True for o in outcomes),
         turns=sum(o.turns for o in outcomes),
         errors=sorted({o.error for o in outcomes if o.error})[:3],
-        cpu_s=cpu,
+        cpu_s=cpu.cpu_s,
         gc_s=collector.seconds,
+        user_s=cpu.user_s,
+        sys_s=cpu.sys_s,
     )

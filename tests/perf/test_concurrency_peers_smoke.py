@@ -110,3 +110,20 @@ def test_a_peer_that_did_not_run_is_not_measured_not_dropped() -> None:
     assert "Inspect AI: not measured" in text and "inspect-ai is not installed" in text
     verdicts = {t.what: t.met for t in section.targets}
     assert verdicts["ahead of Inspect AI at every level (its wall over flowllm's)"] is None
+
+
+def test_the_section_splits_cpu_into_user_and_system_and_prices_the_run_folder() -> None:
+    """What flowllm's system time per turn is made of, from measured figures: its runs' records per task and what
+    a file cost on the section's disk; the floor writes none."""
+    results = _results((1, 500), inspect=False)
+    for key, user, system in (("levels", 6.0, 2.5), ("floor", 5.0, 0.5)):  # seconds over 500 x 5 turns
+        results[key][500][0].update(user_s=user, sys_s=system)
+    results["levels"][500][0]["entries_per_task"] = 3.0
+    results["file_us"] = [150.0, 420.0]
+    text = concurrency.section(results, Sizes.full()).markdown()
+    assert "flowllm 2.40 (2.40-2.40) + 1.00 (1.00-1.00) ms, the floor 2.00 (2.00-2.00) + 0.20 (0.20-0.20)" in text
+    assert "system time is 0.80 ms per turn above the floor's" in text
+    assert "3 folders and files per task" in text and "150 to 420 us of kernel CPU per file" in text
+    assert "come to 0.09 to 0.25 ms per turn" in text  # 3 x 150 us / 5 turns, 3 x 420 us / 5
+    # Runs measured before the split existed render without it.
+    assert "user + system" not in concurrency.section(_results((1, 500), inspect=False), Sizes.full()).markdown()
