@@ -52,7 +52,8 @@ def run_flowllm(
     return run_app(list(args), cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
-def start_flowllm(*args: str, log: Path) -> AppProcess | subprocess.Popen[Any]:
+def start_flowllm(*args: str, log: Path, env: dict[str, str] | None = None) -> AppProcess | subprocess.Popen[Any]:
     """The app in the background, output to ``log`` (a pipe nobody reads could fill up and block it)."""
     with log.open("w") as handle:
-        return start_app(list(args), cwd=ROOT, env=dict(os.environ), stdout=handle.fileno(), stderr=handle.fileno())
+        env = {**os.environ, **(env or {})}
+        return start_app(list(args), cwd=ROOT, env=env, stdout=handle.fileno(), stderr=handle.fileno())

@@ -1,6 +1,8 @@
 """The app as a user runs it, stopped the hard ways: Ctrl-C (SIGINT) and SIGKILL, then resumed.
 
-The slow fixture's tasks each call a tool that takes a second, so a signal lands while tasks are in flight.
+The slow fixture's tasks each call the test's sleep server. The stop tests let the first tasks finish and hold
+the others in their tool call while the test's gate is closed (``gated``), so a signal sent once the first
+results are written lands while the others are in flight, however slow the machine.
 """
 
 from __future__ import annotations
@@ -19,14 +21,36 @@ from tests.experiment.helpers import ROOT, SLOW, TEST_CONF, run_flowllm, start_f
 ALL_TASKS = [f"slow-{i:02d}" for i in range(1, 7)]  # the first six of the fixture
 
 
-def slow_args(run_dir: Path, *extra: str) -> list[str]:
+def _wait(arguments: dict[str, object]) -> dict[str, str]:
+    return {
+        "text": "<use_mcp_tool>\n<server_name>tool-sleep</server_name>\n<tool_name>wait</tool_name>\n"
+        f"<arguments>\n{json.dumps(arguments)}\n</arguments>\n</use_mcp_tool>"
+    }
+
+
+def gated(run_dir: Path, gate: Path, quick: int, *extra: str) -> tuple[list[str], dict[str, str]]:
+    """Arguments and environment of a run of the slow fixture whose first ``quick`` tasks answer at once and
+    whose others wait in their tool call while ``gate/closed`` exists (the sleep server's ``hold``)."""
+    gate.mkdir(exist_ok=True)
+    (gate / "closed").write_text("")
+    answer = {"text": "\\boxed{${last_tool_result}}"}
+    script = {
+        "default": [_wait({"seconds": 0, "hold": "held"}), answer],
+        "tasks": {task: [_wait({"seconds": 0}), answer] for task in ALL_TASKS[:quick]},
+    }
+    (gate.parent / "script.yaml").write_text(json.dumps(script))  # JSON is YAML
+    args = slow_args(run_dir, *extra, script=gate.parent / "script.yaml", tools="gated")
+    return args, {"SLEEP_GATE": str(gate)}
+
+
+def slow_args(run_dir: Path, *extra: str, script: Path = SLOW / "script.yaml", tools: str = "sleep") -> list[str]:
     return [
         "progress=false",
         f"dataset.path={SLOW}",
-        f"provider.emulator_script={SLOW / 'script.yaml'}",
-        # The test tool set: a sleep server that starts in milliseconds (data/slow/sleep_server.py).
+        f"provider.emulator_script={script}",
+        # The test tool sets: a sleep server that starts in milliseconds (data/slow/sleep_server.py).
         f"hydra.searchpath=[file://{TEST_CONF}]",
-        "tools=sleep",
+        f"tools={tools}",
         "experiment.max_concurrent=2",
         f"hydra.run.dir={run_dir}",
         *extra,
@@ -54,7 +78,8 @@ def wait_for_results(proc: subprocess.Popen, run_dir: Path, count: int, log: Pat
 def test_ctrl_c_cancels_running_tasks_and_saves_the_rest(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     log = tmp_path / "log.txt"
-    proc = start_flowllm(*slow_args(run_dir, "dataset.limit=4"), log=log)
+    args, env = gated(run_dir, tmp_path / "gate", 1, "dataset.limit=4")
+    proc = start_flowllm(*args, log=log, env=env)
     try:
         wait_for_results(proc, run_dir, 1, log)
         proc.send_signal(signal.SIGINT)
@@ -70,14 +95,16 @@ def test_ctrl_c_cancels_running_tasks_and_saves_the_rest(tmp_path: Path) -> None
     assert "interrupted" in output and "rerun with the same hydra.run.dir" in output
     done = completed(run_dir)
     # Everything that finished is in the summary; what was cancelled left no result and counts as unfinished.
-    assert summary["finished"] == len(list((run_dir / "tasks").glob("*/result.json"))) >= 1
-    assert summary["completed"] == len(done) and summary["unfinished"] == 4 - summary["finished"] > 0
+    assert summary["finished"] == len(list((run_dir / "tasks").glob("*/result.json"))) == 1
+    assert summary["completed"] == len(done) == 1 and summary["unfinished"] == 3
 
 
 def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     log = tmp_path / "log.txt"
-    proc = start_flowllm(*slow_args(run_dir, "dataset.limit=6"), log=log)
+    gate = tmp_path / "gate"
+    args, env = gated(run_dir, gate, 2, "dataset.limit=6")
+    proc = start_flowllm(*args, log=log, env=env)
     try:
         wait_for_results(proc, run_dir, 2, log)
         os.kill(proc.pid, signal.SIGKILL)
@@ -87,11 +114,12 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
     survived = completed(run_dir)
-    assert 2 <= len(survived) < len(ALL_TASKS), "the kill should land mid-run"
+    assert sorted(survived) == ALL_TASKS[:2], "the kill lands while the others are held"
     assert not (run_dir / "summary.json").exists()
     mtimes = {t: (run_dir / "tasks" / t / "result.json").stat().st_mtime_ns for t in survived}
 
-    again = run_flowllm(*slow_args(run_dir, "dataset.limit=6"))
+    (gate / "closed").unlink()  # the rerun's calls are not held
+    again = run_flowllm(*args, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     summary = read_json(run_dir / "summary.json")
     assert summary["tasks"] == summary["completed"] == summary["correct"] == len(ALL_TASKS)
@@ -108,10 +136,11 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
         # The records match the result: no turn of the killed attempt is left beside the new ones.
         assert len(list(task_dir.glob("turn_*"))) == result["turns"] == 2, task_id
         assert not list(task_dir.rglob(".*.tmp")), task_id
-    # The usage of the whole run is that of 6 tasks once each (every task's conversation is identical).
-    per_task = {read_json(run_dir / "tasks" / t / "result.json")["usage"]["output_tokens"] for t in ALL_TASKS}
-    assert len(per_task) == 1
-    assert summary["usage"]["output_tokens"] == len(ALL_TASKS) * per_task.pop()
+    # The usage of the whole run is that of 6 tasks once each (the quick tasks' conversations are identical, and
+    # so are the held ones').
+    per_task = [read_json(run_dir / "tasks" / t / "result.json")["usage"]["output_tokens"] for t in ALL_TASKS]
+    assert len(set(per_task[:2])) == len(set(per_task[2:])) == 1
+    assert summary["usage"]["output_tokens"] == sum(per_task)
 
 
 def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table_to_stderr(tmp_path: Path) -> None:
@@ -119,11 +148,13 @@ def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table
     run_dir = tmp_path / "run"
     log = tmp_path / "err.txt"
     with log.open("w") as err:
+        args, env = gated(run_dir, tmp_path / "gate", 1, "dataset.limit=4")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flowllm", *slow_args(run_dir, "dataset.limit=4")],
+            [sys.executable, "-m", "flowllm", *args],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=err,
+            env={**os.environ, **env},
         )
     try:
         wait_for_results(proc, run_dir, 1, log)
