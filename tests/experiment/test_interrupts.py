@@ -143,6 +143,14 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
     assert summary["usage"]["output_tokens"] == sum(per_task)
 
 
+def _interruptible() -> None:
+    """In the app's process before it starts: SIGINT as a terminal delivers it, not ignored or blocked. A process
+    inherits both from its parent (a test worker whose earlier tests left SIGINT so, or a suite started in the
+    background by a script), and Python keeps an ignored SIGINT ignored; ``tests/appfork.py`` resets it too."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table_to_stderr(tmp_path: Path) -> None:
     # `python -m flowllm ... 2>err | tee out`: the terminal's Ctrl-C stops tee too, so stdout has no reader.
     run_dir = tmp_path / "run"
@@ -155,6 +163,7 @@ def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table
             stdout=subprocess.PIPE,
             stderr=err,
             env={**os.environ, **env},
+            preexec_fn=_interruptible,
         )
     try:
         wait_for_results(proc, run_dir, 1, log)
