@@ -19,6 +19,7 @@ from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.providers import build_provider
 from flowllm.tools import open_tool_pool
 from flowllm.tools.state import STATE_FILE, TaskState
+from flowllm.verify import audit_run
 from tests.experiment.helpers import run_flowllm
 
 from .helpers import Outputs
@@ -127,3 +128,5 @@ def test_a_run_keeps_each_tasks_store_in_its_own_folder(tmp_path: Path) -> None:
         saved = json.loads((run_dir / "tasks" / task / STATE_FILE).read_text())
         email = f"{task}@example.org"
         assert saved == {"tool-form": {"name": name, "email": email, "topic": "engines", "_submitted": True}}
+    audit = audit_run(run_dir)  # the run's files agree with each other, the stores among them
+    assert audit.verified, [f.line() for f in audit.findings]
