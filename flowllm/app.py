@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -312,6 +313,11 @@ def _run_here(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         return workers.run_parallel(cfg, run_dir, count)
     planned = plan_preflight(cfg)
     session = _RunSession(cfg, run_dir)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started with SIGINT ignored (a script's background job inherits that): the run still stops on it, as the
+        # workers' parent does and as `flowllm ctl stop` needs (it sends the run SIGINT). asyncio.run then handles
+        # it: the first one cancels the tasks and the summary says interrupted.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         # One event loop for the preflight and the run: the tool servers the preflight starts serve the tasks.
         result = asyncio.run(session.preflight_and_run(planned))

@@ -179,3 +179,34 @@ def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table
     assert "Traceback" not in output and "BrokenPipeError" not in output
     assert read_json(run_dir / "summary.json")["interrupted"] is True
     assert "run directory" in output and "interrupted" in output  # the final table, on stderr
+
+
+def test_a_run_started_with_sigint_ignored_still_stops_on_it(tmp_path: Path) -> None:
+    """A script's background job (``python -m flowllm ... &``) starts with SIGINT ignored. The run still stops on
+    it, as one process or as workers: ``flowllm ctl stop`` sends the run SIGINT, and must not be a no-op."""
+    run_dir = tmp_path / "run"
+    log = tmp_path / "err.txt"
+    with log.open("w") as err:
+        args, env = gated(run_dir, tmp_path / "gate", 1, "dataset.limit=4")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flowllm", *args],
+            cwd=ROOT,
+            stdout=err,
+            stderr=err,
+            env={**os.environ, **env},
+            preexec_fn=_ignoring_sigint,
+        )
+    try:
+        wait_for_results(proc, run_dir, 1, log)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130, log.read_text()
+    summary = read_json(run_dir / "summary.json")
+    assert summary["interrupted"] is True and summary["finished"] == 1 and summary["unfinished"] == 3
+
+
+def _ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
