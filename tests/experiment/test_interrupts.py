@@ -7,6 +7,8 @@ results are written lands while the others are in flight, however slow the machi
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -15,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from flowllm.cli.ctl import main as ctl_main
 from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import ROOT, SLOW, TEST_CONF, run_flowllm, start_flowllm
 
@@ -183,7 +186,7 @@ def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table
 
 def test_a_run_started_with_sigint_ignored_still_stops_on_it(tmp_path: Path) -> None:
     """A script's background job (``python -m flowllm ... &``) starts with SIGINT ignored. The run still stops on
-    it, as one process or as workers: ``flowllm ctl stop`` sends the run SIGINT, and must not be a no-op."""
+    it, as one process or as workers: ``flowllm ctl stop`` stops the run with SIGINT, and must not be a no-op."""
     run_dir = tmp_path / "run"
     log = tmp_path / "err.txt"
     with log.open("w") as err:
@@ -198,7 +201,9 @@ def test_a_run_started_with_sigint_ignored_still_stops_on_it(tmp_path: Path) -> 
         )
     try:
         wait_for_results(proc, run_dir, 1, log)
-        proc.send_signal(signal.SIGINT)
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            assert ctl_main([str(run_dir), "stop", "--json"]) == 0
+        assert json.loads(said.getvalue())["ok"] is True
         code = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
