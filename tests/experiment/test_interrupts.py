@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from flowllm.cli.ctl import main as ctl_main
 from flowllm.engine.recorder import read_json
@@ -146,6 +148,17 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
     assert summary["usage"]["output_tokens"] == sum(per_task)
 
 
+def start_gated(
+    tmp_path: Path, stdout: int | IO[str], stderr: IO[str], sigint: Callable[[], None]
+) -> subprocess.Popen[bytes]:
+    """``python -m flowllm`` on four tasks of the gated slow fixture (the first answers at once) into
+    ``tmp_path/run``, in a plain process whose SIGINT ``sigint`` sets up before it starts."""
+    args, env = gated(tmp_path / "run", tmp_path / "gate", 1, "dataset.limit=4")
+    command = [sys.executable, "-m", "flowllm", *args]
+    env = {**os.environ, **env}
+    return subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr, env=env, preexec_fn=sigint)
+
+
 def _interruptible() -> None:
     """In the app's process before it starts: SIGINT as a terminal delivers it, not ignored or blocked. A process
     inherits both from its parent (a test worker whose earlier tests left SIGINT so, or a suite started in the
@@ -159,15 +172,7 @@ def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table
     run_dir = tmp_path / "run"
     log = tmp_path / "err.txt"
     with log.open("w") as err:
-        args, env = gated(run_dir, tmp_path / "gate", 1, "dataset.limit=4")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flowllm", *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env={**os.environ, **env},
-            preexec_fn=_interruptible,
-        )
+        proc = start_gated(tmp_path, subprocess.PIPE, err, _interruptible)
     try:
         wait_for_results(proc, run_dir, 1, log)
         assert proc.stdout is not None
@@ -190,15 +195,7 @@ def test_a_run_started_with_sigint_ignored_still_stops_on_it(tmp_path: Path) -> 
     run_dir = tmp_path / "run"
     log = tmp_path / "err.txt"
     with log.open("w") as err:
-        args, env = gated(run_dir, tmp_path / "gate", 1, "dataset.limit=4")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flowllm", *args],
-            cwd=ROOT,
-            stdout=err,
-            stderr=err,
-            env={**os.environ, **env},
-            preexec_fn=_ignoring_sigint,
-        )
+        proc = start_gated(tmp_path, err, err, _ignoring_sigint)
     try:
         wait_for_results(proc, run_dir, 1, log)
         with contextlib.redirect_stdout(io.StringIO()) as said:
