@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import pytest
+
 from flowllm.cli.ctl import main as ctl_main
 from flowllm.engine.recorder import read_json
 from tests.experiment.helpers import ROOT, SLOW, TEST_CONF, run_flowllm, start_flowllm
@@ -149,11 +151,11 @@ def test_sigkill_mid_run_resumes_without_losing_or_repeating_a_task(tmp_path: Pa
 
 
 def start_gated(
-    tmp_path: Path, stdout: int | IO[str], stderr: IO[str], sigint: Callable[[], None]
+    tmp_path: Path, stdout: int | IO[str], stderr: IO[str], sigint: Callable[[], None], *extra: str
 ) -> subprocess.Popen[bytes]:
     """``python -m flowllm`` on four tasks of the gated slow fixture (the first answers at once) into
     ``tmp_path/run``, in a plain process whose SIGINT ``sigint`` sets up before it starts."""
-    args, env = gated(tmp_path / "run", tmp_path / "gate", 1, "dataset.limit=4")
+    args, env = gated(tmp_path / "run", tmp_path / "gate", 1, "dataset.limit=4", *extra)
     command = [sys.executable, "-m", "flowllm", *args]
     env = {**os.environ, **env}
     return subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=stderr, env=env, preexec_fn=sigint)
@@ -189,13 +191,15 @@ def test_ctrl_c_under_a_pipe_whose_reader_is_gone_exits_130_and_writes_the_table
     assert "run directory" in output and "interrupted" in output  # the final table, on stderr
 
 
-def test_a_run_started_with_sigint_ignored_still_stops_on_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_started_with_sigint_ignored_still_stops_on_it(tmp_path: Path, workers: int) -> None:
     """A script's background job (``python -m flowllm ... &``) starts with SIGINT ignored. The run still stops on
-    it, as one process or as workers: ``flowllm ctl stop`` stops the run with SIGINT, and must not be a no-op."""
+    it, as one process or as workers: ``flowllm ctl stop`` stops the run with SIGINT, and must not answer ok and
+    let it run on (the one-process run did, before it handled an inherited ignored SIGINT)."""
     run_dir = tmp_path / "run"
     log = tmp_path / "err.txt"
     with log.open("w") as err:
-        proc = start_gated(tmp_path, err, err, _ignoring_sigint)
+        proc = start_gated(tmp_path, err, err, _ignoring_sigint, f"experiment.workers={workers}")
     try:
         wait_for_results(proc, run_dir, 1, log)
         with contextlib.redirect_stdout(io.StringIO()) as said:
