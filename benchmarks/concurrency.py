@@ -582,8 +582,7 @@ def cpu_split_notes(results: dict[str, Any], tasks: int, turns: int) -> list[str
         f"{floor_user.fmt(2)} + {floor_system.fmt(2)} ms: flowllm's system time is "
         f"{system.median - floor_system.median:.2f} ms per turn above the floor's. The floor writes no file; "
         f"flowllm's run folder gets {entries:.0f} folders and files per task under `recorder.snapshot=none` (the "
-        f"task's folder, `timing.json`, `result.json`), each an inode for the kernel to allocate: {files}. A "
-        "run folder on a tmpfs pays about 15 us a file."
+        f"task's folder, `timing.json`, `result.json`), each an inode for the kernel to allocate: {files}."
     ]
 
 
