@@ -37,7 +37,6 @@ from flowllm.run.control import RunControl, attach_control
 from flowllm.run.ctl_desk import ControlDesk
 from flowllm.run.outcome import load_outcomes
 from flowllm.run.progress import ProgressReporter
-from flowllm.run.report import print_summary
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
@@ -55,9 +54,8 @@ from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import WebEnvironment, web_tools
 from flowllm.spend.projection import Projector
 from flowllm.spend.spending import SpendBook
-from flowllm.spend.task_usage import read_bills
 from flowllm.sweep.summary import build_sweep_summary
-from flowllm.sweep.tables import print_tables
+from flowllm.sweep.tables import print_run_tables
 from flowllm.telemetry.live import attach_telemetry
 from flowllm.tools import PoolSettings
 from flowllm.tools.python import limits_from_args, probe_gaps, server_arguments
@@ -343,9 +341,8 @@ def _run_here(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
         summary.status, summary.error = "failed", str(exc)
         raise RunStopped(str(exc), summary.to_dict()) from exc
-    bills = read_bills(run_dir)
     # A closed stdout (| tee, stopped by the same Ctrl-C) is no failure of the run: the table goes to stderr.
-    print_tables(lambda console: print_summary(summary, result.outcomes, run_dir, console=console, bills=bills))
+    print_run_tables(summary, result.outcomes, run_dir)
     return summary.to_dict()
 
 

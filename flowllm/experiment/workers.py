@@ -56,7 +56,6 @@ from flowllm.run.control import RunControl, attach_control, share
 from flowllm.run.ctl_desk import ControlDesk
 from flowllm.run.outcome import FINISHED, TaskOutcome, read_outcome, stopped_by_budget
 from flowllm.run.progress import ProgressReporter
-from flowllm.run.report import print_summary
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
@@ -71,6 +70,7 @@ from flowllm.setup.webconf import web_tools
 from flowllm.spend.projection import Projector
 from flowllm.spend.saved_stops import SavedStops
 from flowllm.spend.spending import RunBudget, SpendBook
+from flowllm.sweep.tables import print_run_tables
 from flowllm.telemetry.live import attach_telemetry
 
 if TYPE_CHECKING:
@@ -553,7 +553,7 @@ def _write_summary(
     except RecordError as exc:  # tasks ran: a run error, whose exit code the tasks decide (never 2)
         summary.status, summary.error = "failed", str(exc)
         raise RunStopped(str(exc), summary.to_dict()) from exc
-    print_summary(summary, finished, layout.root)
+    print_run_tables(summary, finished, layout.root)
     if failure is not None:
         message = f"{failure} (its message is above); finished tasks are saved: rerun to resume"
         raise RunStopped(message, summary.to_dict())

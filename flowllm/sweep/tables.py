@@ -11,9 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+
+from flowllm.run.report import print_summary
+from flowllm.rundir.results import RunSummary
+from flowllm.spend.task_usage import read_bills
 
 # Wide enough that a table written to a file or a log does not wrap every cell (as report.make_console).
 FILE_WIDTH = 160
@@ -54,3 +60,10 @@ def print_tables(draw: Callable[[Console], None]) -> bool:
     with contextlib.suppress(OSError):  # stderr gone too: the summary files hold everything
         draw(_console(stderr=True))
     return False
+
+
+def print_run_tables(summary: RunSummary | Mapping[str, Any], outcomes: Sequence[Any], run_dir: Path) -> bool:
+    """A run's task table and summary as ``print_tables`` prints them, each task's tokens and cost as its ledger
+    billed them: the one table of a run, whether one process or its workers' parent ran it."""
+    bills = read_bills(run_dir)
+    return print_tables(lambda console: print_summary(summary, outcomes, run_dir, console=console, bills=bills))

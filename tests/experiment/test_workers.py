@@ -31,9 +31,11 @@ from flowllm.experiment.workers import (
 )
 from flowllm.providers import UsageLedger
 from flowllm.providers.registry import ProviderTable
+from tests.appfork import start_app
 from tests.experiment.helpers import (
     GAIA,
     ONLY_PYTHON_TOOL,
+    ROOT,
     SLOW,
     TEST_CONF,
     WRONG_TASK,
@@ -134,8 +136,13 @@ def wait_until_gone(run_dir: Path) -> None:
         time.sleep(0.2)
 
 
+def task_rows(table: str) -> set[str]:
+    """The rows of a run's printed task table (its cells, each task's tokens and cost among them)."""
+    return {line for line in table.splitlines() if line.startswith("│ ") and "│ run directory" not in line}
+
+
 def test_two_workers_give_the_same_results_as_one_with_pass_at_k(tmp_path: Path) -> None:
-    def one(workers: int) -> Path:
+    def one(workers: int) -> tuple[Path, str]:
         run_dir = tmp_path / f"w{workers}"
         proc = run_flowllm(
             *gaia_overrides(
@@ -145,11 +152,14 @@ def test_two_workers_give_the_same_results_as_one_with_pass_at_k(tmp_path: Path)
         )
         # The fixture has a task whose attachment is missing: some tasks failed, exit 3, with one worker or two.
         assert proc.returncode == 3, proc.stdout + proc.stderr
-        return run_dir
+        return run_dir, proc.stdout
 
     with ThreadPoolExecutor(2) as pool:
-        single, double = pool.map(one, (1, 2))
+        (single, single_table), (double, double_table) = pool.map(one, (1, 2))
     assert_same_runs(single, double)
+    # The same task table too: each task's billed tokens and cost, read from the ledger the workers shared.
+    rows = {row for row in task_rows(single_table) if "$0." in row}
+    assert len(rows) >= 4 and rows <= task_rows(double_table)
     # pass@k under two workers: the wrong answer was tried twice, its first attempt kept aside.
     wrong = read_json(double / "tasks" / WRONG_TASK / "result.json")
     assert wrong["attempts"] == 2 and [e["attempt"] for e in wrong["attempt_log"]] == [1, 2]
@@ -215,6 +225,28 @@ def test_ctrl_c_interrupts_every_worker_and_keeps_what_finished(tmp_path: Path) 
     assert summary["finished"] == len(results) >= 1
     assert summary["completed"] == len(completed(run_dir))
     assert summary["finished"] + summary["unfinished"] == len(SLOW_TASKS)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_whose_stdout_has_no_reader_exits_with_its_own_code(tmp_path: Path, workers: int) -> None:
+    """``python -m flowllm ... | head -1``: the reader is gone when the table is printed. That is no failure of the
+    run: the table goes to stderr and the exit code is the run's (a workers' parent exited 1, a bug's code)."""
+    run_dir = tmp_path / "run"
+    log = tmp_path / "err.txt"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read what the run prints
+    args = ["progress=false", "dataset.limit=2", f"experiment.workers={workers}", f"hydra.run.dir={run_dir}"]
+    try:
+        with log.open("w") as err:
+            proc = start_app(args, cwd=ROOT, env=dict(os.environ), stdout=write_end, stderr=err.fileno())
+    finally:
+        os.close(write_end)
+    code = proc.wait(timeout=HANG_GUARD_S)
+    output = log.read_text()
+    assert code == 0, output
+    assert "Traceback" not in output and "BrokenPipeError" not in output
+    assert read_json(run_dir / "summary.json")["completed"] == 2
+    assert "run directory" in output and "$0." in output  # the tables, on stderr, each task's cost in its row
 
 
 def test_a_worker_that_dies_after_tasks_ran_exits_with_the_tasks_code_not_2(tmp_path: Path) -> None:
