@@ -7,10 +7,17 @@ dataset (its settings and its files' hashes) cannot be changed by a fork: named,
 
 Each fork runs on the tasks whose score differs between A and B (stratum D, all of them) and a seeded sample S
 of the others (stratum O, to catch changes that cancel). A setting's effect is the stratified mean of its paired
-differences (fork - A): ``(|D| mean_D + |O| mean_S) / N`` over the N common tasks, with the stratified standard
-error ``sqrt(sum_h W_h^2 s_h^2 / n_h)``; the intervals are at the Bonferroni level ``1 - alpha / m`` for m
-settings and the p values (normal test) Holm-adjusted. The interaction is the observed difference minus the sum
-of the effects, so the effects and the interaction add up to the observed difference by construction.
+differences (fork - A): ``(|D| mean_D + |O| mean_S) / N`` over the N common tasks. The N tasks are themselves a
+sample of the tasks the benchmark stands for, and the strata are drawn after the fact from them (two-phase
+sampling, Cochran's double sampling for stratification), so the standard error has two parts: the spread of the
+differences over the N tasks, ``S^2 / N`` (S^2 estimated from the strata: within ``sum_h (N_h - 1) s_h^2`` plus
+between ``sum_h N_h (mean_h - effect)^2``, over N - 1), and the sampling within the strata,
+``sum_h W_h^2 s_h^2 (1/n_h - 1/N_h)`` (nothing for D, forked whole). Forking every task gives the plain paired
+standard error ``s / sqrt(N)``. Stratum D alone would say nothing of the spread: its tasks all flipped, most
+often the same way. The intervals are at the Bonferroni level ``1 - alpha / m`` for m settings and the p values
+(normal test; an exact sign test when every difference is the same) Holm-adjusted. The interaction is the
+observed difference minus the sum of the effects, so the effects and the interaction add up to the observed
+difference by construction.
 """
 
 from __future__ import annotations
@@ -143,27 +150,61 @@ class Effect:
         }
 
 
-def _stratum(diffs: Sequence[float]) -> tuple[float, float | None]:
-    """(mean, variance of the mean) of one stratum's differences; the variance is None below two tasks."""
-    mean = math.fsum(diffs) / len(diffs)
-    if len(diffs) < 2:
-        return mean, None
-    var = math.fsum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
-    return mean, var / len(diffs)
+@dataclass(frozen=True)
+class _Stratum:
+    """One stratum's paired differences: its size among the common tasks and the differences forked in it."""
+
+    size: int
+    diffs: list[float]
+
+    @property
+    def mean(self) -> float:
+        return math.fsum(self.diffs) / len(self.diffs)
+
+    @property
+    def variance(self) -> float | None:
+        """The sample variance of its differences; 0 when forked whole with one task, None when not known (one
+        task forked of several)."""
+        n = len(self.diffs)
+        if n < 2:
+            return 0.0 if self.size == n else None
+        return math.fsum((d - self.mean) ** 2 for d in self.diffs) / (n - 1)
 
 
 def _effect(plan: Plan, base: Mapping[str, float], forked: Mapping[str, float]) -> tuple[float, float | None, int]:
+    """(effect, standard error or None when not known, tasks forked): the two-phase estimator of the module's
+    docstring."""
     n = len(plan.common)
-    total, variance, used = 0.0, 0.0, 0
-    for ids, size in ((plan.differing, len(plan.differing)), (plan.sampled, plan.others)):
-        diffs = [forked[t] - base[t] for t in ids if t in forked]
-        if not diffs or not size:
-            continue
-        mean, var = _stratum(diffs)
-        total += size / n * mean
-        used += len(diffs)
-        variance += (size / n) ** 2 * (var or 0.0)
-    return total, math.sqrt(variance) if used >= 2 else None, used
+    strata = [
+        _Stratum(size, [forked[t] - base[t] for t in ids if t in forked])
+        for ids, size in ((plan.differing, len(plan.differing)), (plan.sampled, plan.others))
+        if size
+    ]
+    forked_strata = [h for h in strata if h.diffs]
+    used = sum(len(h.diffs) for h in forked_strata)
+    # A stratum with no task forked (none sampled, or the fork scored none) adds nothing to the effect.
+    effect = math.fsum(h.size * h.mean for h in forked_strata) / n if n else 0.0
+    variances = [h.variance if h.diffs else None for h in strata]  # its spread: not known
+    if used < 2 or any(v is None for v in variances):
+        return effect, None, used
+    known = [v or 0.0 for v in variances]
+    spread = math.fsum((h.size - 1) * v + h.size * (h.mean - effect) ** 2 for h, v in zip(strata, known, strict=True))
+    within = math.fsum(
+        (h.size / n) ** 2 * v * (1 / len(h.diffs) - 1 / h.size) for h, v in zip(strata, known, strict=True)
+    )
+    return effect, math.sqrt(spread / (n - 1) / n + within), used
+
+
+def _p_value(effect: float, stderr: float | None, used: int) -> float | None:
+    """Two-sided: the normal test; when every difference is the same (no spread), the exact sign test over the
+    tasks forked (each moved the same way: ``2 * 0.5^n``; none moved: 1)."""
+    from scipy.stats import norm
+
+    if stderr is None:
+        return None
+    if stderr == 0:
+        return 1.0 if effect == 0 else min(1.0, 2 * 0.5**used)
+    return float(2 * norm.sf(abs(effect) / stderr))
 
 
 def effects(
@@ -178,12 +219,7 @@ def effects(
     for change, forked in zip(changes, forks, strict=True):
         value, se, used = _effect(plan, base, forked)
         ci = None if se is None else [value - z * se, value + z * se]
-        if se is None:
-            p = None
-        elif se == 0:
-            p = 1.0 if value == 0 else 0.0
-        else:
-            p = float(2 * norm.sf(abs(value) / se))
+        p = _p_value(value, se, used)
         fixed = sum(1 for t in plan.tasks if t in forked and forked[t] > base[t])
         broken = sum(1 for t in plan.tasks if t in forked and forked[t] < base[t])
         out.append(Effect(change, value, se, ci, p, tasks=used, flipped={"fixed": fixed, "broken": broken}))
