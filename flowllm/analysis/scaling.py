@@ -17,12 +17,12 @@ run and escalates to the next when its epochs agree less than a threshold.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import combinations
 from typing import Any
 
 from flowllm.analysis.epoch_runs import EpochOutcome, RunEpochs, TaskEpochs
@@ -38,6 +38,7 @@ __all__ = [
     "agreement",
     "cascade",
     "majority_at_k",
+    "majority_curve",
     "majority_verdict",
     "run_curves",
 ]
@@ -127,15 +128,47 @@ def agreement(epochs: Sequence[EpochOutcome]) -> float:
     return max(Counter(e.answer for e in epochs).values()) / len(epochs)
 
 
+def majority_curve(task: TaskEpochs) -> list[float]:
+    """majority@k of one task for k = 1..n (index k - 1): the mean over its epochs' k-subsets of the majority's
+    verdict, counted without listing the subsets (there are C(n, k): 1.8e18 at 64 epochs and k = 32).
+
+    A subset's majority is answer i with its first chosen epoch at position p and x of its epochs chosen when every
+    other answer j has fewer than x chosen, or exactly x all after p (the tie goes to the earliest). For each
+    (i, p, x), the ways the other answers fill the rest of the subset are the coefficients of the product over j
+    of ``sum_{y<x} C(m_j, y) t^y + C(after_j(p), x) t^x``; only positions whose epoch is correct add to the sum.
+    """
+    import numpy as np
+
+    epochs = task.epochs
+    n = len(epochs)
+    positions: dict[str, list[int]] = {}
+    for index, epoch in enumerate(epochs):
+        positions.setdefault(epoch.answer, []).append(index)
+    won = np.zeros(n + 1)  # won[k]: the k-subsets whose majority is correct
+    for answer, mine in positions.items():
+        others = [theirs for other, theirs in positions.items() if other != answer]
+        for rank, first in enumerate(mine):
+            if not epochs[first].correct:
+                continue
+            later = len(mine) - rank - 1  # this answer's epochs after its first chosen one
+            for x in range(1, later + 2):
+                ways = np.array([float(math.comb(later, x - 1))])
+                for theirs in others:
+                    after = len(theirs) - bisect.bisect_right(theirs, first)
+                    fill = [math.comb(len(theirs), y) for y in range(x)] + [math.comb(after, x)]
+                    ways = np.convolve(ways, np.array(fill, dtype=float))[: n - x + 1]
+                won[x : x + len(ways)] += ways
+    return [float(won[k]) / math.comb(n, k) for k in range(1, n + 1)]
+
+
 def majority_at_k(task: TaskEpochs, k: int) -> float:
-    """majority@k of one task: the mean over its epochs' k-subsets of the majority's verdict."""
-    subsets = list(combinations(task.epochs, k))
-    return sum(majority_verdict(s) for s in subsets) / len(subsets)
+    """majority@k of one task (``majority_curve`` at k)."""
+    return majority_curve(task)[k - 1]
 
 
-def _task_value(metric: Metric, task: TaskEpochs, k: int) -> float:
+def _task_value(metric: Metric, task: TaskEpochs, k: int, majorities: dict[str, list[float]]) -> float:
     if metric is Metric.majority:
-        return majority_at_k(task, k)
+        return majorities[task.task_id][k - 1]
     if metric is Metric.pass_at:
         return pass_at_k(task.n, task.c, k)
     if metric is Metric.pass_hat:
@@ -157,11 +190,12 @@ def _cost(tasks: Sequence[TaskEpochs], k: int) -> float | None:
 def run_curves(run: RunEpochs, task_ids: Sequence[str], max_k: int, bootstrap: Bootstrap) -> RunCurves:
     """Every metric for k = 1..max_k over ``task_ids`` (those with at least k scored epochs at each k)."""
     out = RunCurves(run, list(task_ids))
+    majorities = {t: majority_curve(run.tasks[t]) for t in task_ids}  # every k of a task at once
     for metric in EPOCH_METRICS:
         out.curves[metric] = {}
         for k in range(1, max_k + 1):
             tasks = [run.tasks[t] for t in task_ids if run.tasks[t].n >= k]
-            values = [_task_value(metric, t, k) for t in tasks]
+            values = [_task_value(metric, t, k, majorities) for t in tasks]
             out.curves[metric][k] = Point(_mean(values), bootstrap.interval(values), len(values), _cost(tasks, k))
     return out
 
