@@ -322,7 +322,7 @@ class PairedComparison:
     stderr: float | None
     ci_low: float | None
     ci_high: float | None
-    test: str  # mcnemar-exact | paired-t | none
+    test: str  # mcnemar-exact | paired-t | sign-exact (every task moved by the same amount) | none
     p_value: float | None
     fixed: int  # scored better in B
     broken: int  # scored worse in B
@@ -375,6 +375,9 @@ def _format_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
 
 
+SPREAD_NOISE = 1e-12  # a spread of per-task differences this small is float rounding, not a spread
+
+
 def compare_paired(a: Mapping[str, float], b: Mapping[str, float]) -> PairedComparison:
     """Pair two runs' per-task scores on the tasks both scored (the keys both hold)."""
     from scipy import stats as sps
@@ -394,6 +397,8 @@ def compare_paired(a: Mapping[str, float], b: Mapping[str, float]) -> PairedComp
         return PairedComparison(n, mean_a, mean_b, diff, None, None, None, "none", None, fixed, broken, unchanged, None)
     d = [v - u for u, v in zip(xa, xb, strict=True)]
     sd = math.sqrt(sum((x - diff) ** 2 for x in d) / (n - 1))
+    if sd <= SPREAD_NOISE * max(1.0, abs(diff)):  # epochs' means (thirds...) differ in their last bits only
+        sd = 0.0
     stderr = sd / math.sqrt(n)
     # The paired t interval (df n - 1): the one the paired t-test's p goes with (it excludes 0 exactly when
     # p < 0.05); binary scores get it too, beside McNemar's exact p, rather than a narrower normal interval.
@@ -406,9 +411,10 @@ def compare_paired(a: Mapping[str, float], b: Mapping[str, float]) -> PairedComp
         neither = sum(1 for u, v in zip(xa, xb, strict=True) if u == v == 0.0)
         p = float(mcnemar([[both, broken], [fixed, neither]], exact=True).pvalue)
         test = "mcnemar-exact"
-    elif sd == 0:  # every task moved by the same amount: a t-test has no spread to work with
-        p = 1.0 if diff == 0 else 0.0
-        test = "paired-t"
+    elif sd == 0 and diff == 0:  # nothing moved
+        p, test = 1.0, "paired-t"
+    elif sd == 0:  # every task moved by the same amount: no spread for a t-test; the exact sign test (not p = 0:
+        p, test = min(1.0, 2 * 0.5**n), "sign-exact"  # all n moved one way, 3 tasks give 0.25)
     else:
         p = float(sps.ttest_rel(xb, xa).pvalue)
         test = "paired-t"

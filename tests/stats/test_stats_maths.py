@@ -252,3 +252,12 @@ def test_holm_step_down() -> None:
     p = [0.01, 0.04, None, 0.03]
     # Sorted 0.01, 0.03, 0.04 (m = 3): 0.03, max(0.03, 0.06), max(0.06, 0.04) = 0.03, 0.06, 0.06.
     assert holm(p) == [pytest.approx(0.03), pytest.approx(0.06), None, pytest.approx(0.06)]
+
+
+def test_every_task_moved_by_the_same_amount_gets_the_exact_sign_test() -> None:
+    """Fractional scores (three epochs' means) each up by a third: no spread for a t-test, and not p = 0 either."""
+    a = {"x": 0.0, "y": 1 / 3, "z": 1 / 3}
+    b = {t: v + 1 / 3 for t, v in a.items()}
+    result = compare_paired(a, b)
+    assert result.test == "sign-exact" and result.p_value == pytest.approx(0.25)  # 2 x 0.5^3
+    assert compare_paired(a, a).p_value == 1.0
