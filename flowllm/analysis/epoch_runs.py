@@ -9,8 +9,7 @@ replay, a budget stop) is left out of the task's epochs; its cost still counts i
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,11 @@ import orjson
 
 from flowllm.analysis.frames import find_runs
 from flowllm.errors import CliError
+from flowllm.export.ledger import read_ledger
+from flowllm.export.ledger import task_costs as ledger_task_costs
 from flowllm.run.epochs import epoch_verdict
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
-from flowllm.rundir.results import LedgerLine, TaskResult
+from flowllm.rundir.results import TaskResult
 from flowllm.scoring.scorers import normalize_answer
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "TaskEpochs",
     "expand_runs",
     "read_epochs",
-    "read_ledger",
     "read_results",
     "task_costs",
 ]
@@ -81,30 +81,10 @@ class RunEpochs:
     tasks: dict[str, TaskEpochs] = field(default_factory=dict)
 
 
-def read_ledger(run_dir: Path, name: str | None = None) -> Iterable[LedgerLine]:
-    """The lines of the run's ledger (or of the ledger file ``name`` in the run folder); none when there is no
-    such file; a line cut by a crash is skipped."""
-    path = RunLayout(run_dir).ledger if name is None else run_dir / name
-    if not path.is_file():
-        return
-    for raw in path.read_bytes().splitlines():
-        try:
-            value = orjson.loads(raw) if raw.strip() else None
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            yield LedgerLine.from_dict(value)
-
-
 def task_costs(run_dir: Path) -> dict[str, float | None]:
-    """task id -> what its answered attempts cost, all epochs together (None: one was not priced)."""
-    costs: dict[str, float | None] = defaultdict(float)
-    for line in read_ledger(run_dir):
-        if line.type != "attempt" or line.task_id is None or not line.ok:
-            continue
-        before = costs[line.task_id]
-        costs[line.task_id] = None if before is None or line.cost_usd is None else before + float(line.cost_usd)
-    return costs
+    """task id -> what the provider billed for it, all epochs together: every attempt of every call, an empty
+    reply that was paid for and retried among them (None: one was not priced)."""
+    return ledger_task_costs(read_ledger(RunLayout(run_dir).ledger)).tasks
 
 
 def read_results(run_dir: Path) -> list[TaskResult]:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from flowllm.analysis.epoch_runs import RunEpochs, TaskEpochs, read_ledger
+from flowllm.analysis.epoch_runs import RunEpochs, TaskEpochs
 from flowllm.analysis.scaling import Bootstrap, Point, majority_verdict
 from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import FileResolver
@@ -34,6 +34,7 @@ from flowllm.core.interfaces import CallContext, Provider
 from flowllm.core.types import user_message
 from flowllm.engine.recorder import atomic_write, read_json
 from flowllm.errors import CliError, FlowError
+from flowllm.export.ledger import read_ledger
 from flowllm.providers.factory import open_provider, resolve_script
 from flowllm.providers.ledger import UsageLedger
 from flowllm.providers.registry import RouteSpec
@@ -137,8 +138,8 @@ class _Ranker:
 def _judge_costs(run_dir: Path) -> dict[tuple[str, int], float | None]:
     """(task, k) -> what the recorded rerank calls cost (None: not priced)."""
     costs: dict[tuple[str, int], float | None] = defaultdict(float)
-    for line in read_ledger(run_dir, RERANK_LEDGER):
-        if line.type == "attempt" and line.ok and line.task_id is not None and line.turn is not None:
+    for line in read_ledger(run_dir / RERANK_LEDGER):  # every billed attempt, a paid-for empty reply among them
+        if line.type == "attempt" and line.billed and line.task_id is not None and line.turn is not None:
             before = costs[(line.task_id, line.turn)]
             costs[(line.task_id, line.turn)] = (
                 None if before is None or line.cost_usd is None else before + line.cost_usd

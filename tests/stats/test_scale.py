@@ -37,6 +37,14 @@ VARIED = {
 }
 
 
+# Each task's first call in the five-epoch run is answered empty, then retried: the provider billed the empty
+# reply, so the cost of the epochs counts it.
+EMPTY_FIRST_CALLS = (
+    "+provider.emulator_faults={seed: 3, rules: [{fault: empty, turns: [1], attempts: [1]}]}",
+    "provider.retry.base_delay_s=0.01",
+)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("scale")
@@ -47,6 +55,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, epochs in (("five", 5), ("three", 3)):  # both at once: each waits on its emulator and tools
         out[name] = root / name
         args = (f"experiment.epochs={epochs}", TASKS, f"provider.emulator_script={root / 'script.yaml'}")
+        args += EMPTY_FIRST_CALLS if name == "five" else ()
         # the three tasks use math and Python only
         extra = ("progress=false", "~tools.servers.tool-files", f"hydra.run.dir={out[name]}")
         procs.append((start_flowllm(*args, *extra, log=root / f"{name}.log"), root / f"{name}.log"))
@@ -68,8 +77,9 @@ def epochs_of(run: Path, task: str) -> list[tuple[str, bool]]:
 
 
 def ledger_cost(run: Path, task: str) -> float:
+    """What the provider billed for the task: every attempt's cost (a refused one costs nothing)."""
     lines = [json.loads(line) for line in (run / "usage.jsonl").read_text().splitlines()]
-    return sum(x["cost_usd"] for x in lines if x["type"] == "attempt" and x["task_id"] == task and x["outcome"] == "ok")
+    return sum(x["cost_usd"] for x in lines if x["type"] == "attempt" and x["task_id"] == task)
 
 
 def majority(subset: tuple[tuple[str, bool], ...]) -> bool:
@@ -118,6 +128,12 @@ def test_every_figure_equals_a_brute_force_computation(
             assert point["ci"] == pytest.approx(bootstrap(per_task)), (name, k)
             assert point["n"] == 3
             assert point["cost_per_task_usd"] == pytest.approx(sum(k * costs[t] / 5 for t in IDS) / 3)
+    # Every epoch's cost is the bill's: all five epochs of the three tasks cost what the run's summary says, the
+    # empty replies that were paid for and retried among them.
+    lines = [json.loads(line) for line in (run / "usage.jsonl").read_text().splitlines()]
+    assert sum(1 for x in lines if x["type"] == "attempt" and x["outcome"] != "ok" and x["cost_usd"] > 0) == 3
+    agent_usd = json.loads((run / "summary.json").read_text())["cost"]["agent_usd"]
+    assert 3 * curves["curves"]["mean@k"]["5"]["cost_per_task_usd"] == pytest.approx(agent_usd)
     # the figures the sample makes interesting: majority@5 fixes sample-09, pass^k falls with k
     assert curves["curves"]["majority@k"]["5"]["value"] == 1.0
     assert curves["curves"]["pass^k"]["5"]["value"] == pytest.approx(1 / 3)
