@@ -87,9 +87,9 @@ def batch_cost(cost: Mapping[str, Any], prices: PriceTable, protocol: str, run_d
     """``summary.json``'s ``cost`` in batch mode (provider.batch): ``batch_factor`` when every billed call went
     through a batch (the ledger prices each call as it was made: ``billed_cost`` gives the total)."""
     out = dict(cost)
-    ok = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempt_lines() if a.ok]
+    billed = [a for a in UsageLedger.read(RunLayout(run_dir).ledger).attempt_lines() if a.billed]
     factor = prices.batch_factor(protocol)
-    if factor is not None and ok and all(a.batch for a in ok):
+    if factor is not None and billed and all(a.batch for a in billed):
         out["batch_factor"] = factor
     return out
 

@@ -37,6 +37,7 @@ from flowllm.providers.batch import (
     custom_id,
 )
 from flowllm.providers.errors import ProviderConfigError
+from flowllm.run.budget_report import batch_cost
 from flowllm.setup.preflight import ProviderTarget, check_providers
 from flowllm.spend.pricing import PriceTable
 from tests.loopback import serve_http
@@ -384,3 +385,26 @@ def test_a_queue_past_the_byte_limit_goes_out_as_several_batches() -> None:
             assert len((await client.messages.batches.list()).data) == 3
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("empty_reply_batched", "factor"), [(True, 0.5), (False, None)])
+def test_the_summary_claims_the_batch_price_only_when_every_billed_call_was_batched(
+    tmp_path: Path, empty_reply_batched: bool, factor: float | None
+) -> None:
+    """An empty reply is billed though it is retried: when it went out directly, not every billed call got the
+    batch price, and the summary's cost says no batch factor."""
+    batch = {"id": "msgbatch_1", "item": "c1"}
+    lines = [
+        {
+            "type": "attempt",
+            "task_id": "t",
+            "outcome": "empty_reply",
+            "cost_usd": 0.001,
+            "batch": batch if empty_reply_batched else None,
+        },
+        {"type": "attempt", "task_id": "t", "outcome": "ok", "cost_usd": 0.002, "batch": batch},
+        {"type": "attempt", "task_id": "t", "outcome": "rate_limited", "cost_usd": 0.0, "batch": None},  # not billed
+    ]
+    (tmp_path / "usage.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    prices = PriceTable(batch_factors={"anthropic": 0.5})
+    assert batch_cost({"total_usd": 0.003}, prices, "anthropic", tmp_path).get("batch_factor") == factor
