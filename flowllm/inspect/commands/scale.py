@@ -52,7 +52,8 @@ def render(console: Console, report: ScaleReport) -> None:
     boot = report.bootstrap
     console.print(
         f"[bold]{len(report.tasks)} tasks[/bold]; intervals: {100 * boot.confidence:.0f}% percentile bootstrap over "
-        f"tasks ({boot.resamples} resamples, seed {boot.seed}); cost per task from the usage ledgers"
+        f"tasks ({boot.resamples} resamples, seed {boot.seed}); cost per task: what the agent's calls were billed "
+        "(usage.jsonl), not the grading judge's"
     )
     for label, ids in report.left_out.items():
         console.print(f"[yellow]left out (not scored in every run), {esc(label)}:[/yellow] {esc(', '.join(ids))}")
