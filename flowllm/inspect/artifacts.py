@@ -5,6 +5,8 @@
     <run>/tasks/<task_id>/turn_<NNN>/<NN>_<node>/{input,output,meta}.json
     <run>/tasks/<task_id>/turn_<NNN>/subagents/<name>-<call_id>/turn_<MMM>/...   (sub-agents; --agent takes
                                                            the path from turn_<NNN>, or the older agents/<name>)
+    <run>/tasks/<task_id>/epochs/<n>/turn_<NNN>/...       (experiment.epochs > 1: --agent epochs/<n>, and
+                                                           epochs/<n>/turn_<NNN>/subagents/... for its sub-agents)
 
 Everything here is tolerant by design: a run is read to find out what went wrong, so a truncated file, a
 missing ``meta.json`` or a task that never wrote its ``result.json`` becomes a *problem* attached to the
@@ -25,6 +27,7 @@ from typing import Any
 from flowllm.errors import CliError
 from flowllm.rundir.layout import (
     ARTIFACT_FILES,
+    EPOCHS_DIR,
     LEGACY_AGENTS_DIR,
     MAIN_AGENT,
     RESULT_FILE,
@@ -118,11 +121,24 @@ class TaskRecord:
             raise KeyError(f"task '{self.task_id}' has no sub-agent '{agent}' (sub-agents: {known})")
         return self.agents[agent]
 
+    def no_turn(self, number: int | str, agent: str = MAIN_AGENT) -> str:
+        """Why ``turn(number, agent)`` found nothing, and what to ask for instead."""
+        known = ", ".join(str(t.number) for t in self.turns_of(agent)) or "none"
+        text = f"task '{self.task_id}' has no turn {number} (turns: {known})"
+        if agent == MAIN_AGENT and not self.turns and self.epochs:
+            text += f"; it ran {len(self.epochs)} epochs: name one with --agent {self.epochs[0]} (to {self.epochs[-1]})"
+        return text
+
     def turn(self, number: int, agent: str = MAIN_AGENT) -> TurnRecord | None:
         return next((t for t in self.turns_of(agent) if t.number == number), None)
 
+    @property
+    def epochs(self) -> list[str]:
+        """The conversations of the task's epochs (``epochs/1``...), in epoch order; empty without epochs."""
+        return sorted((a for a in self.agents if a.count("/") == 1 and a.startswith(f"{EPOCHS_DIR}/")), key=_epoch)
+
     def all_turns(self) -> Iterator[tuple[str, TurnRecord]]:
-        """(agent, turn) for the main agent and every sub-agent."""
+        """(agent, turn) for the main agent and every other conversation (sub-agents, epochs)."""
         for t in self.turns:
             yield MAIN_AGENT, t
         for agent, turns in sorted(self.agents.items()):
@@ -130,13 +146,29 @@ class TaskRecord:
                 yield agent, t
 
 
+def _epoch_dirs(path: Path) -> list[Path]:
+    """A task's epoch folders (``experiment.epochs`` > 1), in epoch order."""
+    epochs = path / EPOCHS_DIR
+    found = [p for p in epochs.iterdir() if p.is_dir() and p.name.isdigit()] if epochs.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name))
+
+
+def _epoch(agent: str) -> int:
+    return int(agent.rsplit("/", 1)[1])
+
+
 def read_task(path: Path) -> TaskRecord:
     turns, notes = read_turns(path)
     agents: dict[str, list[TurnRecord]] = {}
-    # A sub-agent's conversation sits under the turn that called it; its id is that path (its scope).
-    for agent_dir in sorted(p for p in path.glob(f"turn_*/{SUBAGENTS_DIR}/*") if p.is_dir()):
-        agents[agent_dir.relative_to(path).as_posix()], more = read_turns(agent_dir)
-        notes.extend(more)
+    # A conversation is named by its folder's path from the task's: a sub-agent's sits under the turn that called
+    # it (turn_002/subagents/analyst-c1), an epoch's under epochs/ (epochs/2, and epochs/2/turn_002/subagents/...).
+    for scope in [path, *_epoch_dirs(path)]:
+        if scope != path:
+            agents[scope.relative_to(path).as_posix()], more = read_turns(scope)
+            notes.extend(more)
+        for agent_dir in sorted(p for p in scope.glob(f"turn_*/{SUBAGENTS_DIR}/*") if p.is_dir()):
+            agents[agent_dir.relative_to(path).as_posix()], more = read_turns(agent_dir)
+            notes.extend(more)
     agents_dir = path / LEGACY_AGENTS_DIR  # the layout before sub-agents were scoped under their turn
     if agents_dir.is_dir():
         for agent_dir in sorted(p for p in agents_dir.iterdir() if p.is_dir()):

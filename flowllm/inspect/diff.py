@@ -12,17 +12,19 @@ listed even when its result is the same, since its answer came from replies to a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flowllm.inspect.artifacts import Artifact, NodeRecord, RunRecord, TaskRecord, summary_figures
 from flowllm.inspect.replay import replay_counts, replay_label, replay_verdict
 from flowllm.inspect.views import CallView, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
-from flowllm.rundir.layout import INPUT_FILE, META_FILE, OUTPUT_FILE
+from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, MAIN_AGENT, META_FILE, OUTPUT_FILE
 from flowllm.rundir.results import RunSummary, TaskResult
+
+T = TypeVar("T")
 
 # result.json fields compared, in the order changes are reported (status as the task reads: unfinished...).
 RESULT_FIELDS: dict[str, Callable[[TaskResult], Any]] = {
@@ -155,12 +157,32 @@ def _call_signature(call: CallView) -> str:
     return f"{call.label} [repair: {stage}, {outcome}]"
 
 
+def _conversation(agent: str, as_epochs: bool) -> str:
+    """A conversation's name as a run with epochs has it: a task run once (``experiment.epochs=1``) is its epoch
+    1 beside a task run over epochs, so their first epochs are compared."""
+    if not as_epochs or agent.startswith(f"{EPOCHS_DIR}/"):
+        return agent
+    return f"{EPOCHS_DIR}/1" if agent == MAIN_AGENT else f"{EPOCHS_DIR}/1/{agent}"
+
+
+def _keyed(task: TaskRecord, other: TaskRecord, items: Iterable[tuple[str, int, T]]) -> dict[tuple[str, int], T]:
+    """``items`` (agent, turn number, value) keyed by conversation and turn, named as in ``other``'s run."""
+    as_epochs = bool(other.epochs) and not task.epochs
+    return {(_conversation(agent, as_epochs), number): value for agent, number, value in items}
+
+
+def _order(key: tuple[str, int]) -> tuple[bool, list[tuple[int, int | str]], int]:
+    """The main conversation first, then the others by name, numbers as numbers (epochs/2 before epochs/10)."""
+    parts: list[tuple[int, int | str]] = [(0, int(p)) if p.isdigit() else (1, p) for p in key[0].split("/")]
+    return key[0] != MAIN_AGENT, parts, key[1]
+
+
 def compare_calls(a: TaskRecord, b: TaskRecord) -> list[str]:
     """The tool calls that differ, turn by turn, in words."""
-    calls_a = {(v.agent, v.number): v.calls for v in task_turn_views(a)}
-    calls_b = {(v.agent, v.number): v.calls for v in task_turn_views(b)}
+    calls_a = _keyed(a, b, ((v.agent, v.number, v.calls) for v in task_turn_views(a)))
+    calls_b = _keyed(b, a, ((v.agent, v.number, v.calls) for v in task_turn_views(b)))
     changes: list[str] = []
-    for key in sorted(set(calls_a) | set(calls_b), key=lambda k: (k[0] != "main", k[0], k[1])):
+    for key in sorted(set(calls_a) | set(calls_b), key=_order):
         agent, number = key
         where = f"turn {number}" + (f" (agent {agent})" if agent != "main" else "")
         left, right = calls_a.get(key), calls_b.get(key)
@@ -193,9 +215,9 @@ def _nodes_by_folder(nodes: list[NodeRecord]) -> dict[str, NodeRecord]:
 
 
 def first_divergence(a: TaskRecord, b: TaskRecord) -> Divergence | None:
-    turns_a = {(agent, t.number): t for agent, t in a.all_turns()}
-    turns_b = {(agent, t.number): t for agent, t in b.all_turns()}
-    for key in sorted(set(turns_a) | set(turns_b), key=lambda k: (k[0] != "main", k[0], k[1])):
+    turns_a = _keyed(a, b, ((agent, t.number, t) for agent, t in a.all_turns()))
+    turns_b = _keyed(b, a, ((agent, t.number, t) for agent, t in b.all_turns()))
+    for key in sorted(set(turns_a) | set(turns_b), key=_order):
         agent, number = key
         ta, tb = turns_a.get(key), turns_b.get(key)
         if ta is None or tb is None:
@@ -243,6 +265,9 @@ def _settings(run: RunRecord) -> dict[str, Any]:
         "tools.name",
         "agent.max_turns",
         "experiment.name",
+        "experiment.epochs",
+        "experiment.epoch_reducer",
+        "experiment.attempts",
     )
     return {k: run.setting(k) for k in keys}
 

@@ -52,8 +52,7 @@ def cmd_node(
     except KeyError as exc:
         raise NotFound(exc.args[0]) from None
     if record is None:
-        known = ", ".join(str(t.number) for t in task.turns_of(agent)) or "none"
-        raise NotFound(f"task '{task.task_id}' has no turn {number_text} (turns: {known})")
+        raise NotFound(task.no_turn(number_text, agent))
     node = record.node(node_key)
     if node is None:
         raise NotFound(
@@ -68,7 +67,8 @@ def cmd_node(
         return 0
     console.print(
         Panel.fit(
-            f"[bold]{esc(task.task_id)}[/bold] / turn {record.number} / "
+            f"[bold]{esc(task.task_id)}[/bold]{'' if agent == MAIN_AGENT else ' / ' + esc(agent)} / "
+            f"turn {record.number} / "
             f"[bold]{esc(node.folder)}[/bold]\n"
             f"[dim]{esc(node.path)}[/dim]",
             border_style="cyan",
@@ -86,7 +86,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task_id")
     parser.add_argument("turn")
     parser.add_argument("node", help="call_model, 03 or 03_call_model")
-    parser.add_argument("--agent", default=MAIN_AGENT, help="a sub-agent's name (default: the main agent)")
+    parser.add_argument(
+        "--agent", default=MAIN_AGENT, help="a sub-agent's path, or an epoch's (epochs/2) (default: the main agent)"
+    )
     parser.add_argument("--only", choices=("input", "output", "meta"))
     parser.add_argument(
         "--raw", action="store_true", help="JSON as saved instead of the readable form (media as one line each)"

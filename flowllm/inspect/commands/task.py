@@ -191,8 +191,9 @@ def cmd_task(run: RunRecord, console: Console, as_json: bool, task_id: str, full
         console.print(_turn_panel(view, diverged_at, limit))
     if failures:
         console.print(failure_table(failures, title="what went wrong"))
+    epoch = " --agent epochs/<n>" if task.epochs and not task.turns else ""
     console.print(
-        f"[dim]a node's input and output: {PROG} {esc(run.path)} node {esc(task.task_id)} <turn> <node>[/dim]"
+        f"[dim]a node's input and output: {PROG} {esc(run.path)} node {esc(task.task_id)} <turn> <node>{epoch}[/dim]"
     )
     return 0
 
