@@ -7,6 +7,8 @@
                                                            the path from turn_<NNN>, or the older agents/<name>)
     <run>/tasks/<task_id>/epochs/<n>/turn_<NNN>/...       (experiment.epochs > 1: --agent epochs/<n>, and
                                                            epochs/<n>/turn_<NNN>/subagents/... for its sub-agents)
+    <run>/tasks/<task_id>/attempts/<n>/turn_<NNN>/...     (an earlier attempt of experiment.attempts > 1:
+                                                           --agent attempts/<n>, or epochs/<m>/attempts/<n>)
 
 Everything here is tolerant by design: a run is read to find out what went wrong, so a truncated file, a
 missing ``meta.json`` or a task that never wrote its ``result.json`` becomes a *problem* attached to the
@@ -27,6 +29,7 @@ from typing import Any
 from flowllm.errors import CliError
 from flowllm.rundir.layout import (
     ARTIFACT_FILES,
+    ATTEMPTS_DIR,
     EPOCHS_DIR,
     LEGACY_AGENTS_DIR,
     MAIN_AGENT,
@@ -146,11 +149,17 @@ class TaskRecord:
                 yield agent, t
 
 
-def _epoch_dirs(path: Path) -> list[Path]:
-    """A task's epoch folders (``experiment.epochs`` > 1), in epoch order."""
-    epochs = path / EPOCHS_DIR
-    found = [p for p in epochs.iterdir() if p.is_dir() and p.name.isdigit()] if epochs.is_dir() else []
+def _numbered(folder: Path) -> list[Path]:
+    """The numbered folders of ``folder`` (epochs/1, attempts/2...), in number order."""
+    found = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
     return sorted(found, key=lambda p: int(p.name))
+
+
+def _scopes(path: Path) -> list[Path]:
+    """The folders of a task that hold conversations: the task's, its epochs' (``experiment.epochs``), and the
+    earlier attempts of either (``experiment.attempts``)."""
+    runs = [path, *_numbered(path / EPOCHS_DIR)]
+    return [scope for run in runs for scope in (run, *_numbered(run / ATTEMPTS_DIR))]
 
 
 def _epoch(agent: str) -> int:
@@ -161,8 +170,9 @@ def read_task(path: Path) -> TaskRecord:
     turns, notes = read_turns(path)
     agents: dict[str, list[TurnRecord]] = {}
     # A conversation is named by its folder's path from the task's: a sub-agent's sits under the turn that called
-    # it (turn_002/subagents/analyst-c1), an epoch's under epochs/ (epochs/2, and epochs/2/turn_002/subagents/...).
-    for scope in [path, *_epoch_dirs(path)]:
+    # it (turn_002/subagents/analyst-c1), an epoch's under epochs/ (epochs/2, and epochs/2/turn_002/subagents/...),
+    # an earlier attempt's under attempts/ (attempts/1, epochs/2/attempts/1).
+    for scope in _scopes(path):
         if scope != path:
             agents[scope.relative_to(path).as_posix()], more = read_turns(scope)
             notes.extend(more)
