@@ -295,7 +295,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
-    write_config_record(composed, run_dir)  # only now: a refused rerun leaves the saved run's config as it was
+    # The config as it ran (a replay's inherited experiment included), written only now: a refused rerun leaves
+    # the saved run's config as it was.
+    write_config_record(cfg, run_dir)
     if store is None:
         return _run_here(cfg, run_dir)
     mirror = StoreMirror(store, run_dir, on_error=log.warning)

@@ -298,3 +298,21 @@ def test_a_budget_overrun_is_bounded_by_calls_not_attempts(tmp_path: Path, capsy
     assert outcomes[:3] == ["empty_reply", "ok", "ok"]  # two attempts, then the call's own line
     code, out, _ = verify(run, capsys)
     assert code == ExitCode.OK, out
+
+
+def test_a_replay_that_repeats_the_saved_experiment_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``provider=replay provider.run_dir=RUN`` with no experiment repeats the saved run's (its dataset, agent,
+    epochs...). Its ``.hydra/config.yaml`` must be that config as it ran: it was the command line's default one,
+    so every replay of a run of another experiment, or over epochs, failed ``flowllm verify`` (33 disagreements
+    for the GAIA sample)."""
+    saved, replay = tmp_path / "saved", tmp_path / "replay"
+    done = run_flowllm("progress=false", "+experiment=gaia_sample", "experiment.epochs=2", f"hydra.run.dir={saved}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = run_flowllm("progress=false", "provider=replay", f"provider.run_dir={saved}", f"hydra.run.dir={replay}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    code, out, _ = verify(replay, capsys)
+    assert code == ExitCode.OK, out
+    recorded = (replay / ".hydra" / "config.yaml").read_text()
+    assert "name: gaia_sample" in recorded and "epochs: 2" in recorded
