@@ -12,7 +12,7 @@ from typing import Any
 from flowllm.inspect.artifacts import MAIN_AGENT, RunRecord, TaskRecord, read_artifact, summary_figures
 from flowllm.run.replay_audit import ReplayStatus, replay_summary
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import OUTPUT_FILE
+from flowllm.rundir.layout import EPOCHS_DIR, OUTPUT_FILE
 from flowllm.rundir.results import ForkBlock, ReplayBlock
 
 # What result.json says under ``replay`` in a provider=replay run (flowllm/run/replay_audit.py).
@@ -151,6 +151,10 @@ def replay_detail(run: RunRecord, task: TaskRecord) -> ReplayDetail | None:
         return detail
     detail.turn = verdict.get("turn") if isinstance(verdict.get("turn"), int) else None
     detail.agent = str(verdict.get("scope") or MAIN_AGENT)
+    epoch = verdict.get("epoch")  # a task run over epochs: the first epoch that did not replay exactly
+    if isinstance(epoch, int):
+        inside = "" if detail.agent == MAIN_AGENT else f"/{detail.agent}"
+        detail.agent = f"{EPOCHS_DIR}/{epoch}{inside}"
     detail.node = str(verdict.get("node") or "") or None
     detail.what = str(verdict.get("what") or "") or None
     source = run.setting("provider.run_dir")

@@ -433,10 +433,10 @@ class Experiment:
             repairs.update(o.repairs)
         combined.repairs = dict(repairs)
         combined._attempt_timings = [t for o in epochs for t in o._attempt_timings]
-        # A replay is exact only when every epoch replayed exactly: the first one that did not speaks for the task.
-        off = [o.replay for o in epochs if o.replay is not None and o.replay.get("status") != "exact"]
+        # A replay is exact only when every epoch replayed exactly: the first that did not speaks for the task.
+        off = [(n, o.replay) for n, o in enumerate(epochs, 1) if o.replay and o.replay.get("status") != "exact"]
         if off:
-            combined.replay = off[0]
+            combined.replay = {**off[0][1], "epoch": off[0][0]}
         if not is_scored(combined.replay):  # an epoch that did not replay: the task's score is not known
             combined.score, combined.correct = None, None
         return combined

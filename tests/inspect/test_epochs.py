@@ -16,7 +16,7 @@ import pytest
 from flowllm.inspect import open_run
 from flowllm.inspect.cli import main
 from flowllm.inspect.diff import diff_runs
-from tests.experiment.helpers import start_flowllm
+from tests.experiment.helpers import run_flowllm, start_flowllm
 
 TASKS = ("sample-03-percentage", "sample-09-arithmetic")
 RETRIED = "sample-01-csv-revenue"  # its tool call needs the lenient repair stage: under repair=strict it fails
@@ -30,6 +30,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "once": [tasks],
         "twice": [tasks, "experiment.epochs=2"],
         "retried": [f"dataset.task_ids=[{RETRIED}]", "repair=strict", "experiment.attempts=2"],
+        "lenient": [f"dataset.task_ids=[{RETRIED}]", "experiment.epochs=2"],  # its repair succeeds
     }
     found, procs = {}, []
     for name, args in plans.items():  # all at once
@@ -82,3 +83,20 @@ def test_an_earlier_attempts_turns_are_shown_beside_the_last(
     args = [run, "node", RETRIED, "1", "repair_arguments", "--agent", "attempts/1", "--only", "meta", "--json"]
     assert main(args) == 0
     assert Path(json.loads(capsys.readouterr().out)["path"]).parts[-4:-1] == ("attempts", "1", "turn_001")
+
+
+def test_a_replays_divergence_names_the_epoch_it_happened_in(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay under repair=strict parts from the saved run at the repair in each epoch: the task's verdict is
+    the first epoch's, and the inspector opens that epoch's node with the saved and the new value."""
+    replay = tmp_path / "replay"
+    args = ["progress=false", "provider=replay", f"provider.run_dir={runs['lenient']}", "repair=strict"]
+    done = run_flowllm(*args, f"hydra.run.dir={replay}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict = json.loads((replay / "tasks" / RETRIED / "result.json").read_text())["replay"]
+    assert (verdict["status"], verdict["turn"], verdict["epoch"]) == ("diverged", 1, 1)
+    assert main([str(replay), "task", RETRIED, "--json"]) == 0
+    detail = json.loads(capsys.readouterr().out)["replay"]
+    assert (detail["agent"], detail["folder"], detail["note"]) == ("epochs/1", "06_repair_arguments", None)
+    assert detail["saved"] is not None and detail["new"] is None  # strict repair gave no arguments
