@@ -21,7 +21,7 @@ from flowllm.run.replay_audit import effect_not_known
 from flowllm.run.stats import stats_rows
 from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
 from flowllm.rundir.results import CostBlock, RunSummary
-from flowllm.scoring.tally import accuracy_text
+from flowllm.scoring.tally import UNFINISHED_STATUS, accuracy_text
 from flowllm.spend.fork_accounting import fork_rows
 from flowllm.spend.task_usage import TaskBill
 from flowllm.tools.client.connection import RESTART_MESSAGE
@@ -85,6 +85,16 @@ def format_tokens(count: int | None, estimated: bool = False) -> str:
     return f"~{count:,}" if estimated else f"{count:,}"
 
 
+def _verdict_cell(outcome: Any) -> str:
+    """The table's ``correct`` cell: a task the run's budget stopped is unfinished, as the summary counts it (not
+    wrong); one with no verdict (no ground truth, a diverged replay) unscored."""
+    if outcome.status == UNFINISHED_STATUS:
+        return "[yellow]unfinished"
+    if outcome.correct is None:
+        return "[yellow]unscored"
+    return "[green]yes" if outcome.correct else "[red]no"
+
+
 def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = None) -> Table:
     shown = list(outcomes)
     title = "tasks"
@@ -102,7 +112,7 @@ def task_table(outcomes: Sequence[Any], bills: Mapping[str, TaskBill] | None = N
     for column in ("correct", "turns", "tool calls", "tokens", "cost"):
         table.add_column(column, justify="right" if column in ("turns", "tool calls", "tokens", "cost") else "left")
     for o in shown:
-        mark = "[yellow]unscored" if o.correct is None else "[green]yes" if o.correct else "[red]no"
+        mark = _verdict_cell(o)
         halt = o.halt_detail
         if o.answer is not None:
             answer = escape(str(o.answer)[:MAX_CELL_CHARS])

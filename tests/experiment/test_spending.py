@@ -344,6 +344,9 @@ def test_tasks_the_budget_stopped_count_in_neither_scored_nor_unscored(tmp_path:
     assert stats["by_level"] == {}
     flat = " ".join(proc.stdout.replace("│", " ").split())
     assert "accuracy not known (0 scored)" in flat and "accuracy 0.0%" not in flat and "n=4" not in flat
+    # The task table says so too: each stopped task's row is unfinished, not wrong ("no").
+    rows = [line for line in proc.stdout.splitlines() if any(f"│ {task_id} " in line for task_id in stopped)]
+    assert len(rows) == len(stopped) and all(re.search(r"│\s*unfinished\s*│", r) for r in rows), rows
 
 
 @pytest.mark.parametrize(
