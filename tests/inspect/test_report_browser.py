@@ -6,12 +6,15 @@ the reason when one of them is missing. Nothing is downloaded: Selenium drives t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from flowllm.exit_codes import ExitCode
 from flowllm.inspect.report import write_report
+from tests.experiment.helpers import run_flowllm
 from tests.inspect.chromium import WAIT_S, By, Select, WebDriverWait, start_chromium
 from tests.inspect.test_report import make_multirun
 from tests.replay.runs import CLEAN_TASK, LENIENT_TASK, FixtureRuns
@@ -140,3 +143,24 @@ def test_a_run_that_is_not_a_replay_has_no_replay_card_or_column(
     headers = [th.text.strip() for th in driver.find_elements(By.CSS_SELECTOR, "#task-table th")]
     assert "replay" not in headers
     assert driver.find_element(By.ID, "summary-cards").text.startswith("accuracy\n100.0% (2/2 scored)")
+
+
+def test_a_task_the_budget_stopped_reads_unfinished_not_wrong(tmp_path: Path, browser: object) -> None:
+    """The summary leaves a task experiment.budget stopped out of the accuracy; its row and its panel say
+    unfinished where they said false."""
+    run = tmp_path / "run"
+    overrides = ("experiment.budget.cost_usd=0.0001", "experiment.max_concurrent=2", "dataset.limit=3")
+    done = run_flowllm("progress=false", *overrides, f"hydra.run.dir={run}")
+    assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    stopped = json.loads((run / "summary.json").read_text())["budget"]["stopped_tasks"]
+    driver = browser
+    report, _ = write_report(run, tmp_path / "budget.html")
+    driver.get(report.as_uri())
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#task-table tbody tr"))
+    headers = [th.text.strip() for th in driver.find_elements(By.CSS_SELECTOR, "#task-table th")]
+    column = headers.index("correct")
+    for task_id in stopped:
+        row = driver.find_element(By.CSS_SELECTOR, f'#task-table tr[data-task="{task_id}"]')
+        assert row.find_elements(By.CSS_SELECTOR, "td")[column].text == "unfinished"
+    driver.find_element(By.CSS_SELECTOR, f'#task-table tr[data-task="{next(iter(stopped))}"]').click()
+    assert "correct\nunfinished" in driver.find_element(By.ID, "task-detail").text
