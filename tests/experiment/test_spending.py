@@ -6,6 +6,7 @@ file stand for two worker processes) and a fake clock; the end-to-end tests run 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from flowllm.core.types import Usage
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
 from flowllm.exit_codes import ExitCode, run_exit_code
+from flowllm.inspect.cli import main as inspect_main
 from flowllm.providers.ledger import UsageLedger
 from flowllm.spend.pricing import PriceTable
 from flowllm.spend.projection import Projector
@@ -326,7 +328,9 @@ def test_a_budget_stops_the_run_exits_3_and_a_higher_budget_resumes(tmp_path: Pa
     assert summary["budget"]["spent"]["cost_usd"] > budget["spent"]["cost_usd"], "the ledger spans both sessions"
 
 
-def test_tasks_the_budget_stopped_count_in_neither_scored_nor_unscored(tmp_path: Path) -> None:
+def test_tasks_the_budget_stopped_count_in_neither_scored_nor_unscored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     proc = run_flowllm(
         "progress=false", "experiment.budget.cost_usd=0.0001", "experiment.max_concurrent=4", f"hydra.run.dir={run_dir}"
@@ -347,6 +351,9 @@ def test_tasks_the_budget_stopped_count_in_neither_scored_nor_unscored(tmp_path:
     # The task table says so too: each stopped task's row is unfinished, not wrong ("no").
     rows = [line for line in proc.stdout.splitlines() if any(f"│ {task_id} " in line for task_id in stopped)]
     assert len(rows) == len(stopped) and all(re.search(r"│\s*unfinished\s*│", r) for r in rows), rows
+    # `inspect tasks --status unfinished` lists them (there is no status "budget" to ask for).
+    assert inspect_main([str(run_dir), "tasks", "--status", "unfinished", "--json"]) == 0
+    assert sorted(row["task_id"] for row in json.loads(capsys.readouterr().out)) == sorted(stopped)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from flowllm.inspect.commands.render import STATUS_STYLES, emit_json, esc, fmt, 
 from flowllm.inspect.replay import REPLAY_STATUSES, is_replay, replay_verdict
 from flowllm.inspect.views import ResultRow, first_line, result_row
 from flowllm.run.report import format_tokens, format_usd, short_error
+from flowllm.scoring.tally import UNFINISHED_STATUS
 from flowllm.spend.task_usage import read_bills
 
 TASK_STATUSES = ("failed", "wrong", "correct", "unscored", "completed", "unfinished")
@@ -58,8 +59,12 @@ def shown_status(row: ResultRow) -> str:
 
 
 def matches_status(row: ResultRow, wanted: str) -> bool:
+    """Whether the row is what ``--status`` asks for: completed is correct + wrong + unscored, and unfinished
+    takes in the tasks the run's budget stopped, as the summary counts them."""
     shown = shown_status(row)
-    return shown == wanted or (wanted == "completed" and shown in ("correct", "wrong", "unscored"))
+    if wanted == "completed":
+        return shown in ("correct", "wrong", "unscored")
+    return shown == wanted or (wanted == "unfinished" and shown == UNFINISHED_STATUS)
 
 
 def _rows(run: RunRecord, replayed: bool) -> list[TaskLine]:
@@ -161,7 +166,11 @@ def cmd_tasks(
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--status", choices=TASK_STATUSES, help="completed is wrong + correct + unscored")
+    parser.add_argument(
+        "--status",
+        choices=TASK_STATUSES,
+        help="completed is wrong + correct + unscored; unfinished takes in the tasks the run's budget stopped",
+    )
     parser.add_argument("--level", type=int)
     parser.add_argument("--replay", choices=REPLAY_STATUSES, help="a replay's tasks by verdict (provider=replay runs)")
 
