@@ -98,10 +98,18 @@ def replay_counts(run: RunRecord) -> dict[str, Any] | None:
         "unscored": int((counts.unscored if counts.scored is not None else tasks - scored) or 0),
         "scored_correct": scored_correct,
         "accuracy_scored": accuracy_scored,
+        # The denominators of the two accuracies: the tasks among them with a verdict (not those with no truth).
+        "exact_judged": _judged(run, (ReplayStatus.EXACT.value,)),
+        "scored_judged": _judged(run, (ReplayStatus.EXACT.value, ReplayStatus.FORKED.value)),
         "correct": correct,
         "tasks": tasks,
         "fork": fork,
     }
+
+
+def _judged(run: RunRecord, statuses: tuple[str, ...]) -> int:
+    """The run's tasks that replayed with one of ``statuses`` and have a verdict (right or wrong)."""
+    return sum(1 for t in run.tasks if t.correct is not None and (replay_verdict(t) or {}).get("status") in statuses)
 
 
 @dataclass

@@ -245,12 +245,16 @@ def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) ->
     if not any(v is not None for v, _ in verdicts):
         return None
     counts = {status.value: 0 for status in ReplayStatus}
-    exact_correct = scored_correct = 0
+    exact_correct = scored_correct = exact_judged = scored_judged = 0
     live_calls = 0
     for verdict, correct in verdicts:
         status = (verdict or {}).get("status", ReplayStatus.UNVERIFIED.value)
         counts[status] = counts.get(status, 0) + 1
         live_calls += int((verdict or {}).get("live_calls") or 0)
+        # A task with no verdict (no ground truth) replays all the same, but counts in no accuracy.
+        judged = correct is not None
+        exact_judged += judged and status == ReplayStatus.EXACT.value
+        scored_judged += judged and status in SCORED
         if status == ReplayStatus.EXACT.value and correct:
             exact_correct += 1
         if status in SCORED and correct:
@@ -261,11 +265,11 @@ def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) ->
         **counts,
         "exact_correct": exact_correct,
         # The score of the new pipeline is known only where every reply answered the request it was given.
-        "accuracy_exact": round(exact_correct / exact, 4) if exact else None,
+        "accuracy_exact": round(exact_correct / exact_judged, 4) if exact_judged else None,
         "scored": scored,
         "unscored": len(verdicts) - scored,
         "scored_correct": scored_correct,
-        "accuracy_scored": round(scored_correct / scored, 4) if scored else None,
+        "accuracy_scored": round(scored_correct / scored_judged, 4) if scored_judged else None,
         "live_calls": live_calls,
     }
     out["effect_not_known"] = effect_not_known(len(verdicts) - scored, scored)

@@ -165,12 +165,14 @@ def accuracy_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, st
     exact, forked = replay.exact, replay.forked
     scored = exact if replay.scored is None else replay.scored
     correct = replay.exact_correct if replay.scored_correct is None else replay.scored_correct
+    # Over those of them with a verdict: a task with no ground truth replays, but has no score to count.
+    judged = scored if summary.scored is None else summary.scored
     what = "exact + forked" if forked else "exact replays"
-    shown = (
-        f"{correct / scored:.1%} ({correct}/{scored} scored: {what})"
-        if summary.accuracy is not None and scored
-        else None
-    )
+    shown = None
+    if summary.accuracy is not None and judged:
+        shown = f"{correct / judged:.1%} ({correct}/{judged} scored: {what})"
+        no_truth = (summary.unscored or 0) - replay.unscored  # the unscored, less those that did not replay
+        shown += f"; {no_truth} unscored: no ground truth" if no_truth > 0 else ""
     counts = f"{exact} exact, "
     if forked or summary.fork is not None:
         counts += f"{forked} forked, "

@@ -16,6 +16,7 @@ from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.fork import ForkLog, ForkPoint, check_replay, main_turn
 from flowllm.run.outcome import COMPLETED, TaskOutcome, read_outcome
 from flowllm.run.replay_audit import is_scored, replay_summary
+from flowllm.run.report import accuracy_rows
 from flowllm.run.summary import summarize
 
 
@@ -40,6 +41,21 @@ def test_only_exact_and_forked_tasks_are_scored() -> None:
     assert (counts["scored"], counts["unscored"], counts["scored_correct"]) == (3, 2, 2)
     assert counts["accuracy_scored"] == round(2 / 3, 4) and counts["accuracy_exact"] == 1.0
     assert counts["live_calls"] == 3
+
+
+def test_a_task_with_no_ground_truth_replays_but_counts_in_no_accuracy() -> None:
+    """GAIA's test split hides its answers ("?"): such a task replays exactly all the same. It counted in the
+    replay's accuracy as not correct: four right of five scored tasks, three unscored, headlined 50% (4/8)."""
+    verdicts: list[tuple[dict | None, bool | None]] = [({"status": "exact"}, True)] * 4
+    verdicts += [({"status": "exact"}, False)] + [({"status": "exact"}, None)] * 3
+    counts = replay_summary(verdicts)
+    assert counts is not None
+    assert (counts["exact"], counts["scored"], counts["unscored"], counts["scored_correct"]) == (8, 8, 0, 4)
+    assert counts["accuracy_scored"] == counts["accuracy_exact"] == 0.8
+    outcomes = [outcome(f"t{i}", correct, verdict) for i, (verdict, correct) in enumerate(verdicts)]
+    summary = summarize(outcomes, total=8, wall_seconds=1.0, interrupted=False)
+    assert summary.accuracy == 0.8 and (summary.scored, summary.unscored) == (5, 3)
+    assert accuracy_rows(summary)[0] == ("accuracy", "80.0% (4/5 scored: exact replays); 3 unscored: no ground truth")
 
 
 def test_no_figure_counts_an_unscored_task_as_correct_or_wrong() -> None:

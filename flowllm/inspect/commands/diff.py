@@ -153,9 +153,9 @@ def _replay_cell(counts: dict[str, Any] | None, key: str) -> str:
     if counts is None:
         return "not a replay" if key == "exact" else "-"
     if key == "accuracy_exact":
-        return f"{pct(counts[key])} ({counts['exact_correct']}/{counts['exact']})"
+        return f"{pct(counts[key])} ({counts['exact_correct']}/{counts['exact_judged']})"
     if key == "accuracy_scored":
-        return f"{pct(counts[key])} ({counts['scored_correct']}/{counts['scored']})"
+        return f"{pct(counts[key])} ({counts['scored_correct']}/{counts['scored_judged']})"
     if key.startswith("fork."):
         fork = counts.get("fork")
         if fork is None:
