@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from flowllm.exit_codes import ExitCode
+from flowllm.verify import totals
 from flowllm.verify.cli import main as verify_main
 from tests.appfork import run_app
 from tests.experiment.helpers import ROOT, run_flowllm
@@ -316,3 +317,41 @@ def test_a_replay_that_repeats_the_saved_experiment_verifies(
     assert code == ExitCode.OK, out
     recorded = (replay / ".hydra" / "config.yaml").read_text()
     assert "name: gaia_sample" in recorded and "epochs: 2" in recorded
+
+
+MATRIX = Path(__file__).resolve().parent / "data" / "matrix"  # GAIA's hidden "?", an empty and a missing answer
+
+
+def test_a_replays_accuracy_is_recounted_from_the_verdicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The auditor recounts a replay's headline accuracy from the tasks' verdicts, not only with the function that
+    made it: when that function counted the tasks with no ground truth (4 right of 5 stated as 50%, 4/8), the run
+    and the auditor agreed. With the function made wrong that way again, the stated figure is still caught."""
+    saved, replay = tmp_path / "saved", tmp_path / "replay"
+    data = (f"dataset.path={MATRIX}", f"provider.emulator_script={MATRIX / 'script.yaml'}")
+    done = run_flowllm("progress=false", *data, f"hydra.run.dir={saved}")
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    again = run_flowllm("progress=false", "provider=replay", f"provider.run_dir={saved}", f"hydra.run.dir={replay}")
+    assert again.returncode in (0, 3), again.stderr[-2000:]
+    code, out, _ = verify(replay, capsys)
+    assert code == ExitCode.OK, out
+    summary = json.loads((replay / "summary.json").read_text())
+    right, judged, replayed = summary["correct"], summary["scored"], summary["replay"]["scored"]
+    assert judged < replayed, "the dataset has tasks with no ground truth"
+
+    real = totals.replay_summary
+
+    def every_replayed_task(verdicts: list) -> dict | None:  # the old denominator
+        found = real(verdicts)
+        return None if found is None else {**found, "accuracy_scored": round(right / replayed, 4)}
+
+    monkeypatch.setattr("flowllm.verify.totals.replay_summary", every_replayed_task)
+    wrong = round(right / replayed, 4)
+    _json_edit(replay / "summary.json", _set("replay", "accuracy_scored", value=wrong))
+    _json_edit(replay / "summary.json", _set("accuracy", value=wrong))
+    code, out, _ = verify(replay, capsys)
+    assert code == ExitCode.UNVERIFIED
+    truth = round(right / judged, 4)
+    assert f"summary.json: replay.accuracy_scored: the run says {wrong}, the evidence gives {truth}" in out, out
+    assert f"summary.json: accuracy: the run says {wrong}, the evidence gives {truth}" in out, out
