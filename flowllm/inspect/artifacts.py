@@ -124,14 +124,6 @@ class TaskRecord:
             raise KeyError(f"task '{self.task_id}' has no sub-agent '{agent}' (sub-agents: {known})")
         return self.agents[agent]
 
-    def no_turn(self, number: int | str, agent: str = MAIN_AGENT) -> str:
-        """Why ``turn(number, agent)`` found nothing, and what to ask for instead."""
-        known = ", ".join(str(t.number) for t in self.turns_of(agent)) or "none"
-        text = f"task '{self.task_id}' has no turn {number} (turns: {known})"
-        if agent == MAIN_AGENT and not self.turns and self.epochs:
-            text += f"; it ran {len(self.epochs)} epochs: name one with --agent {self.epochs[0]} (to {self.epochs[-1]})"
-        return text
-
     def turn(self, number: int, agent: str = MAIN_AGENT) -> TurnRecord | None:
         return next((t for t in self.turns_of(agent) if t.number == number), None)
 

@@ -52,7 +52,10 @@ def cmd_node(
     except KeyError as exc:
         raise NotFound(exc.args[0]) from None
     if record is None:
-        raise NotFound(task.no_turn(number_text, agent))
+        known = ", ".join(str(t.number) for t in task.turns_of(agent)) or "none"
+        epochs = task.epochs if agent == MAIN_AGENT and not task.turns else []  # a task run over epochs
+        hint = f"; it ran {len(epochs)} epochs: name one with --agent {epochs[0]} (to {epochs[-1]})" if epochs else ""
+        raise NotFound(f"task '{task.task_id}' has no turn {number_text} (turns: {known}){hint}")
     node = record.node(node_key)
     if node is None:
         raise NotFound(
