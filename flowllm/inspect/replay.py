@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.inspect.artifacts import MAIN_AGENT, RunRecord, TaskRecord, read_artifact, summary_figures
-from flowllm.run.replay_audit import ReplayStatus, replay_summary
+from flowllm.run.replay_audit import ReplayStatus, judged, replay_summary
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import EPOCHS_DIR, OUTPUT_FILE
 from flowllm.rundir.results import ForkBlock, ReplayBlock
@@ -83,6 +83,7 @@ def replay_counts(run: RunRecord) -> dict[str, Any] | None:
     scored_correct = int(counts.scored_correct if counts.scored_correct is not None else counts.exact_correct or 0)
     accuracy_scored = counts.accuracy_scored if counts.scored is not None else counts.accuracy_exact
     fork = summary.fork.to_dict() if isinstance(summary.fork, ForkBlock) else None
+    exact_judged, scored_judged = judged((replay_verdict(t), t.correct) for t in run.tasks)
     statuses = {
         ReplayStatus.EXACT: counts.exact,
         ReplayStatus.DIVERGED: counts.diverged,
@@ -99,17 +100,12 @@ def replay_counts(run: RunRecord) -> dict[str, Any] | None:
         "scored_correct": scored_correct,
         "accuracy_scored": accuracy_scored,
         # The denominators of the two accuracies: the tasks among them with a verdict (not those with no truth).
-        "exact_judged": _judged(run, (ReplayStatus.EXACT.value,)),
-        "scored_judged": _judged(run, (ReplayStatus.EXACT.value, ReplayStatus.FORKED.value)),
+        "exact_judged": exact_judged,
+        "scored_judged": scored_judged,
         "correct": correct,
         "tasks": tasks,
         "fork": fork,
     }
-
-
-def _judged(run: RunRecord, statuses: tuple[str, ...]) -> int:
-    """The run's tasks that replayed with one of ``statuses`` and have a verdict (right or wrong)."""
-    return sum(1 for t in run.tasks if t.correct is not None and (replay_verdict(t) or {}).get("status") in statuses)
 
 
 @dataclass

@@ -20,7 +20,7 @@ happened, a missing one has no answer, an unverified one may have diverged unsee
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -239,28 +239,37 @@ def effect_not_known(unknown: int, scored: int) -> str | None:
     )
 
 
+def judged(verdicts: Iterable[tuple[dict[str, Any] | None, bool | None]]) -> tuple[int, int]:
+    """The denominators of a replay's two accuracies: the exact replays, and the scored (exact and forked) tasks,
+    that have a verdict. A task with no verdict (no ground truth) replays all the same, but counts in neither."""
+    exact = scored = 0
+    for verdict, correct in verdicts:
+        status = (verdict or {}).get("status", ReplayStatus.UNVERIFIED.value)
+        if correct is not None:
+            exact += status == ReplayStatus.EXACT.value
+            scored += status in SCORED
+    return exact, scored
+
+
 def replay_summary(verdicts: list[tuple[dict[str, Any] | None, bool | None]]) -> dict[str, Any] | None:
     """Counts by replay status and accuracy on the scored (exact and forked) tasks; ``verdicts`` is (replay,
     correct) per task. None when the run was not a replay."""
     if not any(v is not None for v, _ in verdicts):
         return None
     counts = {status.value: 0 for status in ReplayStatus}
-    exact_correct = scored_correct = exact_judged = scored_judged = 0
+    exact_correct = scored_correct = 0
     live_calls = 0
     for verdict, correct in verdicts:
         status = (verdict or {}).get("status", ReplayStatus.UNVERIFIED.value)
         counts[status] = counts.get(status, 0) + 1
         live_calls += int((verdict or {}).get("live_calls") or 0)
-        # A task with no verdict (no ground truth) replays all the same, but counts in no accuracy.
-        judged = correct is not None
-        exact_judged += judged and status == ReplayStatus.EXACT.value
-        scored_judged += judged and status in SCORED
         if status == ReplayStatus.EXACT.value and correct:
             exact_correct += 1
         if status in SCORED and correct:
             scored_correct += 1
     exact = counts[ReplayStatus.EXACT.value]
     scored = exact + counts[ReplayStatus.FORKED.value]
+    exact_judged, scored_judged = judged(verdicts)
     out: dict[str, Any] = {
         **counts,
         "exact_correct": exact_correct,

@@ -15,7 +15,7 @@ from flowllm.datasets.task import Task
 from flowllm.providers.errors import ProviderConfigError
 from flowllm.providers.fork import ForkLog, ForkPoint, check_replay, main_turn
 from flowllm.run.outcome import COMPLETED, TaskOutcome, read_outcome
-from flowllm.run.replay_audit import is_scored, replay_summary
+from flowllm.run.replay_audit import is_scored, judged, replay_summary
 from flowllm.run.report import accuracy_rows
 from flowllm.run.summary import summarize
 
@@ -52,6 +52,7 @@ def test_a_task_with_no_ground_truth_replays_but_counts_in_no_accuracy() -> None
     assert counts is not None
     assert (counts["exact"], counts["scored"], counts["unscored"], counts["scored_correct"]) == (8, 8, 0, 4)
     assert counts["accuracy_scored"] == counts["accuracy_exact"] == 0.8
+    assert judged(verdicts) == (5, 5)  # the denominators inspect's diff and report show
     outcomes = [outcome(f"t{i}", correct, verdict) for i, (verdict, correct) in enumerate(verdicts)]
     summary = summarize(outcomes, total=8, wall_seconds=1.0, interrupted=False)
     assert summary.accuracy == 0.8 and (summary.scored, summary.unscored) == (5, 3)
