@@ -23,7 +23,7 @@ import orjson
 
 from flowllm import __version__
 from flowllm.export.contamination import audit_run
-from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
+from flowllm.export.ledger import Bills, ModelBills, model_bills, read_ledger
 from flowllm.export.source import ExportError, RunSource, write_atomically
 from flowllm.export.trace import Conversation, ModelCall, TaskTrace, Turn
 from flowllm.rundir.results import RunSummary
@@ -102,10 +102,10 @@ def _usage(values: dict[str, Any], cost: float | None = None) -> ModelUsage:
 class SampleBuilder:
     """One task's sample: messages and events, in the order the turns ran."""
 
-    def __init__(self, source: RunSource, model: str, costs: TaskCosts) -> None:
+    def __init__(self, source: RunSource, model: str, bills: ModelBills) -> None:
         self.source = source
         self.model = model
-        self.costs = costs
+        self.bills = bills
         self.replay = source.replay
 
     def _assistant(self, turn: Turn) -> ChatMessage:
@@ -252,7 +252,6 @@ class SampleBuilder:
                 explanation=self._explanation(trace),
                 metadata={"verdict": trace.saved.verdict, "judge": trace.saved.judge},
             )
-        usage = trace.saved.usage
         error = trace.saved.error
         status = trace.saved.status
         wall = (trace.timing or {}).get("wall_seconds")
@@ -273,7 +272,7 @@ class SampleBuilder:
                 "scored": isinstance(correct, bool),
             },
             events=events,
-            model_usage={self.model: _usage(usage, self._cost(trace))} if usage else {},
+            model_usage=self._model_usage(trace),
             started_at=_iso(trace.conversation.started_at),
             completed_at=_iso(trace.conversation.ended_at),
             total_time=float(wall) if isinstance(wall, (int, float)) else None,
@@ -285,12 +284,18 @@ class SampleBuilder:
             turn_count=trace.saved.turns,
         )
 
-    def _cost(self, trace: TaskTrace) -> float | None:
-        """The task's billed cost; in a replay, 0 for a task with no ledger line (every reply served, unbilled)."""
-        cost = self.costs.of(trace.task_id, trace.ledger_epoch)
-        if cost is None and self.replay and not self.costs.has(trace.task_id, trace.ledger_epoch):
-            return 0.0
-        return cost
+    def _model_usage(self, trace: TaskTrace) -> dict[str, ModelUsage]:
+        """What each model billed for the task (its epoch), tokens and cost from the same ledger lines: in a replay
+        or a fork, only the calls made live (a reply served from the saved run processed no token). A task the
+        ledger cannot tell apart (a ledger older than its lines' epoch) has its answer's tokens, at a cost not
+        known."""
+        bills = self.bills.of(trace.task_id, trace.ledger_epoch)
+        if bills:
+            return _model_usages(bills)
+        if self.replay:
+            return {self.model: _usage({}, 0.0)}  # no line: every reply served, nothing billed
+        usage = trace.saved.usage
+        return {self.model: _usage(usage, None)} if usage else {}
 
     @property
     def scorer(self) -> str:
@@ -304,6 +309,10 @@ class SampleBuilder:
             if value:
                 lines.append(f"{key}: {value if isinstance(value, str) else orjson.dumps(value).decode()}")
         return "\n".join(lines)
+
+
+def _model_usages(bills: Bills) -> dict[str, ModelUsage]:
+    return {model: _usage(bill.usage, bill.cost_usd) for model, bill in sorted(bills.items())}
 
 
 def _share_correct(scored: list[TaskTrace]) -> float | None:
@@ -356,6 +365,16 @@ def _calls(conv: Conversation) -> Iterator[ModelCall]:
             yield turn.model
         for sub in turn.subagents:
             yield from _calls(sub)
+
+
+def _run_usage(bills: ModelBills, totals: dict[str, Any], model: str, replay: bool) -> dict[str, ModelUsage]:
+    """Every model's bill over the run (the judge's too); with no ledger, the answers' tokens at a cost not known
+    (nothing billed in a replay)."""
+    if bills.run:
+        return _model_usages(bills.run)
+    if replay:
+        return {model: _usage({}, 0.0)}
+    return {model: _usage(totals, None)} if totals else {}
 
 
 def _usage_totals(traces: list[TaskTrace]) -> dict[str, Any]:
@@ -416,7 +435,8 @@ def build_eval_log(source: RunSource) -> EvalLog:
     from inspect_ai.log import EvalLog, EvalMetric, EvalResults, EvalScore, EvalStats
 
     model = eval_model(source)
-    builder = SampleBuilder(source, model, task_costs(read_ledger(source.ledger)))
+    bills = model_bills(read_ledger(source.ledger), read_ledger(source.judge_ledger))
+    builder = SampleBuilder(source, model, bills)
     traces = source.finished
     samples = [builder.sample(t) for t in traces]
     scored = [t for t in traces if isinstance(t.saved.correct, bool)]
@@ -427,7 +447,6 @@ def build_eval_log(source: RunSource) -> EvalLog:
     starts = [t.conversation.started_at for t in traces if t.conversation.started_at is not None]
     ends = [t.conversation.ended_at for t in traces if t.conversation.ended_at is not None]
     totals = _usage_totals(traces)
-    cost = summary.cost_usd
     status: Literal["started", "success", "cancelled"] = (
         "success" if summary.status == "finished" and not source.unfinished else "started"
     )
@@ -453,7 +472,7 @@ def build_eval_log(source: RunSource) -> EvalLog:
     stats = EvalStats(
         started_at=created.isoformat(),
         completed_at=(_when(max(ends)) or created).isoformat() if ends else "",
-        model_usage={model: _usage(totals, float(cost) if isinstance(cost, (int, float)) else None)} if totals else {},
+        model_usage=_run_usage(bills, totals, model, source.replay),
     )
     return EvalLog(status=status, eval=spec, results=results, stats=stats, samples=samples)
 

@@ -19,7 +19,14 @@ import yaml
 from flowllm.errors import CliError
 from flowllm.export.trace import TaskTrace, read_run_traces
 from flowllm.providers.replay import REPLAY_PROTOCOL
-from flowllm.rundir.layout import CONFIG_FILE, LEDGER_FILE, OVERRIDES_FILE, SUMMARY_FILE, TASKS_DIR
+from flowllm.rundir.layout import (
+    CONFIG_FILE,
+    JUDGE_LEDGER_FILE,
+    LEDGER_FILE,
+    OVERRIDES_FILE,
+    SUMMARY_FILE,
+    TASKS_DIR,
+)
 from flowllm.rundir.records import read_artifact
 from flowllm.rundir.results import RunSummary
 from flowllm.rundir.store import local_run
@@ -76,6 +83,10 @@ class RunSource:
     @property
     def ledger(self) -> Path:
         return self.path / LEDGER_FILE
+
+    @property
+    def judge_ledger(self) -> Path:
+        return self.path / JUDGE_LEDGER_FILE
 
     @property
     def overrides(self) -> list[str]:

@@ -150,6 +150,27 @@ def test_a_judged_run_scores_through_the_judge_and_counts_it_apart(runs: dict[st
     assert (result["correct"], result["verdict"], result["score_error"]) == (False, "incorrect", None)
 
 
+def test_the_inspect_log_bills_the_judges_calls_with_the_agents(runs: dict[str, Path]) -> None:
+    """Inspect's model usage is every model call of the run, the grader's included (as Inspect's own logs hold
+    it): the two ledgers' billed tokens beside the summary's cost, which counts the judge too."""
+    pytest.importorskip("inspect_ai", reason='inspect_ai is not installed (pip install "flowllm[inspect]")')
+    from flowllm.export.inspect_log import build_eval_log
+    from flowllm.export.source import open_source
+
+    run = runs["original"]
+    log = build_eval_log(open_source(run))
+    billed = attempts(run / "usage.jsonl") + attempts(run / "judge_usage.jsonl")
+    (usage,) = log.stats.model_usage.values()  # the agent and the judge are the same emulated model here
+    assert usage.input_tokens == sum(line["usage"]["input_tokens"] for line in billed)
+    assert usage.output_tokens == sum(line["usage"]["output_tokens"] for line in billed)
+    assert usage.total_cost == pytest.approx(read_json(run / "summary.json")["cost_usd"])
+    judged = [line for line in billed if line["task_id"] == "browsecomp-0003"]
+    (sample,) = [s for s in log.samples or [] if s.id == "browsecomp-0003"]
+    (task_usage,) = sample.model_usage.values()
+    assert task_usage.input_tokens == sum(line["usage"]["input_tokens"] for line in judged)
+    assert {line["agent"] for line in judged} == {"main", "judge"}
+
+
 def test_a_resume_does_not_judge_twice(runs: dict[str, Path]) -> None:
     before = attempts(runs["original"] / "judge_usage.jsonl")
     after = attempts(runs["resumed"] / "judge_usage.jsonl")

@@ -85,3 +85,36 @@ def test_the_inspect_log_is_labelled_with_the_live_model_and_bills_an_exact_repl
     frame = inspect_analysis.samples_df(str(target)).set_index("id")
     costs = {task: json.loads(frame.loc[task, "model_usage"])[log.eval.model]["total_cost"] for task in samples}
     assert costs[CLEAN_TASK] == 0 and costs[LENIENT_TASK] > 0
+
+
+def test_the_inspect_logs_tokens_are_the_ones_billed_beside_their_cost(fork: Fork, tmp_path: Path) -> None:
+    """A replayed reply processed no token: only the live calls' tokens stand beside the live calls' cost, in
+    each sample and over the run (inspect's model usage pairs the two)."""
+    target = tmp_path / "fork.eval"
+    assert flowllm_export(fork.fork, "--format", "inspect", "-o", str(target)).returncode == 0
+    log = inspect_log.read_eval_log(str(target))
+    billed = [
+        line
+        for line in map(json.loads, (fork.fork / "usage.jsonl").read_text(encoding="utf-8").splitlines())
+        if line["type"] == "attempt" and line["outcome"] == "ok"
+    ]
+    assert billed and {line["task_id"] for line in billed} == {LENIENT_TASK}
+
+    def tokens(lines: list[dict[str, object]], kind: str) -> int:
+        return sum(int(line["usage"][kind]) for line in lines)  # type: ignore[index]
+
+    samples = {s.id: s for s in log.samples or []}
+    clean = samples[CLEAN_TASK].model_usage[log.eval.model]
+    assert (clean.input_tokens, clean.output_tokens, clean.total_cost) == (0, 0, 0)
+    saved = json.loads((fork.fork / "tasks" / LENIENT_TASK / "result.json").read_text(encoding="utf-8"))
+    live = samples[LENIENT_TASK].model_usage[log.eval.model]
+    assert live.input_tokens == tokens(billed, "input_tokens") < saved["usage"]["input_tokens"]
+    assert live.output_tokens == tokens(billed, "output_tokens")
+    run = log.stats.model_usage
+    assert set(run) == {log.eval.model}
+    assert (run[log.eval.model].input_tokens, run[log.eval.model].output_tokens) == (
+        tokens(billed, "input_tokens"),
+        tokens(billed, "output_tokens"),
+    )
+    summary = json.loads((fork.fork / "summary.json").read_text(encoding="utf-8"))
+    assert run[log.eval.model].total_cost == pytest.approx(summary["cost_usd"])
