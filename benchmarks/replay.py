@@ -203,8 +203,10 @@ def section(results: dict[str, Any], sizes: Sizes) -> Section:
             f"**{counted['per_turn'] / 1e6:.2f}M** "
             f"(the difference between replays of {INSTRUCTION_TASKS[0]} and {INSTRUCTION_TASKS[1]} tasks, "
             f"{counted['turns']:,} turns, so start-up is left out). Unlike the wall time, which varies by a third "
-            "between runs on a shared machine, this count repeats within about 1%, and it is how a change to the "
-            "replay path is judged. It counts no time in the kernel (file reads, folders made)."
+            "between runs on a shared machine, this count mostly repeats within about 1%, and it is how a change to "
+            "the replay path is judged; now and then one count lands 7-15% off (the cause is not known), so a "
+            "change is judged on the median of three (`python -m benchmarks.instructions`). It counts no time in "
+            "the kernel (file reads, folders made)."
         )
     else:
         counted_note = "Instructions per turn: not counted (valgrind is not installed)."
