@@ -18,8 +18,7 @@ import orjson
 
 from flowllm.analysis.frames import find_runs
 from flowllm.errors import CliError
-from flowllm.export.ledger import read_ledger
-from flowllm.export.ledger import task_costs as ledger_task_costs
+from flowllm.export.ledger import model_bills, read_ledger
 from flowllm.run.epochs import epoch_verdict
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
 from flowllm.rundir.results import TaskResult
@@ -84,7 +83,8 @@ class RunEpochs:
 def task_costs(run_dir: Path) -> dict[str, float | None]:
     """task id -> what the provider billed for it, all epochs together: every attempt of every call, an empty
     reply that was paid for and retried among them (None: one was not priced)."""
-    return ledger_task_costs(read_ledger(RunLayout(run_dir).ledger)).tasks
+    bills = model_bills(read_ledger(RunLayout(run_dir).ledger))
+    return {task: bills.cost(task, None, replay=False) for task in bills.tasks}
 
 
 def read_results(run_dir: Path) -> list[TaskResult]:

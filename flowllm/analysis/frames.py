@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from flowllm.export.ledger import TaskCosts, read_ledger, task_costs
+from flowllm.export.ledger import ModelBills, model_bills, read_ledger
 from flowllm.export.source import ExportError, RunSource, open_source
 from flowllm.export.trace import TaskTrace
 from flowllm.rundir.layout import SUMMARY_FILE, TASKS_DIR
@@ -164,7 +164,7 @@ _RESULT_COLUMNS = (
 )
 
 
-def _task_row(source: RunSource, trace: TaskTrace, costs: TaskCosts) -> dict[str, Any]:
+def _task_row(source: RunSource, trace: TaskTrace, bills: ModelBills) -> dict[str, Any]:
     columns = _result_columns(trace.result)
     row: dict[str, Any] = {
         "run": str(source.path),
@@ -178,7 +178,7 @@ def _task_row(source: RunSource, trace: TaskTrace, costs: TaskCosts) -> dict[str
         "failed_tool_calls": columns["failed_tool_calls"],
         **{kind: columns[kind] for kind in USAGE_KINDS},
         "tokens_estimated": columns["tokens_estimated"],
-        "cost_usd": costs.of(trace.task_id, trace.ledger_epoch),
+        "cost_usd": bills.cost(trace.task_id, trace.ledger_epoch, replay=source.replay),
         "wall_seconds": (trace.timing or {}).get("wall_seconds"),
         "stop": columns["stop"],
         "failure": columns["failure"],
@@ -224,10 +224,10 @@ def load(*paths: Path | str) -> Frames:
         source = open_source(run_dir)
         run = str(source.path)
         ledger = read_ledger(source.ledger)
-        costs = task_costs(ledger)
+        bills = model_bills(ledger)
         run_rows.append(_run_row(source))
         for trace in source.traces:
-            task_rows.append(_task_row(source, trace, costs))
+            task_rows.append(_task_row(source, trace, bills))
             turn_rows.extend(_turn_rows(run, trace))
         for entry in ledger:
             flat: dict[str, Any] = {"run": run}

@@ -289,11 +289,11 @@ class SampleBuilder:
         or a fork, only the calls made live (a reply served from the saved run processed no token). A task the
         ledger cannot tell apart (a ledger older than its lines' epoch) has its answer's tokens, at a cost not
         known."""
-        bills = self.bills.of(trace.task_id, trace.ledger_epoch)
+        bills = self.bills.of(trace.task_id, trace.ledger_epoch, replay=self.replay)
         if bills:
             return _model_usages(bills)
-        if self.replay:
-            return {self.model: _usage({}, 0.0)}  # no line: every reply served, nothing billed
+        if bills is not None:
+            return {self.model: _usage({}, 0.0)}  # a replay's task with no line: nothing billed
         usage = trace.saved.usage
         return {self.model: _usage(usage, None)} if usage else {}
 

@@ -1,12 +1,10 @@
-"""The run's usage ledgers (``usage.jsonl``, ``judge_usage.jsonl``) read for export: their lines, the billed cost
-of each task (and of each epoch of a task, from the lines' ``epoch``), and what each model was billed for."""
+"""The run's usage ledgers (``usage.jsonl``, ``judge_usage.jsonl``) read for export: their lines, and what each
+model billed (tokens and cost) over the run, per task, and per epoch of a task (from the lines' ``epoch``)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -28,30 +26,6 @@ def read_ledger(path: Path) -> list[LedgerLine]:
         if isinstance(entry, dict):
             entries.append(LedgerLine.from_dict(entry))
     return entries
-
-
-def _add(costs: dict[Any, float | None], key: Hashable, cost: Any) -> None:
-    if key in costs and costs[key] is None:
-        return
-    costs[key] = None if not isinstance(cost, (int, float)) else round((costs.get(key) or 0.0) + float(cost), 9)
-
-
-@dataclass
-class TaskCosts:
-    """Billed cost per task over every attempt of every call, and per (task, epoch) for the lines that name
-    their epoch; None for a task (epoch) with an unpriced call."""
-
-    tasks: dict[str, float | None] = field(default_factory=dict)
-    epochs: dict[tuple[str, int], float | None] = field(default_factory=dict)
-
-    def of(self, task_id: str, epoch: int | None = None) -> float | None:
-        """A task's cost, or one epoch's (``epoch`` given); None when not known (no such line, an unpriced
-        call, or a ledger written before lines named their epoch)."""
-        return self.tasks.get(task_id) if epoch is None else self.epochs.get((task_id, epoch))
-
-    def has(self, task_id: str, epoch: int | None = None) -> bool:
-        """Whether the ledger has a line of the task (of that epoch): a call was attempted for it."""
-        return task_id in self.tasks if epoch is None else (task_id, epoch) in self.epochs
 
 
 @dataclass
@@ -84,9 +58,19 @@ class ModelBills:
     tasks: dict[str, Bills] = field(default_factory=dict)
     epochs: dict[tuple[str, int], Bills] = field(default_factory=dict)
 
-    def of(self, task_id: str, epoch: int | None = None) -> Bills:
-        """A task's bills, or one epoch's (``epoch`` given); {} when the ledger has no line for it."""
-        return self.tasks.get(task_id, {}) if epoch is None else self.epochs.get((task_id, epoch), {})
+    def of(self, task_id: str, epoch: int | None, *, replay: bool) -> Bills | None:
+        """A task's bills, or one epoch's (``epoch`` given). With no line for it: {} in a replay (every reply was
+        served from the saved run: nothing billed), None elsewhere (not known: a ledger older than its lines'
+        epoch, or none)."""
+        found = self.tasks.get(task_id) if epoch is None else self.epochs.get((task_id, epoch))
+        return found if found is not None else ({} if replay else None)
+
+    def cost(self, task_id: str, epoch: int | None, *, replay: bool) -> float | None:
+        """What the task (epoch) was billed in all, as ``of`` finds it; None when a call had no price."""
+        bills = self.of(task_id, epoch, replay=replay)
+        if bills is None or any(b.cost_usd is None for b in bills.values()):
+            return None
+        return round(sum(b.cost_usd or 0.0 for b in bills.values()), 9)
 
 
 def _bill(bills: Bills, entry: LedgerLine) -> None:
@@ -107,16 +91,3 @@ def model_bills(*ledgers: list[LedgerLine]) -> ModelBills:
         if isinstance(epoch, int) and not isinstance(epoch, bool):
             _bill(bills.epochs.setdefault((task, epoch), {}), entry)
     return bills
-
-
-def task_costs(entries: list[LedgerLine]) -> TaskCosts:
-    costs = TaskCosts()
-    for entry in entries:
-        if entry.type != "attempt" or not entry.task_id:
-            continue
-        task, cost = str(entry.task_id), entry.cost_usd
-        _add(costs.tasks, task, cost)
-        epoch = entry.epoch
-        if isinstance(epoch, int) and not isinstance(epoch, bool):
-            _add(costs.epochs, (task, epoch), cost)
-    return costs

@@ -118,3 +118,18 @@ def test_the_inspect_logs_tokens_are_the_ones_billed_beside_their_cost(fork: For
     )
     summary = json.loads((fork.fork / "summary.json").read_text(encoding="utf-8"))
     assert run[log.eval.model].total_cost == pytest.approx(summary["cost_usd"])
+
+
+def test_the_dataframes_cost_a_replayed_task_0_so_a_forks_mean_cost_per_task_is_true(fork: Fork) -> None:
+    pytest.importorskip("pandas")
+    from flowllm import analysis
+
+    tasks = analysis.load(fork.fork).tasks.set_index("task_id")
+    assert tasks.loc[CLEAN_TASK, "cost_usd"] == 0  # served from the saved run: billed nothing (not NA)
+    billed = sum(
+        line["cost_usd"]
+        for line in map(json.loads, (fork.fork / "usage.jsonl").read_text(encoding="utf-8").splitlines())
+        if line["type"] == "attempt"
+    )
+    assert tasks.loc[LENIENT_TASK, "cost_usd"] == pytest.approx(billed) and billed > 0
+    assert tasks["cost_usd"].mean() == pytest.approx(billed / len(tasks))
