@@ -41,7 +41,7 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     check_resumed(ev, audit)
     check_digests(ev, audit)
     for export in exports:
-        check_export(export, outcomes, audit)
+        check_export(export, outcomes, ev, audit)
     return audit
 
 

@@ -193,6 +193,17 @@ def test_exports_are_compared_with_the_run(
     code, out, _ = verify(sample_run, capsys, "--export", str(submission))
     assert code == ExitCode.UNVERIFIED
     assert f"answers.jsonl: line {number} ({TASK}): model_answer: the run says '8', the evidence gives '7'" in out
+    # The log's usage is recounted from the ledgers: a sample whose tokens are not the ones billed is named.
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    eval_log = read_eval_log(str(log))
+    sample = next(s for s in eval_log.samples or [] if s.id == TASK)
+    (usage,) = sample.model_usage.values()
+    usage.input_tokens += 1000
+    write_eval_log(eval_log, str(log))
+    code, out, _ = verify(sample_run, capsys, "--export", str(log))
+    assert code == ExitCode.UNVERIFIED
+    assert f"run.eval: sample {TASK}: model_usage tokens: the run says {{'input_tokens': {usage.input_tokens}" in out
 
 
 def test_inspect_and_the_report_say_whether_a_run_verifies(old_runs: Path) -> None:
