@@ -22,7 +22,6 @@ from flowllm.export.ledger import ModelBills, model_bills, read_ledger
 from flowllm.export.source import ExportError, RunSource, open_source
 from flowllm.export.trace import TaskTrace
 from flowllm.rundir.layout import SUMMARY_FILE, TASKS_DIR
-from flowllm.rundir.results import TaskResult
 from flowllm.rundir.store import local_run
 
 if TYPE_CHECKING:
@@ -134,8 +133,9 @@ def _with_settings(source: RunSource, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _result_columns(result: TaskResult | None) -> dict[str, Any]:
+def _result_columns(trace: TaskTrace) -> dict[str, Any]:
     """The task row's columns from its result.json; None in each while the task has not finished."""
+    result = trace.result
     if result is None:
         return {"status": "unfinished", **dict.fromkeys(_RESULT_COLUMNS)}
     usage = result.usage
@@ -144,7 +144,7 @@ def _result_columns(result: TaskResult | None) -> dict[str, Any]:
         "status": result.status,
         "answer": result.answer,
         "truth": result.ground_truth,
-        "correct": result.correct if isinstance(result.correct, bool) else None,
+        "correct": trace.verdict,  # None (NA) where the tallies count no verdict: a budget's stop among them
         "turns": result.turns,
         "tool_calls": result.tool_calls,
         "bad_tool_calls": result.bad_tool_calls,
@@ -165,7 +165,7 @@ _RESULT_COLUMNS = (
 
 
 def _task_row(source: RunSource, trace: TaskTrace, bills: ModelBills) -> dict[str, Any]:
-    columns = _result_columns(trace.result)
+    columns = _result_columns(trace)
     row: dict[str, Any] = {
         "run": str(source.path),
         # The run's provider and model on every row: tasks of many runs compare by model without a join.

@@ -243,7 +243,7 @@ class SampleBuilder:
         self._conversation(trace.conversation, history, events, t0)
         last = next((t.model for t in reversed(trace.conversation.turns) if t.model and t.model.response_model), None)
         output = ModelOutput.from_content(last.response_model or self.model, last.text) if last else ModelOutput()
-        correct = trace.saved.correct
+        correct = trace.verdict
         scores: dict[str, Score] = {}
         if isinstance(correct, bool):
             scores[self.scorer] = Score(
@@ -316,7 +316,7 @@ def _model_usages(bills: Bills) -> dict[str, ModelUsage]:
 
 
 def _share_correct(scored: list[TaskTrace]) -> float | None:
-    return sum(1 for t in scored if t.saved.correct is True) / len(scored) if scored else None
+    return sum(1 for t in scored if t.verdict is True) / len(scored) if scored else None
 
 
 @dataclass(frozen=True)
@@ -439,7 +439,7 @@ def build_eval_log(source: RunSource) -> EvalLog:
     builder = SampleBuilder(source, model, bills)
     traces = source.finished
     samples = [builder.sample(t) for t in traces]
-    scored = [t for t in traces if isinstance(t.saved.correct, bool)]
+    scored = [t for t in traces if t.verdict is not None]
     summary = source.summary or RunSummary.from_dict({})
     plan = EpochPlan.of(source)
     accuracy = plan.accuracy(source) if plan.epochs_run else _share_correct(scored)

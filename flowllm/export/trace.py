@@ -31,6 +31,7 @@ from flowllm.rundir.layout import (
 )
 from flowllm.rundir.records import NodeRecord, read_artifact, read_turns
 from flowllm.rundir.results import TaskResult
+from flowllm.scoring.tally import known_score
 
 # The node outputs a trace reads; every other output is skipped (they hold whole histories).
 MODEL_KEYS = frozenset({"raw_response", "raw_request"})
@@ -187,6 +188,16 @@ class TaskTrace:
     def saved(self) -> TaskResult:
         """The result as recorded; an empty one (every field at its default) while the task has not finished."""
         return self.result if self.result is not None else TaskResult.from_dict({})
+
+    @property
+    def verdict(self) -> bool | None:
+        """Whether this conversation's answer is right, as every tally counts it: None when it has no score (the
+        run's budget stopped it, a replay that did not replay, no ground truth, a scoring error)."""
+        if self.result is None:
+            return None
+        r = self.result
+        score = known_score(status=r.status, replay=r.replay, correct=r.correct, score_error=r.score_error)
+        return None if score is None else score == 1.0
 
     def all_conversations(self) -> Iterator[Conversation]:
         stack = [self.conversation]

@@ -156,3 +156,32 @@ def test_an_unfinished_epochs_task_is_exported_with_its_finished_epochs(epochs_r
     assert ("wrong", 1) in [(t.task_id, t.epoch) for t in source.finished]
     answers = {line.task_id: line.model_answer for line in build_submission(source).lines}
     assert answers["wrong"] == "" and answers["delegate"] == "385"  # a task is submitted once all epochs ran
+
+
+def test_an_epoch_the_budget_stopped_is_exported_unscored_not_wrong(tmp_path: Path) -> None:
+    """A budget's stop leaves an epoch unfinished: the Inspect sample has no score and the tasks frame's
+    ``correct`` is NA for it (it read "I" and False, so a mean counted it wrong); verify agrees with the log."""
+    inspect_log = pytest.importorskip("inspect_ai.log")
+    pd = pytest.importorskip("pandas")
+    from flowllm.verify import audit_run
+    from tests.replay.runs import run_flowllm
+
+    run = tmp_path / "run"
+    overrides = ("experiment.epochs=2", "experiment.budget.cost_usd=0.01", "experiment.max_concurrent=1")
+    run_flowllm(run, "dataset.limit=2", *overrides).check(3)  # 3: the budget ended the run with tasks left
+    stopped = {
+        (p.parts[-4], int(p.parts[-2]))
+        for p in run.glob("tasks/*/epochs/*/result.json")
+        if read_json(p)["status"] == "budget"
+    }
+    assert stopped
+    target = tmp_path / "run.eval"
+    assert flowllm_export(run, "--format", "inspect", "-o", str(target)).returncode == 0
+    samples = {(s.id, s.epoch): s for s in inspect_log.read_eval_log(str(target)).samples or []}
+    for key in stopped:
+        assert not samples[key].scores and samples[key].metadata["status"] == "budget"
+    rows = load(run).tasks.set_index(["task_id", "epoch"])
+    for key in stopped:
+        assert rows.loc[key, "status"] == "budget" and pd.isna(rows.loc[key, "correct"])
+    audit = audit_run(run, exports=[target])
+    assert audit.verified, [f.line() for f in audit.findings]

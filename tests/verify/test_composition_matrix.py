@@ -26,6 +26,8 @@ import pytest
 
 from flowllm.bundle.make import make_bundle
 from flowllm.exit_codes import ExitCode
+from flowllm.export.inspect_log import write_eval_log
+from flowllm.export.source import open_source
 from flowllm.rundir.results import LedgerLine, TaskResult
 from flowllm.rundir.store import local_run
 from flowllm.verify import audit_run
@@ -212,9 +214,12 @@ def interrupted_then_resumed(args: list[str], run: Path, sig: signal.Signals, lo
 
 
 def assert_verified(run: Path) -> None:
-    audit = audit_run(run)
+    """The run verifies, and so does its Inspect AI log (scores, answers and model usage against the run)."""
+    log = run.parent / f"{run.name}.eval"
+    write_eval_log(open_source(run), log)
+    audit = audit_run(run, exports=[log])
     assert audit.verified, "\n".join([f"{run.name} is not verified:", *(f.line() for f in audit.findings)])
-    assert audit.compared > 50
+    assert audit.compared > 50 and not audit.not_checked, audit.not_checked
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
