@@ -207,6 +207,20 @@ class TaskTrace:
             for turn in conv.turns:
                 stack.extend(turn.subagents)
 
+    def usage(self) -> dict[str, Any]:
+        """The task's token counts: its result's; where a replay served some of its replies (none was called for
+        again, nothing billed), the calls this run made, sub-agents' included."""
+        calls = [t.model for c in self.all_conversations() for t in c.turns if t.model is not None]
+        saved = self.saved.usage if self.result is not None else {}
+        if all(call.billed for call in calls):
+            return dict(saved)
+        made: dict[str, Any] = {}
+        for call in calls:
+            for key, value in call.usage.items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    made[key] = made.get(key, 0) + value
+        return made
+
 
 class TurnBuilder:
     """Builds one ``Turn`` from its node events, in the order they finished (live) or in folder order (saved)."""

@@ -67,8 +67,8 @@ class SpanBuilder:
         end = conv.ended_at
         result = trace.result  # None: the task has not finished
         status = result.status if result is not None else "unfinished"
-        correct = result.correct if result is not None else None
-        usage = result.usage if result is not None else {}
+        correct = trace.verdict  # None where the tallies count no verdict (a budget's stop among them)
+        usage = trace.usage()
         root = self._start(
             f"task {trace.task_id}" + (f" epoch {trace.epoch}" if trace.epoch_folder else ""),
             None,

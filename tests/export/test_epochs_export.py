@@ -4,6 +4,7 @@ submission line per task carrying the answer its epochs voted for."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -185,3 +186,13 @@ def test_an_epoch_the_budget_stopped_is_exported_unscored_not_wrong(tmp_path: Pa
         assert rows.loc[key, "status"] == "budget" and pd.isna(rows.loc[key, "correct"])
     audit = audit_run(run, exports=[target])
     assert audit.verified, [f.line() for f in audit.findings]
+    if importlib.util.find_spec("opentelemetry.sdk") is not None:  # the spans say so too
+        from tests.export.test_telemetry_spans import after_the_fact
+
+        roots = {
+            (s.attributes["flowllm.task_id"], s.attributes["flowllm.epoch"]): s.attributes
+            for s in after_the_fact(run)
+            if s.parent is None and s.attributes
+        }
+        for key in stopped:
+            assert roots[key]["flowllm.scored"] is False and "flowllm.correct" not in roots[key]

@@ -66,6 +66,14 @@ def test_spans_name_the_live_model_and_claim_no_usage_for_replayed_calls(fork: F
     for attrs in replayed:
         assert not any(key.startswith("gen_ai.usage.") for key in attrs), attrs
         assert attrs["gen_ai.request.model"] == "flowllm-emulator"
+    # A task's own span sums what its calls claim: nothing for the task that only replayed.
+    agents = {
+        s.attributes["flowllm.task_id"]: s.attributes
+        for s in after_the_fact(fork.fork)
+        if s.attributes and s.attributes.get("gen_ai.operation.name") == "invoke_agent" and s.parent is None
+    }
+    assert "gen_ai.usage.input_tokens" not in agents[CLEAN_TASK]
+    assert agents[LENIENT_TASK]["gen_ai.usage.input_tokens"] == live[0]["gen_ai.usage.input_tokens"]
 
 
 def test_the_inspect_log_is_labelled_with_the_live_model_and_bills_an_exact_replay_0(
