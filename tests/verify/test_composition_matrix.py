@@ -6,7 +6,8 @@ all pairs of the factors' levels (computed once with allpairspy and written down
 ``test_the_rows_cover_every_pair`` keeps them so). Each row makes a run of the matrix dataset
 (``data/matrix``: three sample tasks, a sub-agent task, GAIA's hidden answer "?", an empty and a missing answer,
 a wrong answer), then what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a
-fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify.
+fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its
+Inspect AI log (``flowllm verify RUN --export``: scores, answers and model usage against the run).
 """
 
 from __future__ import annotations
