@@ -27,10 +27,10 @@ import asyncio
 import contextlib
 import copy
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -425,11 +425,14 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     progress.concurrency = shown = concurrency_text(parts.experiment, adaptive, desk)
     desk.status = lambda: {"total": progress.total, "done": progress.done, "concurrency": shown()}
     try:
-        with tempfile.TemporaryDirectory(prefix="flowllm-workers-") as scratch:
-            desk.open()
-            budget = parts.experiment.budget
-            _start_workers(pool, hydra_cfg, run_dir, deal(todo, count), Path(scratch), shared_pauses, budget)
-            _follow_workers(pool, watcher, progress, desk, {t.task_id: t for t in todo_tasks})
+        desk.open()
+        # The shard files live in the run's control folder, not in /tmp: gone with it at the end, and replaced
+        # by the next session's when a SIGKILL left them.
+        shutil.rmtree(desk.paths.shards, ignore_errors=True)
+        desk.paths.shards.mkdir()
+        budget = parts.experiment.budget
+        _start_workers(pool, hydra_cfg, run_dir, deal(todo, count), desk.paths.shards, shared_pauses, budget)
+        _follow_workers(pool, watcher, progress, desk, {t.task_id: t for t in todo_tasks})
     finally:
         desk.close()
         progress.stop()

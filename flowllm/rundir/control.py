@@ -57,6 +57,11 @@ class ControlPaths:
         return self.folder / "driver.json"
 
     @property
+    def shards(self) -> Path:
+        """The shard files an ``experiment.workers=N`` parent hands its workers (gone with the channel)."""
+        return self.folder / "shards"
+
+    @property
     def history(self) -> Path:
         return self.root / HISTORY_FILE
 

@@ -186,6 +186,8 @@ def test_sigkill_of_the_parent_takes_the_workers_and_a_rerun_resumes(tmp_path: P
     survived = completed(run_dir)
     assert 2 <= len(survived) <= len(SLOW_TASKS)
     assert not (run_dir / "summary.json").exists()
+    # What the parent handed its workers is in the run's folder (no stray folder in /tmp), until a rerun ends.
+    assert sorted(p.name for p in (run_dir / ".control" / "shards").iterdir()) == ["shard-0.json", "shard-1.json"]
     mtimes = {t: (run_dir / "tasks" / t / "result.json").stat().st_mtime_ns for t in survived}
 
     again = run_flowllm(*slow_args(run_dir, "experiment.workers=2"), timeout=HANG_GUARD_S)
@@ -194,6 +196,7 @@ def test_sigkill_of_the_parent_takes_the_workers_and_a_rerun_resumes(tmp_path: P
     assert summary["tasks"] == summary["completed"] == summary["correct"] == len(SLOW_TASKS)
     assert summary["resumed"] == len(survived) and summary["interrupted"] is False
     assert sorted(completed(run_dir)) == SLOW_TASKS
+    assert not (run_dir / ".control").exists()
     for task_id, data in survived.items():  # not repeated: the survivors are untouched
         path = run_dir / "tasks" / task_id / "result.json"
         assert path.read_bytes() == data and path.stat().st_mtime_ns == mtimes[task_id]
