@@ -37,6 +37,7 @@ __all__ = ["MergeResult", "merge_shards"]
 
 # Append-only records of a run folder: the merged folder holds every shard's lines, shard after shard.
 _APPENDED = ("ledger", "judge_ledger", "history", "log")
+BUDGET_CAPS = ("cost_usd", "tokens")  # experiment.budget's caps (flowllm/config/schema.py BudgetConfig)
 
 
 @dataclass
@@ -133,11 +134,30 @@ def _append_records(shards: list[_Shard], target: RunLayout) -> None:
                 out.write(data if not data or data.endswith(b"\n") else data + b"\n")
 
 
-def _write_config(first: _Shard, target: RunLayout) -> DictConfig:
-    """The merged run's config: the shards', with ``experiment.shard`` unset; the first shard's fingerprint."""
+def _merged_budget(shards: list[_Shard]) -> dict[str, float | int | None]:
+    """The merged run's ``experiment.budget``: the shards' one cap when they kept their spend together
+    (``experiment.coordination``, the same for all), else the sum of the caps each shard had for itself (a cap
+    is None, no cap, when a shard ran without it)."""
+    budgets = [s.config.experiment.get("budget") or {} for s in shards]
+    places = {s.config.experiment.get("coordination") for s in shards}
+    if len(places) == 1 and None not in places:
+        return {key: budgets[0].get(key) for key in BUDGET_CAPS}
+    merged: dict[str, float | int | None] = {}
+    for key in BUDGET_CAPS:
+        caps = [b.get(key) for b in budgets]
+        merged[key] = None if any(c is None for c in caps) else round(sum(c for c in caps if c is not None), 9)
+    return merged
+
+
+def _write_config(shards: list[_Shard], target: RunLayout) -> DictConfig:
+    """The merged run's config: the shards', with ``experiment.shard`` unset and the budget the shards had
+    together; the first shard's fingerprint."""
+    first = shards[0]
     config = first.config.copy()
     with open_dict(config):
         config.experiment.shard = None
+        for key, cap in _merged_budget(shards).items():
+            config.experiment.budget[key] = cap
     target.config.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target.config, OmegaConf.to_yaml(config).encode())
     if first.layout.hydra.is_file():
@@ -186,7 +206,7 @@ def merge_shards(folders: list[Path], output: Path) -> MergeResult:
     missing = _check_shards(shards)
     target = RunLayout(output)
     target.root.mkdir(parents=True, exist_ok=True)
-    config = _write_config(shards[0], target)
+    config = _write_config(shards, target)
     for shard in shards:
         if shard.layout.web_cache.is_dir():
             shutil.copytree(shard.layout.web_cache, target.web_cache, dirs_exist_ok=True)

@@ -20,6 +20,7 @@ __all__ = ["check_spend"]
 
 SUMMARY = "summary.json"
 ATTEMPT = "attempt"
+SHARD_OVERRIDE = "experiment.shard="
 
 
 def _line_cost(ev: RunEvidence, line: LedgerLine) -> float | None:
@@ -67,6 +68,18 @@ def _max_call(lines: Sequence[NumberedLine]) -> float:
     return max(costs.values(), default=0.0)
 
 
+def _shards(ev: RunEvidence) -> int:
+    """How many shards spent apart (a merged run's sessions name theirs: ``experiment.shard=I/N``); 1 otherwise.
+    Each could pass its own cap by its own calls in flight."""
+    named = {
+        str(o).split("=", 1)[1]
+        for session in ev.history
+        for o in session.get("overrides") or []
+        if str(o).lstrip("+").startswith(SHARD_OVERRIDE)
+    }
+    return max(1, len(named))
+
+
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     budget = ev.summary.budget
     if not isinstance(budget, BudgetBlock):
@@ -81,7 +94,7 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     # A budget stops new turns; the turns in flight finish: at most one call per running task past the cap.
     concurrent = ev.cfg.experiment.get("max_concurrent") or 1
     tasks = parse_auto(concurrent) or int(concurrent)  # auto:N runs up to N tasks
-    in_flight = tasks * max(1, int(ev.cfg.experiment.get("workers") or 1))
+    in_flight = tasks * max(1, int(ev.cfg.experiment.get("workers") or 1)) * _shards(ev)
     bound = round(float(cap) + in_flight * _max_call([*ev.ledger, *ev.judge_ledger]), 6)
     if spent > bound:
         audit.flag(SUMMARY, "budget.spent.cost_usd", spent, f"at most {bound}", "the cap plus the turns in flight")

@@ -105,3 +105,34 @@ def test_a_shard_out_of_range_is_one_line_exit_2(shards: list[Path]) -> None:
     said = (shards[SHARDS].parent / f"{SHARDS}.log").read_text().strip().splitlines()
     assert said == ["flowllm: error: experiment.shard 4/4 is out of range: I counts from 0, so it must be 0..3"]
     assert not RunLayout(shards[SHARDS]).fingerprint.exists()
+
+
+def test_shards_with_budgets_merge_into_a_run_whose_budget_is_theirs_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each shard's budget is its own: the merged run's is their sum (none when a shard had none), so the merge
+    does not say one shard's cap was overspent by all of them, and it verifies."""
+    runs = {
+        "capped-0": ("experiment.shard=0/2", "experiment.budget.cost_usd=0.02"),
+        "capped-1": ("experiment.shard=1/2", "experiment.budget.cost_usd=0.02"),
+        "open-1": ("experiment.shard=1/2",),
+    }
+    procs = {
+        name: start_flowllm("progress=false", *args, f"hydra.run.dir={tmp_path / name}", log=tmp_path / f"{name}.log")
+        for name, args in runs.items()
+    }
+    for name, proc in procs.items():
+        assert proc.wait(timeout=600) in (0, 3), (tmp_path / f"{name}.log").read_text()[-2000:]
+    for pair, cap in ((("capped-0", "capped-1"), 0.04), (("capped-0", "open-1"), None)):
+        out = tmp_path / "+".join(pair)
+        done = run_flowllm("merge", *(str(tmp_path / p) for p in pair), "-o", str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+        budget = _summary(out).budget
+        assert budget is not None and budget.cost_usd == cap
+        assert budget.stopped_tasks  # capped-0's stops, still said
+        if cap is None:
+            assert not budget.ended_run and budget.reason is None
+        else:
+            spent = budget.spent["cost_usd"]
+            assert budget.reason == f"the run spent ${spent:.4f} of its $0.04 (experiment.budget.cost_usd)"
+        assert verify_main([str(out)]) == 0, capsys.readouterr().out
