@@ -53,8 +53,14 @@ class UsageTotals:
     total: Tally = field(default_factory=Tally)
     skipped: list[Path] = field(default_factory=list)  # files given that are not ledgers (a glob's extras)
 
+    @property
+    def runs(self) -> int:
+        """The run folders the ledgers are in (a judged run has two: the agent's and the judge's)."""
+        return len({p.parent for p in self.ledgers})
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "runs": self.runs,
             "ledgers": [str(p) for p in self.ledgers],
             "by": list(self.dims),
             "buckets": [
@@ -148,7 +154,7 @@ def _row(tally: Tally) -> list[str]:
 
 
 def render(totals: UsageTotals, console: Console) -> None:
-    table = Table(title=f"usage of {len(totals.ledgers)} run(s), by {', '.join(totals.dims)}", title_justify="left")
+    table = Table(title=f"usage of {totals.runs} run(s), by {', '.join(totals.dims)}", title_justify="left")
     for dim in totals.dims:
         table.add_column(dim)
     for name in ("attempts", "ok", "failed", "input", "output", "cache/reasoning"):

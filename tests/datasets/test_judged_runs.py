@@ -171,6 +171,21 @@ def test_the_inspect_log_bills_the_judges_calls_with_the_agents(runs: dict[str, 
     assert {line["agent"] for line in judged} == {"main", "judge"}
 
 
+def test_inspect_usage_counts_a_judged_run_once_with_both_ledgers(runs: dict[str, Path]) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from flowllm.inspect.usage import main as usage_main
+
+    run = runs["original"]
+    out = StringIO()
+    assert usage_main([str(run)], console=Console(file=out, width=200)) == 0
+    assert "usage of 1 run(s)" in out.getvalue()  # two ledgers, one run
+    billed = attempts(run / "usage.jsonl") + attempts(run / "judge_usage.jsonl")
+    assert f"{sum(line['usage']['input_tokens'] for line in billed):,}" in out.getvalue()
+
+
 def test_a_resume_does_not_judge_twice(runs: dict[str, Path]) -> None:
     before = attempts(runs["original"] / "judge_usage.jsonl")
     after = attempts(runs["resumed"] / "judge_usage.jsonl")
