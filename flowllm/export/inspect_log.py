@@ -435,7 +435,10 @@ def build_eval_log(source: RunSource) -> EvalLog:
     from inspect_ai.log import EvalLog, EvalMetric, EvalResults, EvalScore, EvalStats
 
     model = eval_model(source)
-    bills = model_bills(read_ledger(source.ledger), read_ledger(source.judge_ledger))
+    # The ledger names the run's provider by its config's name (offline_chat's is offline): the eval's label here.
+    named = f"{source.setting('provider.name')}/{source.model}"
+    aliases = {} if source.replay else {named: model}
+    bills = model_bills(read_ledger(source.ledger), read_ledger(source.judge_ledger), aliases=aliases)
     builder = SampleBuilder(source, model, bills)
     traces = source.finished
     samples = [builder.sample(t) for t in traces]

@@ -3,6 +3,7 @@ model billed (tokens and cost) over the run, per task, and per epoch of a task (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,21 +74,20 @@ class ModelBills:
         return round(sum(b.cost_usd or 0.0 for b in bills.values()), 9)
 
 
-def _bill(bills: Bills, entry: LedgerLine) -> None:
-    model = f"{entry.provider or 'unknown'}/{entry.model or 'unknown'}"
-    bills.setdefault(model, Bill()).add(entry)
-
-
-def model_bills(*ledgers: list[LedgerLine]) -> ModelBills:
-    """The bills of every attempt line of ``ledgers`` (the agent's and the judge's: a run's models all told)."""
+def model_bills(*ledgers: list[LedgerLine], aliases: Mapping[str, str] | None = None) -> ModelBills:
+    """The bills of every attempt line of ``ledgers`` (the agent's and the judge's: a run's models all told), by
+    ``provider/model`` as the lines name them, or by the name ``aliases`` gives that one."""
     bills = ModelBills()
     for entry in (e for entries in ledgers for e in entries if e.type == "attempt"):
-        _bill(bills.run, entry)
-        if not entry.task_id:
-            continue
-        task = str(entry.task_id)
-        _bill(bills.tasks.setdefault(task, {}), entry)
-        epoch = entry.epoch
-        if isinstance(epoch, int) and not isinstance(epoch, bool):
-            _bill(bills.epochs.setdefault((task, epoch), {}), entry)
+        model = f"{entry.provider or 'unknown'}/{entry.model or 'unknown'}"
+        model = (aliases or {}).get(model, model)
+        places = [bills.run]
+        if entry.task_id:
+            task = str(entry.task_id)
+            places.append(bills.tasks.setdefault(task, {}))
+            epoch = entry.epoch
+            if isinstance(epoch, int) and not isinstance(epoch, bool):
+                places.append(bills.epochs.setdefault((task, epoch), {}))
+        for place in places:
+            place.setdefault(model, Bill()).add(entry)
     return bills

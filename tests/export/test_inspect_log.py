@@ -96,3 +96,20 @@ def test_samples_df_lists_every_sample_with_its_score_and_tokens(saved_run: Path
         (model_usage,) = usage.values()
         assert model_usage["input_tokens"] == result["usage"]["input_tokens"]
         assert by_id.loc[task_id, "total_tokens"] == result["usage"]["input_tokens"] + result["usage"]["output_tokens"]
+
+
+def test_the_model_usage_is_labelled_as_the_eval_model_when_the_ledger_names_the_provider_otherwise(
+    tmp_path: Path,
+) -> None:
+    """provider=offline_chat's calls go to the ledger as provider ``offline`` (its config's name): the usage is
+    still the eval model's, not a second model's."""
+    from flowllm.export.inspect_log import build_eval_log
+    from flowllm.export.source import open_source
+    from tests.export.runs import export_run
+
+    run = export_run(tmp_path, "provider=offline_chat").check().run_dir
+    assert {json.loads(line)["provider"] for line in (run / "usage.jsonl").read_text().splitlines()} == {"offline"}
+    log = build_eval_log(open_source(run))
+    assert log.eval.model == "offline_chat/flowllm-emulator"
+    assert set(log.stats.model_usage) == {log.eval.model}
+    assert all(set(s.model_usage) == {log.eval.model} for s in log.samples or [])
