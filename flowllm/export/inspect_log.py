@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,7 +26,7 @@ from flowllm.export.contamination import audit_run
 from flowllm.export.ledger import Bills, ModelBills, model_bills, read_ledger
 from flowllm.export.source import ExportError, RunSource, write_atomically
 from flowllm.export.trace import Conversation, ModelCall, TaskTrace, Turn
-from flowllm.rundir.results import RunSummary
+from flowllm.rundir.results import LedgerLine, RunSummary
 
 if TYPE_CHECKING:
     from inspect_ai.event import Event
@@ -367,6 +367,16 @@ def _calls(conv: Conversation) -> Iterator[ModelCall]:
             yield from _calls(sub)
 
 
+def _agent_ledger(source: RunSource) -> list[LedgerLine]:
+    """The agent's ledger lines, the run's own provider under the eval's name for it: the ledger names a provider
+    by its config's ``name`` (``provider=offline_chat``'s is ``offline``). The judge's lines keep theirs."""
+    lines = read_ledger(source.ledger)
+    name = source.setting("provider.name")
+    if source.replay or not name or name == source.provider:
+        return lines
+    return [replace(line, provider=source.provider) if line.provider == name else line for line in lines]
+
+
 def _run_usage(bills: ModelBills, totals: dict[str, Any], model: str, replay: bool) -> dict[str, ModelUsage]:
     """Every model's bill over the run (the judge's too); with no ledger, the answers' tokens at a cost not known
     (nothing billed in a replay)."""
@@ -435,10 +445,7 @@ def build_eval_log(source: RunSource) -> EvalLog:
     from inspect_ai.log import EvalLog, EvalMetric, EvalResults, EvalScore, EvalStats
 
     model = eval_model(source)
-    # The ledger names the run's provider by its config's name (offline_chat's is offline): the eval's label here.
-    named = f"{source.setting('provider.name')}/{source.model}"
-    aliases = {} if source.replay else {named: model}
-    bills = model_bills(read_ledger(source.ledger), read_ledger(source.judge_ledger), aliases=aliases)
+    bills = model_bills(_agent_ledger(source), read_ledger(source.judge_ledger))
     builder = SampleBuilder(source, model, bills)
     traces = source.finished
     samples = [builder.sample(t) for t in traces]

@@ -3,7 +3,6 @@ model billed (tokens and cost) over the run, per task, and per epoch of a task (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,13 +73,12 @@ class ModelBills:
         return round(sum(b.cost_usd or 0.0 for b in bills.values()), 9)
 
 
-def model_bills(*ledgers: list[LedgerLine], aliases: Mapping[str, str] | None = None) -> ModelBills:
+def model_bills(*ledgers: list[LedgerLine]) -> ModelBills:
     """The bills of every attempt line of ``ledgers`` (the agent's and the judge's: a run's models all told), by
-    ``provider/model`` as the lines name them, or by the name ``aliases`` gives that one."""
+    ``provider/model`` as the lines name them."""
     bills = ModelBills()
     for entry in (e for entries in ledgers for e in entries if e.type == "attempt"):
         model = f"{entry.provider or 'unknown'}/{entry.model or 'unknown'}"
-        model = (aliases or {}).get(model, model)
         places = [bills.run]
         if entry.task_id:
             task = str(entry.task_id)
