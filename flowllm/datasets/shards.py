@@ -15,9 +15,17 @@ from dataclasses import dataclass
 from flowllm.datasets.task import Task
 from flowllm.errors import ConfigError
 
-__all__ = ["ShardSpec", "shard_of"]
+__all__ = ["SHARD_SETTING", "ShardSpec", "shard_of", "shard_override"]
 
 MAX_SHARDS = 100_000
+SHARD_SETTING = "experiment.shard"
+
+
+def shard_override(override: object) -> str | None:
+    """The ``I/N`` a command-line override sets ``experiment.shard`` to (``experiment.shard=0/4``, with a ``+``
+    or ``~`` prefix too); None for any other override."""
+    key, _, value = str(override).lstrip("+~").partition("=")
+    return value if key == SHARD_SETTING else None
 
 
 def shard_of(task_id: str, count: int) -> int:

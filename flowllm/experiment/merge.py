@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.schema import FlowConfig
-from flowllm.datasets.shards import ShardSpec
+from flowllm.datasets.shards import SHARD_SETTING, ShardSpec, shard_override
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import CliError
 from flowllm.experiment.workers import scorer_rules
@@ -76,7 +76,7 @@ def _read_shard(folder: Path) -> _Shard:
     assert isinstance(config, DictConfig)
     summary = RunSummary.from_dict(read_json(layout.summary)) if layout.summary.is_file() else None
     try:
-        spec = ShardSpec.parse(OmegaConf.select(config, "experiment.shard"))
+        spec = ShardSpec.parse(OmegaConf.select(config, SHARD_SETTING))
     except ValueError as exc:
         raise CliError(f"{folder}: {exc}") from None
     return _Shard(layout, fingerprint, config, summary, spec)
@@ -163,7 +163,7 @@ def _write_config(shards: list[_Shard], target: RunLayout) -> DictConfig:
     if first.layout.hydra.is_file():
         shutil.copy2(first.layout.hydra, target.hydra)
     overrides = OmegaConf.load(first.layout.overrides) if first.layout.overrides.is_file() else None
-    kept = [o for o in (overrides or []) if not str(o).lstrip("+~").startswith("experiment.shard=")]
+    kept = [o for o in (overrides or []) if shard_override(o) is None]
     atomic_write(target.overrides, OmegaConf.to_yaml(OmegaConf.create(kept)).encode())
     shutil.copy2(first.layout.fingerprint, target.fingerprint)
     return config

@@ -312,7 +312,7 @@ class SampleBuilder:
 
 
 def _model_usages(bills: Bills) -> dict[str, ModelUsage]:
-    return {model: _usage(bill.usage, bill.cost_usd) for model, bill in sorted(bills.items())}
+    return {model: _usage(bill.usage.to_dict(), bill.cost_usd) for model, bill in sorted(bills.items())}
 
 
 def _share_correct(scored: list[TaskTrace]) -> float | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 
+from flowllm.core.types import Usage
 from flowllm.rundir.results import LedgerLine
 
 
@@ -33,15 +34,13 @@ class Bill:
     """What one model billed: token counts summed over the billed attempts, and their cost (None: one was not
     priced)."""
 
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = 0.0
 
     def add(self, entry: LedgerLine) -> None:
         if not entry.billed:
             return  # refused, lost or cut short: no tokens, nothing to pay
-        for key, value in (entry.usage or {}).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                self.usage[key] = self.usage.get(key, 0) + value
+        self.usage += Usage.from_dict(entry.usage)
         if self.cost_usd is not None:
             cost = entry.cost_usd
             self.cost_usd = None if not isinstance(cost, (int, float)) else round(self.cost_usd + float(cost), 9)

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from flowllm.core.types import Usage
 from flowllm.rundir.layout import (
     EPOCHS_DIR,
     META_FILE,
@@ -211,15 +212,10 @@ class TaskTrace:
         """The task's token counts: its result's; where a replay served some of its replies (none was called for
         again, nothing billed), the calls this run made, sub-agents' included."""
         calls = [t.model for c in self.all_conversations() for t in c.turns if t.model is not None]
-        saved = self.saved.usage if self.result is not None else {}
         if all(call.billed for call in calls):
-            return dict(saved)
-        made: dict[str, Any] = {}
-        for call in calls:
-            for key, value in call.usage.items():
-                if isinstance(value, int) and not isinstance(value, bool):
-                    made[key] = made.get(key, 0) + value
-        return made
+            return dict(self.saved.usage)
+        billed = [Usage.from_dict(call.usage) for call in calls if call.billed]
+        return sum(billed, Usage()).to_dict() if billed else {}
 
 
 class TurnBuilder:

@@ -25,7 +25,7 @@ from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import NameResolver, default_resolver
 from flowllm.config.schema import JudgeConfig, Reducer, RunnerConfig
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
-from flowllm.datasets.shards import ShardSpec
+from flowllm.datasets.shards import SHARD_SETTING, ShardSpec
 from flowllm.engine import Recorder
 from flowllm.engine.pipeline import pipeline_from_config
 from flowllm.engine.runners import runner_from_config
@@ -152,7 +152,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
             DatasetSpec.from_config(plain_config(cfg.dataset), resolve_path(cfg.dataset.path, "dataset.path"))
         )
     )
-    shard = problems.check(lambda: ShardSpec.parse(OmegaConf.select(cfg, "experiment.shard")))
+    shard = problems.check(lambda: ShardSpec.parse(OmegaConf.select(cfg, SHARD_SETTING)))
     if tasks is not None and shard is not None:
         tasks = shard.select(tasks)  # experiment.shard=I/N: this process's slice of the selected tasks
     if tasks is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flowllm.core.types import Usage
+from flowllm.datasets.shards import shard_override
 from flowllm.providers.adaptive.aimd import parse_auto
 from flowllm.rundir.results import BudgetBlock, LedgerLine
 from flowllm.verify.evidence import NumberedLine, RunEvidence
@@ -20,7 +21,6 @@ __all__ = ["check_spend"]
 
 SUMMARY = "summary.json"
 ATTEMPT = "attempt"
-SHARD_OVERRIDE = "experiment.shard="
 
 
 def _line_cost(ev: RunEvidence, line: LedgerLine) -> float | None:
@@ -71,13 +71,8 @@ def _max_call(lines: Sequence[NumberedLine]) -> float:
 def _shards(ev: RunEvidence) -> int:
     """How many shards spent apart (a merged run's sessions name theirs: ``experiment.shard=I/N``); 1 otherwise.
     Each could pass its own cap by its own calls in flight."""
-    named = {
-        str(o).split("=", 1)[1]
-        for session in ev.history
-        for o in session.get("overrides") or []
-        if str(o).lstrip("+").startswith(SHARD_OVERRIDE)
-    }
-    return max(1, len(named))
+    named = {shard_override(o) for session in ev.history for o in session.get("overrides") or []}
+    return max(1, len(named - {None}))
 
 
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
