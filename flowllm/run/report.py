@@ -146,12 +146,23 @@ def headline_accuracy(summary: RunSummary | Mapping[str, Any]) -> str:
     counted every task."""
     summary = RunSummary.coerce(summary)
     text = accuracy_text(summary.correct, summary.scored_count, summary.accuracy)
-    notes = []
-    if summary.unscored:
-        notes.append(f"{summary.unscored} unscored: no ground truth")
+    notes = _unscored_notes(summary, summary.unscored or 0)
     if summary.unfinished and summary.scored is not None:
         notes.append(f"{summary.unfinished} unfinished, not counted")
     return f"{text}; {'; '.join(notes)}" if notes else text
+
+
+def _unscored_notes(summary: RunSummary, unscored: int) -> list[str]:
+    """Why ``unscored`` finished tasks have no verdict: an answer that could not be scored (the judge failed), or no
+    ground truth to score against."""
+    unscored = max(unscored, 0)
+    errors = min(summary.scoring_errors or 0, unscored)
+    notes = []
+    if errors:
+        notes.append(f"{errors} unscored: the answer could not be scored (a rerun into this folder scores it again)")
+    if unscored > errors:
+        notes.append(f"{unscored - errors} unscored: no ground truth")
+    return notes
 
 
 def accuracy_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -171,8 +182,8 @@ def accuracy_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, st
     shown = None
     if summary.accuracy is not None and judged:
         shown = f"{correct / judged:.1%} ({correct}/{judged} scored: {what})"
-        no_truth = (summary.unscored or 0) - replay.unscored  # the unscored, less those that did not replay
-        shown += f"; {no_truth} unscored: no ground truth" if no_truth > 0 else ""
+        notes = _unscored_notes(summary, (summary.unscored or 0) - replay.unscored)  # less those that did not replay
+        shown += "".join(f"; {note}" for note in notes)
     counts = f"{exact} exact, "
     if forked or summary.fork is not None:
         counts += f"{forked} forked, "

@@ -218,7 +218,7 @@ class Experiment:
             raise
         except Exception as exc:  # a scorer bug must not lose the agent's work: record it on the task
             log.debug("scoring task %s failed", task.task_id, exc_info=True)
-            return Score(False, error=f"scoring failed: {describe_error(exc)}")
+            return Score(None, error=f"scoring failed: {describe_error(exc)}")  # not known, not wrong
 
     def categories(self, task: Task) -> dict[str, Any]:
         return {name: task.metadata.get(name) for name in self.breakdown}

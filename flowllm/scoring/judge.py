@@ -154,7 +154,7 @@ class JudgeScorer:
                 call_dir / META_FILE,
                 {"node": "call_model", "turn": attempt, "status": "error", "error": str(exc), "started_at": started_at},
             )
-            return Score(False, error=f"judge call failed: {exc}", details={**base, "error_kind": CALL_FAILED})
+            return Score(None, error=f"judge call failed: {exc}", details={**base, "error_kind": CALL_FAILED})
         duration = round(time.perf_counter() - started, 6)
         self._write(call_dir / OUTPUT_FILE, {"raw_request": request, "raw_response": raw})
         self._write(
@@ -166,7 +166,7 @@ class JudgeScorer:
         if verdict is None:
             shown = " ".join(reply.text.split())[:200] or "(empty)"
             details["error_kind"] = NO_VERDICT
-            score = Score(False, error=f"the judge's reply gives no verdict: {shown}", details=details)
+            score = Score(None, error=f"the judge's reply gives no verdict: {shown}", details=details)
         else:
             score = Score(verdict is Verdict.CORRECT, verdict=verdict.value, details=details)
         self._write(

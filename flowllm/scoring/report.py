@@ -38,8 +38,8 @@ def scoring_summary(
     judge_model: str | None = None,
     template: str | None = None,
 ) -> dict[str, Any]:
-    """What the summary says about scoring. Accuracy counts a task that could not be scored as not correct;
-    ``scoring_errors`` says how many, and ``accuracy_scored`` is over the tasks that were."""
+    """What the summary says about scoring. A task whose answer could not be scored (the judge failed) is unscored,
+    not wrong: ``scoring_errors`` says how many, and ``accuracy_scored`` is over the completed tasks that were."""
     completed = [o for o in outcomes if o.status == "completed"]
     errors = [o for o in completed if o.score_error]
     judged = [o for o in completed if not o.score_error and o.correct is not None]

@@ -25,8 +25,8 @@ from flowllm.datasets.task import Task
 
 @dataclass(frozen=True)
 class Score:
-    correct: bool | None  # None: unscored (the task has no ground truth)
-    error: str | None = None  # a scoring error: the answer could not be judged
+    correct: bool | None  # None: unscored (the task has no ground truth, or its answer could not be judged)
+    error: str | None = None  # a scoring error: the answer could not be judged (``correct`` is None: not known)
     verdict: str | None = None  # the judge's (correct | incorrect | not_attempted)
     details: dict[str, Any] = field(default_factory=dict)  # judge model, cached, ...
 

@@ -1,11 +1,11 @@
 """Which tasks are scored, and how accuracy is counted: once, for the headline, every breakdown (by level, by
 category), the statistics, pass@k and the paired comparisons.
 
-A task's ``correct`` is True, False or None. None is unscored: the task has no ground truth (a test split), or
-it is a replayed task whose saved replies answered another conversation (a replay verdict other than exact or
-forked). A task the run's budget stopped (status ``budget``) is unfinished: counted in neither scored nor
-unscored, like a task an interruption never ran. Accuracy is over the scored tasks only, and None (not known,
-never 0) when no task was scored.
+A task's ``correct`` is True, False or None. None is unscored: the task has no ground truth (a test split), its
+answer could not be scored (the judge failed: ``score_error``), or it is a replayed task whose saved replies
+answered another conversation (a replay verdict other than exact or forked). A task the run's budget stopped
+(status ``budget``) is unfinished: counted in neither scored nor unscored, like a task an interruption never
+ran. Accuracy is over the scored tasks only, and None (not known, never 0) when no task was scored.
 """
 
 from __future__ import annotations
@@ -70,12 +70,19 @@ def known_score(
     return float(bool(correct))
 
 
+def _judging_failed(outcome: Scored) -> bool:
+    """A task whose answer could not be scored (the judge failed): not known, even where a run written before
+    such tasks were recorded unscored says ``correct: false``. A task over epochs is scored on the epochs that
+    were judged (its ``score_error`` is its last epoch's)."""
+    return bool(getattr(outcome, "score_error", None)) and int(getattr(outcome, "epochs", 1) or 1) <= 1
+
+
 def score_tally(outcomes: Iterable[Scored]) -> dict[str, Any]:
     """``{tasks, scored, unscored, correct, accuracy}`` of the finished tasks among ``outcomes``."""
     tasks = scored = correct = 0
     for outcome in finished(outcomes):
         tasks += 1
-        if outcome.correct is not None:
+        if outcome.correct is not None and not _judging_failed(outcome):
             scored += 1
             correct += int(outcome.correct)
     return {

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from flowllm.engine.recorder import read_json
+from flowllm.run.report import headline_accuracy
 from tests.appfork import run_app
 
 pytestmark = pytest.mark.long
@@ -218,11 +219,18 @@ def test_a_saved_run_is_rejudged_by_another_judge_without_the_agents_model(runs:
 
 def test_a_judge_reply_without_a_verdict_is_a_recorded_scoring_error(runs: dict[str, Path]) -> None:
     result = read_json(runs["rejudged"] / "tasks" / "browsecomp-0002" / "result.json")
-    assert result["status"] == "completed" and result["correct"] is False and result["verdict"] is None
+    # Not known, not wrong: the task is unscored, as the statistics and the exports already counted it.
+    assert result["status"] == "completed" and result["correct"] is None and result["verdict"] is None
     assert result["score_error"] == "the judge's reply gives no verdict: I would rather not say."
     assert result["judge"]["error_kind"] == "no_verdict"
     summary = read_json(runs["rejudged"] / "summary.json")
     assert summary["accuracy_scored"] == 1.0  # 2 of the 2 tasks that could be scored
+    # The headline counts it as every other figure does: 2 of 2 scored, 1 unscored (it once said 2 of 3).
+    assert (summary["correct"], summary["scored"], summary["unscored"], summary["accuracy"]) == (2, 2, 1, 1.0)
+    assert summary["stats"]["accuracy"]["n"] == 2 and summary["stats"]["accuracy"]["mean"] == 1.0
+    assert headline_accuracy(summary) == (
+        "100.0% (2/2 scored); 1 unscored: the answer could not be scored (a rerun into this folder scores it again)"
+    )
 
 
 def test_a_resume_judges_again_only_the_task_that_had_no_verdict(runs: dict[str, Path]) -> None:

@@ -48,6 +48,21 @@ def test_unscored_tasks_are_left_out_of_n() -> None:
     assert "pass_at_k" not in stats
 
 
+def test_the_headline_tally_and_the_statistics_leave_out_the_same_tasks() -> None:
+    """A scoring error is unscored in the tally as in the statistics, also where a run made before such tasks were
+    recorded unscored says ``correct: false``; a task over epochs is scored on its judged epochs."""
+    tasks = [_task(i, "a") for i in range(5)]
+    outcomes = [_outcome(0, True), _outcome(1, False), _outcome(2, None, score_error="the judge failed")]
+    outcomes.append(_outcome(3, False, score_error="the judge failed"))  # as such a task was once recorded
+    log = [{"status": COMPLETED, "correct": True}, {"status": COMPLETED, "correct": None, "score_error": "x"}]
+    outcomes.append(_outcome(4, True, epochs=2, epoch_log=log, score=1.0, score_error="x"))
+    tally = score_tally(outcomes)
+    stats = run_stats(outcomes, tasks, epochs=2, reducer=Reducer.mean, settings=StatsSettings())
+    assert (tally["scored"], tally["unscored"], tally["correct"]) == (3, 2, 2)
+    assert (stats["scored"], stats["unscored"]) == (tally["scored"], tally["unscored"])
+    assert stats["accuracy"]["mean"] == pytest.approx(tally["correct"] / tally["scored"])
+
+
 def test_clustered_by_a_dataset_field() -> None:
     topics = ["a", "a", "b", "b", "b", "c"]
     tasks = [_task(i, t) for i, t in enumerate(topics)]
