@@ -48,7 +48,7 @@ from flowllm.setup.config_record import has_config_record, write_config_record
 from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.setup.prepared import PreparedRun
 from flowllm.setup.rejudge import inherit_replayed_run
-from flowllm.setup.settings import store_settings, telemetry_endpoint
+from flowllm.setup.settings import concurrency, store_settings, telemetry_endpoint
 from flowllm.setup.steering import adaptive_limits, concurrency_text, requeue_check, steering
 from flowllm.setup.vision import open_vision
 from flowllm.setup.webconf import WebEnvironment, web_tools
@@ -294,7 +294,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     pulled = store.pull_missing(run_dir) if store is not None else []
     # The folder's results must come from these settings (experiment.resume=force mixes them, on record).
     dataset_path = resolve_path(cfg.dataset.path, "dataset.path")
-    fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides())
+    # How many calls this session can have in flight: how far past a budget it may spend (flowllm verify).
+    at_once = {
+        "tasks": concurrency(cfg.experiment.max_concurrent)[0],
+        "workers": workers.resolve_workers(cfg.experiment.get("workers", 1)),
+    }
+    fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides(), concurrency=at_once)
     # The config as it ran (a replay's inherited experiment included), written only now: a refused rerun leaves
     # the saved run's config as it was.
     write_config_record(cfg, run_dir)

@@ -249,8 +249,11 @@ def guard(
     *,
     overrides: Iterable[str] = (),
     redactor: Redactor | None = None,
+    concurrency: Mapping[str, int] | None = None,
 ) -> Fingerprint:
     """Check that the folder's results came from these settings, then record them (see the module's text).
+    ``concurrency`` (tasks at once per process, and processes) goes on the session's line: how many calls this
+    session could have in flight, which bounds how far past a budget it may spend (``flowllm verify``).
 
     Raises ``FingerprintMismatch`` (one line per differing setting) unless ``experiment.resume=force``."""
     mode = resume_mode(cfg.experiment.resume)
@@ -282,13 +285,15 @@ def guard(
     redactor = redactor or Redactor()
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write(layout.fingerprint, redactor.dumps(now.to_dict()))
-    entry = {
+    entry: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "overrides": list(overrides),
         "fingerprint": now.digest,
         "resume": mode.value,
         "forced_over": forced_over,
     }
+    if concurrency is not None:
+        entry["concurrency"] = dict(concurrency)
     with layout.history.open("ab") as handle:  # appended, never rewritten: what ran in this folder, in order
         handle.write((redactor.mask(orjson.dumps(entry).decode()) or "").encode() + b"\n")
     return now

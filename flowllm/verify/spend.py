@@ -8,7 +8,8 @@ replay that made none spent nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from flowllm.core.types import Usage
 from flowllm.datasets.shards import shard_override
@@ -75,6 +76,33 @@ def _shards(ev: RunEvidence) -> int:
     return max(1, len(named - {None}))
 
 
+def _session_in_flight(ev: RunEvidence, session: Mapping[str, Any]) -> int | None:
+    """The calls one session could have in flight: its tasks at once times its worker processes, as its history
+    line records them; for a line written before they were, its overrides over the saved config. None when that
+    is not known (``experiment.workers=auto``, not recorded: the cores of the machine it ran on)."""
+    recorded = session.get("concurrency")
+    if isinstance(recorded, Mapping):
+        tasks, workers = recorded.get("tasks"), recorded.get("workers")
+        if isinstance(tasks, int) and isinstance(workers, int):
+            return max(1, tasks) * max(1, workers)
+    given = dict(str(o).lstrip("+~").partition("=")[::2] for o in session.get("overrides") or [])
+    concurrent = str(given.get("experiment.max_concurrent", ev.cfg.experiment.get("max_concurrent") or 1))
+    workers = str(given.get("experiment.workers", ev.cfg.experiment.get("workers") or 1))
+    try:
+        return (parse_auto(concurrent) or int(concurrent)) * max(1, int(workers))  # auto:N runs up to N tasks
+    except ValueError:
+        return None
+
+
+def _in_flight(ev: RunEvidence) -> int | None:
+    """The most calls the run could have had in flight past its cap: its busiest session's, once per shard (a
+    merged run's shards spent apart); None when a session's is not known."""
+    sessions = [_session_in_flight(ev, session) for session in ev.history or [{}]]
+    if any(n is None for n in sessions):
+        return None
+    return max(n for n in sessions if n is not None) * _shards(ev)
+
+
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     budget = ev.summary.budget
     if not isinstance(budget, BudgetBlock):
@@ -87,9 +115,10 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     reached = spent >= float(cap)
     audit.check(SUMMARY, "budget.ended_run", budget.ended_run, reached and unfinished > 0, "spent vs the cap")
     # A budget stops new turns; the turns in flight finish: at most one call per running task past the cap.
-    concurrent = ev.cfg.experiment.get("max_concurrent") or 1
-    tasks = parse_auto(concurrent) or int(concurrent)  # auto:N runs up to N tasks
-    in_flight = tasks * max(1, int(ev.cfg.experiment.get("workers") or 1)) * _shards(ev)
+    in_flight = _in_flight(ev)
+    if in_flight is None:
+        audit.skip("the budget's bound: how many workers experiment.workers=auto started was not recorded")
+        return
     bound = round(float(cap) + in_flight * _max_call([*ev.ledger, *ev.judge_ledger]), 6)
     if spent > bound:
         audit.flag(SUMMARY, "budget.spent.cost_usd", spent, f"at most {bound}", "the cap plus the turns in flight")

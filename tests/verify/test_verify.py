@@ -366,3 +366,34 @@ def test_a_replays_accuracy_is_recounted_from_the_verdicts(
     truth = round(right / judged, 4)
     assert f"summary.json: replay.accuracy_scored: the run says {wrong}, the evidence gives {truth}" in out, out
     assert f"summary.json: accuracy: the run says {wrong}, the evidence gives {truth}" in out, out
+
+
+def test_a_budget_bound_counts_each_session_as_it_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Past the cap, every task in flight finishes its turn: a session of 6 tasks at once spends up to 6 calls past
+    it. A resume at 1 task at once once made verify bound the whole run by 1 call (a legitimate run refused), and
+    ``experiment.workers=auto`` made it fail on ``int('auto')``. Each session's line now records its tasks at once
+    and its worker processes, and the bound is the busiest session's."""
+    run = tmp_path / "run"
+    for at_once in (6, 1):
+        done = run_flowllm(
+            "progress=false",
+            f"experiment.max_concurrent={at_once}",
+            "experiment.budget.cost_usd=0.0000001",
+            f"hydra.run.dir={run}",
+        )
+        assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    sessions = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert [s["concurrency"] for s in sessions] == [{"tasks": 6, "workers": 1}, {"tasks": 1, "workers": 1}]
+    summary = json.loads((run / "summary.json").read_text())
+    calls = sum(1 for line in (run / "usage.jsonl").read_text().splitlines() if '"attempt"' in line)
+    assert calls > 1 and summary["budget"]["spent"]["cost_usd"] > 0  # more than one call past the cap
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.OK, out
+    # A line written before sessions recorded it: read from its overrides; workers=auto is not known then.
+    for session in sessions:
+        del session["concurrency"]
+    sessions[0]["overrides"] = ["experiment.workers=auto"]
+    (run / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sessions))
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.OK, out
+    assert "not checked: the budget's bound: how many workers experiment.workers=auto started" in out
