@@ -10,7 +10,6 @@ unless ``--dataset-changed-ok``); the answers put back where the dataset's answe
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from flowllm.bundle.make import RUNS_DIR
 from flowllm.bundle.manifest import BundleInputError, JobEntry
 from flowllm.bundle.replay import Replayed, compare_tasks, replay_run, replay_summary
 from flowllm.bundle.unpack import unpack
+from flowllm.core.scratch import new_scratch
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.task import Task
 from flowllm.errors import FlowError
@@ -175,7 +175,7 @@ def check_bundle(
 ) -> tuple[list[str], list[JobCheck]]:
     """The manifest's problems (files named; nothing replayed when there are any) and each run's check. Raises
     ``BundleInputError`` for bad input. Everything is unpacked and replayed in a temporary folder, removed after."""
-    work = Path(tempfile.mkdtemp(prefix="flowllm-verify-"))
+    work = new_scratch("flowllm-verify-")
     try:
         unpacked = unpack(bundle, work / "bundle")
         if unpacked.tampered:

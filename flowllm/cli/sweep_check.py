@@ -18,7 +18,6 @@ import asyncio
 import itertools
 import json
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flowllm.config.check import CONFIG_DIR, CONFIG_NAME, split_command_line
 from flowllm.config.plain import plain_config
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.errors import ConfigError, FlowError
 from flowllm.setup import fingerprint
 from flowllm.setup.build import preflight_targets, prepare_parts, resolve_path
@@ -158,8 +158,8 @@ async def start_tools(cfg: DictConfig, start_timeout_s: float) -> list[str]:
     """One job's tool servers started and stopped, as its preflight would (same catalog, same start timeout), in
     the web tool environment a run gives them, with a scratch folder for the run's."""
     try:
-        with tempfile.TemporaryDirectory(prefix="flowllm-sweep-check-") as scratch:
-            async with web_tools(cfg, Path(scratch)) as web:
+        with scratch_folder("flowllm-sweep-check-") as scratch:
+            async with web_tools(cfg, scratch) as web:
                 tools = web.apply(load_settings(plain_config(cfg.tools)))
                 problems, _ = await check_tools(tools, start_timeout_s, warn=False)
     except FlowError as exc:

@@ -24,7 +24,6 @@ import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.errors import ConfigError
 from flowllm.experiment.children import die_with, quoted, shard_override
 from flowllm.experiment.ray_files import (
@@ -124,8 +124,7 @@ def run_worker(args: list[str], shard: dict[str, Any], inputs: bytes, relay: Any
     of its own. Yields the ``Batch``es of its run folder as its tasks finish, then its exit code. A
     cancellation (the driver's Ctrl-C) is forwarded to the worker as SIGINT, which keeps what finished and
     exits 130."""
-    with tempfile.TemporaryDirectory(prefix="flowllm-ray-worker-") as scratch:
-        root = Path(scratch)
+    with scratch_folder("flowllm-ray-worker-") as root:
         unpack(inputs, root)
         run_dir = root / RUN_DIR
         run_dir.mkdir(exist_ok=True)

@@ -18,6 +18,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from flowllm.core.scratch import new_scratch
+
 PREFIX = "flowllm-workspaces-"
 
 
@@ -32,14 +34,6 @@ def _skip_special(folder: str, names: list[str]) -> list[str]:
     return skipped
 
 
-def _sweep_stale(base: Path) -> None:
-    with contextlib.suppress(OSError):
-        for entry in base.glob(f"{PREFIX}*"):
-            owner = entry.name[len(PREFIX) :].split("-", 1)[0]
-            if owner.isdigit() and int(owner) != os.getpid() and not Path(f"/proc/{owner}").exists():
-                shutil.rmtree(entry, ignore_errors=True)
-
-
 class WorkspaceRoot:
     """One run's workspace folder, made on first use and removed by ``close``."""
 
@@ -50,9 +44,7 @@ class WorkspaceRoot:
     @property
     def root(self) -> Path:
         if self._root is None:
-            if Path("/proc/self").exists():
-                _sweep_stale(self.base)
-            self._root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=self.base))
+            self._root = new_scratch(PREFIX, self.base)  # dead runs' roots removed first
             os.chmod(self._root, 0o711)
         return self._root
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowllm.config.provider_schema import ProviderConfig
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.errors import BuildError
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ async def check_tools(
     pool_log = logging.getLogger("flowllm.tools")
     level = pool_log.level
     pool_log.setLevel(logging.ERROR)  # a server that fails to start is reported below, once, as a problem
-    with tempfile.TemporaryDirectory(prefix="flowllm-preflight-") as scratch:
+    with scratch_folder("flowllm-preflight-") as scratch:
         try:
             if stack is not None:
                 catalog = await stack.enter_async_context(open_tool_catalog(tools_cfg, start_timeout_s=start_timeout_s))

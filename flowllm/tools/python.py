@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.core.types import InfraCause
 from flowllm.tools.common import add_workspace_argument, workspace_from
 from flowllm.tools.needs import infra_meta
@@ -53,8 +53,8 @@ def probe_gaps(limits: SandboxLimits | None = None) -> list[str]:
     ``summary.json`` (``tools.sandbox_gaps``), not only in a server's own log.
     """
     limits = limits or SandboxLimits(timeout_s=30.0)
-    with tempfile.TemporaryDirectory(prefix="flowllm-probe-") as folder:
-        result = asyncio.run(run_python_code("pass", Path(folder), limits))
+    with scratch_folder("flowllm-probe-") as folder:
+        result = asyncio.run(run_python_code("pass", folder, limits))
     return list(result.gaps or [])
 
 

@@ -43,6 +43,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 # What the sandbox needs of flowllm: these modules import nothing else of it (and nothing outside the stdlib).
 SANDBOX_MODULES = (
     "__init__.py",
+    "core/__init__.py",
+    "core/scratch.py",
     "tools/__init__.py",
     "tools/sandbox/execute.py",
     "tools/sandbox/call.py",

@@ -7,7 +7,6 @@ one run (flowllm/analysis/bisect_inputs.py)."""
 from __future__ import annotations
 
 import argparse
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from rich.table import Table
 
 from flowllm.analysis.bisect_inputs import bisect_input
 from flowllm.analysis.bisect_run import BisectOptions, BisectReport, bisect
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.inspect.commands.common import PROG
 from flowllm.inspect.commands.render import emit_json, esc
 from flowllm.run.report import format_usd
@@ -83,8 +83,8 @@ def main(argv: Sequence[str], console: Console) -> int:
     ns = parser.parse_args(list(argv))
     a, b = Path(ns.run_a).expanduser().resolve(), Path(ns.run_b).expanduser().resolve()
     out = ns.out.resolve() if ns.out is not None else a.parent / f"{a.name}.bisect-{b.name}"
-    with tempfile.TemporaryDirectory(prefix="flowllm-bisect-") as scratch:
-        run_a, run_b = (bisect_input(given, Path(scratch) / side) for given, side in ((a, "a"), (b, "b")))
+    with scratch_folder("flowllm-bisect-") as scratch:
+        run_a, run_b = (bisect_input(given, scratch / side) for given, side in ((a, "a"), (b, "b")))
         options = BisectOptions(out, ns.sample, ns.seed, ns.max_cost, ns.dry_run, shown=(str(a), str(b)))
         report = bisect(run_a, run_b, options)
     if ns.json:

@@ -6,7 +6,6 @@ frontier of accuracy against cost per task and its plot. A sweep folder stands f
 from __future__ import annotations
 
 import argparse
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from flowllm.analysis.scale_plot import plot_scale
 from flowllm.analysis.scale_report import ScaleReport, point_text, scale_report
 from flowllm.analysis.scaling import Bootstrap, Metric
 from flowllm.bundle.unpack import unpacked_runs
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.inspect.commands.common import PROG, UsageError
 from flowllm.inspect.commands.render import emit_json, esc
 from flowllm.run.report import format_usd
@@ -97,9 +97,9 @@ def main(argv: Sequence[str], console: Console) -> int:
         raise UsageError(f"--k must be at least 1 (got {ns.k})")
     if not 0 < ns.agreement <= 1:
         raise UsageError(f"--agreement is a share of epochs in (0, 1] (got {ns.agreement})")
-    with tempfile.TemporaryDirectory(prefix="flowllm-scale-") as scratch:
+    with scratch_folder("flowllm-scale-") as scratch:
         opened = iter(range(len(ns.runs)))
-        runs = expand_runs(ns.runs, lambda bundle: unpacked_runs(bundle, Path(scratch) / str(next(opened))))
+        runs = expand_runs(ns.runs, lambda bundle: unpacked_runs(bundle, scratch / str(next(opened))))
         return _scale(ns, runs, console)
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ import mcp_types as types
 
 from flowllm.config.schema import SamplingMode, ToolsConfig
 from flowllm.core.interfaces import TaskStore
+from flowllm.core.scratch import scratch as scratch_folder
 from flowllm.core.types import Block, InfraCause, ToolResult, ToolSpec
 from flowllm.tools.client.connection import (
     DEFAULT_START_TIMEOUT_S,
@@ -157,7 +157,7 @@ async def open_tool_catalog(
     catalog = ToolCatalog()
     loop = asyncio.get_running_loop()
     began = loop.time()
-    with tempfile.TemporaryDirectory(prefix="flowllm-tools-") as scratch:
+    with scratch_folder("flowllm-tools-") as scratch:
 
         async def check(spec: ServerSpec) -> None:
             reason = _disabled_reason(spec)

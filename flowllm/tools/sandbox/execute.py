@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowllm.core.scratch import new_scratch
 from flowllm.tools.child import program
 from flowllm.tools.common import scrub_workspace, workspace_spellings
 from flowllm.tools.sandbox import cgroup
@@ -135,14 +136,7 @@ async def _watch_workspace(workspace: Path, limit_mb: int, on_exceeded: Callable
 
 def _new_home() -> str:
     """A private HOME for a run that cannot have one in its own /tmp; stale ones of dead servers are removed."""
-    base = tempfile.gettempdir()
-    prefix = "flowllm-sandbox-home-"
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(base):
-            owner = entry.name[len(prefix) :].split("-", 1)[0] if entry.name.startswith(prefix) else ""
-            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
-                remove_tree(entry.path)
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    return str(new_scratch("flowllm-sandbox-home-"))
 
 
 def _tmp_mb(limits: SandboxLimits) -> int:

@@ -23,10 +23,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowllm.core.scratch import new_scratch
 from flowllm.tools.sandbox.hardening import remove_tree
 
 PROBE_TMP_BYTES = 16 * 1024 * 1024  # the probe's private /tmp: the smallest a run_python call gets
@@ -260,7 +260,7 @@ def probe_bwrap() -> BwrapProbe:
     if true is None:
         return BwrapProbe(None, "no `true` command to try bwrap with")
     as_root = os.getuid() == 0
-    folder = tempfile.mkdtemp(prefix="flowllm-bwrap-probe-")
+    folder = str(new_scratch("flowllm-bwrap-probe-"))
     problem = ""
     try:
         # --disable-userns (bwrap >= 0.8) hardens a sandbox that holds without it: an older bwrap is used without.
