@@ -23,13 +23,14 @@ from flowllm.inspect.views import CallView, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
 from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, MAIN_AGENT, META_FILE, OUTPUT_FILE
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.scoring.tally import is_finished
 
 T = TypeVar("T")
 
 # result.json fields compared, in the order changes are reported (status as the task reads: unfinished...).
 RESULT_FIELDS: dict[str, Callable[[TaskResult], Any]] = {
     "status": lambda r: r.status,
-    "correct": lambda r: r.correct,
+    "correct": lambda r: _verdict(r),
     "answer": lambda r: r.answer,
     "turns": lambda r: r.turns,
     "stop": lambda r: r.stop,
@@ -39,9 +40,23 @@ RESULT_FIELDS: dict[str, Callable[[TaskResult], Any]] = {
     "repairs": lambda r: r.repairs,
     "error": lambda r: r.error,
 }
+
+
+def _verdict(result: TaskResult) -> bool | str | None:
+    """``correct`` as the tallies count it: a task the run's budget stopped is unfinished and one whose answer
+    could not be scored is unscored, whatever its ``correct`` field says (false, for both)."""
+    if not is_finished(result.status):
+        return "unfinished"
+    if result.score_error and int(result.epochs or 1) <= 1:
+        return "unscored"
+    return result.correct
+
+
 SUMMARY_FIELDS: dict[str, Callable[[RunSummary], Any]] = {
     "accuracy": lambda s: s.accuracy,
     "correct": lambda s: s.correct,
+    "scored": lambda s: s.scored,
+    "unfinished": lambda s: s.unfinished,
     "completed": lambda s: s.completed,
     "failed": lambda s: s.failed,
     "turns": lambda s: s.turns,
@@ -268,6 +283,14 @@ def _settings(run: RunRecord) -> dict[str, Any]:
         "experiment.epochs",
         "experiment.epoch_reducer",
         "experiment.attempts",
+        # What stops tasks: a difference here explains tasks unfinished or ended in one run only.
+        "experiment.budget.cost_usd",
+        "experiment.budget.tokens",
+        "agent.limits.cost_usd",
+        "agent.limits.tokens",
+        "agent.limits.turns",
+        "agent.limits.wall_s",
+        "judge.provider",
     )
     return {k: run.setting(k) for k in keys}
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +49,24 @@ def test_a_missing_turn_is_the_divergence(runs: FixtureRuns) -> None:
     failed = by_id[LENIENT_TASK]
     assert failed.changes["status"] == ("completed", "failed")
     assert failed.changes["correct"] == (True, None)  # the replay has no answer for it: unscored
+
+
+def test_a_task_the_budget_stopped_is_unfinished_not_wrong(runs: FixtureRuns, tmp_path: Path) -> None:
+    """``correct`` reads as the tallies count it: a budget-stopped task says ``correct: false`` in its file, but
+    it is unfinished (it once showed ``yes -> no``), and one whose answer could not be scored is unscored. The
+    budget that stopped it is among the settings that differ."""
+    stopped = tmp_path / "stopped"
+    shutil.copytree(runs.original.run_dir, stopped, ignore=shutil.ignore_patterns("workspace", "report.html"))
+    for task, edit in ((LENIENT_TASK, {"status": "budget"}), (CLEAN_TASK, {"score_error": "the judge failed"})):
+        path = stopped / "tasks" / task / "result.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **edit, "correct": False}))
+    config = stopped / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace("  budget:\n    cost_usd: null", "  budget:\n    cost_usd: 0.01", 1))
+    result = diff_runs(open_run(runs.original.run_dir), open_run(stopped))
+    by_id = {t.task_id: t for t in result.tasks}
+    assert by_id[LENIENT_TASK].changes["correct"] == (True, "unfinished")
+    assert by_id[CLEAN_TASK].changes["correct"] == (True, "unscored")
+    assert result.settings_changes["experiment.budget.cost_usd"] == (None, 0.01)
 
 
 def test_diff_command_text_and_json(runs: FixtureRuns, capsys: pytest.CaptureFixture[str]) -> None:
