@@ -59,7 +59,7 @@ from flowllm.run.progress import ProgressReporter
 from flowllm.run.runner import RunResult
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
-from flowllm.scoring import open_scorer
+from flowllm.scoring import JudgeScorer, open_scorer
 from flowllm.scoring.scorers import RuleScore
 from flowllm.setup.build import build_experiment, prepare, run_summary
 from flowllm.setup.prepared import PreparedRun
@@ -183,12 +183,6 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="flowllm-parent-watch", daemon=True).start()
 
 
-def refuse_unsupported(cfg: DictConfig) -> None:
-    """What several workers cannot do yet, refused before the first task rather than done wrong."""
-    if OmegaConf.select(cfg, "dataset.scorer", default="gaia") == "judge":
-        raise ConfigError("experiment.workers above 1 cannot score with a judge yet: use experiment.workers=1")
-
-
 async def _run_shard_async(
     cfg: DictConfig,
     parts: PreparedRun,
@@ -205,15 +199,27 @@ async def _run_shard_async(
     # Each worker sets up the web tool environment for the servers it starts, as a one-process run does: the
     # run's one web cache (written atomically, so workers share it) and, offline, a fixture server and an audio
     # emulator of its own (they keep no state a task could see).
+    # dataset.scorer=judge: each worker judges its own tasks' answers, with its share of the judge's rate limits,
+    # into the run's one judge ledger (appended a whole line at a time, as usage.jsonl is).
+    judge = None if parts.judge_provider is None else _shared(parts.judge_provider, shard.index, shard.of)
     async with (
         web_tools(cfg, recorder.run_dir) as web,
         open_provider(pcfg, ledger=ledger, resolve=resolve, adaptive=adaptive) as provider,
         open_vision(
             parts.vision, ledger=ledger, cache_env=web.env, fixtures_url=web.fixtures_url, resolve=parts.providers
         ) as vision,
+        open_scorer(
+            cfg.dataset.scorer,
+            judge=parts.judge_cfg,
+            judge_provider=judge,
+            run_dir=recorder.run_dir,
+            redactor=recorder.redactor,
+            prices=parts.prices,
+            providers=resolve,
+        ) as scorer,
     ):
         parts.tools = web.apply(parts.tools)
-        experiment = build_experiment(cfg, parts, provider, recorder, progress=None, vision=vision)
+        experiment = build_experiment(cfg, parts, provider, recorder, progress=None, scorer=scorer, vision=vision)
         attach_control(experiment, control)  # flowllm ctl: this worker follows the run's control state
         if shard.spent_usd is not None:
             share_set_budget(control, shard.spent_usd, shard.of)
@@ -368,8 +374,10 @@ class _Pool:
 
 def scorer_rules(cfg: DictConfig, run_dir: Path) -> RuleScore | None:
     """The run's scorer's rules, taken from the scorer as ``Experiment.previous_outcome`` takes them: what the
-    parent recomputes ``correct`` with when it reads a ``result.json`` (a judge has none; ``refuse_unsupported``
-    stops such a run first)."""
+    parent recomputes ``correct`` with when it reads a ``result.json``. A judge has none (its verdicts are read as
+    its workers saved them), and its provider is not opened here."""
+    if str(cfg.dataset.scorer) == JudgeScorer.name:
+        return None
 
     async def rules() -> RuleScore | None:
         async with open_scorer(str(cfg.dataset.scorer), run_dir=run_dir) as scorer:
@@ -382,7 +390,6 @@ def run_parallel(cfg: DictConfig, run_dir: Path, workers: int) -> dict[str, Any]
     """The parent of a run with ``experiment.workers`` > 1; returns the summary (as ``app.run`` does)."""
     from hydra.core.hydra_config import HydraConfig
 
-    refuse_unsupported(cfg)
     try:
         hydra_cfg = HydraConfig.get()
     except ValueError:
@@ -509,7 +516,9 @@ def _finished_before(
         return already
     for task in tasks:
         previous = read_outcome(layout.result(task.task_id), task, rescore)
-        if previous is not None and previous.status in FINISHED:
+        # An answer that could not be scored goes to a worker all the same: it scores it again (or reruns the
+        # epochs that could not be scored), as a one-process resume does.
+        if previous is not None and previous.status in FINISHED and not previous.scored_again:
             already[task.task_id] = previous
     return already
 

@@ -187,6 +187,14 @@ class TaskOutcome:
         return cls.from_result(TaskResult.from_dict(data))
 
     @property
+    def scored_again(self) -> bool:
+        """Whether a resume must score this finished task again: its answer could not be scored (the judge failed),
+        or, over epochs, one of its epochs' could not (that epoch runs again)."""
+        if self.epochs > 1:
+            return any(entry.get("score_error") for entry in self.epoch_log)
+        return bool(self.score_error)
+
+    @property
     def task_score(self) -> float | None:
         """The task's score in [0, 1]: reduced over its epochs, or its verdict; None when not scored (tally.py)."""
         return known_score(

@@ -164,7 +164,7 @@ class Experiment:
         outcome = read_outcome(self.recorder.layout.result(task.task_id), task, self.scorer.rules)
         if outcome is not None and outcome.epochs != self.settings.epochs:
             return None  # another number of epochs: the task runs again (the epochs it has are kept)
-        if outcome is not None and outcome.epochs > 1 and any(e.get("score_error") for e in outcome.epoch_log):
+        if outcome is not None and outcome.epochs > 1 and outcome.scored_again:
             return None  # an epoch whose answer could not be scored runs again; the others are kept
         return outcome if outcome is not None and outcome.status in FINISHED else None
 
@@ -514,11 +514,7 @@ class Experiment:
 
     async def _rescore_unscored(self, tasks: list[Task], outcomes: dict[str, TaskOutcome]) -> None:
         """A completed task whose answer could not be scored (the judge failed) is scored again, not rerun."""
-        rescore = [
-            t
-            for t in tasks
-            if t.task_id in outcomes and outcomes[t.task_id].score_error and outcomes[t.task_id].epochs == 1
-        ]
+        rescore = [t for t in tasks if t.task_id in outcomes and outcomes[t.task_id].scored_again]
         if not rescore:
             return
         limit = asyncio.Semaphore(max(1, self.settings.max_concurrent))

@@ -20,6 +20,7 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.run.report import headline_accuracy
+from flowllm.verify.cli import main as verify_main
 from tests.appfork import run_app
 
 pytestmark = pytest.mark.long
@@ -288,3 +289,26 @@ def test_bad_input_is_one_line_and_exit_code_2(overrides: tuple[str, ...], expec
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("flowllm: error: ") and expected in lines[0], proc.stderr
+
+
+def test_workers_judge_their_tasks_and_a_resume_judges_again_only_the_unscored(tmp_path: Path) -> None:
+    """``experiment.workers=2`` with a judge (once refused): each worker judges its own tasks into the run's one
+    judge ledger, and an answer the judge gave no verdict for is unscored. A resume deals it to a worker again,
+    which judges it again without calling the agent's model (the parent once counted it as finished: never
+    judged again)."""
+    script = tmp_path / "judge_alt.yaml"
+    script.write_text(JUDGE_SCRIPT)
+    run = tmp_path / "run"
+    args = ("+experiment=browsecomp_sample", "experiment.workers=2", f"hydra.run.dir={run}")
+    ok(flowllm(*args, f"judge.emulator_script={script}"))
+    summary = read_json(run / "summary.json")
+    assert (summary["correct"], summary["scored"], summary["unscored"], summary["scoring_errors"]) == (2, 2, 1, 1)
+    assert read_json(run / "tasks" / "browsecomp-0002" / "result.json")["correct"] is None
+    assert summary["judge"]["calls"] == 3 and len(attempts(run / "judge_usage.jsonl")) == 4  # a 529, retried
+    agent_calls = attempts(run / "usage.jsonl")
+    ok(flowllm(*args, "experiment.resume=force"))  # the sample's own judge, which answers
+    summary = read_json(run / "summary.json")
+    assert (summary["correct"], summary["scored"], summary["unscored"], summary["scoring_errors"]) == (3, 3, 0, 0)
+    assert attempts(run / "usage.jsonl") == agent_calls  # the agent's model was not called again
+    assert len(attempts(run / "judge_usage.jsonl")) == 5  # one more judgement: task 2's
+    assert verify_main([str(run)]) == 0
