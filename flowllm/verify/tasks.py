@@ -91,11 +91,13 @@ class TaskChecker:
         """Check one run of a task (answer, ground truth, verdict); returns the recomputed verdict."""
         self.audit.check(file, "ground_truth", result.ground_truth, task.ground_truth, "the dataset")
         answer = self.answer(result, task, epoch, file)
-        if self.rules is None:
-            return result.correct
-        correct = expected_correct(result, task, answer, self.rules)
+        # A judge's verdict is taken as recorded, but the tallies' rules still apply to it: a task the budget
+        # stopped, a failed one or a replay that parted from the saved run has no verdict of the judge's to count.
+        rules = self.rules or (lambda _task, _answer: result.correct)
+        correct = expected_correct(result, task, answer, rules)
         if result.status != BUDGET:
-            self.audit.check(file, "correct", result.correct, correct, "scored again by the scorer's rules")
+            how = "scored again by the scorer's rules" if self.rules is not None else "the judge's verdict, as counted"
+            self.audit.check(file, "correct", result.correct, correct, how)
         return correct
 
     def epochs(self, result: TaskResult, task: Task, file: str) -> TaskOutcome:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from flowllm.exit_codes import ExitCode
+from flowllm.export.inspect_log import write_eval_log
+from flowllm.export.source import open_source
 from flowllm.verify import totals
 from flowllm.verify.cli import main as verify_main
 from tests.appfork import run_app
@@ -397,3 +399,31 @@ def test_a_budget_bound_counts_each_session_as_it_ran(tmp_path: Path, capsys: py
     code, out, _ = verify(run, capsys)
     assert code == ExitCode.OK, out
     assert "not checked: the budget's bound: how many workers experiment.workers=auto started" in out
+
+
+def test_a_judged_epoch_the_budget_stopped_verifies_unscored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A judge's verdicts are taken as recorded, but not where no verdict counts: an epoch the budget stopped
+    mid-conversation says ``correct: false`` in its result.json, and verify took that as the judge's verdict, so
+    the Inspect log, which rightly leaves the epoch unscored, was refused."""
+    matrix = Path(__file__).resolve().parent / "data"
+    run, log = tmp_path / "run", tmp_path / "run.eval"
+    done = run_flowllm(
+        "progress=false",
+        f"dataset.path={matrix / 'matrix'}",
+        "provider=offline_chat",
+        f"provider.emulator_script={matrix / 'matrix' / 'script.yaml'}",
+        "experiment.epochs=3",
+        "experiment.budget.cost_usd=0.01",
+        "dataset.scorer=judge",
+        "judge.provider=offline",
+        "judge.template=browsecomp",
+        f"judge.emulator_script={matrix / 'matrix_judge.yaml'}",
+        "experiment.shard=0/2",
+        f"hydra.run.dir={run}",
+    )
+    assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    stopped = [p for p in run.glob("tasks/*/epochs/*/result.json") if json.loads(p.read_text())["status"] == "budget"]
+    assert stopped and all(json.loads(p.read_text())["correct"] is False for p in stopped)
+    write_eval_log(open_source(run), log)
+    code, out, _ = verify(run, capsys, "--export", str(log))
+    assert code == ExitCode.OK, out
