@@ -16,6 +16,7 @@ from pathlib import Path
 from flowllm.providers.replay import CALL_NODE, REPLAY_PROTOCOL
 from flowllm.rundir.layout import OUTPUT_FILE
 from flowllm.rundir.results import TaskResult
+from flowllm.scoring.judge import JUDGE_SCOPE
 from flowllm.verify.evidence import RunEvidence
 from flowllm.verify.findings import Audit
 
@@ -25,8 +26,10 @@ SUMMARY = "summary.json"
 
 
 def _replies(records: Path) -> int:
-    """The model calls a task's (or epoch's) folder holds a reply for, in every conversation."""
-    return sum(1 for _ in records.rglob(f"*_{CALL_NODE}/{OUTPUT_FILE}"))
+    """The model calls a task's (or epoch's) folder holds a reply for, in every conversation of its agents (the
+    judge's calls, under ``judge/``, are paid in ``judge_usage.jsonl``)."""
+    found = records.rglob(f"*_{CALL_NODE}/{OUTPUT_FILE}")
+    return sum(1 for path in found if path.relative_to(records).parts[0] != JUDGE_SCOPE)
 
 
 def _paid(ev: RunEvidence, task_id: str, epoch: int | None) -> int:

@@ -312,3 +312,21 @@ def test_workers_judge_their_tasks_and_a_resume_judges_again_only_the_unscored(t
     assert attempts(run / "usage.jsonl") == agent_calls  # the agent's model was not called again
     assert len(attempts(run / "judge_usage.jsonl")) == 5  # one more judgement: task 2's
     assert verify_main([str(run)]) == 0
+
+
+def test_the_judge_replies_are_not_counted_as_the_agent_calls_a_resume_paid_for(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """verify checks that every saved reply of a resumed task was paid in ``usage.jsonl``; the judge's reply,
+    saved under the task's ``judge/``, is paid in ``judge_usage.jsonl`` (counted as the agent's, a resumed
+    judged task was refused)."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["original"], run)
+    path = run / "tasks" / "browsecomp-0001" / "result.json"
+    result = read_json(path)
+    assert result["turns"] == 1 and list((path.parent / "judge").rglob("output.json"))
+    path.write_text(orjson.dumps({**result, "resumed_turns": 1}).decode())
+    summary = read_json(run / "summary.json")
+    (run / "summary.json").write_text(orjson.dumps({**summary, "resumed_turns": 1, "resumed_tasks": 1}).decode())
+    assert verify_main([str(run)]) == 0
+
