@@ -44,13 +44,21 @@ class RunSource:
     traces: list[TaskTrace]
     notes: list[str] = field(default_factory=list)
 
+    def _counts(self, trace: TaskTrace) -> bool:
+        """Whether a trace is exported. Once the run has written its summary, an epoch of a task that has no
+        result.json (a budget or an interruption kept its other epochs from running) is unfinished, as the summary
+        counts the task; while the run is running (or after a crash), each finished epoch is."""
+        if not trace.finished:
+            return False
+        return self.summary is None or not trace.epoch_folder or trace.task_result is not None
+
     @property
     def finished(self) -> list[TaskTrace]:
-        return [t for t in self.traces if t.finished]
+        return [t for t in self.traces if self._counts(t)]
 
     @property
     def unfinished(self) -> list[TaskTrace]:
-        return [t for t in self.traces if not t.finished]
+        return [t for t in self.traces if not self._counts(t)]
 
     @property
     def replay(self) -> bool:
@@ -131,7 +139,8 @@ def open_source(path: Path | str) -> RunSource:
             f"{len(source.finished)} finished {source.unit}, leaving out {len(unfinished)} unfinished",
         )
     elif unfinished:
-        source.notes.insert(0, f"{len(unfinished)} {source.unit} have no readable result.json and are left out")
+        left = f"{len(unfinished)} {source.unit} are unfinished (no readable result.json of their own or their task's)"
+        source.notes.insert(0, f"{left} and are left out")
     return source
 
 

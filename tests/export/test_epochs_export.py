@@ -159,6 +159,19 @@ def test_an_unfinished_epochs_task_is_exported_with_its_finished_epochs(epochs_r
     assert answers["wrong"] == "" and answers["delegate"] == "385"  # a task is submitted once all epochs ran
 
 
+def test_a_settled_run_exports_no_epoch_of_a_task_it_left_unfinished(epochs_run: Path, tmp_path: Path) -> None:
+    """A resume that the spent budget stopped at once leaves a task with finished epochs and no result.json:
+    the summary counts it unfinished, so its epochs are no samples (they were, with their scores, in a log that
+    Inspect then scored on more tasks than the run counts, and that ``flowllm verify --export`` refused)."""
+    run = tmp_path / "run"
+    shutil.copytree(epochs_run, run)
+    (run / "tasks" / "wrong" / "result.json").unlink()
+    source = open_source(run)
+    assert [(t.task_id, t.epoch) for t in source.unfinished] == [("wrong", 1), ("wrong", 2)]
+    assert "wrong" not in {t.task_id for t in source.finished}
+    assert source.notes[0].startswith("2 task epoch(s) are unfinished")
+
+
 def test_an_epoch_the_budget_stopped_is_exported_unscored_not_wrong(tmp_path: Path) -> None:
     """A budget's stop leaves an epoch unfinished: the Inspect sample has no score and the tasks frame's
     ``correct`` is NA for it (it read "I" and False, so a mean counted it wrong); verify agrees with the log."""
