@@ -329,4 +329,3 @@ def test_the_judge_replies_are_not_counted_as_the_agent_calls_a_resume_paid_for(
     summary = read_json(run / "summary.json")
     (run / "summary.json").write_text(orjson.dumps({**summary, "resumed_turns": 1, "resumed_tasks": 1}).decode())
     assert verify_main([str(run)]) == 0
-

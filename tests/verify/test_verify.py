@@ -401,7 +401,9 @@ def test_a_budget_bound_counts_each_session_as_it_ran(tmp_path: Path, capsys: py
     assert "not checked: the budget's bound: how many workers experiment.workers=auto started" in out
 
 
-def test_a_judged_epoch_the_budget_stopped_verifies_unscored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_judged_epoch_the_budget_stopped_verifies_unscored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A judge's verdicts are taken as recorded, but not where no verdict counts: an epoch the budget stopped
     mid-conversation says ``correct: false`` in its result.json, and verify took that as the judge's verdict, so
     the Inspect log, which rightly leaves the epoch unscored, was refused."""
