@@ -5,7 +5,8 @@ a budget across epochs, batch results across epochs, a refused resume). The rows
 all pairs of the factors' levels (computed once with allpairspy and written down as data;
 ``test_the_rows_cover_every_pair`` keeps them so). Each row makes a run of the matrix dataset
 (``data/matrix``: three sample tasks, a sub-agent task, GAIA's hidden answer "?", an empty and a missing answer,
-a wrong answer), then what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a
+a wrong answer), as one process or as two shards put together by ``flowllm merge``, scored by GAIA's rules or by
+an LLM judge, then what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a
 fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its
 Inspect AI log (``flowllm verify RUN --export``: scores, answers and model usage against the run).
 """
@@ -51,6 +52,17 @@ FAULTS = [
     " {fault: status, status: 529, rate: 0.3, attempts: [1]}]}",
     "provider.retry.base_delay_s=0.01",
 ]
+# The judged rows' scorer: BrowseComp's grader on the judge's own loopback emulator (an answer judged wrong, one
+# given no verdict: a scoring error, unscored).
+MATRIX_JUDGE = Path(__file__).resolve().parent / "data" / "matrix_judge.yaml"
+JUDGED = [
+    "dataset.scorer=judge",
+    "judge.provider=offline",
+    "judge.template=browsecomp",
+    f"judge.emulator_script={MATRIX_JUDGE}",
+]
+JUDGED_NOT_CHECKED = ["verdicts of the judge scorer are taken as recorded (a model judged them)"]
+SHARDS = 2
 FIRST_RESULT_WAIT_S = 120  # how long an interrupted row waits for a first task to finish before it interrupts
 
 
@@ -71,6 +83,10 @@ class Row:
     # off | on: the first run's emulator answers first calls empty and some first attempts with a 529 (FAULTS). Its
     # batch endpoint injects no fault: with batch on, the faults are set and meet no call.
     faults: str
+    # off | on: the first run is two processes of experiment.shard=I/2 (each its own folder, or its own store URL),
+    # put together by ``flowllm merge``; what ``then`` says is done to the merged run.
+    shard: str
+    scorer: str  # rules (GAIA's) | judge (an LLM judge on its own loopback emulator, MATRIX_JUDGE's verdicts)
 
     @property
     def name(self) -> str:
@@ -93,6 +109,7 @@ class Row:
         found += ["agent.limits.turns=2"] if self.limits == "turns" else []
         found += [f"telemetry.otlp_endpoint={otlp}"] if self.telemetry == "on" else []
         found += ["+subagents=analyst"] if self.subagent == "on" else []
+        found += JUDGED if self.scorer == "judge" else []
         url = self.store_url(step)
         return found + ([f"experiment.store={url}"] if url else [])
 
@@ -105,7 +122,9 @@ class Row:
         return found + (FAULTS if self.faults == "on" else [])
 
     def follow_up(self, base: Path) -> list[str]:
-        replay = ["provider=replay", f"provider.run_dir={self.store_url('base') or base}"]
+        # A merged run is a local folder (its shards are what the store holds).
+        saved = base if self.shard == "on" else (self.store_url("base") or base)
+        replay = ["provider=replay", f"provider.run_dir={saved}"]
         if self.then == "fork":
             return [*replay, "provider.fork=live", f"provider.live={self.wire}", "repair=strict"]
         if self.then == "fork_at_turn":
@@ -116,24 +135,156 @@ class Row:
 # All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store and faults columns were
 # added later, their levels chosen so that every pair with them is covered too).
 ROWS = [
-    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off", "on"),
-    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off", "off", "off"),
-    Row("fork", "graph_parallel", "offline_responses", 2, 1, 2, "none", "turns", "off", "on", "on", "off", "off"),
-    Row("fork_at_turn", "graph_parallel", "offline_chat", 1, 3, 1, "tight", "none", "on", "off", "on", "off", "off"),
-    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off", "on"),
-    Row("sigkill", "legacy", "offline_responses", 2, 3, 1, "tight", "turns", "on", "off", "on", "on", "off"),
-    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off", "off"),
-    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off", "on", "off"),
-    Row("fork_at_turn", "graph", "offline_responses", 1, 1, 2, "none", "turns", "off", "off", "off", "on", "off"),
-    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on", "on"),
-    Row("replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "on", "off"),
-    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on", "on", "off"),
-    Row("sigkill", "graph_parallel", "offline_chat", 1, 1, 2, "tight", "turns", "off", "off", "off", "off", "on"),
-    Row("fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off", "off", "on"),
-    Row("sigint", "graph_parallel", "offline_responses", 2, 3, 1, "tight", "none", "off", "off", "off", "off", "off"),
-    Row("replay", "legacy", "offline_responses", 2, 1, 2, "tight", "turns", "off", "off", "on", "off", "on"),
-    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off", "off", "off"),
-    Row("none", "graph_parallel", "offline_chat", 2, 1, 2, "tight", "turns", "off", "off", "off", "off", "off"),
+    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off", "on", "on", "judge"),
+    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off", "off", "off", "on", "judge"),
+    Row(
+        "fork",
+        "graph_parallel",
+        "offline_responses",
+        2,
+        1,
+        2,
+        "none",
+        "turns",
+        "off",
+        "on",
+        "on",
+        "off",
+        "off",
+        "on",
+        "judge",
+    ),
+    Row(
+        "fork_at_turn",
+        "graph_parallel",
+        "offline_chat",
+        1,
+        3,
+        1,
+        "tight",
+        "none",
+        "on",
+        "off",
+        "on",
+        "off",
+        "off",
+        "on",
+        "judge",
+    ),
+    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off", "on", "on", "rules"),
+    Row(
+        "sigkill",
+        "legacy",
+        "offline_responses",
+        2,
+        3,
+        1,
+        "tight",
+        "turns",
+        "on",
+        "off",
+        "on",
+        "on",
+        "off",
+        "on",
+        "judge",
+    ),
+    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off", "off", "off", "rules"),
+    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off", "on", "off", "off", "judge"),
+    Row(
+        "fork_at_turn",
+        "graph",
+        "offline_responses",
+        1,
+        1,
+        2,
+        "none",
+        "turns",
+        "off",
+        "off",
+        "off",
+        "on",
+        "off",
+        "off",
+        "rules",
+    ),
+    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on", "on", "off", "rules"),
+    Row(
+        "replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "on", "off", "off", "rules"
+    ),
+    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on", "on", "off", "off", "rules"),
+    Row(
+        "sigkill",
+        "graph_parallel",
+        "offline_chat",
+        1,
+        1,
+        2,
+        "tight",
+        "turns",
+        "off",
+        "off",
+        "off",
+        "off",
+        "on",
+        "off",
+        "rules",
+    ),
+    Row(
+        "fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off", "off", "on", "off", "rules"
+    ),
+    Row(
+        "sigint",
+        "graph_parallel",
+        "offline_responses",
+        2,
+        3,
+        1,
+        "tight",
+        "none",
+        "off",
+        "off",
+        "off",
+        "off",
+        "off",
+        "off",
+        "rules",
+    ),
+    Row(
+        "replay",
+        "legacy",
+        "offline_responses",
+        2,
+        1,
+        2,
+        "tight",
+        "turns",
+        "off",
+        "off",
+        "on",
+        "off",
+        "on",
+        "off",
+        "rules",
+    ),
+    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off", "off", "off", "off", "rules"),
+    Row(
+        "none",
+        "graph_parallel",
+        "offline_chat",
+        2,
+        1,
+        2,
+        "tight",
+        "turns",
+        "off",
+        "off",
+        "off",
+        "off",
+        "off",
+        "off",
+        "rules",
+    ),
 ]
 LEVELS = {
     "then": ["none", "replay", "fork", "fork_at_turn", "sigint", "sigkill"],
@@ -149,6 +300,8 @@ LEVELS = {
     "subagent": ["off", "on"],
     "store": ["off", "on"],
     "faults": ["off", "on"],
+    "shard": ["off", "on"],
+    "scorer": ["rules", "judge"],
 }
 
 
@@ -214,13 +367,15 @@ def interrupted_then_resumed(args: list[str], run: Path, sig: signal.Signals, lo
     run_ok(*args)  # the resume
 
 
-def assert_verified(run: Path) -> None:
-    """The run verifies, and so does its Inspect AI log (scores, answers and model usage against the run)."""
+def assert_verified(row: Row, run: Path) -> None:
+    """The run verifies, and so does its Inspect AI log (scores, answers and model usage against the run); only a
+    judge's verdicts are taken as recorded."""
     log = run.parent / f"{run.name}.eval"
     write_eval_log(open_source(run), log)
     audit = audit_run(run, exports=[log])
     assert audit.verified, "\n".join([f"{run.name} is not verified:", *(f.line() for f in audit.findings)])
-    assert audit.compared > 50 and not audit.not_checked, audit.not_checked
+    assert audit.compared > 50, audit.compared
+    assert audit.not_checked == (JUDGED_NOT_CHECKED if row.scorer == "judge" else []), audit.not_checked
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
@@ -246,20 +401,39 @@ def assert_stored(row: Row, step: str, run: Path) -> None:
     copy = local_run(url)
     local = {p.relative_to(run): p.read_bytes() for p in run.glob("tasks/*/result.json")}
     assert {p.relative_to(copy): p.read_bytes() for p in copy.glob("tasks/*/result.json")} == local
-    assert_verified(copy)
+    assert_verified(row, copy)
+
+
+def first_run(row: Row, tmp_path: Path, url: str, step: str, extra: tuple[str, ...] = ()) -> Path:
+    """The row's first run (or one shard of it) in ``tmp_path / step``, interrupted and resumed if the row says so;
+    verified, and its store's copy too."""
+    run = tmp_path / step
+    args = [*row.overrides(url, step), *row.live(), *extra, f"hydra.run.dir={run}"]
+    if row.then in ("sigint", "sigkill"):
+        sig = signal.SIGINT if row.then == "sigint" else signal.SIGKILL
+        interrupted_then_resumed(args, run, sig, tmp_path / f"{step}.interrupted.log")
+    else:
+        run_ok(*args)
+    assert_verified(row, run)
+    assert_stored(row, step, run)
+    return run
+
+
+def merged_shards(row: Row, tmp_path: Path, url: str) -> Path:
+    """The first run as shards, each verified, merged from their folders (or their store URLs) into ``base``."""
+    parts = [first_run(row, tmp_path, url, f"base-{i}", (f"experiment.shard={i}/{SHARDS}",)) for i in range(SHARDS)]
+    base = tmp_path / "base"
+    sources = [row.store_url(f"base-{i}") or str(part) for i, part in enumerate(parts)]
+    merged = run_flowllm("merge", *sources, "-o", str(base))
+    assert merged.returncode == ExitCode.OK, merged.stderr[-3000:]
+    assert sorted(statuses(base)) == sorted(t for part in parts for t in statuses(part))
+    assert_verified(row, base)
+    return base
 
 
 def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> None:
-    base = tmp_path / "base"
-    args = [*row.overrides(url), *row.live(), f"hydra.run.dir={base}"]
     before = receiver.received
-    if row.then in ("sigint", "sigkill"):
-        sig = signal.SIGINT if row.then == "sigint" else signal.SIGKILL
-        interrupted_then_resumed(args, base, sig, tmp_path / "interrupted.log")
-    else:
-        run_ok(*args)
-    assert_verified(base)
-    assert_stored(row, "base", base)
+    base = merged_shards(row, tmp_path, url) if row.shard == "on" else first_run(row, tmp_path, url, "base")
     if row.faults == "on" and row.batch == "off":  # the faults happened; empty replies billed as a provider bills them
         lines = [LedgerLine.from_dict(orjson.loads(raw)) for raw in (base / "usage.jsonl").read_bytes().splitlines()]
         empty = [line for line in lines if line.outcome == "empty_reply"]
@@ -275,7 +449,7 @@ def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> 
     if row.then in ("replay", "fork", "fork_at_turn"):
         follow = tmp_path / row.then
         run_ok(*row.overrides(url, row.then), *row.follow_up(base), f"hydra.run.dir={follow}", exits=FOLLOW_UP_EXITS)
-        assert_verified(follow)
+        assert_verified(row, follow)
         assert_stored(row, row.then, follow)
     if row.then == "replay":  # a plain replay ends every task as the saved run did, a budget's stop included
         assert statuses(follow) == statuses(base)
