@@ -94,13 +94,25 @@ def _session_in_flight(ev: RunEvidence, session: Mapping[str, Any]) -> int | Non
         return None
 
 
-def _in_flight(ev: RunEvidence) -> int | None:
-    """The most calls the run could have had in flight past its cap: its busiest session's, once per shard (a
-    merged run's shards spent apart); None when a session's is not known."""
-    sessions = [_session_in_flight(ev, session) for session in ev.history or [{}]]
-    if any(n is None for n in sessions):
+def _raised_by_ctl(line: Mapping[str, Any]) -> int | None:
+    """The tasks at once a ``flowllm ctl RUN set experiment.max_concurrent=N`` line of the history set (the whole
+    run's, its workers' together); None for any other line."""
+    args = line.get("args") or []
+    if line.get("control") != "set" or not line.get("ok") or len(args) != 1:
         return None
-    return max(n for n in sessions if n is not None) * _shards(ev)
+    key, _, value = str(args[0]).partition("=")
+    return int(value) if key.strip() == "experiment.max_concurrent" and value.strip().isdigit() else None
+
+
+def _in_flight(ev: RunEvidence) -> int | None:
+    """The most calls the run could have had in flight past its cap: its busiest session's (or what ``flowllm
+    ctl`` raised it to), once per shard (a merged run's shards spent apart); None when a session's is not known."""
+    sessions = [line for line in ev.history if "control" not in line] or [{}]
+    counts = [_session_in_flight(ev, session) for session in sessions]
+    if any(n is None for n in counts):
+        return None
+    counts += [n for n in map(_raised_by_ctl, ev.history) if n is not None]
+    return max(n for n in counts if n is not None) * _shards(ev)
 
 
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:

@@ -399,6 +399,17 @@ def test_a_budget_bound_counts_each_session_as_it_ran(tmp_path: Path, capsys: py
     code, out, _ = verify(run, capsys)
     assert code == ExitCode.OK, out
     assert "not checked: the budget's bound: how many workers experiment.workers=auto started" in out
+    # Sessions of 1 task at once each, but ``flowllm ctl RUN set experiment.max_concurrent=6`` raised it while
+    # the first ran: its line in the history counts.
+    for session in sessions:
+        session["overrides"] = ["experiment.max_concurrent=1"]
+    (run / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sessions))
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.UNVERIFIED and "the cap plus the turns in flight" in out, out
+    raised = {"control": "set", "args": ["experiment.max_concurrent=6"], "ok": True, "answer": "set"}
+    (run / "history.jsonl").write_text("".join(json.dumps(s) + "\n" for s in [sessions[0], raised, sessions[1]]))
+    code, out, _ = verify(run, capsys)
+    assert code == ExitCode.OK, out
 
 
 def test_a_judged_epoch_the_budget_stopped_verifies_unscored(
