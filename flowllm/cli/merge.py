@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flowllm.errors import FlowError
 from flowllm.exit_codes import ExitCode
+from flowllm.run.report import format_usd, headline_accuracy
 from flowllm.rundir.store import local_run
 
 __all__ = ["main"]
@@ -42,9 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if merged.missing_shards:
         missing = ", ".join(map(str, merged.missing_shards))
         print(f"{PROG}: warning: shards {missing} were not given: their tasks are unfinished", file=sys.stderr)
-    accuracy = "not known" if summary.accuracy is None else f"{summary.accuracy:.1%}"
+    # Said as the run's own console says it: over the scored tasks, what was left unscored, a cost not known.
+    cost = "cost not known (a model has no price)" if summary.cost_usd is None else format_usd(summary.cost_usd)
     print(
         f"{PROG}: {merged.run_dir}: {summary.tasks} tasks, {summary.completed} completed, {summary.failed} failed, "
-        f"accuracy {accuracy}, ${summary.cost_usd or 0:.4f}"
+        f"accuracy {headline_accuracy(summary)}, {cost}"
     )
     return int(ExitCode.OK)

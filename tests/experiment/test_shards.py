@@ -11,6 +11,7 @@ import pytest
 
 from flowllm.cli.merge import main as merge_main
 from flowllm.datasets.shards import shard_of
+from flowllm.run.report import headline_accuracy
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
 from flowllm.rundir.results import RunSummary
 from flowllm.verify.cli import main as verify_main
@@ -45,6 +46,8 @@ def merged(shards: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path
     done = run_flowllm("merge", *map(str, reversed(shards[:SHARDS])), "-o", str(out))  # any order
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"{out}: 10 tasks, 10 completed" in done.stdout
+    # Its accuracy said as the run's console says it (over the scored tasks, naming the unscored ones), not bare.
+    assert f"accuracy {headline_accuracy(_summary(out))}, $" in done.stdout
     return out
 
 
