@@ -33,6 +33,7 @@ from flowllm.experiment import workers
 from flowllm.providers import UsageLedger, open_provider, provider_secrets
 from flowllm.providers.ledger import LedgerTail
 from flowllm.providers.replay import REPLAY_PROTOCOL
+from flowllm.run.budget_report import shared_spend
 from flowllm.run.control import RunControl, attach_control
 from flowllm.run.ctl_desk import ControlDesk
 from flowllm.run.outcome import load_outcomes
@@ -340,7 +341,9 @@ def _run_here(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         result = RunResult(
             load_outcomes(run_dir, parts.tasks, rules), interrupted=True, resumed=session.resumed, tools_start_s=None
         )
-    summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started)
+    # Under experiment.coordination the budget is every process's together: what they spent is read from Redis.
+    shared = shared_spend(parts.experiment.budget, parts.experiment.coordination, run_dir)
+    summary = run_summary(cfg, parts, result, run_dir, wall_seconds=time.perf_counter() - started, shared=shared)
     if summary.tools is not None:
         summary.tools.sandbox_gaps = session.gaps
     try:

@@ -13,6 +13,7 @@ import pytest
 from tests.appfork import launcher
 from tests.experiment.helpers import run_flowllm
 from tests.experiment.s3_server import S3Server, weed_binary
+from tests.redis_server import MISSING, redis_server
 from tests.verify.old_runs import unpack_old_runs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "flowllm"
@@ -85,3 +86,12 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     server.start(weed)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis server (experiment.coordination), started for the module that asks for it."""
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        if url is None:
+            pytest.skip(MISSING)
+        yield url

@@ -6,22 +6,47 @@ several workers writes the same block as a one-process run.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
+from flowllm.core.coordination import Coordination, RedisSpend
 from flowllm.providers.ledger import UsageLedger
 from flowllm.run.outcome import BUDGET, TaskOutcome
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
 from flowllm.spend.pricing import PriceTable
-from flowllm.spend.spending import RunBill, RunBudget, SpendBook
+from flowllm.spend.spending import SHARED_SPENDER, RunBill, RunBudget, Spend, SpendBook
 from flowllm.spend.task_usage import TaskBill
+
+log = logging.getLogger(__name__)
 
 
 def budget_spent(budget: RunBudget, run_dir: Path) -> bool:
     """Whether the run's ledger has reached ``experiment.budget`` (False without a budget)."""
     return budget.active and budget.reached(SpendBook.of_run(run_dir).total()) is not None
+
+
+def shared_spend(budget: RunBudget, coordination: Coordination | None, run_dir: Path) -> Spend | None:
+    """Under ``experiment.coordination``, what every process sharing the budget spent (this folder's ledger lines
+    counted in first); None without a shared budget, or when Redis cannot be reached now (said on the console)."""
+    if coordination is None or not budget.active:
+        return None
+    try:
+        shared = RedisSpend(coordination)
+    except (OSError, RedisError) as exc:
+        log.warning("flowllm: the shared spend (experiment.coordination) cannot be read: %s", exc)
+        return None
+    try:
+        return SpendBook.of_run(run_dir, shared=shared).total()
+    except (OSError, RedisError) as exc:
+        log.warning("flowllm: the shared spend (experiment.coordination) cannot be read: %s", exc)
+        return None
+    finally:
+        shared.close()
 
 
 def budget_summary(
@@ -31,11 +56,16 @@ def budget_summary(
     *,
     total: int,
     bills: Mapping[str, TaskBill],
+    shared: Spend | None = None,
 ) -> dict[str, Any]:
     """``summary.json``'s ``budget``: the caps, what the run's ledger adds up to, whether the budget ended the run,
-    and what each task it left unfinished had used."""
+    and what each task it left unfinished had used. With ``shared`` (``shared_spend``) the budget is the one the
+    processes of ``experiment.coordination`` kept together: it ended this run when their spend reached it, though
+    this folder's own may be far below (a shard started after the others had spent it)."""
     spent = SpendBook.of_run(run_dir).total()
-    halt = budget.reached(spent) if budget.active else None
+    halt = None
+    if budget.active:
+        halt = budget.reached(spent) if shared is None else budget.reached(shared, SHARED_SPENDER)
     stopped = [o for o in outcomes if o.status == BUDGET]
     unfinished: dict[str, Any] = {}
     for o in stopped:
@@ -57,6 +87,9 @@ def budget_summary(
         "reason": halt.detail if halt is not None else None,
         "stopped_tasks": unfinished,  # stopped mid-task by the budget: what each had used
         "not_started": max(0, total - len(finished) - len(stopped)),
+        "shared_spent": None
+        if shared is None
+        else {"cost_usd": None if shared.unpriced_calls else round(shared.cost_usd, 6), "tokens": shared.tokens},
     }
 
 

@@ -192,7 +192,8 @@ class ControlledGate:
         if halt is not None or self.experiment.spend is None:
             return halt
         budget: RunBudget = self.experiment.settings.budget
-        return budget.reached(self.experiment.spend.total()) if budget.active else None
+        book = self.experiment.spend
+        return budget.reached(book.total(), book.spender) if budget.active else None
 
 
 def attach_control(experiment: Any, control: RunControl) -> None:

@@ -331,7 +331,7 @@ class Experiment:
         starts what the saved run started: its own spend is nothing."""
         if self.stops is not None:
             return self.stops.stopped_before(task.task_id, attempt)
-        halt = self.settings.budget.reached(self.spend.total()) if self.spend is not None else None
+        halt = self.settings.budget.reached(self.spend.total(), self.spend.spender) if self.spend is not None else None
         if halt is not None and not self._budget_said:
             self._budget_said = True
             log.warning("flowllm: %s: no new task starts; running tasks stop after their current turn", halt.detail)

@@ -292,6 +292,9 @@ class BudgetBlock(Record):
     reason: str | None = None
     stopped_tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # task id -> tokens, cost_usd, turns
     not_started: int = 0
+    # experiment.coordination: what every process sharing the budget had spent when this run ended (cost_usd,
+    # tokens); the budget ended the run when that reached it. None: the budget was this folder's own.
+    shared_spent: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True)

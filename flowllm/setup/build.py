@@ -59,7 +59,7 @@ from flowllm.setup.webconf import check_web_tools
 from flowllm.spend.fork_accounting import fork_summary
 from flowllm.spend.pricing import PriceTable
 from flowllm.spend.saved_stops import SavedStops
-from flowllm.spend.spending import refuse_unpriced
+from flowllm.spend.spending import Spend, refuse_unpriced
 from flowllm.spend.task_usage import read_bills
 from flowllm.tools import load_settings, open_tool_pool
 
@@ -303,8 +303,23 @@ def build_experiment(
     )
 
 
+def _budget_block(parts: PreparedRun, result: RunResult, run_dir: Path, shared: Spend | None) -> BudgetBlock:
+    """``summary.json → budget``: what the caps did (run/budget_report.py), each task's bill from the ledgers."""
+    bills = read_bills(run_dir)
+    caps = parts.experiment.budget
+    return BudgetBlock.from_dict(
+        budget_summary(caps, result.outcomes, run_dir, total=len(parts.tasks), bills=bills, shared=shared)
+    )
+
+
 def run_summary(
-    cfg: DictConfig, parts: PreparedRun, result: RunResult, run_dir: Path, *, wall_seconds: float
+    cfg: DictConfig,
+    parts: PreparedRun,
+    result: RunResult,
+    run_dir: Path,
+    *,
+    wall_seconds: float,
+    shared: Spend | None = None,  # experiment.coordination: the spend of every process sharing the budget
 ) -> RunSummary:
     """``summary.json`` of a run: one place, used by one process and by the parent of several workers."""
     tasks = parts.tasks
@@ -368,9 +383,7 @@ def run_summary(
             breakdown=list(cfg.dataset.breakdown or []),
         )
     )
-    summary.budget = BudgetBlock.from_dict(
-        budget_summary(parts.experiment.budget, result.outcomes, run_dir, total=len(tasks), bills=read_bills(run_dir))
-    )
+    summary.budget = _budget_block(parts, result, run_dir, shared)
     # The guard's blocks and the tasks whose answer came from outside their files (export/contamination.py).
     patterns = OmegaConf.select(cfg, "tools.web.answer_patterns", default=None) or []
     summary.contamination = audit_run(run_dir, patterns).block(stats_settings(cfg.stats))

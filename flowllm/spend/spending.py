@@ -38,6 +38,8 @@ from flowllm.scoring.tally import UNFINISHED_STATUS
 from flowllm.spend.pricing import PriceTable
 
 MAIN_AGENT = "main"
+# Whose spend a shared budget's halt names (experiment.coordination: every process keeping it together).
+SHARED_SPENDER = "the runs sharing its budget (experiment.coordination)"
 STATUS_LIMIT: Final = "limit"
 STATUS_BUDGET: Final = UNFINISHED_STATUS  # unfinished: counted in neither scored nor unscored
 
@@ -128,17 +130,17 @@ class RunBudget:
     def active(self) -> bool:
         return self.cost_usd is not None or self.tokens is not None
 
-    def reached(self, spend: Spend) -> Halt | None:
-        """The budget's halt when ``spend`` (the run's) has reached it."""
+    def reached(self, spend: Spend, spender: str = "the run") -> Halt | None:
+        """The budget's halt when ``spend`` (``spender``'s: the run's) has reached it."""
         if self.cost_usd is not None and spend.cost_usd >= self.cost_usd:
             return Halt(
                 STATUS_BUDGET,
-                detail=f"the run spent ${spend.cost_usd:.4f} of its ${self.cost_usd:g} (experiment.budget.cost_usd)",
+                detail=f"{spender} spent ${spend.cost_usd:.4f} of its ${self.cost_usd:g} (experiment.budget.cost_usd)",
             )
         if self.tokens is not None and spend.tokens >= self.tokens:
             return Halt(
                 STATUS_BUDGET,
-                detail=f"the run used {spend.tokens:,} tokens of its {self.tokens:,} (experiment.budget.tokens)",
+                detail=f"{spender} used {spend.tokens:,} tokens of its {self.tokens:,} (experiment.budget.tokens)",
             )
         return None
 
@@ -203,6 +205,11 @@ class SpendBook:
         self._tasks: dict[str, Spend] = {}
         self.shared = shared
         self._unshared: list[SpendEntry] = []
+
+    @property
+    def spender(self) -> str:
+        """Whose spend ``total`` is, as a halt's reason says it."""
+        return "the run" if self.shared is None else SHARED_SPENDER
 
     @classmethod
     def of_run(cls, run_dir: Path | str, shared: SharedSpend | None = None) -> SpendBook:
@@ -321,7 +328,7 @@ class TaskGate:
         if agent == MAIN_AGENT:
             self.turns = turns
         if self.budget.active:
-            halt = self.budget.reached(self.book.total())
+            halt = self.budget.reached(self.book.total(), self.book.spender)
             if halt is not None:
                 return halt
         if not self.limits.active:

@@ -124,8 +124,14 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     if cap is None or spent is None:
         return
     unfinished = len(ev.tasks) - sum(1 for r in ev.results.values() if r.status != "budget")
-    reached = spent >= float(cap)
-    audit.check(SUMMARY, "budget.ended_run", budget.ended_run, reached and unfinished > 0, "spent vs the cap")
+    # Under experiment.coordination the cap is every process's together: the summary records what they had spent
+    # (Redis holds it, not this folder), which holds at least this folder's own spend.
+    shared = (budget.shared_spent or {}).get("cost_usd") if budget.shared_spent is not None else None
+    if budget.shared_spent is not None and shared is not None and shared + 1e-6 < spent:
+        audit.flag(SUMMARY, "budget.shared_spent.cost_usd", shared, f"at least {spent}", "this folder's ledgers")
+    basis, said = (spent, "spent vs the cap") if shared is None else (shared, "the shared spend vs the cap")
+    reached = basis >= float(cap)
+    audit.check(SUMMARY, "budget.ended_run", budget.ended_run, reached and unfinished > 0, said)
     # A budget stops new turns; the turns in flight finish: at most one call per running task past the cap.
     in_flight = _in_flight(ev)
     if in_flight is None:

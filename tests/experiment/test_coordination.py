@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from flowllm.core.coordination import RedisLimits, connect
+from flowllm.exit_codes import ExitCode
+from flowllm.export.inspect_log import write_eval_log
+from flowllm.export.source import open_source
 from flowllm.providers.adaptive.aimd import AdaptiveConcurrency, AdaptiveSettings
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import LedgerLine, RunSummary
-from tests.experiment.helpers import start_flowllm
+from flowllm.verify.cli import main as verify_main
+from tests.experiment.helpers import run_flowllm, start_flowllm
+from tests.redis_server import free_port
 
 RPM = 240  # 4 a second, a burst of 4 (flowllm/providers/limiter.py): the sample's 22 calls need 4.5 s together
 PER_S, BURST = RPM / 60, 4
@@ -27,34 +27,6 @@ BUDGET_USD = 0.02  # each shard's half of the sample costs about $0.03
 CONCURRENT = 2
 # The sample's replies call run_python and read_file only: one tool server fewer to start in each process.
 UNUSED_TOOLS = ("~tools.servers.tool-math",)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
-    port = _free_port()
-    folder = tmp_path_factory.mktemp("redis")
-    args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    args += ["--dir", str(folder)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +45,7 @@ def runs(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             url = f"experiment.coordination='{redis_url}?run={name}'"
             args = ["progress=false", f"experiment.shard={i}/2", url, *extra, *UNUSED_TOOLS, f"hydra.run.dir={folder}"]
             procs.append((start_flowllm(*args, log=root / f"{name}{i}.log"), root / f"{name}{i}.log"))
-    gone = f"experiment.coordination=redis://127.0.0.1:{_free_port()}/0"
+    gone = f"experiment.coordination=redis://127.0.0.1:{free_port()}/0"
     refused = start_flowllm("progress=false", gone, f"hydra.run.dir={root / 'gone'}", log=root / "gone.log")
     for proc, log in procs:
         assert proc.wait(timeout=600) in (0, 3), log.read_text()[-2000:]  # 3: the budget ended the run
@@ -143,3 +115,42 @@ def test_the_adaptive_limit_is_one_for_the_processes_of_every_machine(redis_url:
     assert a.limit < start and b.limit == a.limit
     for limits in closers:
         asyncio.run(limits.aclose())
+
+
+def test_a_shard_the_shared_budget_ended_says_so_and_a_fork_of_it_spends_its_own(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard that starts after the others spent the shared budget starts no task. It once said "finished",
+    exit 0, the budget not reached (its own folder had spent nothing); it now ends as the budget ended it (exit 3),
+    and its summary records the shared spend, which verify holds against its own. A fork of a coordinated run
+    inherits the saved run's settings, but not its Redis key: it once shared the saved run's spent budget and
+    started nothing."""
+    shared = f"experiment.coordination='{redis_url}?run=spent'"
+    folders = [tmp_path / f"shard{i}" for i in range(2)]
+    for i, folder in enumerate(folders):
+        args = ("progress=false", f"experiment.shard={i}/2", f"experiment.budget.cost_usd={BUDGET_USD / 4}")
+        done = run_flowllm(*args, shared, *UNUSED_TOOLS, f"hydra.run.dir={folder}")
+        assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    late = RunSummary.from_dict(json.loads(RunLayout(folders[1]).summary.read_text()))
+    assert late.budget is not None and late.budget.ended_run and late.status == "finished"
+    assert late.budget.spent["cost_usd"] == 0 and late.budget.shared_spent is not None
+    assert late.budget.shared_spent["cost_usd"] >= BUDGET_USD / 4
+    assert late.budget.reason is not None and late.budget.reason.startswith("the runs sharing its budget")
+    assert late.completed == 0 and late.budget.not_started == late.tasks
+    log = tmp_path / "late.eval"
+    write_eval_log(open_source(folders[1]), log)  # a run that started no task exports, with no sample
+    assert verify_main([str(folders[1]), "--export", str(log)]) == 0, capsys.readouterr().out
+    fork = tmp_path / "fork"
+    done = run_flowllm(
+        "progress=false",
+        "provider=replay",
+        f"provider.run_dir={folders[0]}",
+        "provider.fork=live",
+        "provider.live=offline",
+        "repair=strict",
+        f"hydra.run.dir={fork}",
+    )
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    assert "coordination: null" in (fork / ".hydra" / "config.yaml").read_text()
+    assert RunSummary.from_dict(json.loads(RunLayout(fork).summary.read_text())).completed > 0
+    assert verify_main([str(fork)]) == 0, capsys.readouterr().out
