@@ -76,8 +76,11 @@ def inherit_replayed_run(cfg: DictConfig, overrides: list[str] | None = None) ->
     with open_dict(merged):
         for key in KEPT:
             merged[key] = cfg[key]
-        # Where this run is kept is this session's choice: the saved run's store holds the saved run.
-        merged.experiment.store = OmegaConf.select(cfg, "experiment.store")
+        # Where this run is kept is this session's choice: the saved run's store holds the saved run. So is where it
+        # keeps its spend: under the saved run's experiment.coordination key, its budget would be the saved run's,
+        # already spent (a fork of a run its budget stopped started no task).
+        for own in ("experiment.store", "experiment.coordination"):
+            OmegaConf.update(merged, own, OmegaConf.select(cfg, own), force_add=True)
         for override in parsed:
             key = override.key_or_group.lstrip("+~")
             if key.startswith("hydra") or key.split(".")[0] in KEPT:
