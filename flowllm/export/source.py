@@ -111,7 +111,8 @@ def open_source(path: Path | str) -> RunSource:
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir} is not a run directory (it does not exist or is a file)")
     summary = read_artifact(run_dir / SUMMARY_FILE)
-    if not (run_dir / TASKS_DIR).is_dir():
+    # A run that started no task (its budget was spent before the first) has a summary and no tasks/ folder.
+    if not (run_dir / TASKS_DIR).is_dir() and not summary.ok:
         raise ExportError(
             f"{run_dir} is not a flowllm run: expected summary.json and a tasks/ folder (a run directory is what "
             "hydra.run.dir names; for a sweep, export one of its job folders)"

@@ -74,7 +74,8 @@ def _inspect_usage(log: Any, ev: RunEvidence, audit: Audit, name: str) -> None:
     usage = log.stats.model_usage if log.stats is not None else {}
     audit.check(name, "stats.model_usage tokens", dict(_tokens(usage)), {k: total[k] for k in TOKENS}, LEDGERS)
     costs = [u.total_cost for u in usage.values()]
-    stated = None if not costs or any(c is None for c in costs) else round(sum(costs), 6)
+    # No model usage at all (a run that started no task): nothing was billed, $0.
+    stated = None if any(c is None for c in costs) else round(sum(costs), 6)
     audit.check(name, "stats.model_usage total_cost", stated, cost, LEDGERS)
 
 
