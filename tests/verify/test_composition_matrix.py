@@ -2,13 +2,14 @@
 
 Each feature works alone and is tested alone elsewhere; wrong numbers came from combinations (a fork's statistics,
 a budget across epochs, batch results across epochs, a refused resume). The rows below are a covering array of
-all pairs of the factors' levels (computed once with allpairspy and written down as data;
-``test_the_rows_cover_every_pair`` keeps them so). Each row makes a run of the matrix dataset
-(``data/matrix``: three sample tasks, a sub-agent task, GAIA's hidden answer "?", an empty and a missing answer,
-a wrong answer), as one process or as two shards put together by ``flowllm merge``, scored by GAIA's rules or by
-an LLM judge, then what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a
-fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its
-Inspect AI log (``flowllm verify RUN --export``: scores, answers and model usage against the run).
+all pairs of the factors' levels (computed once with allpairspy and written down as data; each column added since
+was chosen to cover every pair with the others; ``test_the_rows_cover_every_pair`` keeps them so). Each row makes
+a run of the matrix dataset (``data/matrix``: three sample tasks, a sub-agent task, GAIA's hidden answer "?", an
+empty and a missing answer, a wrong answer), as one process or as two shards put together by ``flowllm merge``,
+alone or keeping its spend and rate limits in a real Redis server, scored by GAIA's rules or by an LLM judge, then
+what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a fork at turn 2, or a
+resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its Inspect AI log (``flowllm
+verify RUN --export``: scores, answers and model usage against the run).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class Row:
     # put together by ``flowllm merge``; what ``then`` says is done to the merged run.
     shard: str
     scorer: str  # rules (GAIA's) | judge (an LLM judge on its own loopback emulator, MATRIX_JUDGE's verdicts)
+    # off | redis: the first run (each of its shards, each of its workers) keeps its spend and rate limits in a
+    # real Redis server (experiment.coordination), one key per row: its shards share one budget.
+    coordination: str
 
     @property
     def name(self) -> str:
@@ -135,8 +139,25 @@ class Row:
 # All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store and faults columns were
 # added later, their levels chosen so that every pair with them is covered too).
 ROWS = [
-    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off", "on", "on", "judge"),
-    Row("replay", "graph", "offline_chat", 2, 3, 2, "tight", "turns", "on", "on", "off", "off", "off", "on", "judge"),
+    Row("none", "legacy", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "off", "on", "on", "judge", "redis"),
+    Row(
+        "replay",
+        "graph",
+        "offline_chat",
+        2,
+        3,
+        2,
+        "tight",
+        "turns",
+        "on",
+        "on",
+        "off",
+        "off",
+        "off",
+        "on",
+        "judge",
+        "off",
+    ),
     Row(
         "fork",
         "graph_parallel",
@@ -153,6 +174,7 @@ ROWS = [
         "off",
         "on",
         "judge",
+        "off",
     ),
     Row(
         "fork_at_turn",
@@ -170,8 +192,9 @@ ROWS = [
         "off",
         "on",
         "judge",
+        "off",
     ),
-    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off", "on", "on", "rules"),
+    Row("sigint", "graph", "offline", 1, 1, 2, "tight", "none", "off", "on", "on", "off", "on", "on", "rules", "redis"),
     Row(
         "sigkill",
         "legacy",
@@ -188,9 +211,29 @@ ROWS = [
         "off",
         "on",
         "judge",
+        "off",
     ),
-    Row("sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off", "off", "off", "rules"),
-    Row("sigint", "legacy", "offline_chat", 2, 1, 2, "none", "turns", "on", "off", "off", "on", "off", "off", "judge"),
+    Row(
+        "sigkill", "graph", "offline", 2, 3, 1, "none", "none", "off", "on", "off", "off", "off", "off", "rules", "off"
+    ),
+    Row(
+        "sigint",
+        "legacy",
+        "offline_chat",
+        2,
+        1,
+        2,
+        "none",
+        "turns",
+        "on",
+        "off",
+        "off",
+        "on",
+        "off",
+        "off",
+        "judge",
+        "off",
+    ),
     Row(
         "fork_at_turn",
         "graph",
@@ -207,12 +250,47 @@ ROWS = [
         "off",
         "off",
         "rules",
+        "redis",
     ),
-    Row("fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on", "on", "off", "rules"),
     Row(
-        "replay", "graph_parallel", "offline", 1, 1, 1, "none", "none", "off", "off", "off", "on", "off", "off", "rules"
+        "fork", "legacy", "offline", 1, 3, 1, "tight", "turns", "on", "off", "off", "on", "on", "off", "rules", "redis"
     ),
-    Row("none", "graph", "offline_responses", 2, 3, 2, "tight", "turns", "on", "on", "on", "on", "off", "off", "rules"),
+    Row(
+        "replay",
+        "graph_parallel",
+        "offline",
+        1,
+        1,
+        1,
+        "none",
+        "none",
+        "off",
+        "off",
+        "off",
+        "on",
+        "off",
+        "off",
+        "rules",
+        "redis",
+    ),
+    Row(
+        "none",
+        "graph",
+        "offline_responses",
+        2,
+        3,
+        2,
+        "tight",
+        "turns",
+        "on",
+        "on",
+        "on",
+        "on",
+        "off",
+        "off",
+        "rules",
+        "off",
+    ),
     Row(
         "sigkill",
         "graph_parallel",
@@ -229,9 +307,25 @@ ROWS = [
         "on",
         "off",
         "rules",
+        "redis",
     ),
     Row(
-        "fork_at_turn", "legacy", "offline", 2, 1, 2, "tight", "turns", "off", "on", "off", "off", "on", "off", "rules"
+        "fork_at_turn",
+        "legacy",
+        "offline",
+        2,
+        1,
+        2,
+        "tight",
+        "turns",
+        "off",
+        "on",
+        "off",
+        "off",
+        "on",
+        "off",
+        "rules",
+        "off",
     ),
     Row(
         "sigint",
@@ -249,6 +343,7 @@ ROWS = [
         "off",
         "off",
         "rules",
+        "off",
     ),
     Row(
         "replay",
@@ -266,8 +361,26 @@ ROWS = [
         "on",
         "off",
         "rules",
+        "off",
     ),
-    Row("fork", "graph", "offline_chat", 2, 1, 2, "tight", "none", "off", "off", "off", "off", "off", "off", "rules"),
+    Row(
+        "fork",
+        "graph",
+        "offline_chat",
+        2,
+        1,
+        2,
+        "tight",
+        "none",
+        "off",
+        "off",
+        "off",
+        "off",
+        "off",
+        "off",
+        "rules",
+        "off",
+    ),
     Row(
         "none",
         "graph_parallel",
@@ -284,6 +397,7 @@ ROWS = [
         "off",
         "off",
         "rules",
+        "off",
     ),
 ]
 LEVELS = {
@@ -302,7 +416,12 @@ LEVELS = {
     "faults": ["off", "on"],
     "shard": ["off", "on"],
     "scorer": ["rules", "judge"],
+    "coordination": ["off", "redis"],
 }
+
+
+# Pairs no run can have: experiment.coordination is refused beside workers (its error: run more shards instead).
+IMPOSSIBLE = {("workers", "coordination", 2, "redis")}
 
 
 def test_the_rows_cover_every_pair() -> None:
@@ -318,9 +437,10 @@ def test_the_rows_cover_every_pair() -> None:
         for a, b in itertools.combinations(names, 2)
         for va in LEVELS[a]
         for vb in LEVELS[b]
-        if (a, b, va, vb) not in seen
+        if (a, b, va, vb) not in seen and (a, b, va, vb) not in IMPOSSIBLE
     ]
     assert missing == []
+    assert not IMPOSSIBLE & seen  # and no row asks for one
 
 
 class _Receiver(BaseHTTPRequestHandler):
@@ -383,14 +503,15 @@ def test_every_combination_verifies(
     row: Row, tmp_path: Path, otlp: tuple[str, type[_Receiver]], request: pytest.FixtureRequest
 ) -> None:
     url, receiver = otlp
+    redis = request.getfixturevalue("redis_url") if row.coordination == "redis" else None
     if row.store == "on":
         s3: S3Server = request.getfixturevalue("s3")
         with pytest.MonkeyPatch.context() as patch:
             for name, value in {**s3.env(), "FLOWLLM_STORE_CACHE": str(tmp_path / "cache")}.items():
                 patch.setenv(name, value)  # the runs started below and the store reads here
-            check_row(row, tmp_path, url, receiver)
+            check_row(row, tmp_path, url, receiver, redis)
     else:
-        check_row(row, tmp_path, url, receiver)
+        check_row(row, tmp_path, url, receiver, redis)
 
 
 def assert_stored(row: Row, step: str, run: Path) -> None:
@@ -419,9 +540,11 @@ def first_run(row: Row, tmp_path: Path, url: str, step: str, extra: tuple[str, .
     return run
 
 
-def merged_shards(row: Row, tmp_path: Path, url: str) -> Path:
+def merged_shards(row: Row, tmp_path: Path, url: str, extra: tuple[str, ...]) -> Path:
     """The first run as shards, each verified, merged from their folders (or their store URLs) into ``base``."""
-    parts = [first_run(row, tmp_path, url, f"base-{i}", (f"experiment.shard={i}/{SHARDS}",)) for i in range(SHARDS)]
+    parts = [
+        first_run(row, tmp_path, url, f"base-{i}", (*extra, f"experiment.shard={i}/{SHARDS}")) for i in range(SHARDS)
+    ]
     base = tmp_path / "base"
     sources = [row.store_url(f"base-{i}") or str(part) for i, part in enumerate(parts)]
     merged = run_flowllm("merge", *sources, "-o", str(base))
@@ -431,9 +554,14 @@ def merged_shards(row: Row, tmp_path: Path, url: str) -> Path:
     return base
 
 
-def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver]) -> None:
+def check_row(row: Row, tmp_path: Path, url: str, receiver: type[_Receiver], redis: str | None) -> None:
     before = receiver.received
-    base = merged_shards(row, tmp_path, url) if row.shard == "on" else first_run(row, tmp_path, url, "base")
+    # The first run's processes keep their spend and rate limits together in Redis, under the row's own key.
+    extra = (f"experiment.coordination='{redis}?run={row.name}'",) if redis is not None else ()
+    if row.shard == "on":
+        base = merged_shards(row, tmp_path, url, extra)
+    else:
+        base = first_run(row, tmp_path, url, "base", extra)
     if row.faults == "on" and row.batch == "off":  # the faults happened; empty replies billed as a provider bills them
         lines = [LedgerLine.from_dict(orjson.loads(raw)) for raw in (base / "usage.jsonl").read_bytes().splitlines()]
         empty = [line for line in lines if line.outcome == "empty_reply"]
