@@ -16,7 +16,7 @@ from flowllm.datasets.shards import shard_override
 from flowllm.providers.adaptive.aimd import parse_auto
 from flowllm.rundir.results import BudgetBlock, LedgerLine
 from flowllm.verify.evidence import NumberedLine, RunEvidence
-from flowllm.verify.findings import Audit
+from flowllm.verify.findings import TOLERANCE, Audit
 
 __all__ = ["check_spend"]
 
@@ -126,8 +126,8 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     unfinished = len(ev.tasks) - sum(1 for r in ev.results.values() if r.status != "budget")
     # Under experiment.coordination the cap is every process's together: the summary records what they had spent
     # (Redis holds it, not this folder), which holds at least this folder's own spend.
-    shared = (budget.shared_spent or {}).get("cost_usd") if budget.shared_spent is not None else None
-    if budget.shared_spent is not None and shared is not None and shared + 1e-6 < spent:
+    shared = (budget.shared_spent or {}).get("cost_usd")
+    if shared is not None and shared + TOLERANCE < spent:
         audit.flag(SUMMARY, "budget.shared_spent.cost_usd", shared, f"at least {spent}", "this folder's ledgers")
     basis, said = (spent, "spent vs the cap") if shared is None else (shared, "the shared spend vs the cap")
     reached = basis >= float(cap)
