@@ -78,6 +78,7 @@ class RunEpochs:
     label: str
     epochs: int
     tasks: dict[str, TaskEpochs] = field(default_factory=dict)
+    unscored: list[str] = field(default_factory=list)  # tasks with a result and no scored epoch: left out
 
 
 def task_costs(run_dir: Path) -> dict[str, float | None]:
@@ -118,6 +119,7 @@ def read_epochs(run_dir: Path, label: str | None = None) -> RunEpochs:
             if verdict is not None:
                 scored.append(EpochOutcome(normalize_answer(str(entry.get("answer") or "")), verdict))
         if not scored:
+            run.unscored.append(result.task_id)
             continue
         cost = costs.get(result.task_id, 0.0)
         run.tasks[result.task_id] = TaskEpochs(result.task_id, tuple(scored), cost, len(entries))

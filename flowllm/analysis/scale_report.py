@@ -51,6 +51,7 @@ class ScaleReport:
             "tasks": len(self.tasks),
             "task_ids": self.tasks,
             "left_out": self.left_out,
+            "unscored": {r.run.label: r.run.unscored for r in self.runs if r.run.unscored},
             "runs": [r.to_dict() for r in self.runs],
             "cascade": None if self.cascade is None else self.cascade.to_dict(),
             "best_of_k": self.best_of_k,

@@ -177,7 +177,14 @@ def test_different_tasks_and_too_large_k(
         (other / "tasks" / task).mkdir(parents=True)
         result = TaskResult(task_id=task, status="completed", answer="1", correct=ok)
         (other / "tasks" / task / "result.json").write_text(json.dumps(result.to_dict()))
+    # A task whose answer could not be scored (the judge failed) is left out, and said to be.
+    (other / "tasks" / "judged").mkdir(parents=True)
+    failed = TaskResult(task_id="judged", status="completed", answer="1", correct=None, score_error="no verdict")
+    (other / "tasks" / "judged" / "result.json").write_text(json.dumps(failed.to_dict()))
+    assert inspect_main(["scale", str(runs["five"]), str(other)]) == 0
+    assert "left out (no scored epoch), other: judged" in capsys.readouterr().out
     data = scale_json(capsys, str(runs["five"]), str(other))
+    assert data["unscored"] == {"other": ["judged"]}
     assert data["task_ids"] == ["sample-03-percentage"]
     assert data["left_out"] == {
         "five": ["sample-07-department", "sample-09-arithmetic"],

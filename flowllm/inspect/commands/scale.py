@@ -55,6 +55,10 @@ def render(console: Console, report: ScaleReport) -> None:
         f"tasks ({boot.resamples} resamples, seed {boot.seed}); cost per task: what the agent's calls were billed "
         "(usage.jsonl), not the grading judge's"
     )
+    for curves in report.runs:  # no epoch of theirs has a verdict: no ground truth, a judge that failed...
+        if curves.run.unscored:
+            shown = ", ".join(curves.run.unscored)
+            console.print(f"[yellow]left out (no scored epoch), {esc(curves.run.label)}:[/yellow] {esc(shown)}")
     for label, ids in report.left_out.items():
         console.print(f"[yellow]left out (not scored in every run), {esc(label)}:[/yellow] {esc(', '.join(ids))}")
     for i in range(len(report.runs)):
