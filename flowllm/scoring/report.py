@@ -16,6 +16,15 @@ def _accuracy(correct: int, tasks: int) -> float:
     return round(correct / tasks, 4) if tasks else 0.0
 
 
+def _unscorable(outcome: Any) -> bool:
+    """Whether a task is unscored because its answer could not be scored: its own (the judge failed), or, over
+    epochs, every epoch that had a verdict to give (its ``score_error`` is its last epoch's, which may not be the
+    only one: the task is scored on the others)."""
+    if int(getattr(outcome, "epochs", 1) or 1) > 1:
+        return outcome.score is None and any(e.get("score_error") for e in outcome.epoch_log)
+    return bool(outcome.score_error)
+
+
 def breakdown(outcomes: Sequence[Any], fields: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{field: {value: {tasks, scored, unscored, correct, accuracy}}}`` over the finished tasks, counted as the
     headline is (accuracy over scored tasks, None when none was); a missing value is "None"."""
@@ -41,8 +50,8 @@ def scoring_summary(
     """What the summary says about scoring. A task whose answer could not be scored (the judge failed) is unscored,
     not wrong: ``scoring_errors`` says how many, and ``accuracy_scored`` is over the completed tasks that were."""
     completed = [o for o in outcomes if o.status == "completed"]
-    errors = [o for o in completed if o.score_error]
-    judged = [o for o in completed if not o.score_error and o.correct is not None]
+    errors = [o for o in completed if _unscorable(o)]
+    judged = [o for o in completed if not _unscorable(o) and o.correct is not None]
     scored = len(judged)
     correct = sum(int(bool(o.correct)) for o in judged)
     result: dict[str, Any] = {

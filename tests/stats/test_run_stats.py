@@ -171,3 +171,28 @@ def test_epoch_summary_line() -> None:
     }
     assert epoch_summary(result) == "3, majority 0.0%: 1 yes (42), 2 no (41), 3 not scored"
     assert epoch_summary({"epochs": 1}) is None
+
+
+def test_scoring_errors_count_the_tasks_a_failed_judge_left_unscored() -> None:
+    """Over epochs, a task's ``score_error`` is its last epoch's: the task is still scored on its other epochs,
+    and it is no scoring error. Counted as one, the headline called a task without a ground truth "could not be
+    scored"."""
+    from flowllm.run.report import headline_accuracy
+    from flowllm.scoring.report import scoring_summary
+
+    judged = [{"status": COMPLETED, "correct": True}, {"status": COMPLETED, "correct": None, "score_error": "x"}]
+    failed = [{"status": COMPLETED, "correct": None, "score_error": "x"}] * 2
+    outcomes = [
+        _outcome(0, True, epochs=2, epoch_log=judged, score=1.0, score_error="x"),  # scored on its first epoch
+        _outcome(1, None, epochs=2, epoch_log=failed, score=None, score_error="x"),  # no epoch could be scored
+        _outcome(2, None),  # no ground truth
+    ]
+    summary = scoring_summary(outcomes, scorer="judge")
+    assert summary["scoring_errors"] == 1 and summary["accuracy_scored"] == 1.0
+    tally = score_tally(outcomes)
+    assert (tally["scored"], tally["unscored"]) == (1, 2)
+    line = headline_accuracy({**tally, "scoring_errors": summary["scoring_errors"]})
+    assert line == (
+        "100.0% (1/1 scored); 1 unscored: the answer could not be scored (a rerun into this folder scores it "
+        "again); 1 unscored: no ground truth"
+    )
