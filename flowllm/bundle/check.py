@@ -26,6 +26,7 @@ from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.task import Task
 from flowllm.errors import FlowError
 from flowllm.resources import bundled
+from flowllm.run.report import format_usd
 from flowllm.rundir.layout import CONFIG_FILE, FINGERPRINT_FILE, RESULT_FILE, SUMMARY_FILE, TASKS_DIR
 from flowllm.rundir.results import RunSummary
 from flowllm.setup.fingerprint import dataset_files
@@ -105,7 +106,8 @@ def _restore_answers(run_dir: Path, job: JobEntry, tasks: list[Task], check: Job
 
 def _headline(summary: RunSummary, exact: int, tasks: int) -> str:
     acc = summary.stats.accuracy if summary.stats is not None else {}
-    cost = f"cost ${summary.cost_usd:.2f}" if summary.cost_usd is not None else "cost not known"
+    # A sample's cents shown as such: "$0.01" for $0.0063 would be another figure than the run's.
+    cost = f"cost {format_usd(summary.cost_usd)}" if summary.cost_usd is not None else "cost not known"
     if not acc or acc.get("mean") is None:
         return f"reproduced: no accuracy (nothing scored), {exact}/{tasks} tasks replayed exactly, {cost}"
     low, high = acc.get("ci95") or (float("nan"), float("nan"))

@@ -19,6 +19,7 @@ from flowllm.bundle.archive import GZIP, read_bundle, write_bundle
 from flowllm.bundle.cli import bundle_main, verify_main
 from flowllm.bundle.manifest import MANIFEST_FILE, MANIFEST_HASH_FILE, sha256
 from flowllm.exit_codes import ExitCode
+from flowllm.run.report import format_usd
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import RunSummary
 from tests.experiment.helpers import run_flowllm
@@ -112,6 +113,8 @@ def test_each_job_of_a_sweep_bundle_reproduces(
     assert [line.split("]:")[0].rsplit("[", 1)[1] for line in lines] == ["0", "1"]  # the plain job, the epochs one
     for job, line in zip(("0", "1"), lines, strict=True):
         assert f"reproduced: {headline(sweep / job)}, 3/3 tasks replayed exactly" in line
+        cost = RunSummary.from_dict(orjson.loads(RunLayout(sweep / job).summary.read_bytes())).cost_usd
+        assert cost is not None and line.endswith(f", cost {format_usd(cost)}")  # the run's figure, not rounded
     assert list(tmp_path.iterdir()) == []  # verify wrote nothing where it ran
 
 
