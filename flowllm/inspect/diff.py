@@ -23,7 +23,7 @@ from flowllm.inspect.views import CallView, task_turn_views
 from flowllm.rundir.jsondiff import VOLATILE_KEYS, first_difference, short
 from flowllm.rundir.layout import EPOCHS_DIR, INPUT_FILE, MAIN_AGENT, META_FILE, OUTPUT_FILE
 from flowllm.rundir.results import RunSummary, TaskResult
-from flowllm.scoring.tally import is_finished
+from flowllm.scoring.tally import is_finished, judging_failed
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ def _verdict(result: TaskResult) -> bool | str | None:
     could not be scored is unscored, whatever its ``correct`` field says (false, for both)."""
     if not is_finished(result.status):
         return "unfinished"
-    if result.score_error and int(result.epochs or 1) <= 1:
+    if judging_failed(result):
         return "unscored"
     return result.correct
 

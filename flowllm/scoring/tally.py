@@ -70,7 +70,7 @@ def known_score(
     return float(bool(correct))
 
 
-def _judging_failed(outcome: Scored) -> bool:
+def judging_failed(outcome: Any) -> bool:
     """A task whose answer could not be scored (the judge failed): not known, even where a run written before
     such tasks were recorded unscored says ``correct: false``. A task over epochs is scored on the epochs that
     were judged (its ``score_error`` is its last epoch's)."""
@@ -82,7 +82,7 @@ def score_tally(outcomes: Iterable[Scored]) -> dict[str, Any]:
     tasks = scored = correct = 0
     for outcome in finished(outcomes):
         tasks += 1
-        if outcome.correct is not None and not _judging_failed(outcome):
+        if outcome.correct is not None and not judging_failed(outcome):
             scored += 1
             correct += int(outcome.correct)
     return {
