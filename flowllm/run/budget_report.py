@@ -35,11 +35,7 @@ def shared_spend(budget: RunBudget, coordination: Coordination | None, run_dir: 
     counted in first); None without a shared budget, or when Redis cannot be reached now (said on the console)."""
     if coordination is None or not budget.active:
         return None
-    try:
-        shared = RedisSpend(coordination)
-    except (OSError, RedisError) as exc:
-        log.warning("flowllm: the shared spend (experiment.coordination) cannot be read: %s", exc)
-        return None
+    shared = RedisSpend(coordination)  # a client: it connects on its first command
     try:
         return SpendBook.of_run(run_dir, shared=shared).total()
     except (OSError, RedisError) as exc:

@@ -9,20 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from flowllm.scoring.judge import CALL_FAILED, NO_VERDICT, judge_summary
-from flowllm.scoring.tally import score_tally
+from flowllm.scoring.tally import judging_failed, score_tally
 
 
 def _accuracy(correct: int, tasks: int) -> float:
     return round(correct / tasks, 4) if tasks else 0.0
-
-
-def _unscorable(outcome: Any) -> bool:
-    """Whether a task is unscored because its answer could not be scored: its own (the judge failed), or, over
-    epochs, every epoch that had a verdict to give (its ``score_error`` is its last epoch's, which may not be the
-    only one: the task is scored on the others)."""
-    if int(getattr(outcome, "epochs", 1) or 1) > 1:
-        return outcome.score is None and any(e.get("score_error") for e in outcome.epoch_log)
-    return bool(outcome.score_error)
 
 
 def breakdown(outcomes: Sequence[Any], fields: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -50,8 +41,8 @@ def scoring_summary(
     """What the summary says about scoring. A task whose answer could not be scored (the judge failed) is unscored,
     not wrong: ``scoring_errors`` says how many, and ``accuracy_scored`` is over the completed tasks that were."""
     completed = [o for o in outcomes if o.status == "completed"]
-    errors = [o for o in completed if _unscorable(o)]
-    judged = [o for o in completed if not _unscorable(o) and o.correct is not None]
+    errors = [o for o in completed if judging_failed(o)]
+    judged = [o for o in completed if not judging_failed(o) and o.correct is not None]
     scored = len(judged)
     correct = sum(int(bool(o.correct)) for o in judged)
     result: dict[str, Any] = {

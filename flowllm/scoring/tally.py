@@ -71,10 +71,14 @@ def known_score(
 
 
 def judging_failed(outcome: Any) -> bool:
-    """A task whose answer could not be scored (the judge failed): not known, even where a run written before
-    such tasks were recorded unscored says ``correct: false``. A task over epochs is scored on the epochs that
-    were judged (its ``score_error`` is its last epoch's)."""
-    return bool(getattr(outcome, "score_error", None)) and int(getattr(outcome, "epochs", 1) or 1) <= 1
+    """A task left unscored because its answer could not be scored (the judge failed): not known, even where a
+    run written before such tasks were recorded unscored says ``correct: false``. A task over epochs only when
+    none of its epochs was scored and one of them failed so (its ``score_error`` is its last epoch's: it is
+    scored on the others)."""
+    if int(getattr(outcome, "epochs", 1) or 1) > 1:
+        log = getattr(outcome, "epoch_log", None) or []
+        return getattr(outcome, "score", None) is None and any(e.get("score_error") for e in log)
+    return bool(getattr(outcome, "score_error", None))
 
 
 def score_tally(outcomes: Iterable[Scored]) -> dict[str, Any]:
