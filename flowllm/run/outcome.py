@@ -129,6 +129,17 @@ class TaskOutcome:
         self.resumed_turns, self.resume_divergence = served, divergence
         return self
 
+    @property
+    def retry_settled(self) -> bool:
+        """Whether pass@k's retry-until-correct ends at this attempt: a correct answer, the run's budget, or an
+        answer another attempt cannot prove wrong: no ground truth to retry until, or one the scorer gave no
+        verdict on (another attempt would pay the agent again and drop an answer that may be right; a resume
+        judges it again). An attempt that gave no answer (failed) is retried either way."""
+        if self.correct or self.status == BUDGET:
+            return True
+        answered = self.status != FAILED and self.correct is None
+        return answered and (self.ground_truth is None or self.score_error is not None)
+
     def apply_score(self, score: Score) -> None:
         self.correct = score.correct
         self.score_error = score.error

@@ -16,8 +16,9 @@ attempt ends it moves to ``tasks/<id>/workspace``. A task id that cannot name a 
 (``flowllm.rundir.taskdirs``); ``result.json`` keeps the id.
 
 ``attempts`` > 1 is pass@k by retry-until-correct: a task is run up to k times and stops at the first correct
-answer. Earlier attempts' turn folders are kept under ``tasks/<id>/attempts/<n>/``; the task's own folder holds
-the last one. ``epochs`` > 1 runs each task N independent times (flowllm/run/epochs.py).
+answer, or at one no attempt can prove wrong (``TaskOutcome.retry_settled``). Earlier attempts' turn folders are
+kept under ``tasks/<id>/attempts/<n>/``; the task's own folder holds the last one. ``epochs`` > 1 runs each
+task N independent times (flowllm/run/epochs.py).
 """
 
 from __future__ import annotations
@@ -464,7 +465,7 @@ class Experiment:
             usage = usage + outcome.usage
             resumed += outcome.resumed_turns
             wall += outcome.wall_seconds
-            if outcome.correct or outcome.status == BUDGET:
+            if outcome.retry_settled:
                 break
         assert outcome is not None
         outcome.resumed_turns = resumed  # every attempt's resumed calls (pass@k: each resumes from its own)

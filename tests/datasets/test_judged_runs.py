@@ -295,15 +295,17 @@ def test_workers_judge_their_tasks_and_a_resume_judges_again_only_the_unscored(t
     """``experiment.workers=2`` with a judge (once refused): each worker judges its own tasks into the run's one
     judge ledger, and an answer the judge gave no verdict for is unscored. A resume deals it to a worker again,
     which judges it again without calling the agent's model (the parent once counted it as finished: never
-    judged again)."""
+    judged again). Under pass@3 the answer without a verdict is not run again: that paid the agent twice more
+    and dropped an answer that may be right."""
     script = tmp_path / "judge_alt.yaml"
     script.write_text(JUDGE_SCRIPT)
     run = tmp_path / "run"
-    args = ("+experiment=browsecomp_sample", "experiment.workers=2", f"hydra.run.dir={run}")
+    args = ("+experiment=browsecomp_sample", "experiment.workers=2", "experiment.attempts=3", f"hydra.run.dir={run}")
     ok(flowllm(*args, f"judge.emulator_script={script}"))
     summary = read_json(run / "summary.json")
     assert (summary["correct"], summary["scored"], summary["unscored"], summary["scoring_errors"]) == (2, 2, 1, 1)
-    assert read_json(run / "tasks" / "browsecomp-0002" / "result.json")["correct"] is None
+    unscored = read_json(run / "tasks" / "browsecomp-0002" / "result.json")
+    assert (unscored["correct"], unscored["attempts"], summary["attempts_used"]) == (None, 1, 3)
     assert summary["judge"]["calls"] == 3 and len(attempts(run / "judge_usage.jsonl")) == 4  # a 529, retried
     agent_calls = attempts(run / "usage.jsonl")
     ok(flowllm(*args, "experiment.resume=force"))  # the sample's own judge, which answers

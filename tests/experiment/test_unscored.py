@@ -80,9 +80,10 @@ def _dataset(tmp_path: Path, strip: set[str] | None, hidden: dict[str, str] | No
     return folder
 
 
-def _run(data: Path, run_dir: Path, *ids: str) -> tuple[int, str]:
+def _run(data: Path, run_dir: Path, *ids: str, attempts: int = 1) -> tuple[int, str]:
     proc = run_flowllm(
         "+experiment=gaia",
+        f"experiment.attempts={attempts}",
         "progress=false",
         "tools=none",
         f"dataset.path={data}",
@@ -97,8 +98,10 @@ def test_a_test_split_ends_normally_and_a_missing_truth_is_unscored(tmp_path: Pa
     test_split = _dataset(tmp_path / "split", None)
     mixed = _dataset(tmp_path / "mixed", {WRONG_TASK})
     with ThreadPoolExecutor(2) as pool:
-        split_run = pool.submit(_run, test_split, tmp_path / "r-split", LIST_TASK, WRONG_TASK, MISSING_FILE_TASK)
-        mixed_run = pool.submit(_run, mixed, tmp_path / "r-mixed", LIST_TASK, WRONG_TASK)
+        # pass@3: retry-until-correct has nothing to retry until without a ground truth.
+        split_ids = (LIST_TASK, WRONG_TASK, MISSING_FILE_TASK)
+        split_run = pool.submit(_run, test_split, tmp_path / "r-split", *split_ids, attempts=3)
+        mixed_run = pool.submit(_run, mixed, tmp_path / "r-mixed", LIST_TASK, WRONG_TASK, attempts=3)
         (split_code, split_out), (mixed_code, mixed_out) = split_run.result(), mixed_run.result()
     # Nothing can be scored: answers are saved, accuracy is not known; the exit code is the tasks' (one failed).
     assert split_code == 3, split_out[-3000:]
@@ -108,11 +111,17 @@ def test_a_test_split_ends_normally_and_a_missing_truth_is_unscored(tmp_path: Pa
     assert read_json(tmp_path / "r-split" / "tasks" / MISSING_FILE_TASK / "result.json")["correct"] is None
     assert read_json(tmp_path / "r-split" / "tasks" / WRONG_TASK / "result.json")["answer"] == "Paris"
     assert "not known (0 scored); 3 unscored: no ground truth" in split_out
+    # An answer without a ground truth is not run again (it once ran all k attempts, each paid for); an attempt
+    # that gave no answer is.
+    tries = {t: read_json(tmp_path / "r-split" / "tasks" / t / "result.json")["attempts"] for t in split_ids}
+    assert tries == {LIST_TASK: 1, WRONG_TASK: 1, MISSING_FILE_TASK: 3}
+    assert summary["attempts_used"] == 5
     # The wrong task has no ground truth: unscored, not wrong; accuracy is over the one scored task.
     assert mixed_code == 0, mixed_out[-3000:]
     summary = read_json(tmp_path / "r-mixed" / "summary.json")
     assert (summary["scored"], summary["unscored"], summary["correct"], summary["accuracy"]) == (1, 1, 1, 1.0)
     assert summary["by_level"]["3"]["accuracy"] is None
+    assert summary["attempts_used"] == 2  # the right answer at once, the unscored one not retried
     assert "100.0% (1/1 scored); 1 unscored: no ground truth" in mixed_out
 
 
