@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +31,33 @@ def budget_spent(budget: RunBudget, run_dir: Path) -> bool:
     return budget.active and budget.reached(SpendBook.of_run(run_dir).total()) is not None
 
 
-def shared_spend(budget: RunBudget, coordination: Coordination | None, run_dir: Path) -> Spend | None:
+@dataclass(frozen=True)
+class SharedReading:
+    """What every process sharing the budget (``experiment.coordination``) spent, as read from Redis when the
+    summary is written; ``error`` says why it could not be read (``spend`` is then None)."""
+
+    spend: Spend | None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``summary.json``'s ``budget.shared_spent``."""
+        spend = self.spend
+        if spend is None:
+            return {"cost_usd": None, "tokens": None, "error": self.error}
+        return {"cost_usd": None if spend.unpriced_calls else round(spend.cost_usd, 6), "tokens": spend.tokens}
+
+
+def shared_spend(budget: RunBudget, coordination: Coordination | None, run_dir: Path) -> SharedReading | None:
     """Under ``experiment.coordination``, what every process sharing the budget spent (this folder's ledger lines
-    counted in first); None without a shared budget, or when Redis cannot be reached now (said on the console)."""
+    counted in first); None without a shared budget. Redis out of reach now is said on the console and kept."""
     if coordination is None or not budget.active:
         return None
     shared = RedisSpend(coordination)  # a client: it connects on its first command
     try:
-        return SpendBook.of_run(run_dir, shared=shared).total()
+        return SharedReading(SpendBook.of_run(run_dir, shared=shared).total())
     except (OSError, RedisError) as exc:
         log.warning("flowllm: the shared spend (experiment.coordination) cannot be read: %s", exc)
-        return None
+        return SharedReading(None, f"Redis could not be read when the summary was written: {exc}")
     finally:
         shared.close()
 
@@ -52,16 +69,22 @@ def budget_summary(
     *,
     total: int,
     bills: Mapping[str, TaskBill],
-    shared: Spend | None = None,
+    shared: SharedReading | None = None,
+    seen: str | None = None,
 ) -> dict[str, Any]:
     """``summary.json``'s ``budget``: the caps, what the run's ledger adds up to, whether the budget ended the run,
     and what each task it left unfinished had used. With ``shared`` (``shared_spend``) the budget is the one the
     processes of ``experiment.coordination`` kept together: it ended this run when their spend reached it, though
-    this folder's own may be far below (a shard started after the others had spent it)."""
+    this folder's own may be far below (a shard started after the others had spent it). ``seen``: why the budget
+    stopped new tasks as the run saw it (``RunResult.budget_halt``), what the summary says when the shared spend
+    cannot be read now (this folder's own spend cannot show it)."""
     spent = SpendBook.of_run(run_dir).total()
-    halt = None
+    reason = None
     if budget.active:
-        halt = budget.reached(spent) if shared is None else budget.reached(shared, SHARED_SPENDER)
+        unread = shared is not None and shared.spend is None
+        basis = spent if shared is None or shared.spend is None else shared.spend
+        halt = budget.reached(basis) if shared is None or unread else budget.reached(basis, SHARED_SPENDER)
+        reason = halt.detail if halt is not None else (seen if unread else None)
     stopped = [o for o in outcomes if o.status == BUDGET]
     unfinished: dict[str, Any] = {}
     for o in stopped:
@@ -79,13 +102,11 @@ def budget_summary(
             "cost_usd": None if spent.unpriced_calls else round(spent.cost_usd, 6),
             "tokens": spent.tokens,
         },
-        "ended_run": halt is not None and len(finished) < total,
-        "reason": halt.detail if halt is not None else None,
+        "ended_run": reason is not None and len(finished) < total,
+        "reason": reason,
         "stopped_tasks": unfinished,  # stopped mid-task by the budget: what each had used
         "not_started": max(0, total - len(finished) - len(stopped)),
-        "shared_spent": None
-        if shared is None
-        else {"cost_usd": None if shared.unpriced_calls else round(shared.cost_usd, 6), "tokens": shared.tokens},
+        "shared_spent": None if shared is None else shared.to_dict(),
     }
 
 

@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from flowllm.agent.answer import last_boxed
 from flowllm.agent.loop import Agent
@@ -108,6 +108,7 @@ class RunResult:
     # Seconds spent starting the run's shared tool servers, once before the first task (a task's own servers'
     # start-up is in its timing.json); None when this process could not know (the parent of workers).
     tools_start_s: float | None = 0.0
+    budget_halt: str | None = None  # why the budget stopped new tasks, as this process saw it (run/budget_report.py)
 
 
 class Experiment:
@@ -157,7 +158,8 @@ class Experiment:
         capped = settings.limits.active or settings.budget.active
         shared = RedisSpend(settings.coordination) if settings.coordination is not None and capped else None
         self.spend = SpendBook.of_run(recorder.run_dir, shared=shared) if capped else None
-        self._budget_said, self.control = False, cast(RunControl | None, None)  # flowllm ctl: run/control.py
+        self._budget_halt: str | None = None  # the budget's halt, once seen (said once on the console)
+        self.control: RunControl | None = None  # flowllm ctl: run/control.py
 
     def previous_outcome(self, task: Task) -> TaskOutcome | None:
         if not self.settings.resume:
@@ -333,8 +335,8 @@ class Experiment:
         if self.stops is not None:
             return self.stops.stopped_before(task.task_id, attempt)
         halt = self.settings.budget.reached(self.spend.total(), self.spend.spender) if self.spend is not None else None
-        if halt is not None and not self._budget_said:
-            self._budget_said = True
+        if halt is not None and self._budget_halt is None:
+            self._budget_halt = halt.detail
             log.warning("flowllm: %s: no new task starts; running tasks stop after their current turn", halt.detail)
         return halt is not None
 
@@ -594,4 +596,5 @@ class Experiment:
             resumed,
             tools_unavailable=unavailable,
             tools_start_s=round(started, 3),
+            budget_halt=self._budget_halt,
         )

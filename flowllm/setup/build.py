@@ -36,7 +36,7 @@ from flowllm.providers.fork import ForkProvider, check_fork_pipeline, live_confi
 from flowllm.providers.registry import ProviderTable, Resolver
 from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
 from flowllm.resources import bundled
-from flowllm.run.budget_report import batch_cost, billed_cost, budget_summary
+from flowllm.run.budget_report import SharedReading, batch_cost, billed_cost, budget_summary
 from flowllm.run.progress import ProgressReporter
 from flowllm.run.replay_audit import ReplayAudit
 from flowllm.run.report import what_acted
@@ -59,7 +59,7 @@ from flowllm.setup.webconf import check_web_tools
 from flowllm.spend.fork_accounting import fork_summary
 from flowllm.spend.pricing import PriceTable
 from flowllm.spend.saved_stops import SavedStops
-from flowllm.spend.spending import Spend, refuse_unpriced
+from flowllm.spend.spending import refuse_unpriced
 from flowllm.spend.task_usage import read_bills
 from flowllm.tools import load_settings, open_tool_pool
 
@@ -303,12 +303,20 @@ def build_experiment(
     )
 
 
-def _budget_block(parts: PreparedRun, result: RunResult, run_dir: Path, shared: Spend | None) -> BudgetBlock:
+def _budget_block(parts: PreparedRun, result: RunResult, run_dir: Path, shared: SharedReading | None) -> BudgetBlock:
     """``summary.json → budget``: what the caps did (run/budget_report.py), each task's bill from the ledgers."""
     bills = read_bills(run_dir)
     caps = parts.experiment.budget
     return BudgetBlock.from_dict(
-        budget_summary(caps, result.outcomes, run_dir, total=len(parts.tasks), bills=bills, shared=shared)
+        budget_summary(
+            caps,
+            result.outcomes,
+            run_dir,
+            total=len(parts.tasks),
+            bills=bills,
+            shared=shared,
+            seen=result.budget_halt if parts.experiment.coordination is not None else None,
+        )
     )
 
 
@@ -319,7 +327,7 @@ def run_summary(
     run_dir: Path,
     *,
     wall_seconds: float,
-    shared: Spend | None = None,  # experiment.coordination: the spend of every process sharing the budget
+    shared: SharedReading | None = None,  # experiment.coordination: the spend of every process sharing the budget
 ) -> RunSummary:
     """``summary.json`` of a run: one place, used by one process and by the parent of several workers."""
     tasks = parts.tasks

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from omegaconf import DictConfig, OmegaConf
 
-from flowllm.core.coordination import RedisLimits, connect
-from flowllm.exit_codes import ExitCode
+from flowllm.app import run
+from flowllm.core.coordination import Coordination, RedisLimits, RedisSpend, connect
+from flowllm.exit_codes import ExitCode, run_exit_code
 from flowllm.export.inspect_log import write_eval_log
 from flowllm.export.source import open_source
 from flowllm.providers.adaptive.aimd import AdaptiveConcurrency, AdaptiveSettings
+from flowllm.run import budget_report
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import LedgerLine, RunSummary
 from flowllm.verify.cli import main as verify_main
@@ -154,3 +158,39 @@ def test_a_shard_the_shared_budget_ended_says_so_and_a_fork_of_it_spends_its_own
     assert "coordination: null" in (fork / ".hydra" / "config.yaml").read_text()
     assert RunSummary.from_dict(json.loads(RunLayout(fork).summary.read_text())).completed > 0
     assert verify_main([str(fork)]) == 0, capsys.readouterr().out
+
+
+def test_a_shard_whose_shared_spend_cannot_be_read_at_its_summary_says_what_its_run_saw(
+    redis_url: str,
+    tmp_path: Path,
+    composed: Callable[[Sequence[str]], DictConfig],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Redis answers while the late shard runs (its budget gate sees the others' spend and starts no task), but
+    not when its summary is written. The summary once fell back to the folder's own spend, $0: the budget "had
+    not ended the run", exit 0, with every task unstarted. It now says what the run saw, records that the shared
+    spend could not be read, and verify says it cannot check that, rather than failing or passing it."""
+    shared = f"experiment.coordination='{redis_url}?run=unread'"
+    caps = ("progress=false", f"experiment.budget.cost_usd={BUDGET_USD / 4}", *UNUSED_TOOLS)
+    first = run_flowllm(*caps, "experiment.shard=0/2", shared, f"hydra.run.dir={tmp_path / 'shard0'}")
+    assert first.returncode == ExitCode.BUDGET, first.stderr[-2000:]
+    gone = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens: the summary's read is refused
+
+    def unreachable(coordination: Coordination) -> RedisSpend:
+        return RedisSpend(Coordination(gone, coordination.namespace))
+
+    monkeypatch.setattr(budget_report, "RedisSpend", unreachable)
+    late = tmp_path / "shard1"
+    cfg = composed([*caps, "experiment.shard=1/2", shared])
+    summary = RunSummary.coerce(run(cfg, late))
+    assert summary.budget is not None and summary.budget.ended_run and summary.completed == 0
+    assert summary.budget.reason is not None and summary.budget.reason.startswith("the runs sharing its budget")
+    unread = summary.budget.shared_spent or {}
+    assert unread["cost_usd"] is None and "Redis could not be read" in unread["error"]
+    assert run_exit_code(summary) == ExitCode.BUDGET
+    capsys.readouterr()
+    RunLayout(late).config.parent.mkdir()
+    RunLayout(late).config.write_text(OmegaConf.to_yaml(cfg))  # what Hydra writes when it runs the app
+    assert verify_main([str(late)]) == 0
+    assert "experiment.coordination is not known" in capsys.readouterr().out
