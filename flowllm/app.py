@@ -89,7 +89,9 @@ async def _run_async(
     coordination = parts.experiment.coordination
     limits = RedisLimits(coordination) if coordination is not None else None  # else this machine's (limiter.py)
     adaptive = adaptive_limits(parts.experiment, shared_value=limits.value if limits is not None else None)
-    desk = ControlDesk(recorder.run_dir, failed=requeue_check(recorder.run_dir, parts.tasks))
+    desk = ControlDesk(
+        recorder.run_dir, failed=requeue_check(recorder.run_dir, parts.tasks), shared_budget=coordination is not None
+    )
     shown = concurrency_text(parts.experiment, adaptive, desk)
     progress = ProgressReporter(
         enabled=bool(cfg.progress),

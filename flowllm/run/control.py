@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from flowllm.core.coordination import RedisSpend
 from flowllm.core.interfaces import Halt, TurnGate
 from flowllm.datasets.task import Task
 from flowllm.run.outcome import FAILED
@@ -198,12 +199,17 @@ class ControlledGate:
 
 def attach_control(experiment: Any, control: RunControl) -> None:
     """The Experiment follows the run's control from its next ``run`` on; a budget set while it runs replaces
-    its own (asked before each task and after every turn)."""
+    its own (asked before each task and after every turn). Under ``experiment.coordination`` it caps what every
+    process sharing the budget spent, as a cap set on the command line does (it once counted this folder's
+    spend alone when the run started with no cap)."""
 
     def set_cost(cost_usd: float) -> None:
-        experiment.settings.budget = replace(experiment.settings.budget, cost_usd=cost_usd)
-        experiment._budget_said = False
-        experiment.spend = experiment.spend or SpendBook.of_run(experiment.recorder.run_dir)
+        settings = experiment.settings
+        settings.budget = replace(settings.budget, cost_usd=cost_usd)
+        experiment._budget_halt = None
+        if experiment.spend is None:
+            shared = RedisSpend(settings.coordination) if settings.coordination is not None else None
+            experiment.spend = SpendBook.of_run(experiment.recorder.run_dir, shared=shared)
 
     experiment.control = control
     control.on_budget = set_cost

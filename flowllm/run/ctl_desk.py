@@ -63,6 +63,7 @@ class ControlDesk:
 
     run_dir: Path
     workers: int = 1
+    shared_budget: bool = False  # experiment.coordination: the budget is the runs' together, each holds its own cap
     status: Callable[[], dict[str, Any]] = dict  # the host's figures: tasks total and done, the concurrency
     failed: Callable[[str], str | None] = lambda task_id: None  # why a task cannot be requeued (None: it can)
     stop: Callable[[], None] = _sigint
@@ -193,6 +194,11 @@ class ControlDesk:
                 raise Refused(f"{key} must be a positive number of dollars, not {raw!r}; {can}")
             self.state.cost_usd = cost
         self.state.version += 1
+        if key == "experiment.budget.cost_usd" and self.shared_budget:
+            return (
+                f"{key} = {raw} for this run: the runs sharing its budget (experiment.coordination) each stop at "
+                "their own cap; set it in each of them"
+            )
         return f"{key} = {raw}"
 
     def _requeue(self, args: list[str]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from flowllm.cli.ctl import main as ctl_main
+from flowllm.core.coordination import RedisSpend, SpendEntry, connect
 from flowllm.emulator import Emulator
 from flowllm.emulator.faults import FaultPlan
 from flowllm.run.ctl_desk import ControlDesk
@@ -269,3 +270,30 @@ def test_a_command_from_another_user_is_refused_and_stop_acts_as_ctrl_c(tmp_path
     assert (read_record(paths.answer(stop.id)) or {}).get("ok") is True and stopped == [True]
     desk.close()
     assert not paths.driver.exists()
+
+
+def test_a_budget_set_on_a_coordinated_run_caps_what_the_runs_sharing_it_spent(redis_url: str, tmp_path: Path) -> None:
+    """A coordinated run started with no cap, then capped by ``ctl set experiment.budget.cost_usd``: the cap is
+    held against what every run sharing the budget spent (here $1, spent before it started), as a cap given on
+    the command line is. It once counted this folder's own few cents and ran every task. The answer says the
+    cap is this run's: the others sharing the budget keep theirs."""
+    url = f"{redis_url}?run=ctl-shared"
+    others = RedisSpend(connect(url, "unused"))
+    others.add([SpendEntry(SpendEntry.digest_of(b"another shard's call"), 1000, 100, 1.0, False)])
+    others.close()
+    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
+    with Emulator(SCRIPT, faults=FaultPlan.parse({"rules": [{"fault": "delay", "delay_s": 0.2}]})) as emu:
+        shared = f"experiment.coordination='{url}'"
+        proc = start_flowllm(*args(run_dir, emu, "dataset.limit=4", "experiment.max_concurrent=1", shared), log=log)
+        try:
+            wait_until("a model call", lambda: len(emu.requests) > 0, proc, log)
+            code, answer = ctl(run_dir, "set", "experiment.budget.cost_usd=0.5")
+            exit_code = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0 and "set it in each of them" in answer["message"], answer
+    assert exit_code == 3, log.read_text()[-2000:]  # the budget ended the run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["budget"]["ended_run"] and summary["budget"]["shared_spent"]["cost_usd"] >= 1.0
+    assert summary["completed"] < 4
