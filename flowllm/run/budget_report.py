@@ -75,16 +75,15 @@ def budget_summary(
     """``summary.json``'s ``budget``: the caps, what the run's ledger adds up to, whether the budget ended the run,
     and what each task it left unfinished had used. With ``shared`` (``shared_spend``) the budget is the one the
     processes of ``experiment.coordination`` kept together: it ended this run when their spend reached it, though
-    this folder's own may be far below (a shard started after the others had spent it). ``seen``: why the budget
-    stopped new tasks as the run saw it (``RunResult.budget_halt``), what the summary says when the shared spend
-    cannot be read now (this folder's own spend cannot show it)."""
+    this folder's own may be far below (a shard started after the others had spent it). ``seen``: why a budget
+    stopped tasks when this folder's ledgers cannot show it, said instead: the halt the run saw when the shared
+    spend cannot be read now (``RunResult.budget_halt``), or a replay's saved run's (``SavedStops.reason``)."""
     spent = SpendBook.of_run(run_dir).total()
-    reason = None
+    halt = None
     if budget.active:
-        unread = shared is not None and shared.spend is None
         basis = spent if shared is None or shared.spend is None else shared.spend
-        halt = budget.reached(basis) if shared is None or unread else budget.reached(basis, SHARED_SPENDER)
-        reason = halt.detail if halt is not None else (seen if unread else None)
+        halt = budget.reached(basis) if basis is spent else budget.reached(basis, SHARED_SPENDER)
+    reason = halt.detail if halt is not None else seen
     stopped = [o for o in outcomes if o.status == BUDGET]
     unfinished: dict[str, Any] = {}
     for o in stopped:
@@ -123,11 +122,12 @@ def budget_rows(summary: RunSummary) -> list[tuple[str, str]]:
             cost = used.get("cost_usd")
             money = f", ${cost:.4f}" if cost is not None else ""
             rows.append(("  stopped", f"{task_id}: {used.get('tokens', 0):,} tokens{money}, {used.get('turns')} turns"))
+        # A replay has no reply for what its saved run never ran: that run is the one to resume.
+        where = "the replayed run's folder" if summary.replay is not None else "this folder"
         rows.append(
             (
                 "  resume",
-                f"{budget.not_started} not started; rerun into this folder with a higher "
-                "experiment.budget to run the rest",
+                f"{budget.not_started} not started; rerun into {where} with a higher experiment.budget to run the rest",
             )
         )
     return rows

@@ -192,6 +192,8 @@ def accuracy_rows(summary: RunSummary | Mapping[str, Any]) -> list[tuple[str, st
         f"{replay.unverified} unverified ({replay.unscored} unscored)"
     )
     headline = shown or "unknown: no task was scored (none replayed exactly)"
+    if summary.unfinished and summary.scored is not None:  # as a run's headline says it
+        headline += f"; {summary.unfinished} unfinished, not counted"
     not_known = effect_not_known(replay.unscored, scored)
     if not_known:  # said with the figure: it is not the change's effect on the whole run
         headline += f"; {not_known}"

@@ -307,6 +307,11 @@ def _budget_block(parts: PreparedRun, result: RunResult, run_dir: Path, shared: 
     """``summary.json → budget``: what the caps did (run/budget_report.py), each task's bill from the ledgers."""
     bills = read_bills(run_dir)
     caps = parts.experiment.budget
+    unread = shared is not None and shared.spend is None
+    seen = result.budget_halt if unread else None
+    stops = SavedStops.of_replay(parts.provider_cfg)  # a plain replay stops where its saved run's budget did
+    if stops is not None and stops.ended_run:
+        seen = stops.reason
     return BudgetBlock.from_dict(
         budget_summary(
             caps,
@@ -315,7 +320,7 @@ def _budget_block(parts: PreparedRun, result: RunResult, run_dir: Path, shared: 
             total=len(parts.tasks),
             bills=bills,
             shared=shared,
-            seen=result.budget_halt if parts.experiment.coordination is not None else None,
+            seen=seen,
         )
     )
 

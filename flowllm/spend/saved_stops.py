@@ -32,7 +32,10 @@ from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.rundir.store import local_run
 from flowllm.spend.spending import STATUS_BUDGET, STATUS_LIMIT
 
-__all__ = ["SavedGate", "SavedStops"]
+__all__ = ["REPLAYED_BUDGET", "SavedGate", "SavedStops"]
+
+# How a replay's summary says the saved run's budget ended it (the replay bills nothing: its own never does).
+REPLAYED_BUDGET = "the replayed run's budget ended it"
 
 
 class SavedStops:
@@ -44,11 +47,16 @@ class SavedStops:
         self._results: dict[tuple[str, int | None], TaskResult | None] = {}
         self._lock = threading.Lock()
         self.ended_run = False  # the saved run's budget ended it: the tasks it has no result for never started
+        self.reason: str | None = None  # then: why, as the replay's summary says it
         if self.layout.summary.is_file():
             summary = RunSummary.from_dict(orjson.loads(self.layout.summary.read_bytes()))
             # A replay's own budget never ends it: that it stopped tasks says the run it replayed was ended.
             stopped = summary.budget is not None and bool(summary.budget.stopped_tasks) and not summary.interrupted
             self.ended_run = summary.budget_ended_run or stopped
+            said = summary.budget.reason if summary.budget is not None else None
+            if self.ended_run:
+                kept = said and said.startswith(REPLAYED_BUDGET)  # a replay of a replay: said once
+                self.reason = said if kept else f"{REPLAYED_BUDGET}: {said}" if said else REPLAYED_BUDGET
 
     @classmethod
     def of_replay(cls, pcfg: ProviderConfig) -> SavedStops | None:

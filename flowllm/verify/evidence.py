@@ -23,9 +23,10 @@ from flowllm.resources import bundled
 from flowllm.run.outcome import outcome_problems
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
 from flowllm.rundir.results import LedgerLine, RunSummary, TaskResult
+from flowllm.rundir.store import local_run
 from flowllm.spend.pricing import PriceTable
 
-__all__ = ["NumberedLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl"]
+__all__ = ["NumberedLine", "RunEvidence", "VerifyInputError", "load_evidence", "read_jsonl", "saved_run"]
 
 
 class VerifyInputError(CliError):
@@ -76,6 +77,19 @@ class RunEvidence:
     @property
     def epochs(self) -> int:
         return int(self.cfg.experiment.get("epochs") or 1)
+
+
+def saved_run(ev: RunEvidence, value: str) -> Path | None:
+    """The run folder a replay or fork served (``provider.run_dir``, a store's URL read from its local copy), or
+    one of that name beside the audited run (a bundle or a copied pair); None when neither is at hand."""
+    try:
+        saved = local_run(value)
+    except CliError:
+        return None
+    for candidate in (saved, ev.run_dir.parent / saved.name):
+        if candidate.is_dir() and RunLayout(candidate).config.is_file():
+            return candidate
+    return None
 
 
 def _json(path: Path, run_dir: Path) -> Any:

@@ -9,13 +9,15 @@ replay that made none spent nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from flowllm.core.types import Usage
 from flowllm.datasets.shards import shard_override
 from flowllm.providers.adaptive.aimd import parse_auto
 from flowllm.rundir.results import BudgetBlock, LedgerLine
-from flowllm.verify.evidence import NumberedLine, RunEvidence
+from flowllm.spend.saved_stops import SavedStops
+from flowllm.verify.evidence import NumberedLine, RunEvidence, saved_run
 from flowllm.verify.findings import TOLERANCE, Audit
 
 __all__ = ["check_spend"]
@@ -115,6 +117,14 @@ def _in_flight(ev: RunEvidence) -> int | None:
     return max(n for n in counts if n is not None) * _shards(ev)
 
 
+def _replayed(ev: RunEvidence) -> tuple[bool, Path | None]:
+    """Whether the run is a plain replay (not a fork), and the saved run it served (None: not at hand)."""
+    provider = ev.cfg.get("provider") or {}
+    if provider.get("protocol") != "replay" or provider.get("fork") is not None:
+        return False, None
+    return True, saved_run(ev, str(provider.get("run_dir") or ""))
+
+
 def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     budget = ev.summary.budget
     if not isinstance(budget, BudgetBlock):
@@ -130,8 +140,15 @@ def _check_budget(ev: RunEvidence, audit: Audit, spent: float | None) -> None:
     if shared is not None and shared + TOLERANCE < spent:
         audit.flag(SUMMARY, "budget.shared_spent.cost_usd", shared, f"at least {spent}", "this folder's ledgers")
     unread = (budget.shared_spent or {}).get("error")
+    replay, saved = _replayed(ev)
     if unread:  # the run saw the shared spend; this folder cannot show it
         audit.skip(f"budget.ended_run: the spend shared under experiment.coordination is not known ({unread})")
+    elif replay:  # a replay bills nothing: it stops where its saved run's budget stopped that run
+        if saved is not None:
+            ended = SavedStops(saved).ended_run and unfinished > 0
+            audit.check(SUMMARY, "budget.ended_run", budget.ended_run, ended, "the replayed run's summary")
+        else:
+            audit.skip("budget.ended_run of a replay: the replayed run is not at hand")
     else:
         basis, said = (spent, "spent vs the cap") if shared is None else (shared, "the shared spend vs the cap")
         reached = basis >= float(cap)

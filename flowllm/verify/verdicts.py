@@ -9,15 +9,13 @@ said so.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from flowllm.providers.replay import resolve_run_dir
 from flowllm.run.outcome import COMPLETED, LIMIT, TaskOutcome
 from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import ForkBlock, TaskResult
 from flowllm.spend.task_usage import TaskBill, bills_by_task
-from flowllm.verify.evidence import RunEvidence, VerifyInputError, read_jsonl
+from flowllm.verify.evidence import RunEvidence, VerifyInputError, read_jsonl, saved_run
 from flowllm.verify.findings import Audit
 
 __all__ = ["check_fork", "check_limits"]
@@ -81,14 +79,6 @@ def _totals(bills: dict[str, TaskBill], task_ids: list[str]) -> tuple[int, float
     return calls, None if unpriced else round(cost, 6)
 
 
-def _saved_run(ev: RunEvidence, fork: ForkBlock) -> Path | None:
-    saved = resolve_run_dir(str(fork.saved_run or ""))
-    for candidate in (saved, ev.run_dir.parent / saved.name):
-        if candidate.is_dir() and RunLayout(candidate).ledger.is_file():
-            return candidate
-    return None
-
-
 def check_fork(ev: RunEvidence, outcomes: list[TaskOutcome], audit: Audit) -> None:
     """A fork's live spending is its own ledger's; its full re-run's is the saved run's ledger (when at hand)."""
     fork = ev.summary.fork
@@ -101,7 +91,7 @@ def check_fork(ev: RunEvidence, outcomes: list[TaskOutcome], audit: Audit) -> No
     if all(o.attempts == 1 and o.epochs == 1 for o in outcomes):  # else a verdict is its last attempt's or epoch's
         per_task = sum(int((o.replay or {}).get("live_calls") or 0) for o in outcomes)
         audit.check(SUMMARY, "fork.live_calls", fork.live_calls, per_task, "the tasks' replay verdicts")
-    saved = _saved_run(ev, fork)
+    saved = saved_run(ev, str(fork.saved_run or ""))
     if saved is None:
         audit.skip(f"the fork's full re-run cost: the saved run {fork.saved_run} is not at hand")
         return

@@ -332,6 +332,36 @@ def test_a_replay_that_repeats_the_saved_experiment_verifies(
     assert "name: gaia_sample" in recorded and "epochs: 2" in recorded
 
 
+def test_a_replay_of_a_run_its_budget_ended_says_so_and_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay stops where the saved run's budget stopped it, and billed nothing itself. It said "finished",
+    exit 0 (every task completed), with a task unfinished, its headline without the unfinished count and the
+    budget "not reached". It now ends as the saved run ended, saying why, and verify holds that verdict against the
+    saved run's summary."""
+    saved, replay = tmp_path / "saved", tmp_path / "replay"
+    caps = (
+        "progress=false",
+        "+experiment=gaia_sample",
+        "experiment.budget.cost_usd=0.01",
+        "experiment.max_concurrent=1",
+    )
+    done = run_flowllm(*caps, f"hydra.run.dir={saved}")
+    assert done.returncode == ExitCode.BUDGET, done.stderr[-2000:]
+    again = run_flowllm("progress=false", "provider=replay", f"provider.run_dir={saved}", f"hydra.run.dir={replay}")
+    assert again.returncode == ExitCode.BUDGET, again.stderr[-2000:]
+    summary = json.loads((replay / "summary.json").read_text())
+    assert summary["unfinished"] > 0 and summary["budget"]["ended_run"] is True
+    assert summary["budget"]["reason"].startswith("the replayed run's budget ended it: the run spent")
+    assert f"{summary['unfinished']} unfinished, not counted" in again.stdout
+    assert "rerun into the replayed run's folder with a higher experiment.budget" in again.stdout
+    code, out, _ = verify(replay, capsys)
+    assert code == ExitCode.OK, out
+    _json_edit(replay / "summary.json", _set("budget", "ended_run", value=False))  # what a replay said before
+    code, out, _ = verify(replay, capsys)
+    assert "budget.ended_run: the run says False, the evidence gives True (the replayed run's summary)" in out, out
+
+
 MATRIX = Path(__file__).resolve().parent / "data" / "matrix"  # GAIA's hidden "?", an empty and a missing answer
 
 
