@@ -45,8 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: warning: shards {missing} were not given: their tasks are unfinished", file=sys.stderr)
     # Said as the run's own console says it: over the scored tasks, what was left unscored, a cost not known.
     cost = "cost not known (a model has no price)" if summary.cost_usd is None else format_usd(summary.cost_usd)
+    ended = f"; the budget ended it: {summary.budget.reason}" if summary.budget_ended_run and summary.budget else ""
     print(
         f"{PROG}: {merged.run_dir}: {summary.tasks} tasks, {summary.completed} completed, {summary.failed} failed, "
-        f"accuracy {headline_accuracy(summary)}, {cost}"
+        f"accuracy {headline_accuracy(summary)}, {cost}{ended}"
     )
     return int(ExitCode.OK)

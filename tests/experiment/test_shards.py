@@ -135,7 +135,10 @@ def test_shards_with_budgets_merge_into_a_run_whose_budget_is_theirs_together(
         assert budget.stopped_tasks  # capped-0's stops, still said
         if cap is None:
             assert not budget.ended_run and budget.reason is None
+            assert "the budget ended it" not in done.stdout
         else:
             spent = budget.spent["cost_usd"]
             assert budget.reason == f"the run spent ${spent:.4f} of its $0.04 (experiment.budget.cost_usd)"
+            if budget.ended_run:  # said on the merge's line too, as the run's console says it
+                assert f"; the budget ended it: {budget.reason}" in done.stdout
         assert verify_main([str(out)]) == 0, capsys.readouterr().out
