@@ -76,11 +76,7 @@ from flowllm.tools import PoolSettings, ToolCatalog, open_tool_catalog, open_too
 log = logging.getLogger(__name__)
 
 
-__all__ = [
-    "Experiment",
-    "ExperimentSettings",
-    "task_prompt",
-]
+__all__ = ["Experiment", "ExperimentSettings", "task_prompt"]
 
 
 @dataclass
@@ -467,7 +463,8 @@ class Experiment:
             usage = usage + outcome.usage
             resumed += outcome.resumed_turns
             wall += outcome.wall_seconds
-            if outcome.retry_settled:
+            # A replay runs the attempts its saved run ran: that run's retry rule may have been another.
+            if outcome.retry_settled and (self.stops is None or not self.stops.went_on(task.task_id, number)):
                 break
         assert outcome is not None
         outcome.resumed_turns = resumed  # every attempt's resumed calls (pass@k: each resumes from its own)

@@ -7,7 +7,8 @@ were billed in, which a replay (with other workers, other timing) does not repea
 (not a fork: a fork's live turns are billed and its gate is the live one) the saved run's record decides:
 
 * a task the saved run never started (its budget ended the run first) is not started;
-* an epoch or a further attempt the saved run's budget kept from starting does not start;
+* an epoch or a further attempt the saved run's budget kept from starting does not start, and a further attempt
+  the saved run made is made, whatever pass@k's rule says now (``TaskOutcome.retry_settled``);
 * a conversation of a task the saved run stopped (status ``budget`` or ``limit``) halts after the turn that
   has no next turn in the saved run, with the saved run's reason.
 
@@ -88,6 +89,11 @@ class SavedStops:
             whole = self.result(task_id, None)
             return whole is not None and whole.status == STATUS_BUDGET
         return saved.status == STATUS_BUDGET and saved.attempts < attempt
+
+    def went_on(self, task_id: str, attempt: int) -> bool:
+        """Whether the saved run ran another attempt at the task (in the running epoch) after ``attempt``."""
+        saved = self.result(task_id, current_epoch())
+        return saved is not None and saved.attempts > attempt
 
     def gate(self, task_id: str, live: TurnGate | None) -> SavedGate:
         """The gate of one attempt at ``task_id`` in the running epoch; ``live`` (the replay's own limits) is asked

@@ -136,3 +136,24 @@ def test_a_hidden_or_empty_final_answer_is_no_ground_truth(tmp_path: Path) -> No
         result = read_json(tmp_path / "run" / "tasks" / task_id / "result.json")
         assert (result["ground_truth"], result["correct"]) == (None, None)
     assert "not known (0 scored); 2 unscored: no ground truth" in out
+
+
+def test_a_replay_runs_the_attempts_its_saved_run_ran(tmp_path: Path) -> None:
+    """pass@k stops at an answer without a ground truth; a run made when it did not (or with the truth known then)
+    ran more attempts. A replay of it runs those too: it repeats what the saved run did, attempt by attempt (it
+    stopped at the first, and answered with another attempt's answer than the saved run's)."""
+    saved, replay = tmp_path / "saved", tmp_path / "replay"
+    code, out = _run(_dataset(tmp_path / "full", set()), saved, WRONG_TASK, attempts=3)
+    assert code == 0, out[-3000:]
+    assert read_json(saved / "tasks" / WRONG_TASK / "result.json")["attempts"] == 3  # wrong, retried
+    hidden = _dataset(tmp_path / "hidden", {WRONG_TASK})  # the same task with its truth taken away
+    proc = run_flowllm(
+        "progress=false",
+        "provider=replay",
+        f"provider.run_dir={saved}",
+        f"dataset.path={hidden}",
+        f"hydra.run.dir={replay}",
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    result = read_json(replay / "tasks" / WRONG_TASK / "result.json")
+    assert (result["attempts"], result["correct"], result["replay"]["status"]) == (3, None, "exact")
