@@ -39,7 +39,7 @@ __all__ = [
     "resolve_baseline",
 ]
 
-SCORED_STATUSES = ("ok", "interrupted")
+SCORED_STATUSES = ("ok", "interrupted", "budget")  # jobs whose finished tasks were scored
 
 
 @dataclass
@@ -199,7 +199,9 @@ def add_comparisons(summary: SweepSummary, job_dirs: Sequence[Path], baseline: s
         scores = [job_scores(d) if j.status in SCORED_STATUSES else None for j, d in zip(jobs, job_dirs, strict=True)]
         for job, comparison in zip(jobs, compare_to_baseline(scores, index, [j.job for j in jobs]), strict=True):
             job.vs_baseline = comparison.to_dict() if comparison is not None else None
-    finished = [j for j in jobs if j.status in SCORED_STATUSES and j.accuracy is not None]
+    # Cost against accuracy compares jobs that ran every task: one its budget or a Ctrl-C cut short is cheaper
+    # for having run fewer, not for costing less.
+    finished = [j for j in jobs if j.status == "ok" and not j.unfinished and j.accuracy is not None]
     priced = all(j.cost_usd is not None for j in finished)
     points = [(_cost(j, priced), job_accuracy(j)) for j in finished]
     for i in pareto_front(points):
@@ -245,7 +247,7 @@ def baseline_cell(summary: SweepSummary, job: JobRow) -> str:
 
 def draw_uncertainty(ax: Any, xs: Sequence[float], ys: Sequence[float], jobs: Sequence[JobRow]) -> None:
     """On the accuracy-against-cost axes: each job's 95% interval as an error bar, and the Pareto frontier (the
-    jobs no other job beats on both cost and accuracy) as a step line."""
+    jobs that ran every task and no other such job beats on both cost and accuracy) as a step line."""
     lows, highs = [], []
     for y, job in zip(ys, jobs, strict=True):
         ci = (job.stats or {}).get("ci95")
@@ -256,7 +258,7 @@ def draw_uncertainty(ax: Any, xs: Sequence[float], ys: Sequence[float], jobs: Se
             lows.append(0.0)
             highs.append(0.0)
     ax.errorbar(xs, ys, yerr=[lows, highs], fmt="none", ecolor="#1f77b4", alpha=0.5, capsize=3, zorder=2)
-    front = pareto_front(list(zip(xs, ys, strict=True)))
+    front = sorted((i for i, job in enumerate(jobs) if job.pareto), key=lambda i: (xs[i], ys[i]))  # add_comparisons'
     if front:
         ax.step(
             [xs[i] for i in front],

@@ -47,6 +47,7 @@ from flowllm.rundir.layout import (
 from flowllm.rundir.results import RunSummary
 from flowllm.scoring.stats import format_estimate
 from flowllm.sweep.stats import (
+    SCORED_STATUSES,
     add_comparisons,
     baseline_cell,
     compared,
@@ -63,12 +64,15 @@ log = logging.getLogger(__name__)
 class JobRow:
     job: str  # the job folder, relative to the sweep folder
     overrides: list[str]
-    status: str  # ok | interrupted | failed (a run error stopped it) | error | unfinished (no summary.json yet)
+    # ok | interrupted | budget (its budget ended it, tasks left) | failed (a run error stopped it) | error |
+    # unfinished (no summary.json yet)
+    status: str
     accuracy: float | None = None  # over the scored tasks; None: not known (nothing could be scored)
     correct: int | None = None
     scored: int | None = None  # None: a summary from before unscored tasks were counted (every task scored)
     unscored: int | None = None
     tasks: int | None = None
+    unfinished: int | None = None  # tasks the job left unfinished (its budget, a Ctrl-C): not in its accuracy
     completed: int | None = None
     failed: int | None = None
     parse_rate: float | None = None
@@ -115,7 +119,7 @@ class SweepSummary:
             "common_overrides": self.common_overrides,
             "counts": {
                 status: sum(1 for j in self.jobs if j.status == status)
-                for status in ("ok", "interrupted", "error", "unfinished")
+                for status in ("ok", "interrupted", "budget", "error", "unfinished")
             },
             "best": None if best is None else {"job": best.job, "label": best.label, "accuracy": best.accuracy},
             "baseline": self.baseline,
@@ -168,6 +172,8 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         return JobRow(name, overrides, "error", error=str(summary.error))
     usage = summary.usage
     status = "failed" if summary.status == "failed" else "interrupted" if summary.interrupted else "ok"
+    if status == "ok" and summary.budget_ended_run:
+        status = "budget"
     return JobRow(
         job=name,
         overrides=overrides,
@@ -178,6 +184,7 @@ def read_job(job_dir: Path, sweep_dir: Path) -> JobRow:
         scored=summary.scored,
         unscored=summary.unscored,
         tasks=summary.tasks,
+        unfinished=summary.unfinished,
         completed=summary.completed,
         failed=summary.failed,
         parse_rate=summary.parse_rate,
@@ -237,7 +244,7 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
     rows = []
     for j in summary.jobs:
         scored = j.scored if j.scored is not None else j.tasks
-        accuracy = "not known" if j.accuracy is None and j.status in ("ok", "interrupted") else _pct(j.accuracy)
+        accuracy = "not known" if j.accuracy is None and j.status in SCORED_STATUSES else _pct(j.accuracy)
         if j.correct is not None and scored is not None:
             accuracy += f" ({j.correct}/{scored})"
         if j.unscored:
@@ -246,6 +253,8 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
             accuracy = format_estimate(j.stats)
         if j.scoring_errors:
             accuracy += f", {j.scoring_errors} not judged"
+        if j.unfinished:
+            accuracy += f", {j.unfinished} unfinished, not counted"
         rows.append(
             [
                 j.job,
@@ -319,7 +328,7 @@ def plot_accuracy_vs_cost(summary: SweepSummary, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    points = [j for j in summary.jobs if j.accuracy is not None and j.status in ("ok", "interrupted")]
+    points = [j for j in summary.jobs if j.accuracy is not None and j.status in SCORED_STATUSES]
     if not points:
         return None
     priced = all(j.cost_usd is not None for j in points)
@@ -427,13 +436,16 @@ def _job_outcome(config: DictConfig) -> str:
     scored = summary.scored_count
     if summary.replay is not None and summary.replay.scored is not None:
         scored = summary.replay.scored
+    ended = "the budget ended it" if summary.budget_ended_run else "done"
     parts = [
-        "stopped" if summary.status == "failed" else "interrupted" if summary.interrupted else "done",
+        "stopped" if summary.status == "failed" else "interrupted" if summary.interrupted else ended,
         f"{summary.correct or 0}/{scored} correct"
         + (f" ({accuracy:.1%})" if isinstance(accuracy, int | float) else ", accuracy not known"),
     ]
     if summary.unscored:
         parts.append(f"{summary.unscored} unscored")
+    if summary.unfinished:
+        parts.append(f"{summary.unfinished} unfinished")
     if summary.failed:
         parts.append(f"{summary.failed} failed")
     cost = summary.cost_usd

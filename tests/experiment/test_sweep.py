@@ -72,7 +72,7 @@ def test_collect_reads_every_job_folder(sweep: Path) -> None:
     assert summary.jobs[0].accuracy == 0.6 and summary.jobs[0].cost_usd == 0.42
     assert summary.jobs[2].error == "OPENAI_API_KEY is not set"
     data = summary.to_dict()
-    assert data["counts"] == {"ok": 1, "interrupted": 1, "error": 1, "unfinished": 1}
+    assert data["counts"] == {"ok": 1, "interrupted": 1, "budget": 0, "error": 1, "unfinished": 1}
     assert data["best"]["label"] == "provider=claude repair=full"
 
 
@@ -133,7 +133,7 @@ def test_joblib_multirun_over_offline_providers(tmp_path: Path) -> None:
         job = jobs[label]
         assert job["status"] == "ok" and job["accuracy"] == 1.0 and job["tasks"] == 2, job
         assert job["parse_rate"] == 1.0 and job["cost_usd"] > 0 and job["input_tokens"] > 0
-    assert summary["counts"] == {"ok": 2, "interrupted": 0, "error": 0, "unfinished": 0}
+    assert summary["counts"] == {"ok": 2, "interrupted": 0, "budget": 0, "error": 0, "unfinished": 0}
     assert "provider=offline_chat" in proc.stdout  # the comparison table, printed at the end
     # A line per job as it starts and as it ends (from the job's own process, under joblib too).
     lines = [line for line in proc.stderr.splitlines() if line.startswith("sweep job ")]

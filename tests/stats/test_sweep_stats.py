@@ -12,10 +12,11 @@ import pytest
 
 from flowllm.engine.recorder import read_json
 from flowllm.errors import ConfigError
+from flowllm.exit_codes import ExitCode, sweep_exit_code
 from flowllm.rundir.layout import SWEEP_PLOT_FILE, SWEEP_SUMMARY_FILE, SWEEP_TABLE_FILE
 from flowllm.scoring.stats import TaskScore, estimate
 from flowllm.sweep.stats import pareto_front, resolve_baseline
-from flowllm.sweep.summary import collect, main
+from flowllm.sweep.summary import collect, main, table_rows
 from tests.experiment.helpers import run_flowllm
 
 N = 40
@@ -80,6 +81,25 @@ def test_jobs_against_the_baseline_with_holm(sweep: Path) -> None:
     assert better.vs_baseline["significant_after_holm"] is True
     assert mixed.vs_baseline["verdict"].startswith("not distinguishable from noise")
     assert [j.job for j in summary.jobs if j.pareto] == ["0", "1"]
+
+
+def test_a_job_its_budget_cut_short_is_said_and_kept_off_the_frontier(sweep: Path) -> None:
+    """A job its budget ended ran 10 of the 40 tasks, all right, for a quarter of the cost: it was "ok", "best" and
+    on the cost-accuracy frontier, cheaper for having run fewer tasks. It is now "budget", its accuracy says what
+    it left out, it is paired with the baseline on the tasks both ran, and the frontier compares whole jobs."""
+    _job(sweep, "3", ["model=d"], [True] * 10, 0.25)
+    path = sweep / "3" / "summary.json"
+    cut = {**read_json(path), "tasks": N, "unfinished": N - 10}
+    cut["budget"] = {"cost_usd": 0.25, "ended_run": True, "reason": "the run spent $0.2500 of its $0.25"}
+    path.write_bytes(orjson.dumps(cut))
+    summary = collect(sweep)
+    job = summary.jobs[3]
+    assert (job.status, job.unfinished, job.pareto) == ("budget", N - 10, False)
+    assert job.vs_baseline is not None and job.vs_baseline["n"] == 10  # paired on the tasks it ran
+    data = summary.to_dict()
+    assert data["counts"]["budget"] == 1 and data["best"]["job"] == "1" and data["pareto_front"] == ["0", "1"]
+    assert "n=10, 30 unfinished, not counted" in table_rows(summary)[3][4]
+    assert sweep_exit_code([j.to_dict() for j in summary.jobs]) == ExitCode.BUDGET
 
 
 def test_files_show_intervals_comparisons_and_the_frontier(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
