@@ -208,12 +208,13 @@ class ReplayAudit:
         if point is not None:
             return {"status": ReplayStatus.FORKED.value, **point.to_dict(), **divergence, **live}
         if first is not None:
-            # A node read a saved reply differently, and no model call followed: every reply answered the very
-            # request it was written for, so the result is the new pipeline's, with nothing left to call live.
+            # A node produced something else, and no request after it differed from the saved run's (no call
+            # followed, or the change never reached a request): every reply answered the very request it was
+            # written for, so the result is the new pipeline's, with nothing left to call live.
             return {
                 "status": ReplayStatus.FORKED.value,
                 "turn": None,
-                "reason": "no model call followed the divergence",
+                "reason": "no request after the divergence differed from the saved run's: saved replies answered them",
                 **divergence,
                 **live,
             }

@@ -333,3 +333,27 @@ def test_inspect_usage_and_the_report_show_the_cache_hit_rate_and_the_bound(
     assert {t["task_id"]: t["cache_hit_rate"] for t in report["tasks"]} == {
         row["task_id"]: row["hit_rate"] for row in cache["tasks"]
     }
+
+
+def test_a_change_that_reaches_no_request_forks_without_a_live_call(tmp_path: Path) -> None:
+    """A setting that shows in a node's output but changes no request (compaction's threshold, below which no
+    history grows here): the task diverged, yet every request after it was the saved run's, so the saved replies
+    answered them and it is scored as the new pipeline's without a live call. Its verdict once said "no model call
+    followed the divergence", though every turn after it made one."""
+    compacting = ("+experiment=gaia_sample", "agent.compaction.enabled=true")
+    saved = run_flowllm(tmp_path / "saved", *compacting, "agent.compaction.threshold_tokens=300").check()
+    forked = run_flowllm(
+        tmp_path / "fork",
+        "provider=replay",
+        f"provider.run_dir={saved.run_dir}",
+        *FORK,
+        "agent.compaction.threshold_tokens=200",
+    ).check()
+    verdict = forked.result("gaia-sample-01")["replay"]
+    assert (verdict["status"], verdict["turn"], verdict["live_calls"]) == ("forked", None, 0)
+    assert verdict["divergence"] == {"turn": 1, "node": "compact_history", "what": "compaction.threshold: 300 vs 200"}
+    assert (
+        verdict["reason"]
+        == "no request after the divergence differed from the saved run's: saved replies answered them"
+    )
+    assert saved.result("gaia-sample-01")["turns"] > 1  # model calls did follow the divergence
