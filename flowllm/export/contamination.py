@@ -2,11 +2,12 @@
 
 A saved run is read through its traces (flowllm/export/trace.py), sub-agents' conversations included. A tool
 result counts as *outside* when it came from the web (``web_search``, ``read_url``, ``find_in_url``), or from the
-sandbox running code that names an http(s) URL (a file it fetched). A task is flagged when its normalised ground
-truth (case, punctuation and digit-group commas aside, as whole words) or one of ``tools.web.answer_patterns``
-(regular expressions) occurs in such a result: the task's own attachments and what the agent computed from them
-are never outside. A flag is a lead to check (``flowllm inspect audit RUN`` shows the excerpt), not proof: a short
-answer may also be an ordinary fact on a page the task meant the agent to read.
+sandbox running code that names an http(s) URL (a file it fetched); so does a memory recalled into the prompt
+(``memory.enabled``: an earlier task's or run's notes, which hold their answers). A task is flagged when its
+normalised ground truth (case, punctuation and digit-group commas aside, as whole words) or one of
+``tools.web.answer_patterns`` (regular expressions) occurs in such a result: the task's own attachments and what
+the agent computed from them are never outside. A flag is a lead to check (``flowllm inspect audit RUN`` shows
+the excerpt), not proof: a short answer may also be an ordinary fact on a page the task meant the agent to read.
 
 The guard's blocks (flowllm/tools/web/guard.py) are counted from the same results. ``summary.json →
 contamination`` (``ContaminationBlock``) holds both, and the accuracy over all scored tasks and over those not
@@ -19,18 +20,19 @@ import dataclasses
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowllm.export.trace import TaskTrace, ToolCall, read_run_traces
+from flowllm.export.trace import TaskTrace, ToolCall, Turn, read_run_traces
 from flowllm.rundir.results import ContaminationBlock, RunSummary, TaskResult
 from flowllm.scoring.stats import StatsSettings, TaskScore, estimate, format_estimate
 from flowllm.scoring.tally import known_score
 from flowllm.tools.web.guard import RECORD_KEY, Block
 
 WEB_TOOLS = frozenset({"web_search", "read_url", "find_in_url"})
+MEMORY = "recall_memory"  # a flag's tool when the answer came back in a recalled memory
 SANDBOX_TOOLS = frozenset({"run_python"})
 _URL = re.compile(r"https?://[^\s'\"<>)\]]+")
 _RESULT_URL = re.compile(r"URL: (\S+)")
@@ -126,6 +128,25 @@ def _blocks(call: ToolCall) -> list[Block]:
     return []
 
 
+def _first_hit(text: str, needles: Sequence[tuple[re.Pattern[str] | None, str]]) -> tuple[re.Match[str], str] | None:
+    """The first needle found in ``text`` (normalised), and what it is."""
+    for needle, what in needles:
+        hit = needle.search(text) if needle is not None else None
+        if hit is not None:
+            return hit, what
+    return None
+
+
+def _outside_texts(turn: Turn) -> Iterator[tuple[str, str, ToolCall | None]]:
+    """What reached a turn from outside the task, normalised: memories recalled into its prompt (no URL: the
+    excerpt says which task's note it was), then tool results from outside, each with its call."""
+    for memory in turn.recalled:
+        yield MEMORY, normalised(str(memory.get("text") or "")), None
+    for call in turn.tool_calls:
+        if call.result and is_outside(call):
+            yield call.name, normalised(call.result), call
+
+
 def audit_trace(trace: TaskTrace, patterns: Sequence[re.Pattern[str]], into: Audit) -> None:
     """The flags and blocks of one task (one epoch of it)."""
     truth = trace.saved.ground_truth or (trace.task_result.ground_truth if trace.task_result else None)
@@ -134,17 +155,14 @@ def audit_trace(trace: TaskTrace, patterns: Sequence[re.Pattern[str]], into: Aud
         for turn in conv.turns:
             for call in turn.tool_calls:
                 into.blocks.extend((trace.task_id, call.name, b) for b in _blocks(call))
-                if not call.result or not is_outside(call):
+            for tool, text, source in _outside_texts(turn):
+                found = _first_hit(text, needles)
+                if found is None:
                     continue
-                text = normalised(call.result)
-                for needle, what in needles:
-                    hit = needle.search(text) if needle is not None else None
-                    if hit is not None:
-                        url = _url(call, text, hit.start())
-                        excerpt = _excerpt(text, hit.start(), hit.end())
-                        flag = Flag(trace.task_id, trace.epoch, conv.agent, turn.number, call.name, url, excerpt, what)
-                        into.flags.append(flag)
-                        break
+                hit, what = found
+                url = _url(source, text, hit.start()) if source is not None else None
+                excerpt = _excerpt(text, hit.start(), hit.end())
+                into.flags.append(Flag(trace.task_id, trace.epoch, conv.agent, turn.number, tool, url, excerpt, what))
 
 
 def _score(result: TaskResult) -> float | None:

@@ -39,7 +39,16 @@ MODEL_KEYS = frozenset({"raw_response", "raw_request"})
 # What a fork adds to a live reply (flowllm/providers/fork.py, FORK_KEY): its provider, model, the request sent.
 FORK_KEY = "flowllm_fork"
 TRACE_KEYS = frozenset(
-    {"raw_response", "raw_request", "response", "prepared_calls", "bad_tool_calls", "tool_results", "tool_calls"}
+    {
+        "raw_response",
+        "raw_request",
+        "response",
+        "prepared_calls",
+        "bad_tool_calls",
+        "tool_results",
+        "tool_calls",
+        "recalled",
+    }
 )
 PROMPT_KEYS = frozenset({"prompt_system", "prompt_messages", "prompt_tools"})
 
@@ -125,6 +134,7 @@ class Turn:
     system: list[dict[str, Any]] | None = None
     prompt_messages: list[dict[str, Any]] | None = None
     subagents: list[Conversation] = field(default_factory=list)
+    recalled: list[dict[str, Any]] = field(default_factory=list)  # memories put in the prompt (recall_memory)
 
     @property
     def started_at(self) -> float | None:
@@ -264,6 +274,8 @@ class TurnBuilder:
         if isinstance(out.get("tool_results"), list):
             self._results = [r for r in out["tool_results"] if isinstance(r, dict)]
             self._dispatch = event
+        if isinstance(out.get("recalled"), list):
+            self.turn.recalled = [m for m in out["recalled"] if isinstance(m, dict)]
 
     def _model_call(self, event: NodeEvent, out: Mapping[str, Any]) -> None:
         call = ModelCall(event.started_at, event.duration_s, error=event.error)

@@ -137,3 +137,24 @@ def test_a_leak_inside_a_sub_agent_or_a_sandbox_download_is_flagged_and_local_wo
         ("main", 2, "run_python", "https://a.example/k.csv"),
         ("browser", 1, "read_url", "https://example.org/x"),
     ]
+
+
+def test_an_answer_recalled_from_memory_is_flagged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``memory.enabled`` remembers each task's answer; a second run of the same tasks recalls them into its
+    prompt, so a task its first run answered right starts with its answer. The audit read tool results only and
+    said "no task flagged". It now flags the tasks whose recalled notes hold their ground truth (not the one whose
+    note holds the first run's wrong answer), and the summary's accuracy without them verifies."""
+    store = tmp_path / "memory.sqlite"
+    args = ("progress=false", "+experiment=gaia_sample", "memory.enabled=true", f"memory.path={store}")
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert run_flowllm(*args, f"hydra.run.dir={first}").returncode == 0
+    assert run_flowllm(*args, f"hydra.run.dir={second}").returncode == 0
+    summary = RunSummary.from_dict(json.loads((first / "summary.json").read_text()))
+    assert summary.contamination is not None and summary.contamination.flagged == 0  # nothing to recall yet
+    summary = RunSummary.from_dict(json.loads((second / "summary.json").read_text()))
+    block = summary.contamination
+    assert block is not None and block.flagged_tasks == ["gaia-sample-01", "gaia-sample-02"]  # 03 was answered wrong
+    assert block.accuracy_excluding_flagged["n"] == 1
+    assert inspect_main(["audit", str(second)]) == 0
+    assert "recall_memory" in capsys.readouterr().out
+    assert verify_main([str(second)]) == 0
