@@ -366,9 +366,8 @@ class _Lines:
         """The next line, or None when ``timeout`` seconds passed first (None: wait as long as it takes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self.buffer:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
+            # Past the deadline, one look that does not wait: poll() (timeout 0) must still see an exit status.
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self.conn], [], [], left)[0]:
                 return None
             chunk = self.conn.recv(4096)

@@ -46,6 +46,26 @@ def test_a_signal_ends_it_as_it_ends_a_subprocess_and_a_timeout_kills_it(tmp_pat
         run_app(["sleep"], module=PROBE, cwd=ROOT, env=dict(os.environ), timeout=1)
 
 
+def test_poll_sees_an_app_that_ended(tmp_path: Path) -> None:
+    """``poll()`` (a wait of 0 s) once never read the exit status: a loop waiting for a file while asserting the
+    app still runs spun until its own deadline after the app had failed."""
+    log = tmp_path / "log"
+    with log.open("w") as handle:
+        proc = start_app(
+            ["exit", "3"],
+            module=PROBE,
+            cwd=tmp_path,
+            env=dict(os.environ),
+            stdout=handle.fileno(),
+            stderr=handle.fileno(),
+        )
+    deadline = time.monotonic() + 60
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "poll() did not see the app end"
+        time.sleep(0.01)
+    assert proc.returncode == 3
+
+
 def test_it_exits_as_an_interpreter_does_without_its_teardown(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = run_app(["atexit"], module=PROBE, cwd=tmp_path, env=env, timeout=60)
