@@ -181,13 +181,17 @@ class RedisSpend:
 
     def __init__(self, coordination: Coordination) -> None:
         self._client = coordination.client()
+        self._url = shown_url(coordination.url)
         self._keys = (coordination.key("spend", "seen"), coordination.key("spend", "total"))
 
     def add(self, entries: Sequence[SpendEntry]) -> dict[str, float]:
         args: list[Any] = [KEY_TTL_S]
         for e in entries:
             args += [e.digest, e.tokens, e.output_tokens, repr(float(e.cost_usd)), int(e.unpriced)]
-        raw = self._client.eval(_SPEND, 2, *self._keys, *args)
+        try:
+            raw = self._client.eval(_SPEND, 2, *self._keys, *args)
+        except redis.RedisError as exc:  # the server went away: OSError, as every Redis reader here says it
+            raise OSError(f"Redis at {self._url} cannot be read: {exc}") from exc
         pairs = [x.decode() if isinstance(x, bytes) else str(x) for x in raw]
         return {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 

@@ -64,9 +64,9 @@ from flowllm.run.progress import ProgressReporter
 from flowllm.run.replay_audit import ReplayAudit, is_scored
 from flowllm.run.resume import TaskResume, clear_epoch_dir, clear_task_dir
 from flowllm.run.workspaces import WorkspaceRoot
-from flowllm.rundir.attempts import running_attempt
+from flowllm.rundir.attempts import running_attempt, shelve_attempt
 from flowllm.rundir.epochs import current_epoch, running_epoch
-from flowllm.rundir.layout import ATTEMPTS_DIR, LEGACY_AGENTS_DIR, RESULT_FILE, STATE_FILE, TURN_GLOB, WORKSPACE_DIR
+from flowllm.rundir.layout import RESULT_FILE, STATE_FILE, WORKSPACE_DIR
 from flowllm.rundir.taskdirs import task_folder_name
 from flowllm.scoring import GaiaScorer, Score, Scorer
 from flowllm.spend.saved_stops import SavedStops
@@ -199,13 +199,7 @@ class Experiment:
     def _shelve_attempt(self, task: Task, number: int) -> None:
         """Move a finished attempt's records aside so the next attempt starts from the task folder again."""
         self.recorder.flush()  # the background writer must not still be writing into the folders we move
-        task_dir = self._records_dir(task)
-        target = task_dir / ATTEMPTS_DIR / str(number)
-        target.mkdir(parents=True, exist_ok=True)
-        kept = (LEGACY_AGENTS_DIR, WORKSPACE_DIR, STATE_FILE)
-        for item in (*sorted(task_dir.glob(TURN_GLOB)), *(task_dir / name for name in kept)):
-            if item.exists():
-                shutil.move(str(item), str(target / item.name))
+        shelve_attempt(self._records_dir(task), number)
         self.recorder.discard_task(task.task_id)
 
     async def score(self, task: Task, answer: str | None, attempt: int) -> Score:
@@ -330,7 +324,11 @@ class Experiment:
         starts what the saved run started: its own spend is nothing."""
         if self.stops is not None:
             return self.stops.stopped_before(task.task_id, attempt)
-        halt = self.settings.budget.reached(self.spend.total(), self.spend.spender) if self.spend is not None else None
+        try:
+            halt = self.settings.budget.reached(self.spend.total(), self.spend.spender) if self.spend else None
+        except OSError as exc:  # the shared spend's Redis went away: no task starts without knowing the spend
+            self._stop(f"the run's spend cannot be read: {exc}")
+            return True
         if halt is not None and self._budget_halt is None:
             self._budget_halt = halt.detail
             log.warning("flowllm: %s: no new task starts; running tasks stop after their current turn", halt.detail)
@@ -493,9 +491,13 @@ class Experiment:
         outcome.status = FAILED
         outcome.correct = None if outcome.ground_truth is None else False
         outcome.error = f"the task's records could not be written: {failure}"
+        self._stop(failure)
+
+    def _stop(self, reason: str) -> None:
+        """No new task starts (the run's records cannot be written, its shared spend cannot be read); said once."""
         if self.stop_reason is None:
-            self.stop_reason = failure
-            log.error("flowllm: no new tasks start: %s (rerun into this folder to resume)", failure)
+            self.stop_reason = reason
+            log.error("flowllm: no new tasks start: %s (rerun into this folder to resume)", reason)
 
     def _open_tools(self, task: Task, workspace: Path) -> Any:
         state_file = self._records_dir(task) / STATE_FILE  # tools.task_state: one of the task's records

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from flowllm.rundir.layout import RunLayout
 from flowllm.rundir.results import LedgerLine, RunSummary
 from flowllm.verify.cli import main as verify_main
 from tests.experiment.helpers import run_flowllm, start_flowllm
-from tests.redis_server import free_port
+from tests.redis_server import MISSING, free_port, redis_server
 
 RPM = 240  # 4 a second, a burst of 4 (flowllm/providers/limiter.py): the sample's 22 calls need 4.5 s together
 PER_S, BURST = RPM / 60, 4
@@ -194,3 +195,37 @@ def test_a_shard_whose_shared_spend_cannot_be_read_at_its_summary_says_what_its_
     RunLayout(late).config.write_text(OmegaConf.to_yaml(cfg))  # what Hydra writes when it runs the app
     assert verify_main([str(late)]) == 0
     assert "experiment.coordination is not known" in capsys.readouterr().out
+
+
+def test_a_redis_that_goes_away_while_the_run_runs_stops_new_tasks_and_the_run_is_summarised(tmp_path: Path) -> None:
+    """The Redis keeping a capped run's shared spend stops while the run runs (each model call is held 1 s, so
+    tasks are left when the first finishes). The run crashed with a traceback (exit 1, a flowllm bug) and no
+    summary. Now no new task starts, one line says why, the run ends as an interrupted one (exit 130: a rerun into
+    the folder resumes), and its summary is written and verifies."""
+    run_dir, log = tmp_path / "run", tmp_path / "run.log"
+    (tmp_path / "redis").mkdir()
+    with redis_server(tmp_path / "redis") as url:
+        if url is None:
+            pytest.skip(MISSING)
+        proc = start_flowllm(
+            "progress=false",
+            "+experiment=gaia_sample",
+            f"experiment.coordination='{url}?run=gone-mid-run'",
+            "experiment.budget.cost_usd=1",
+            "experiment.max_concurrent=1",
+            "+provider.emulator_faults={rules: [{fault: delay, delay_s: 1.0}]}",
+            f"hydra.run.dir={run_dir}",
+            log=log,
+        )
+        deadline = time.monotonic() + 300  # a hang guard only
+        while not list((run_dir / "tasks").glob("*/result.json")):  # the first task finished
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+    # The server is gone.
+    assert proc.wait(timeout=300) == ExitCode.INTERRUPTED, log.read_text()[-3000:]
+    said = log.read_text()
+    assert "Traceback" not in said and "no new tasks start: the run's spend cannot be read: Redis at" in said
+    summary = RunSummary.from_dict(json.loads(RunLayout(run_dir).summary.read_text()))
+    assert summary.interrupted and summary.unfinished and summary.budget is not None
+    assert "Redis could not be read" in (summary.budget.shared_spent or {})["error"]
+    assert verify_main([str(run_dir)]) == 0
