@@ -194,7 +194,7 @@ class ControlledGate:
             return halt
         budget: RunBudget = self.experiment.settings.budget
         book = self.experiment.spend
-        return budget.reached(book.total(), book.spender) if budget.active else None
+        return budget.reached_by(book) if budget.active else None
 
 
 def attach_control(experiment: Any, control: RunControl) -> None:

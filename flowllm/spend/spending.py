@@ -144,6 +144,16 @@ class RunBudget:
             )
         return None
 
+    def reached_by(self, book: SpendBook) -> Halt | None:
+        """The budget's halt when the run's spend (``book``'s total) has reached it. A spend that cannot be read
+        now (the Redis that keeps it under experiment.coordination went away) halts the task too: unfinished, for
+        a rerun, rather than run on without knowing what the run spent."""
+        try:
+            total = book.total()
+        except OSError as exc:
+            return Halt(STATUS_BUDGET, detail=f"the run's spend cannot be read: {exc}")
+        return self.reached(total, book.spender)
+
 
 @dataclass
 class Spend:
@@ -328,7 +338,7 @@ class TaskGate:
         if agent == MAIN_AGENT:
             self.turns = turns
         if self.budget.active:
-            halt = self.budget.reached(self.book.total(), self.book.spender)
+            halt = self.budget.reached_by(self.book)
             if halt is not None:
                 return halt
         if not self.limits.active:

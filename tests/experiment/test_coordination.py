@@ -198,10 +198,11 @@ def test_a_shard_whose_shared_spend_cannot_be_read_at_its_summary_says_what_its_
 
 
 def test_a_redis_that_goes_away_while_the_run_runs_stops_new_tasks_and_the_run_is_summarised(tmp_path: Path) -> None:
-    """The Redis keeping a capped run's shared spend stops while the run runs (each model call is held 1 s, so
-    tasks are left when the first finishes). The run crashed with a traceback (exit 1, a flowllm bug) and no
-    summary. Now no new task starts, one line says why, the run ends as an interrupted one (exit 130: a rerun into
-    the folder resumes), and its summary is written and verifies."""
+    """The Redis keeping a capped run's shared spend stops while the first task's first model call is held (1 s,
+    the call of a turn that calls a tool). The run crashed with a traceback (exit 1, a flowllm bug) and no
+    summary; the turn's budget check then failed the task, counted wrong. Now that task stops unfinished (a rerun
+    runs it), no new task starts, one line says why, the run ends as an interrupted one (exit 130: a rerun into the
+    folder resumes), and its summary is written and verifies."""
     run_dir, log = tmp_path / "run", tmp_path / "run.log"
     (tmp_path / "redis").mkdir()
     with redis_server(tmp_path / "redis") as url:
@@ -218,7 +219,7 @@ def test_a_redis_that_goes_away_while_the_run_runs_stops_new_tasks_and_the_run_i
             log=log,
         )
         deadline = time.monotonic() + 300  # a hang guard only
-        while not list((run_dir / "tasks").glob("*/result.json")):  # the first task finished
+        while not (run_dir / "tasks" / "gaia-sample-01" / "turn_001").is_dir():  # its first call is being held
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.02)
     # The server is gone.
@@ -226,6 +227,8 @@ def test_a_redis_that_goes_away_while_the_run_runs_stops_new_tasks_and_the_run_i
     said = log.read_text()
     assert "Traceback" not in said and "no new tasks start: the run's spend cannot be read: Redis at" in said
     summary = RunSummary.from_dict(json.loads(RunLayout(run_dir).summary.read_text()))
-    assert summary.interrupted and summary.unfinished and summary.budget is not None
+    assert summary.interrupted and summary.unfinished and summary.budget is not None and not summary.failed
+    stopped = json.loads((run_dir / "tasks" / "gaia-sample-01" / "result.json").read_text())
+    assert stopped["status"] == "budget" and stopped["halt_detail"].startswith("the run's spend cannot be read")
     assert "Redis could not be read" in (summary.budget.shared_spent or {})["error"]
     assert verify_main([str(run_dir)]) == 0
