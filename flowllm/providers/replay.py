@@ -45,7 +45,7 @@ from flowllm.providers.errors import ProviderConfigError, ProviderError
 from flowllm.providers.factory import build_provider
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs
+from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs, nested_origin
 from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
 from flowllm.rundir.store import local_run
 
@@ -276,6 +276,26 @@ class ReplayProvider(ProviderFacade):
         ``output_taker`` was called, given once; None when no send read it (or it was given already)."""
         return self._outputs.pop(key, None)
 
+    def _nested_call(self, context: CallContext) -> SavedCall | None:
+        """The exchange of a one-call conversation of its own (compaction's summary: ``nested_scope``), which the
+        node that made it recorded in its output (a port holding ``raw_request`` and ``raw_response``), not as a
+        conversation of turns; None when ``context`` is not such a call or no node of its turn holds one."""
+        origin = nested_origin(context.scope) if context.turn == 1 else None
+        if origin is None:
+            return None
+        parent_scope, parent_turn = origin
+        turn = self._turns(context.task_id, parent_scope).turns.get(parent_turn)
+        for node in turn.nodes if turn is not None else ():
+            output = node.output() if node.name != CALL_NODE else None
+            ports = output.value if output is not None and output.ok else None
+            for port in ports.values() if isinstance(ports, dict) else ():
+                if isinstance(port, dict) and isinstance(port.get("raw_response"), dict):
+                    request = port.get("raw_request")
+                    return SavedCall(
+                        request if isinstance(request, dict) else None, port["raw_response"], str(node.path)
+                    )
+        return None
+
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
         task, turn_no, agent = context.task_id, context.turn, context.agent
@@ -295,6 +315,9 @@ class ReplayProvider(ProviderFacade):
             )
         index = self._turns(task, context.scope)
         turn = index.turns.get(turn_no)
+        nested = self._nested_call(context) if turn is None else None
+        if nested is not None:
+            return nested
         if turn is None:
             made = sorted(index.turns)
             what = f"it made turns {made[0]}-{made[-1]}" if made else "it recorded no turns for it"

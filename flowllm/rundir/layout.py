@@ -109,6 +109,14 @@ def nested_scope(parent_scope: str, turn: int, name: str) -> str:
     return f"{prefix}{turn_folder(turn)}/{name}"
 
 
+def nested_origin(scope: str) -> tuple[str, int] | None:
+    """The conversation and turn a ``nested_scope`` was made in; None for any other scope (a sub-agent's)."""
+    head, sep, _name = scope.rpartition("/")
+    parent, _, turn = head.rpartition("/")
+    found = TURN_RE.match(turn) if sep else None
+    return (parent, int(found.group(1))) if found is not None else None
+
+
 # How many task folders a ``RunLayout`` remembers (it starts over when full): far more than run at once.
 TASK_FOLDERS_KEPT = 4096
 
