@@ -19,6 +19,7 @@ happened, a missing one has no answer, an unverified one may have diverged unsee
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,12 +37,13 @@ from flowllm.providers.replay import SavedKey, read_saved
 from flowllm.rundir.digests import Digests, digest, node_key, read_digests
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
-from flowllm.rundir.layout import OUTPUT_FILE, RunLayout, TurnDirs
+from flowllm.rundir.layout import NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs
 from flowllm.scoring.tally import SCORED_REPLAYS, replay_scored
 
 # What a difference is shown as, at most: enough to see what changed.
 DESCRIBE_CHARS = 200
 _NOT_READ = object()  # a task whose saved digests were not looked for yet
+_NO_SUCH_NODE = object()  # the saved turn has no record of a node of that name: its pipeline had none
 
 
 class ReplayStatus(StrEnum):
@@ -133,8 +135,14 @@ class ReplayAudit:
             try:
                 saved = read_saved(self._saved_path(ctx, node, epoch))
             except OSError:
+                saved = self._renumbered(ctx, node, epoch)
+            if saved is None or saved is _NO_SUCH_NODE:
                 with self._lock:
-                    self._unverified.add(ctx.task_id)
+                    if saved is None:
+                        self._unverified.add(ctx.task_id)
+                    else:
+                        what = f"the saved run has no {node.name} node"
+                        self._first.setdefault(ctx.task_id, Divergence(ctx.turn, node.name, ctx.scope, what))
                 return
         # The common case first: the plain serialisation already equals the saved record, which was masked and
         # had its media moved to blobs when it was written, so those steps have nothing left to change.
@@ -171,6 +179,21 @@ class ReplayAudit:
             digest(unmasked_record(produced)) == known
             or digest(self._references.serialize(produced, self.dumps)) == known
         )
+
+    def _renumbered(self, ctx: TurnContext, node: BoundNode, epoch: int | None) -> Any:
+        """The saved record of the node found by its name, when the saved run numbered it differently (a hook
+        switched on or off puts a node before it); ``_NO_SUCH_NODE`` when the saved turn recorded its nodes'
+        outputs and none of them is this one; None when the saved run kept nothing to tell (unverified)."""
+        turn_dir = self._turn_dirs.turn(ctx.task_id, ctx.turn, ctx.scope, epoch)
+        try:
+            with os.scandir(turn_dir) as entries:
+                folders = {found.group(2): e.path for e in entries if (found := NODE_RE.match(e.name)) and e.is_dir()}
+            if node.name in folders:
+                return read_saved(os.path.join(folders[node.name], OUTPUT_FILE))
+        except OSError:
+            return None
+        recorded = any(os.path.isfile(os.path.join(folder, OUTPUT_FILE)) for folder in folders.values())
+        return _NO_SUCH_NODE if recorded else None
 
     def _saved_path(self, ctx: TurnContext, node: BoundNode, epoch: int | None) -> str:
         return self._turn_dirs.node_file(ctx.task_id, ctx.turn, node.index, node.name, OUTPUT_FILE, ctx.scope, epoch)
