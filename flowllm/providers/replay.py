@@ -418,6 +418,29 @@ def checked_run_dir(pcfg: ProviderConfig) -> Path:
     return run_dir
 
 
+def check_replay_epochs(pcfg: ProviderConfig, epochs: int) -> None:
+    """A replay serves each epoch from the saved run's record of that epoch (``tasks/<id>/epochs/<n>/``, or the
+    task's own folder in a run of one epoch): the saved run must have made the epochs asked for, except that a
+    fork runs the epochs after the saved run's live. Raises ``ProviderConfigError`` with the setting to use."""
+    if pcfg.protocol != REPLAY_PROTOCOL or not pcfg.run_dir:
+        return
+    try:
+        found = saved_section(RunLayout(checked_run_dir(pcfg)).config, "experiment.epochs")
+    except ConfigError as exc:
+        raise ProviderConfigError(f"provider.run_dir: {exc}") from None
+    saved = found if isinstance(found, int) and found >= 1 else 1  # a run made before epochs: one
+    if (saved == 1) != (epochs == 1):
+        raise ProviderConfigError(
+            f"provider.run_dir: the saved run ran {saved} epoch{'s' if saved > 1 else ''}, this one {epochs}: a "
+            f"replay serves each epoch from the saved run's record of it; set experiment.epochs={saved}"
+        )
+    if epochs > saved and pcfg.fork is None:
+        raise ProviderConfigError(
+            f"provider.run_dir: the saved run ran {saved} epochs and has no reply for epoch {saved + 1} or later: set "
+            f"experiment.epochs={saved} or fewer, or fork (provider.fork=live) to run the later epochs live"
+        )
+
+
 def build_replay_provider(pcfg: ProviderConfig) -> ReplayProvider:
     """Check ``provider.run_dir`` and build the provider; raises ``ProviderConfigError`` with what to do."""
     run_dir = checked_run_dir(pcfg)

@@ -34,7 +34,13 @@ from flowllm.export.contamination import audit_run
 from flowllm.providers import UsageLedger, check_provider_config
 from flowllm.providers.fork import ForkProvider, check_fork_pipeline, live_config
 from flowllm.providers.registry import ProviderTable, Resolver
-from flowllm.providers.replay import REPLAY_PROTOCOL, ReplayProvider, resolve_run_dir, source_provider_config
+from flowllm.providers.replay import (
+    REPLAY_PROTOCOL,
+    ReplayProvider,
+    check_replay_epochs,
+    resolve_run_dir,
+    source_provider_config,
+)
 from flowllm.resources import bundled
 from flowllm.run.budget_report import SharedReading, batch_cost, billed_cost, budget_summary
 from flowllm.run.progress import ProgressReporter
@@ -144,6 +150,7 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
         problems.check(lambda: check_provider_config(provider_cfg, resolve=names))
         if pipeline_runner is not None:  # a fork needs the saved run's nodes in this pipeline
             problems.check(lambda: check_fork_pipeline(provider_cfg, pipeline_runner[0]))
+        problems.check(lambda: check_replay_epochs(provider_cfg, int(cfg.experiment.epochs)))
     problems.check(lambda: check_web_tools(cfg))
     # ToolConfigError: a server entry that cannot work, before anything starts.
     tools = problems.check(lambda: load_settings(plain_config(cfg.tools)))

@@ -176,3 +176,37 @@ def test_more_epochs_run_only_the_new_ones_and_fewer_drop_the_rest(epochs_run: P
         epochs = sorted(p.name for p in (run_dir / "tasks" / task_id / "epochs").iterdir())
         assert epochs == ["1", "2"]
         assert len(json.loads((run_dir / "tasks" / task_id / "result.json").read_text())["epoch_log"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("epochs", "fork", "message"),
+    [
+        (1, False, "the saved run ran 3 epochs, this one 1: a replay serves each epoch from the saved run's record"),
+        (1, True, "the saved run ran 3 epochs, this one 1: a replay serves each epoch from the saved run's record"),
+        (4, False, "has no reply for epoch 4 or later: set experiment.epochs=3 or fewer, or fork"),
+    ],
+)
+def test_a_replay_of_other_epochs_than_its_saved_run_is_refused(
+    epochs_run: Path, tmp_path: Path, epochs: int, fork: bool, message: str
+) -> None:
+    """With another experiment.epochs (named, or an experiment's default: +experiment=... replays as composed),
+    every task once failed as missing, "the new pipeline took another path earlier", and the accuracy was unknown."""
+    forking = ["provider.fork=live", "provider.live=offline"] if fork else []
+    replay = ["provider=replay", f"provider.run_dir={epochs_run}", *forking, TASKS, "progress=false"]
+    proc = run_flowllm(*replay, f"experiment.epochs={epochs}", f"hydra.run.dir={tmp_path / 'refused'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "refused" / "tasks").exists()
+
+
+def test_a_fork_may_run_more_epochs_than_its_saved_run_live(epochs_run: Path, tmp_path: Path) -> None:
+    fork = ["provider=replay", f"provider.run_dir={epochs_run}", "provider.fork=live", "provider.live=offline"]
+    proc = run_flowllm(*fork, "experiment.epochs=4", TASKS, "progress=false", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for task_id in IDS:
+        verdicts = [
+            json.loads((tmp_path / "tasks" / task_id / "epochs" / str(n) / "result.json").read_text())["replay"]
+            for n in (1, 2, 3, 4)
+        ]
+        assert [v["status"] for v in verdicts] == ["exact", "exact", "exact", "forked"]
+        assert verdicts[3]["turn"] == 1 and verdicts[3]["live_calls"] > 0
