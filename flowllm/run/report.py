@@ -62,7 +62,7 @@ def cost_text(cost: CostBlock | Mapping[str, Any]) -> str:
         split += f", judge {format_usd(cost.judge_usd)}"
     text = f"{format_usd(cost.total_usd)} billed in this run folder ({split}; {cost.model}){estimated}"
     if cost.replayed:
-        text += f"; the saved run's cost: {format_usd(cost.saved_run_usd)}"
+        text += f"; the saved run paid {format_usd(cost.saved_run_usd)} for these answers"
     return text
 
 

@@ -61,7 +61,7 @@ def test_replay_reproduces_the_original_run_exactly(runs: FixtureRuns, runner: s
     assert summary["cost"]["replayed"] is True and summary["cost_usd"] == summary["cost"]["total_usd"] == 0.0
     assert summary["cost"]["saved_run_usd"] == pytest.approx(original_cost["total_usd"], abs=1e-5)  # its tokens, priced
     assert summary["cost"]["model"] == original_cost["model"]
-    assert "$0.0000 billed in this run folder" in replay.stdout and "the saved run's cost: $" in replay.stdout
+    assert "$0.0000 billed in this run folder" in replay.stdout and "the saved run paid $" in replay.stdout
 
 
 def test_replay_with_strict_repair_changes_exactly_the_affected_task(runs: FixtureRuns) -> None:
