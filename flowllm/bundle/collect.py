@@ -3,7 +3,8 @@ ground truth taken out (unless asked to keep it) and every secret value masked.
 
 In: the config as it ran and its overrides, the fingerprint, the history of sessions, the summary (with its
 provenance), the usage ledgers, the web cache, and under ``tasks/`` every node's saved input, output and meta,
-each result and timing. Out: the log (it may quote anything), Hydra's own settings (the environment it ran in),
+each result and timing; for a replay or a fork, the provider section of the run that made its replies
+(``replayed_provider.json``: its bundle is read where that run is not). Out: the log (it may quote anything), Hydra's own settings (the environment it ran in),
 each task's workspace (the dataset's attachments and what the tools wrote: the replay makes them again), and,
 without answers, the judge's conversations (their prompts quote the answer).
 """
@@ -22,7 +23,10 @@ from omegaconf import OmegaConf
 
 from flowllm.bundle.answers import answer_hash, strip_answers
 from flowllm.bundle.manifest import BundleInputError, JobEntry
+from flowllm.config.saved import saved_section
 from flowllm.engine.recorder import environment_secrets
+from flowllm.errors import FlowError
+from flowllm.providers.replay import REPLAY_PROTOCOL, origin_provider_section
 from flowllm.rundir.layout import (
     CONFIG_FILE,
     DIGESTS_FILE,
@@ -31,6 +35,7 @@ from flowllm.rundir.layout import (
     JUDGE_LEDGER_FILE,
     LEDGER_FILE,
     OVERRIDES_FILE,
+    REPLAYED_PROVIDER_FILE,
     RESULT_FILE,
     SUMMARY_FILE,
     TASKS_DIR,
@@ -43,7 +48,16 @@ from flowllm.scoring.judge import JUDGE_SCOPE
 
 __all__ = ["MASK", "RunFiles", "collect_run", "config_secrets"]
 
-TOP_FILES = (CONFIG_FILE, OVERRIDES_FILE, FINGERPRINT_FILE, HISTORY_FILE, SUMMARY_FILE, LEDGER_FILE, JUDGE_LEDGER_FILE)
+TOP_FILES = (
+    CONFIG_FILE,
+    OVERRIDES_FILE,
+    FINGERPRINT_FILE,
+    HISTORY_FILE,
+    SUMMARY_FILE,
+    LEDGER_FILE,
+    JUDGE_LEDGER_FILE,
+    REPLAYED_PROVIDER_FILE,
+)
 MIN_SECRET_CHARS = 8  # as the recorder's redactor: shorter values would mask innocent text
 MASK = "REDACTED"  # what a secret value reads as in the bundle (plain: an override holding it still parses)
 # Config keys whose values name environment variables that hold a credential (provider.api_key_env: several,
@@ -138,6 +152,27 @@ def _config(run_dir: Path) -> tuple[Any, str]:
         raise BundleInputError(f"{run_dir / CONFIG_FILE} cannot be read: {exc}".splitlines()[0]) from None
 
 
+def _replayed_provider(run_dir: Path) -> dict[str, Any] | None:
+    """A replay's (or fork's) record of the provider that made the replies it served, for a bundle that is read
+    where the run it replayed is not (``REPLAYED_PROVIDER_FILE``); None for a run that called its model itself."""
+    try:
+        if saved_section(run_dir / CONFIG_FILE, "provider.protocol") != REPLAY_PROTOCOL:
+            return None
+        origin, chain = origin_provider_section(run_dir)
+    except FlowError as exc:
+        raise BundleInputError(f"{run_dir} is a replay whose replayed run cannot be read here ({exc})") from None
+    return origin if len(chain) > 1 else None  # one: it keeps the record already (a bundled replay, unpacked)
+
+
+def _run_files(run_dir: Path, with_answers: bool, origin: dict[str, Any] | None) -> Iterator[tuple[Path, bytes]]:
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(run_dir)
+        if _in_bundle(rel, with_answers):
+            yield rel, path.read_bytes()
+    if origin is not None:
+        yield Path(REPLAYED_PROVIDER_FILE), orjson.dumps(origin, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+
 def collect_run(run_dir: Path, name: str, *, with_answers: bool) -> RunFiles:
     """The bundle's files of one run folder; raises ``BundleInputError`` when it is not a run."""
     if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / SUMMARY_FILE).is_file():
@@ -148,15 +183,13 @@ def collect_run(run_dir: Path, name: str, *, with_answers: bool) -> RunFiles:
     fingerprint = fingerprint if isinstance(fingerprint, dict) else {}
     settings = fingerprint.get("settings")
     settings = settings if isinstance(settings, dict) else {}
+    origin = _replayed_provider(run_dir)
     secrets = {*environment_secrets(), *config_secrets(config), *setting_secrets(settings)}
+    secrets |= set(config_secrets({"provider": origin})) if origin is not None else set()
     masked = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
     job = JobEntry(name=name, dataset=dataset, dataset_files=dict(fingerprint.get("dataset_files") or {}))
     found = RunFiles(job)
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(run_dir)
-        if not _in_bundle(rel, with_answers):
-            continue
-        data = path.read_bytes()
+    for rel, data in _run_files(run_dir, with_answers, origin):
         if rel.name in (RESULT_FILE, VERDICT_FILE) and rel.parts[0] == TASKS_DIR:
             record = _json(data, rel)
             if rel.name == RESULT_FILE and len(rel.parts) == 3:  # tasks/<folder>/result.json: the task's own

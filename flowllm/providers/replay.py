@@ -132,21 +132,28 @@ def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
     return provider
 
 
-def source_provider_config(run_dir: Path) -> tuple[ProviderConfig, list[Path]]:
-    """The provider config that produced ``run_dir``'s replies, following replays of replays to the origin.
+def _kept_origin(run_dir: Path) -> dict[str, Any] | None:
+    """The origin's provider section a bundled replay keeps (``REPLAYED_PROVIDER_FILE``); None when it has none."""
+    path = RunLayout(run_dir).replayed_provider
+    if not path.is_file():
+        return None
+    try:
+        kept = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ProviderConfigError(f"provider.run_dir: {path} cannot be read: {exc}") from None
+    if not isinstance(kept, dict) or kept.get("protocol") in (None, REPLAY_PROTOCOL):
+        raise ProviderConfigError(f"provider.run_dir: {path} names no provider that made replies")
+    return kept
 
-    Returns the config and the chain of run directories visited (the first is ``run_dir``).
-    """
+
+def origin_provider_section(run_dir: Path) -> tuple[dict[str, Any], list[Path]]:
+    """The ``provider`` section of the run that made ``run_dir``'s replies, following replays of replays to it (or
+    read where a bundled replay keeps it), and the chain of run folders visited (the first is ``run_dir``)."""
     chain = [run_dir]
     while True:
-        raw = _saved_provider_config(chain[-1])
+        raw = _kept_origin(chain[-1]) or _saved_provider_config(chain[-1])
         if raw.get("protocol") != REPLAY_PROTOCOL:
-            # emulator_script and keys do not matter here: only build_request and normalize will be used.
-            raw = {**raw, "emulator_script": None, "run_dir": None}
-            try:
-                return provider_config(raw), chain
-            except ConfigError as exc:
-                raise ProviderConfigError(f"provider.run_dir: {chain[-1]}: {exc}") from None
+            return raw, chain
         if not raw.get("run_dir"):
             raise ProviderConfigError(f"{chain[-1]} is a replay run whose provider.run_dir is not recorded")
         nxt = resolve_run_dir(str(raw["run_dir"]))
@@ -155,6 +162,17 @@ def source_provider_config(run_dir: Path) -> tuple[ProviderConfig, list[Path]]:
                 f"provider.run_dir: the replay chain loops ({' -> '.join(str(p) for p in [*chain, nxt])})"
             )
         chain.append(nxt)
+
+
+def source_provider_config(run_dir: Path) -> tuple[ProviderConfig, list[Path]]:
+    """The provider config that produced ``run_dir``'s replies (``origin_provider_section``), and the chain."""
+    raw, chain = origin_provider_section(run_dir)
+    # emulator_script and keys do not matter here: only build_request and normalize will be used.
+    raw = {**raw, "emulator_script": None, "run_dir": None}
+    try:
+        return provider_config(raw), chain
+    except ConfigError as exc:
+        raise ProviderConfigError(f"provider.run_dir: {chain[-1]}: {exc}") from None
 
 
 @dataclass

@@ -55,6 +55,9 @@ OVERRIDES_FILE = ".hydra/overrides.yaml"
 HYDRA_FILE = ".hydra/hydra.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
 HISTORY_FILE = "history.jsonl"
+# A bundled replay's (or fork's) record of the provider whose replies it served, found by following it to the run
+# it replayed: a third party has the bundle, not that run (flowllm/bundle/collect.py).
+REPLAYED_PROVIDER_FILE = "replayed_provider.json"
 WEB_CACHE_DIR = "web_cache"
 RESUME_DIR = ".resume"  # a run folder of its own: the saved turns of the tasks a rerun resumes
 TASKS_DIR = "tasks"
@@ -160,6 +163,10 @@ class RunLayout:
     @property
     def config(self) -> Path:
         return self.root / CONFIG_FILE
+
+    @property
+    def replayed_provider(self) -> Path:
+        return self.root / REPLAYED_PROVIDER_FILE
 
     @property
     def overrides(self) -> Path:

@@ -136,6 +136,22 @@ def test_a_fork_bundle_reproduces_against_its_answer_hashes(
     assert "3 task(s) scored by the bundle's answer hashes" in out
 
 
+def test_a_fork_bundle_reproduces_where_the_run_it_forked_is_not(
+    sweep: Path, fork_bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A third party has the bundle, not the publisher's folders. The fork's replies are its own records, but which
+    protocol reads them was found by following the fork to the run it forked: the bundle verified only on the
+    machine that made it ("NOT reproduced: ... has no .hydra/config.yaml" anywhere else)."""
+    away = sweep.parent / "elsewhere"
+    (sweep / "0").rename(away)
+    try:
+        assert verify_main([str(fork_bundle)]) == ExitCode.OK
+    finally:
+        away.rename(sweep / "0")
+    out = capsys.readouterr().out
+    assert REPRODUCED.search(out) and "3/3 tasks replayed exactly" in out, out
+
+
 def unpacked(bundle_file: Path, dest: Path) -> dict[str, bytes]:
     read_bundle(bundle_file, dest)
     return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
