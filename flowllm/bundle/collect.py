@@ -4,9 +4,10 @@ ground truth taken out (unless asked to keep it) and every secret value masked.
 In: the config as it ran and its overrides, the fingerprint, the history of sessions, the summary (with its
 provenance), the usage ledgers, the web cache, and under ``tasks/`` every node's saved input, output and meta,
 each result and timing; for a replay or a fork, the provider section of the run that made its replies
-(``replayed_provider.json``: its bundle is read where that run is not). Out: the log (it may quote anything), Hydra's own settings (the environment it ran in),
-each task's workspace (the dataset's attachments and what the tools wrote: the replay makes them again), and,
-without answers, the judge's conversations (their prompts quote the answer).
+(``replayed_provider.json``: its bundle is read where that run is not). Out: the log (it may quote anything),
+Hydra's own settings (the environment it ran in), each task's workspace (the dataset's attachments and what the
+tools wrote: the replay makes them again), and, without answers, the judge's conversations (their prompts quote
+the answer).
 """
 
 from __future__ import annotations
