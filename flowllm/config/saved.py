@@ -22,3 +22,13 @@ def saved_section(config_path: Path, key: str, *, resolve: bool = True) -> Any:
         return OmegaConf.to_container(node, resolve=resolve) if OmegaConf.is_config(node) else node
     except Exception as exc:  # omegaconf and yaml raise many types; all mean "unreadable config"
         raise ConfigError(f"cannot read {config_path}: {str(exc).splitlines()[0]}") from exc
+
+
+def saved_cwd(hydra_file: Path) -> Path | None:
+    """The folder a saved run was started in (Hydra's ``runtime.cwd``, in its ``.hydra/hydra.yaml``), where its
+    relative paths are; None when it is not recorded or cannot be read."""
+    try:
+        found = saved_section(hydra_file, "hydra.runtime.cwd", resolve=False) if hydra_file.is_file() else None
+    except ConfigError:
+        return None
+    return Path(found) if isinstance(found, str) and found else None

@@ -35,7 +35,7 @@ import orjson
 
 from flowllm.config.provider_schema import ProviderConfig
 from flowllm.config.providers import provider_config
-from flowllm.config.saved import saved_section
+from flowllm.config.saved import saved_cwd, saved_section
 from flowllm.core.forwarding import ProviderFacade
 from flowllm.core.interfaces import CallContext
 from flowllm.core.types import Block, Message, ModelResponse, ToolSpec
@@ -115,6 +115,16 @@ def resolve_run_dir(value: str | Path) -> Path:
         raise ProviderConfigError(f"provider.run_dir: {exc}") from None
 
 
+def saved_run_dir(run_dir: Path, value: str) -> Path:
+    """The run folder ``run_dir``'s saved config names (its ``provider.run_dir``): a relative path is relative to
+    the folder that run was started in, when the run is there; else to this process's (as typed)."""
+    found = resolve_run_dir(value)
+    started = None if found.is_absolute() else saved_cwd(RunLayout(run_dir).hydra)
+    if started is not None and (started / found).is_dir():
+        return started / found
+    return found
+
+
 def _saved_provider_config(run_dir: Path) -> dict[str, Any]:
     """The ``provider`` section of a run's saved config, with interpolations resolved against that config."""
     config_path = RunLayout(run_dir).config
@@ -156,7 +166,7 @@ def origin_provider_section(run_dir: Path) -> tuple[dict[str, Any], list[Path]]:
             return raw, chain
         if not raw.get("run_dir"):
             raise ProviderConfigError(f"{chain[-1]} is a replay run whose provider.run_dir is not recorded")
-        nxt = resolve_run_dir(str(raw["run_dir"]))
+        nxt = saved_run_dir(chain[-1], str(raw["run_dir"]))
         if nxt in chain or len(chain) >= MAX_CHAIN:
             raise ProviderConfigError(
                 f"provider.run_dir: the replay chain loops ({' -> '.join(str(p) for p in [*chain, nxt])})"

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from omegaconf import DictConfig, OmegaConf
 
+from flowllm.config.saved import saved_cwd
 from flowllm.datasets.adapters import DatasetSpec, load_dataset
 from flowllm.datasets.shards import ShardSpec
 from flowllm.datasets.task import Task
@@ -80,13 +81,15 @@ class RunEvidence:
 
 
 def saved_run(ev: RunEvidence, value: str) -> Path | None:
-    """The run folder a replay or fork served (``provider.run_dir``, a store's URL read from its local copy), or
-    one of that name beside the audited run (a bundle or a copied pair); None when neither is at hand."""
+    """The run folder a replay or fork served (``provider.run_dir``, a store's URL read from its local copy; a
+    relative path from the folder the audited run was started in), or one of that name beside the audited run (a
+    bundle or a copied pair); None when none is at hand."""
     try:
         saved = local_run(value)
     except CliError:
         return None
-    for candidate in (saved, ev.run_dir.parent / saved.name):
+    started = None if saved.is_absolute() else saved_cwd(RunLayout(ev.run_dir).hydra)
+    for candidate in (*((started / saved,) if started is not None else ()), saved, ev.run_dir.parent / saved.name):
         if candidate.is_dir() and RunLayout(candidate).config.is_file():
             return candidate
     return None
