@@ -247,10 +247,10 @@ def table_rows(summary: SweepSummary) -> list[list[str]]:
         accuracy = "not known" if j.accuracy is None and j.status in SCORED_STATUSES else _pct(j.accuracy)
         if j.correct is not None and scored is not None:
             accuracy += f" ({j.correct}/{scored})"
-        if j.unscored:
-            accuracy += f", {j.unscored} unscored"
         if j.stats is not None:
             accuracy = format_estimate(j.stats)
+        if j.unscored:
+            accuracy += f", {j.unscored} unscored"
         if j.scoring_errors:
             accuracy += f", {j.scoring_errors} not judged"
         if j.unfinished:

@@ -102,6 +102,15 @@ def test_a_job_its_budget_cut_short_is_said_and_kept_off_the_frontier(sweep: Pat
     assert sweep_exit_code([j.to_dict() for j in summary.jobs]) == ExitCode.BUDGET
 
 
+def test_a_job_with_unscored_tasks_says_so_beside_its_interval(sweep: Path) -> None:
+    """A replay job that re-scores a saved run with another repair stage: the tasks that diverged are not scored, so
+    its interval is over fewer tasks. The interval replaced the accuracy cell, and "N unscored" with it."""
+    _job(sweep, "3", ["repair=strict"], [True] * 37, 0.0)
+    path = sweep / "3" / "summary.json"
+    path.write_bytes(orjson.dumps({**read_json(path), "tasks": N, "scored": 37, "unscored": 3}))
+    assert table_rows(collect(sweep))[3][4].endswith("n=37, 3 unscored")
+
+
 def test_files_show_intervals_comparisons_and_the_frontier(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(sweep)]) == 0
     printed = capsys.readouterr().out
