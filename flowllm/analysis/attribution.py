@@ -94,7 +94,21 @@ def changed_settings(
         else:
             changes[key] = [key]
             overrides[key] = (f"~{key}",)
+    _fold_switched(changes, overrides)
     return [Change(name, overrides[name], tuple(ks)) for name, ks in changes.items()], sorted(set(left_out))
+
+
+SWITCH = "enabled"  # the key that turns a section on (agent.compaction.enabled, memory.enabled)
+
+
+def _fold_switched(changes: dict[str, list[str]], overrides: dict[str, tuple[str, ...]]) -> None:
+    """A section switched on (or off) is one setting with every key of it that differs: the others act on nothing
+    while it is off, and some are required once it is on (compaction's threshold)."""
+    for name in [n for n in changes if n.endswith(f".{SWITCH}")]:
+        section = name.removesuffix(f".{SWITCH}")
+        parts = sorted(n for n in changes if n == name or n.startswith(f"{section}."))
+        changes[section] = [key for part in parts for key in changes.pop(part)]
+        overrides[section] = tuple(o for part in parts for o in overrides.pop(part))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowllm.analysis.attribution import Change, Effect, Plan, effects, pick_tasks
+from flowllm.analysis.attribution import Change, Effect, Plan, changed_settings, effects, pick_tasks
 
 CHANGE = Change("repair", ("repair=strict",), ("repair.name",))
 
@@ -116,3 +116,36 @@ def covers(rng: random.Random, seed: int, truth: float) -> bool:
 def test_a_plan_keeps_every_differing_task() -> None:
     plan = pick_tasks({"x": 1.0, "y": 0.0, "z": 1.0}, {"x": 0.0, "y": 0.0, "z": 1.0}, sample=1, seed=3)
     assert plan == Plan(["x", "y", "z"], ["x"], plan.sampled) and len(plan.sampled) == 1
+
+
+def test_a_switched_section_is_one_setting_with_its_keys() -> None:
+    """B switches compaction on with its threshold: forked alone, ``agent.compaction.enabled=true`` is refused (no
+    threshold) and the threshold alone acts on nothing in A (compaction off). The section is one setting; a key
+    under a section both runs have on stays a setting of its own."""
+    a = {"agent.compaction.enabled": False, "agent.compaction.keep_turns": 2, "agent.max_turns": 8}
+    b = {
+        "agent.compaction.enabled": True,
+        "agent.compaction.keep_turns": 1,
+        "agent.compaction.threshold_tokens": 300,
+        "agent.max_turns": 4,
+        "memory.enabled": True,
+        "memory.top_k": 3,
+    }
+    a |= {"memory.enabled": True, "memory.top_k": 5}
+    changes, left_out = changed_settings(a, b, ({}, {}), {}, dataset_files_differ=False)
+    assert left_out == []
+    assert {c.name: c.overrides for c in changes} == {
+        "agent.compaction": (
+            "agent.compaction.enabled=true",
+            "agent.compaction.keep_turns=1",
+            "agent.compaction.threshold_tokens=300",
+        ),
+        "agent.max_turns": ("agent.max_turns=4",),
+        "memory.top_k": ("memory.top_k=3",),
+    }
+    switched = next(c for c in changes if c.name == "agent.compaction")
+    assert switched.keys == (
+        "agent.compaction.enabled",
+        "agent.compaction.keep_turns",
+        "agent.compaction.threshold_tokens",
+    )
