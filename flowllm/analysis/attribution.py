@@ -2,7 +2,8 @@
 override that changes each in a fork of A, the tasks to fork, the projected cost, and each setting's effect.
 
 A setting is a config group whose choice differs (``repair=none``: every key under ``repair.``) or one key
-(``agent.max_turns=1``); a key whose saved value interpolates another (``${agent.max_turns}``) follows it. The
+(``agent.max_turns=1``); a key whose saved value interpolates another (``${agent.max_turns}``) follows it, and a
+section switched on or off (``agent.compaction.enabled``) is one setting with its keys that differ. The
 dataset (its settings and its files' hashes) cannot be changed by a fork: named, left out.
 
 Each fork runs on the tasks whose score differs between A and B (stratum D, all of them) and a seeded sample S
