@@ -46,7 +46,7 @@ from flowllm.providers.factory import build_provider
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs, nested_origin
-from flowllm.rundir.records import NodeRecord, TurnRecord, read_turns
+from flowllm.rundir.records import NodeRecord, TurnRecord, held_exchange, read_turns
 from flowllm.rundir.store import local_run
 
 log = logging.getLogger(__name__)
@@ -315,13 +315,9 @@ class ReplayProvider(ProviderFacade):
         turn = self._turns(context.task_id, parent_scope).turns.get(parent_turn)
         for node in turn.nodes if turn is not None else ():
             output = node.output() if node.name != CALL_NODE else None
-            ports = output.value if output is not None and output.ok else None
-            for port in ports.values() if isinstance(ports, dict) else ():
-                if isinstance(port, dict) and isinstance(port.get("raw_response"), dict):
-                    request = port.get("raw_request")
-                    return SavedCall(
-                        request if isinstance(request, dict) else None, port["raw_response"], str(node.path)
-                    )
+            held = held_exchange(output.value) if output is not None and output.ok else None
+            if held is not None:
+                return SavedCall(*held, str(node.path))
         return None
 
     def saved_call(self, context: CallContext) -> SavedCall:

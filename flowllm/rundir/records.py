@@ -16,7 +16,17 @@ import orjson
 
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, NODE_RE, OUTPUT_FILE, TURN_RE
 
-__all__ = ["Artifact", "NodeRecord", "TurnRecord", "read_artifact", "read_turns"]
+__all__ = ["Artifact", "NodeRecord", "TurnRecord", "held_exchange", "read_artifact", "read_turns"]
+
+
+def held_exchange(output: Any) -> tuple[dict[str, Any] | None, dict[str, Any]] | None:
+    """The model exchange (its ``raw_request``, None when not kept, and ``raw_response``) that a node other than
+    the call node made and recorded in one of its output ports (compaction's summary call); None when none."""
+    for port in output.values() if isinstance(output, dict) else ():
+        if isinstance(port, dict) and isinstance(port.get("raw_response"), dict):
+            request = port.get("raw_request")
+            return (request if isinstance(request, dict) else None), port["raw_response"]
+    return None
 
 
 @dataclass

@@ -18,6 +18,7 @@ import orjson
 
 from flowllm.providers.ledger import UsageLedger
 from flowllm.rundir.layout import RunLayout
+from flowllm.rundir.records import held_exchange
 from flowllm.rundir.results import LedgerLine, RunSummary
 from flowllm.spend.cache_bound import (
     DEFAULT_TTL_S,
@@ -93,13 +94,30 @@ def _price(run_dir: Path, model: str | None) -> Price | None:
     return PriceTable.load(DEFAULT_PRICES).lookup(model)
 
 
+# The records that hold a prompt the run sent: each turn's call node's, and compaction's (its summary call, kept
+# in its own output: ``held_exchange``).
+PROMPT_RECORDS = ("*/**/*_call_model/output.json", "*/**/*_compact_history/output.json")
+
+
+def _sent(path: Path) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        return None
+    if path.parent.name.endswith("_call_model"):
+        body = value.get("raw_request") if isinstance(value, dict) else None
+        return body if isinstance(body, dict) else None
+    held = held_exchange(value)
+    return held[0] if held is not None else None
+
+
 def _prompts(run_dir: Path, protocols: dict[str, str]) -> list[SentPrompt]:
     prompts = []
-    for path in RunLayout(run_dir).tasks.glob("*/**/*_call_model/output.json"):
-        task_id = path.relative_to(RunLayout(run_dir).tasks).parts[0]
-        try:
-            body = orjson.loads(path.read_bytes()).get("raw_request")
-        except (orjson.JSONDecodeError, AttributeError):
+    tasks = RunLayout(run_dir).tasks
+    for path in (path for pattern in PROMPT_RECORDS for path in tasks.glob(pattern)):
+        task_id = path.relative_to(tasks).parts[0]
+        body = _sent(path)
+        if body is None:
             continue
         prompt = sent_prompt(protocols.get(task_id, ""), body, path.stat().st_mtime, task_id)
         if prompt is not None:

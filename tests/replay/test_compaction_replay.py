@@ -8,6 +8,8 @@ A hook switched on (or off) for the replay adds (or removes) a node before the o
 is numbered differently from the saved run's: the audit finds each node's record by its name, and a node the
 saved run did not have is where the task diverged. Such tasks were once "unverified" (unscored) even in a fork,
 where every request they made was the saved run's.
+
+The prompt cache's bound counts the summary calls, as the ledger bills them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from flowllm.providers.ledger import UsageLedger
+from flowllm.spend.run_cache import run_cache
 from flowllm.verify import audit_run
 from tests.replay.runs import Finished, run_flowllm
 
@@ -116,3 +120,13 @@ def test_a_plain_replay_finds_nodes_by_name_across_an_added_or_removed_hook(save
     assert off.result(SHORT)["replay"] == {"status": "exact"}  # every node it ran recorded the same output
     long = off.result(LONG)["replay"]  # its third request holds the whole history, not the summary
     assert (long["status"], long["turn"], long["node"]) == ("diverged", 3, "trim_history")
+
+
+def test_the_cache_bound_counts_the_summary_calls(saved: Saved) -> None:
+    """The bound of the prompt cache is over every prompt the run sent, as the ledger bills every call: compaction's
+    summary calls were left out, so a compacted task was billed 1.2x its bound where it was at the bound."""
+    cache = run_cache(saved.compacted.run_dir)
+    lines = UsageLedger.read(saved.compacted.run_dir / "usage.jsonl").attempt_lines()
+    for task in (SHORT, LONG):
+        assert cache.tasks[task].prompts == sum(1 for line in lines if line.task_id == task and line.billed)
+    assert cache.tasks[LONG].prompts == saved.compacted.result(LONG)["turns"] + 1
