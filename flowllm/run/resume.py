@@ -55,8 +55,10 @@ from flowllm.rundir.layout import (
     TURN_GLOB,
     WORKSPACE_DIR,
     RunLayout,
+    nested_origin,
     turn_folder,
 )
+from flowllm.rundir.records import held_exchange_of
 
 __all__ = ["ResumeAudit", "ResumeStore", "ResumingProvider", "TaskResume", "clear_epoch_dir", "clear_task_dir"]
 
@@ -162,7 +164,7 @@ class ResumeStore:
             with os.scandir(turn) as entries:
                 names = [e.name for e in entries if e.name.endswith(f"_{CALL_NODE}") and e.is_dir()]
         except OSError:
-            return None
+            return _held_in(self, context, epoch)
         if len(names) != 1:
             return None
         try:
@@ -174,6 +176,17 @@ class ResumeStore:
             return None
         request = value.get("raw_request")
         return SavedReply(request if isinstance(request, dict) else None, raw)
+
+
+def _held_in(store: ResumeStore, context: CallContext, epoch: int | None) -> SavedReply | None:
+    """A one-call conversation's saved exchange (compaction's summary: ``nested_scope``), which the node that made
+    it holds in its output in the turn it was made in; None when ``context`` is no such call or none is saved."""
+    origin = nested_origin(context.scope) if context.turn == 1 else None
+    if origin is None:
+        return None
+    scope, turn = origin
+    held = held_exchange_of(store.layout.conversation(context.task_id, scope, epoch) / turn_folder(turn))
+    return SavedReply(held[0], held[1]) if held is not None else None
 
 
 @dataclass

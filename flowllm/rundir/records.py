@@ -16,7 +16,7 @@ import orjson
 
 from flowllm.rundir.layout import INPUT_FILE, META_FILE, NODE_RE, OUTPUT_FILE, TURN_RE
 
-__all__ = ["Artifact", "NodeRecord", "TurnRecord", "held_exchange", "read_artifact", "read_turns"]
+__all__ = ["Artifact", "NodeRecord", "TurnRecord", "held_exchange", "held_exchange_of", "read_artifact", "read_turns"]
 
 
 def held_exchange(output: Any) -> tuple[dict[str, Any] | None, dict[str, Any]] | None:
@@ -26,6 +26,23 @@ def held_exchange(output: Any) -> tuple[dict[str, Any] | None, dict[str, Any]] |
         if isinstance(port, dict) and isinstance(port.get("raw_response"), dict):
             request = port.get("raw_request")
             return (request if isinstance(request, dict) else None), port["raw_response"]
+    return None
+
+
+def held_exchange_of(turn_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any], Path] | None:
+    """The exchange a node of a saved turn folder holds in its output (``held_exchange``), with the node's folder;
+    None when no node's output holds one."""
+    try:
+        folders = sorted(p for p in turn_dir.iterdir() if NODE_RE.match(p.name) and p.is_dir())
+    except OSError:
+        return None
+    for folder in folders:
+        try:
+            held = held_exchange(orjson.loads((folder / OUTPUT_FILE).read_bytes()))
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if held is not None:
+            return (*held, folder)
     return None
 
 

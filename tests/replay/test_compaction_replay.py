@@ -14,6 +14,7 @@ The prompt cache's bound counts the summary calls, as the ledger bills them.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,3 +131,20 @@ def test_the_cache_bound_counts_the_summary_calls(saved: Saved) -> None:
     for task in (SHORT, LONG):
         assert cache.tasks[task].prompts == sum(1 for line in lines if line.task_id == task and line.billed)
     assert cache.tasks[LONG].prompts == saved.compacted.result(LONG)["turns"] + 1
+
+
+def test_a_rerun_resumes_a_compacted_task_paying_nothing_again(saved: Saved, tmp_path: Path) -> None:
+    """A task killed after its history was compacted resumes from its saved turns. The summary call had no saved
+    reply where the resume looked (a call node of its own scope), so the task went live there and paid that call
+    and every later turn again."""
+    run = tmp_path / "run"
+    shutil.copytree(saved.compacted.run_dir, run)
+    (run / "tasks" / LONG / "result.json").unlink()  # as a crash after its last turn leaves it
+    ledger = run / "usage.jsonl"
+    paid = ledger.read_bytes()
+    rerun = run_flowllm(run, TASKS, *COMPACTING).check()
+    result = rerun.result(LONG)
+    assert (result["correct"], result["resumed_turns"]) == (True, saved.compacted.result(LONG)["turns"] + 1)
+    assert result.get("resume_divergence") is None
+    assert ledger.read_bytes() == paid  # nothing billed again
+    assert _compactions(run, LONG) == _compactions(saved.compacted.run_dir, LONG)
