@@ -19,7 +19,7 @@ from flowllm.run.budget_report import budget_rows
 from flowllm.run.infra import infra_row
 from flowllm.run.replay_audit import effect_not_known
 from flowllm.run.stats import stats_rows
-from flowllm.rundir.layout import ATTEMPTS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
+from flowllm.rundir.layout import ATTEMPTS_DIR, EPOCHS_DIR, NODE_RE, OUTPUT_FILE, TASKS_DIR, TURN_RE, RunLayout
 from flowllm.rundir.results import CostBlock, RunSummary
 from flowllm.scoring.tally import UNFINISHED_STATUS, accuracy_text
 from flowllm.spend.fork_accounting import fork_rows
@@ -326,9 +326,10 @@ def tool_server_restarts(log_path: Path) -> dict[str, int] | None:
     return dict(sorted(counts.items()))
 
 
-def _node_outputs(conversation: Path, depth: int = 0) -> Iterator[tuple[str, Path]]:
-    """(node name, output.json) of the context nodes of a conversation folder: its turns, its earlier pass@k
-    attempts and the sub-agents' (and other nested) conversations under its turns; never its workspace."""
+def _node_outputs(conversation: Path, depth: int = 0, records: bool = True) -> Iterator[tuple[str, Path]]:
+    """(node name, output.json) of the context nodes of a conversation folder: its turns, and the sub-agents' (and
+    other nested) conversations under its turns; of a records folder (``records``: a task's, or an epoch's) also
+    its epochs and earlier pass@k attempts; never its workspace."""
     try:
         children = sorted(p for p in conversation.iterdir() if p.is_dir())
     except OSError:
@@ -342,10 +343,10 @@ def _node_outputs(conversation: Path, depth: int = 0) -> Iterator[tuple[str, Pat
                     yield name, node_dir / OUTPUT_FILE
                 elif not match and depth < 8:  # subagents/<name>-<id>/, a compaction call's folder
                     for nested in (node_dir, *(p for p in node_dir.iterdir() if p.is_dir())):
-                        yield from _node_outputs(nested, depth + 1)
-        elif child.name == ATTEMPTS_DIR and depth == 0:
-            for attempt in sorted(p for p in child.iterdir() if p.is_dir()):
-                yield from _node_outputs(attempt, depth + 1)
+                        yield from _node_outputs(nested, depth + 1, records=False)
+        elif records and child.name in (ATTEMPTS_DIR, EPOCHS_DIR):
+            for run in sorted(p for p in child.iterdir() if p.is_dir()):  # an epoch has attempts of its own
+                yield from _node_outputs(run, depth + 1, records=child.name == EPOCHS_DIR)
 
 
 def _trimmed(output: Mapping[str, Any]) -> tuple[bool, int]:

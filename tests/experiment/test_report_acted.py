@@ -105,6 +105,22 @@ def test_earlier_attempts_and_sub_agents_count_and_the_workspace_does_not(
     assert what_acted({}, [], run_dir=run_dir)["trimmed_turns"] == before + 2
 
 
+def test_each_epoch_counts_with_its_attempts(runs: dict[str, tuple[Path, str]], tmp_path: Path) -> None:
+    """A run of experiment.epochs keeps each epoch's turns under epochs/<n>/, each with its own attempts: none of
+    them was counted, so an epochs run said "nothing (no ... trimming, compaction, memory ...)" whatever acted."""
+    run_dir = tmp_path / "run"
+    one = what_acted({}, [], run_dir=runs["trimmed"][0])["trimmed_turns"]
+    assert one
+    for task in (runs["trimmed"][0] / "tasks").iterdir():
+        epochs = run_dir / "tasks" / task.name / "epochs"
+        for epoch in ("1", "2"):
+            for turn in task.glob("turn_*"):
+                shutil.copytree(turn, epochs / epoch / turn.name)
+        for turn in task.glob("turn_*"):
+            shutil.copytree(turn, epochs / "2" / "attempts" / "1" / turn.name)
+    assert what_acted({}, [], run_dir=run_dir)["trimmed_turns"] == 3 * one
+
+
 async def test_tool_server_restarts_are_read_from_the_runs_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
