@@ -9,6 +9,7 @@ from typing import Any
 
 from flowllm.errors import FlowError
 from flowllm.rundir.layout import SUMMARY_FILE, SWEEP_SUMMARY_FILE
+from flowllm.verify.acted import check_acted
 from flowllm.verify.contamination import check_contamination
 from flowllm.verify.digests import check_digests
 from flowllm.verify.evidence import VerifyInputError, load_evidence
@@ -39,6 +40,7 @@ def audit_run(run_dir: Path, *, dataset: Path | None = None, exports: Sequence[P
     check_limits(ev, audit)
     check_fork(ev, outcomes, audit)
     check_resumed(ev, audit)
+    check_acted(ev, audit)
     check_digests(ev, audit)
     for export in exports:
         check_export(export, outcomes, ev, audit)

@@ -101,6 +101,10 @@ EDITS: dict[str, tuple[Callable[[Path], None], str]] = {
         ),
         f"tasks/{TASK}/digests.json: outputs.turn_001/05_parse_tool_calls: the run says '",
     ),
+    "what acted": (  # an epochs run once counted no trimming, compaction or recalled memory in its epochs
+        lambda run: _json_edit(run / "summary.json", _set("acted", "trimmed_turns", value=3)),
+        "summary.json: acted.trimmed_turns: the run says 3, the evidence gives 0 (the node records)",
+    ),
     "a digest naming a file outside the run": (
         lambda run: _json_edit(run / "tasks" / TASK / "digests.json", _set("outputs", "../../../x", value="00")),
         f"tasks/{TASK}/digests.json: outputs.../../../x: the run says '00', the evidence gives 'a node folder inside",
