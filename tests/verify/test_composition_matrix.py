@@ -6,9 +6,9 @@ all pairs of the factors' levels (computed once with allpairspy and written down
 was chosen to cover every pair with the others; ``test_the_rows_cover_every_pair`` keeps them so). Each row makes
 a run of the matrix dataset (``data/matrix``: three sample tasks, a sub-agent task, GAIA's hidden answer "?", an
 empty and a missing answer, a wrong answer), as one process or as two shards put together by ``flowllm merge``,
-alone or keeping its spend and rate limits in a real Redis server, scored by GAIA's rules or by an LLM judge, then
-what ``then`` says: nothing, an exact replay, a fork on a changed stage (repair=strict), a fork at turn 2, or a
-resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its Inspect AI log (``flowllm
+alone or keeping its spend and rate limits in a real Redis server, scored by GAIA's rules or by an LLM judge, its
+history compacted or not, then what ``then`` says: nothing, an exact replay, a fork on a changed stage
+(repair=strict), a fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its Inspect AI log (``flowllm
 verify RUN --export``: scores, answers and model usage against the run).
 """
 
@@ -63,6 +63,11 @@ JUDGED = [
     f"judge.emulator_script={MATRIX_JUDGE}",
 ]
 JUDGED_NOT_CHECKED = ["verdicts of the judge scorer are taken as recorded (a model judged them)"]
+COMPACTING = [
+    "agent.compaction.enabled=true",
+    "agent.compaction.threshold_tokens=200",
+    "agent.compaction.keep_turns=1",
+]
 SHARDS = 2
 FIRST_RESULT_WAIT_S = 120  # how long an interrupted row waits for a first task to finish before it interrupts
 
@@ -91,6 +96,9 @@ class Row:
     # off | redis: the first run (each of its shards, each of its workers) keeps its spend and rate limits in a
     # real Redis server (experiment.coordination), one key per row: its shards share one budget.
     coordination: str
+    # off | on: history compaction (agent.compaction, a summary call of its own once a conversation passes 200
+    # tokens, the latest turn kept): what a replay, a fork and a resume must serve from the node that holds it.
+    compaction: str
 
     @classmethod
     def parse(cls, line: str) -> Row:
@@ -120,6 +128,7 @@ class Row:
         found += [f"telemetry.otlp_endpoint={otlp}"] if self.telemetry == "on" else []
         found += ["+subagents=analyst"] if self.subagent == "on" else []
         found += JUDGED if self.scorer == "judge" else []
+        found += COMPACTING if self.compaction == "on" else []
         url = self.store_url(step)
         return found + ([f"experiment.store={url}"] if url else [])
 
@@ -142,29 +151,30 @@ class Row:
         return replay
 
 
-# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store and faults columns were
-# added later, their levels chosen so that every pair with them is covered too).
+# All pairs of the factors' levels (allpairspy 2.5, the factors in Row's order; the store, faults and compaction
+# columns were added later, their levels chosen so that every pair with them is covered too; compaction is on where
+# no turn limit keeps a task from its third turn, the first it can compact).
 # One row per line, the values in Row's field order: then, runner, wire, workers, epochs, attempts, budget,
-# limits, batch, telemetry, subagent, store, faults, shard, scorer, coordination.
+# limits, batch, telemetry, subagent, store, faults, shard, scorer, coordination, compaction.
 TABLE = """
-none         legacy         offline           1 1 1 none none off off off off on on judge redis
-replay       graph          offline_chat      2 3 2 tight turns on on off off off on judge off
-fork         graph_parallel offline_responses 2 1 2 none turns off on on off off on judge off
-fork_at_turn graph_parallel offline_chat      1 3 1 tight none on off on off off on judge off
-sigint       graph          offline           1 1 2 tight none off on on off on on rules redis
-sigkill      legacy         offline_responses 2 3 1 tight turns on off on on off on judge off
-sigkill      graph          offline           2 3 1 none none off on off off off off rules off
-sigint       legacy         offline_chat      2 1 2 none turns on off off on off off judge off
-fork_at_turn graph          offline_responses 1 1 2 none turns off off off on off off rules redis
-fork         legacy         offline           1 3 1 tight turns on off off on on off rules redis
-replay       graph_parallel offline           1 1 1 none none off off off on off off rules redis
-none         graph          offline_responses 2 3 2 tight turns on on on on off off rules off
-sigkill      graph_parallel offline_chat      1 1 2 tight turns off off off off on off rules redis
-fork_at_turn legacy         offline           2 1 2 tight turns off on off off on off rules off
-sigint       graph_parallel offline_responses 2 3 1 tight none off off off off off off rules off
-replay       legacy         offline_responses 2 1 2 tight turns off off on off on off rules off
-fork         graph          offline_chat      2 1 2 tight none off off off off off off rules off
-none         graph_parallel offline_chat      2 1 2 tight turns off off off off off off rules off
+none         legacy         offline           1 1 1 none none off off off off on on judge redis on
+replay       graph          offline_chat      2 3 2 tight turns on on off off off on judge off off
+fork         graph_parallel offline_responses 2 1 2 none turns off on on off off on judge off off
+fork_at_turn graph_parallel offline_chat      1 3 1 tight none on off on off off on judge off on
+sigint       graph          offline           1 1 2 tight none off on on off on on rules redis off
+sigkill      legacy         offline_responses 2 3 1 tight turns on off on on off on judge off off
+sigkill      graph          offline           2 3 1 none none off on off off off off rules off on
+sigint       legacy         offline_chat      2 1 2 none turns on off off on off off judge off off
+fork_at_turn graph          offline_responses 1 1 2 none turns off off off on off off rules redis off
+fork         legacy         offline           1 3 1 tight turns on off off on on off rules redis off
+replay       graph_parallel offline           1 1 1 none none off off off on off off rules redis on
+none         graph          offline_responses 2 3 2 tight turns on on on on off off rules off on
+sigkill      graph_parallel offline_chat      1 1 2 tight turns off off off off on off rules redis off
+fork_at_turn legacy         offline           2 1 2 tight turns off on off off on off rules off off
+sigint       graph_parallel offline_responses 2 3 1 tight none off off off off off off rules off on
+replay       legacy         offline_responses 2 1 2 tight turns off off on off on off rules off off
+fork         graph          offline_chat      2 1 2 tight none off off off off off off rules off on
+none         graph_parallel offline_chat      2 1 2 tight turns off off off off off off rules off off
 """
 ROWS = [Row.parse(line) for line in TABLE.strip().splitlines()]
 LEVELS = {
@@ -184,6 +194,7 @@ LEVELS = {
     "shard": ["off", "on"],
     "scorer": ["rules", "judge"],
     "coordination": ["off", "redis"],
+    "compaction": ["off", "on"],
 }
 
 
