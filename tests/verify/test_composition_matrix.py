@@ -8,8 +8,8 @@ a run of the matrix dataset (``data/matrix``: three sample tasks, a sub-agent ta
 empty and a missing answer, a wrong answer), as one process or as two shards put together by ``flowllm merge``,
 alone or keeping its spend and rate limits in a real Redis server, scored by GAIA's rules or by an LLM judge, its
 history compacted or not, then what ``then`` says: nothing, an exact replay, a fork on a changed stage
-(repair=strict), a fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and so must its Inspect AI log (``flowllm
-verify RUN --export``: scores, answers and model usage against the run).
+(repair=strict), a fork at turn 2, or a resume after SIGINT or SIGKILL. Every run folder it leaves must verify, and
+so must its Inspect AI log (``flowllm verify RUN --export``: scores, answers and model usage against the run).
 """
 
 from __future__ import annotations
