@@ -44,7 +44,14 @@ from flowllm.rundir.results import RunSummary
 from flowllm.rundir.store import StoreMirror
 from flowllm.scoring import open_scorer
 from flowllm.setup import fingerprint
-from flowllm.setup.build import build_experiment, preflight_targets, prepare_parts, resolve_path, run_summary
+from flowllm.setup.build import (
+    build_experiment,
+    preflight_targets,
+    prepare_parts,
+    resolve_path,
+    run_summary,
+    selected_task_ids,
+)
 from flowllm.setup.config_record import has_config_record, write_config_record
 from flowllm.setup.preflight import PreflightError, ProviderTarget, preflight
 from flowllm.setup.prepared import PreparedRun
@@ -302,6 +309,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "tasks": concurrency(cfg.experiment.max_concurrent)[0],
         "workers": workers.resolve_workers(cfg.experiment.get("workers", 1)),
     }
+    selected = selected_task_ids(cfg)
+    if selected is not None:  # every task the folder holds a result of: the summary counts what it selects
+        fingerprint.check_selection(run_dir, selected)
     fingerprint.guard(cfg, run_dir, dataset_path, overrides=fingerprint.hydra_overrides(), concurrency=at_once)
     # The config as it ran (a replay's inherited experiment included), written only now: a refused rerun leaves
     # the saved run's config as it was.

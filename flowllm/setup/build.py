@@ -203,6 +203,19 @@ def prepare_parts(cfg: DictConfig) -> tuple[PreparedRun | None, ProviderConfig |
     return prepared, provider_cfg, []
 
 
+def selected_task_ids(cfg: DictConfig) -> list[str] | None:
+    """The ids of the tasks this run selects (its dataset settings, its shard); None when they cannot be read
+    (``prepare`` says why, with the other problems)."""
+    try:
+        tasks = load_dataset(
+            DatasetSpec.from_config(plain_config(cfg.dataset), resolve_path(cfg.dataset.path, "dataset.path"))
+        )
+        shard = ShardSpec.parse(OmegaConf.select(cfg, SHARD_SETTING))
+        return [task.task_id for task in (shard.select(tasks) if shard is not None else tasks)]
+    except FlowError:
+        return None
+
+
 def preflight_targets(provider_cfg: ProviderConfig, resolve: Resolver | None) -> list[ProviderTarget]:
     """The providers of the run: the main one and every fallback, alias and agent model it routes to."""
     try:

@@ -8,7 +8,8 @@ Settings that cannot change a result never block a resume: how many tasks run at
 where they run, the runner (all three give identical artifacts), progress, the preflight, what the recorder
 keeps, the run budget, how many epochs run, the statistics' settings, telemetry, batch mode, rate limits, the
 price table (its hash is provenance), which tasks are selected (a shard among them), and the dataset's path (its
-files' hashes stand for it).
+files' hashes stand for it). A selection that leaves out a task the folder holds a result of is refused all the
+same (``check_selection``): the summary counts what the run selects, every reader of the folder reads it all.
 
 A rerun into a folder that holds results of other settings is refused (``FingerprintMismatch``, exit 2),
 naming each differing setting with both values; ``experiment.resume=force`` proceeds and keeps the earlier
@@ -36,6 +37,7 @@ from flowllm.config.search_keys import register_resolvers
 from flowllm.engine.recorder import Redactor, atomic_write, read_json
 from flowllm.errors import ConfigError, FingerprintMismatch
 from flowllm.rundir.layout import RESULT_FILE, RunLayout
+from flowllm.rundir.taskdirs import task_folder_name
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +74,9 @@ NEUTRAL_SETTINGS = (
     "dataset.limit",
     "dataset.levels",
 )
-# How much of a value a refusal shows.
+# How much of a value a refusal shows, and how many of the tasks a narrower selection leaves out.
 SHOWN_CHARS = 80
+SHOWN_TASKS = 3
 
 
 class ResumeMode(StrEnum):
@@ -220,6 +223,25 @@ def differences(saved: Fingerprint, now: Fingerprint) -> list[str]:
 
 def _has_results(layout: RunLayout) -> bool:
     return layout.tasks.is_dir() and any(layout.tasks.glob(f"*/{RESULT_FILE}"))
+
+
+def check_selection(run_dir: Path, selected: Iterable[str], setting: str = "hydra.run.dir") -> None:
+    """A rerun must select every task the folder holds a result of: its summary counts the tasks it selects, and
+    every reader of the folder (exports, diff, scale, a bundle) reads them all. Raises ``FingerprintMismatch``
+    naming the tasks left out (a wider selection resumes: the new tasks run, the others are kept)."""
+    layout = RunLayout(Path(run_dir))
+    if not _has_results(layout):
+        return
+    folders = {task_folder_name(task_id) for task_id in selected}
+    left_out = sorted(p.parent.name for p in layout.tasks.glob(f"*/{RESULT_FILE}") if p.parent.name not in folders)
+    if not left_out:
+        return
+    shown = ", ".join(left_out[:SHOWN_TASKS]) + (", ..." if len(left_out) > SHOWN_TASKS else "")
+    tasks = "task" if len(left_out) == 1 else "tasks"
+    raise FingerprintMismatch(
+        f"{layout.root} holds results of {len(left_out)} {tasks} this run does not select ({shown}): its summary "
+        f"would count fewer tasks than the folder holds; select them too, or run into a new {setting}"
+    )
 
 
 def _mismatch(layout: RunLayout, changed: list[str], setting: str = "hydra.run.dir") -> FingerprintMismatch:

@@ -149,3 +149,22 @@ def test_a_refused_rerun_leaves_the_saved_config_as_it_was(tmp_path: Path) -> No
     # An accepted rerun is the config that ran now: its record replaces the earlier one.
     assert run_flowllm(*base, "repair=full", "experiment.max_concurrent=1").returncode == 0
     assert b"experiment.max_concurrent=1" in (run_dir / ".hydra" / "overrides.yaml").read_bytes()
+
+
+def test_a_rerun_that_leaves_out_tasks_the_folder_has_results_of_is_refused(tmp_path: Path) -> None:
+    """A run of two tasks, rerun into its folder with one selected: its summary counted one task while the folder
+    held two, and every reader of the folder (the exports, diff, scale, a bundle) read both: an Inspect log of two
+    samples beside a summary of one, a bundle that did not reproduce."""
+    run_dir = tmp_path / "run"
+    both = gaia_overrides("tools=none", f"hydra.run.dir={run_dir}", f"dataset.task_ids=[{LIST_TASK},{WRONG_TASK}]")
+    assert run_flowllm(*both).returncode == 0
+    summary = (run_dir / "summary.json").read_bytes()
+    one = gaia_overrides("tools=none", f"hydra.run.dir={run_dir}", f"dataset.task_ids=[{LIST_TASK}]")
+    refused = run_flowllm(*one)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines() == [
+        f"flowllm: error: {run_dir} holds results of 1 task this run does not select ({WRONG_TASK}): its summary "
+        "would count fewer tasks than the folder holds; select them too, or run into a new hydra.run.dir"
+    ]
+    assert (run_dir / "summary.json").read_bytes() == summary
+    assert len((run_dir / "history.jsonl").read_text().splitlines()) == 1  # it never started
