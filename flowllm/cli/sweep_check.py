@@ -109,7 +109,8 @@ def check_job(overrides: Sequence[str], number: int = 0) -> JobCheck:
     baseline = None if cfg.sweep.baseline is None else str(cfg.sweep.baseline)
     parts, _, problems = prepare_parts(cfg)
     if not problems and folder is not None:
-        problems = folder_problems(cfg, folder)
+        assert parts is not None  # prepared without a problem
+        problems = folder_problems(cfg, folder, [task.task_id for task in parts.tasks])
     if problems or parts is None:
         return JobCheck(problems, baseline=baseline)
     targets = live_providers(preflight_targets(parts.provider_cfg, parts.providers)) if cfg.preflight.providers else []
@@ -117,10 +118,12 @@ def check_job(overrides: Sequence[str], number: int = 0) -> JobCheck:
     return JobCheck([], targets, float(cfg.preflight.timeout_s), cfg if starts_tools else None, baseline)
 
 
-def folder_problems(cfg: DictConfig, folder: Path) -> list[str]:
-    """Why the job's folder refuses it (it holds results of other settings), as its own run would say it."""
+def folder_problems(cfg: DictConfig, folder: Path, selected: Sequence[str]) -> list[str]:
+    """Why the job's folder refuses it (it holds results of other settings, or of tasks the job leaves out), as its
+    own run would say it."""
     try:
         fingerprint.check(cfg, folder, resolve_path(cfg.dataset.path, "dataset.path"), setting="hydra.sweep.dir")
+        fingerprint.check_selection(folder, selected, setting="hydra.sweep.dir")
     except FlowError as exc:
         return str(exc).splitlines()
     return []

@@ -160,3 +160,20 @@ def test_a_sweep_asks_each_distinct_provider_once_before_its_first_job(tmp_path:
     for url, line, jobs in zip(urls, lines, ("jobs 0", "jobs 2"), strict=True):
         assert f"provider 'local' at {url}: cannot connect" in line and f"({jobs} (provider.base_url={url}" in line
     assert not sweep_dir.exists()
+
+
+def test_a_sweep_whose_job_folder_holds_a_task_it_leaves_out_is_refused_before_its_first_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    both = gaia_overrides("tools=none", f"dataset.task_ids=[{LIST_TASK},{WRONG_TASK}]")
+    first = run_flowllm(*both, f"hydra.run.dir={sweep_dir / '1'}", "agent.max_turns=6", timeout=240)
+    assert first.returncode == 0, first.stderr[-2000:]
+    one = gaia_overrides("tools=none", f"dataset.task_ids=[{LIST_TASK}]")
+    proc = run_flowllm("-m", *one, f"hydra.sweep.dir={sweep_dir}", "agent.max_turns=5,6", timeout=240)
+    assert proc.returncode == ExitCode.CONFIG, proc.stdout[-2000:] + proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("flowllm: error: ")]
+    assert errors == [
+        f"flowllm: error: {sweep_dir / '1'} holds results of 1 task this run does not select ({WRONG_TASK}): its "
+        "summary would count fewer tasks than the folder holds; select them too, or run into a new hydra.sweep.dir "
+        "(job 1 (agent.max_turns=6))"
+    ]
+    assert not (sweep_dir / "0").exists()  # no job started
