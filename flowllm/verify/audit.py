@@ -9,12 +9,11 @@ from typing import Any
 
 from flowllm.errors import FlowError
 from flowllm.rundir.layout import SUMMARY_FILE, SWEEP_SUMMARY_FILE
-from flowllm.verify.acted import check_acted
-from flowllm.verify.contamination import check_contamination
 from flowllm.verify.digests import check_digests
 from flowllm.verify.evidence import VerifyInputError, load_evidence
 from flowllm.verify.exports import check_export
 from flowllm.verify.findings import Audit
+from flowllm.verify.recorded import check_acted, check_contamination
 from flowllm.verify.resumed import check_resumed
 from flowllm.verify.settings import check_settings
 from flowllm.verify.spend import check_spend
