@@ -46,7 +46,7 @@ from flowllm.providers.factory import build_provider
 from flowllm.rundir.epochs import current_epoch
 from flowllm.rundir.jsondiff import first_difference
 from flowllm.rundir.layout import MAIN_AGENT, NODE_RE, OUTPUT_FILE, RunLayout, TurnDirs, nested_origin
-from flowllm.rundir.records import NodeRecord, TurnRecord, held_exchange, read_turns
+from flowllm.rundir.records import NodeRecord, TurnRecord, held_exchange_of, read_turns
 from flowllm.rundir.store import local_run
 
 log = logging.getLogger(__name__)
@@ -313,12 +313,8 @@ class ReplayProvider(ProviderFacade):
             return None
         parent_scope, parent_turn = origin
         turn = self._turns(context.task_id, parent_scope).turns.get(parent_turn)
-        for node in turn.nodes if turn is not None else ():
-            output = node.output() if node.name != CALL_NODE else None
-            held = held_exchange(output.value) if output is not None and output.ok else None
-            if held is not None:
-                return SavedCall(*held, str(node.path))
-        return None
+        held = held_exchange_of(turn.path) if turn is not None else None
+        return SavedCall(held[0], held[1], str(held[2])) if held is not None else None
 
     def saved_call(self, context: CallContext) -> SavedCall:
         """The saved exchange for ``context``; raises ``ReplayMissError`` saying why there is none."""
