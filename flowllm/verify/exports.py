@@ -111,7 +111,9 @@ def _submission(path: Path, outcomes: Mapping[str, TaskOutcome], audit: Audit) -
     for line in read_jsonl(path, path.parent):
         task_id = str(line.value.get("task_id"))
         outcome = outcomes.get(task_id)
-        expected = None if outcome is None else (outcome.answer or "")
+        # Every task of the split has a line: one the run has no result for (not selected, or its budget never
+        # started it) answers "" as a task without an answer does.
+        expected = "" if outcome is None else (outcome.answer or "")
         field = f"line {line.number} ({task_id}): model_answer"
         audit.check(name, field, line.value.get("model_answer"), expected)
 

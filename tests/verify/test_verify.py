@@ -212,6 +212,29 @@ def test_exports_are_compared_with_the_run(
     assert f"run.eval: sample {TASK}: model_usage tokens: the run says {{'input_tokens': {usage.input_tokens}" in out
 
 
+def test_a_submission_of_a_run_of_part_of_the_split_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GAIA scores a file of every task of the split, so the tasks the run did not select (or its budget never
+    started) get an empty answer. verify wanted no answer at all for them: every such line was a disagreement."""
+    run = tmp_path / "run"
+    done = run_flowllm("progress=false", f"dataset.task_ids=[{TASK}]", f"hydra.run.dir={run}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    submission = tmp_path / "answers.jsonl"
+    done = run_app(
+        ["export", str(run), "--format", "gaia-submission", "-o", str(submission)],
+        module="flowllm.inspect",
+        cwd=ROOT,
+        env=dict(os.environ),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {line["task_id"]: line["model_answer"] for line in map(json.loads, submission.read_text().splitlines())}
+    assert len(answers) == 10 and answers[TASK] == "7" and sorted(set(answers.values())) == ["", "7"]
+    code, out, _ = verify(run, capsys, "--export", str(submission))
+    assert code == ExitCode.OK, out
+
+
 def test_inspect_and_the_report_say_whether_a_run_verifies(old_runs: Path) -> None:
     from flowllm.inspect.report import build_report_data
 
