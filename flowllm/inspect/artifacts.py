@@ -43,7 +43,7 @@ from flowllm.rundir.layout import (
 from flowllm.rundir.records import Artifact, NodeRecord, TurnRecord, read_artifact, read_turns
 from flowllm.rundir.results import RunSummary, TaskResult
 from flowllm.rundir.store import local_run
-from flowllm.scoring.tally import finished, score_tally
+from flowllm.scoring.tally import finished, is_finished, score_tally
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -100,9 +100,10 @@ class TaskRecord:
 
     @property
     def correct(self) -> bool | None:
-        """True or False when scored; None when unscored (no ground truth; a diverged replay) or unfinished."""
+        """True or False when scored; None when unscored (no ground truth; a diverged replay) or unfinished (the
+        budget stopped it: the reduced result of a task stopped between its epochs says false all the same)."""
         value = self.record.correct
-        return value if isinstance(value, bool) else None
+        return value if isinstance(value, bool) and is_finished(self.status) else None
 
     @property
     def level(self) -> int | None:

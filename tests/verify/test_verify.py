@@ -14,6 +14,7 @@ import pytest
 from flowllm.exit_codes import ExitCode
 from flowllm.export.inspect_log import write_eval_log
 from flowllm.export.source import open_source
+from flowllm.inspect.cli import main as inspect_main
 from flowllm.verify import totals
 from flowllm.verify.cli import main as verify_main
 from tests.appfork import run_app
@@ -384,6 +385,19 @@ def test_a_replay_of_a_run_its_budget_ended_says_so_and_verifies(
     assert "rerun into the replayed run's folder with a higher experiment.budget" in again.stdout
     code, out, _ = verify(replay, capsys)
     assert code == ExitCode.OK, out
+    # The diff's replay figures count the tasks the summary counts. A task the budget stopped was in the
+    # denominator beside the summary's accuracy when it had a verdict ("100.0% (7/9)"), as the reduced result of
+    # a task stopped between its epochs has: one such task, as that run writes it.
+    stopped = json.loads((replay / "tasks" / "gaia-sample-02" / "result.json").read_text())
+    stopped |= {"status": "budget", "correct": False}
+    (replay / "tasks" / "gaia-sample-03").mkdir()
+    (replay / "tasks" / "gaia-sample-03" / "result.json").write_text(
+        json.dumps({**stopped, "task_id": "gaia-sample-03"})
+    )
+    assert inspect_main(["diff", str(saved), str(replay), "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["replay"]["b"]
+    assert (counts["exact_correct"], counts["exact_judged"]) == (summary["correct"], summary["scored"])
+    shutil.rmtree(replay / "tasks" / "gaia-sample-03")
     _json_edit(replay / "summary.json", _set("budget", "ended_run", value=False))  # what a replay said before
     code, out, _ = verify(replay, capsys)
     assert "budget.ended_run: the run says False, the evidence gives True (the replayed run's summary)" in out, out
