@@ -165,6 +165,12 @@ def _check_job(root: Path, job: JobEntry, path: Path, check: JobCheck, work: Pat
     saved = RunSummary.from_dict(orjson.loads((run_dir / SUMMARY_FILE).read_bytes()))
     if by_hash:
         _check_by_hash(saved, replayed, len(by_hash), check, prefix)
+    elif replayed.unscored_by_verdict:  # the replay scores them: the run's statistics are the auditor's to check
+        check.notes.append(
+            f"{replayed.unscored_by_verdict} task(s) a replay verdict left unscored (they parted from the run the "
+            "bundled replay replayed): its statistics are recomputed by the run auditor, not by the replay"
+        )
+        _audit(run_dir, job, path, check, prefix)
     else:
         _check_stats(saved, replay_summary(replayed), check, prefix)
         _audit(run_dir, job, path, check, prefix)

@@ -17,6 +17,7 @@ from flowllm.bundle.answers import answer_hash
 from flowllm.engine.recorder import environment_secrets
 from flowllm.rundir.layout import EPOCHS_DIR, OUTPUT_FILE, OVERRIDES_FILE, RESULT_FILE, TASKS_DIR, RunLayout
 from flowllm.rundir.results import RunSummary, TaskResult
+from flowllm.scoring.tally import replay_scored
 
 __all__ = ["Replayed", "compare_tasks", "replay_run"]
 
@@ -55,6 +56,7 @@ class Replayed:
     exact: int = 0
     tasks: int = 0
     hash_correct: int = 0  # the tasks scored by their answer's hash that it calls right
+    unscored_by_verdict: int = 0  # the bundled replay's tasks its own replay verdict left unscored (diverged...)
 
 
 def _kept(override: str) -> bool:
@@ -144,7 +146,12 @@ def compare_tasks(saved_run: Path, replayed: Replayed, by_hash: dict[str, str | 
             )
             continue
         replayed.exact += status == "exact" or result.status == new.status != "completed"
-        if task_id in by_hash:
+        if not replay_scored(result.replay):
+            # A replay's task that parted from the run it replayed is unscored by that verdict, which is the bundled
+            # run's own (against a run the bundle need not hold); replayed against the bundle, it replays exactly.
+            replayed.unscored_by_verdict += 1
+            new.correct = None
+        elif task_id in by_hash:
             new.correct = new.answer is not None and answer_hash(new.answer) == by_hash[task_id]
             replayed.hash_correct += new.correct
         for name in _compared(result):

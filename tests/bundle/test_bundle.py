@@ -256,3 +256,25 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
         err = capsys.readouterr().err
         assert said in err and len(err.strip().splitlines()) == 1, err
     assert list(scratch.iterdir()) == []  # the temporary folders are gone, nothing else was written
+
+
+def test_a_bundle_of_a_replay_whose_tasks_diverged_reproduces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay with another stage (repair=strict) leaves the tasks that diverged from the saved run unscored. The
+    check replays the bundled replay against its own records, where those tasks replay exactly: it scored them and
+    called the bundle "NOT reproduced" ("says correct None, the replay gives True", an interval over more tasks).
+    Their verdict is the bundled run's own, against the run it replayed; every other number is checked as ever."""
+    saved, replay = tmp_path / "saved", tmp_path / "replay"
+    assert run_flowllm("progress=false", f"hydra.run.dir={saved}").returncode == 0
+    strict = run_flowllm(
+        "progress=false", "provider=replay", f"provider.run_dir={saved}", "repair=strict", f"hydra.run.dir={replay}"
+    )
+    assert strict.returncode == 0, strict.stderr[-2000:]
+    block = RunSummary.from_dict(orjson.loads(RunLayout(replay).summary.read_bytes())).replay
+    assert block is not None and block.diverged, "no task diverged: the test proves nothing"
+    for answers in ((), ("--with-answers",)):
+        bundle_file = bundle(replay, tmp_path / f"replay{len(answers)}.tar.zst", *answers)
+        assert verify_main([str(bundle_file)]) == ExitCode.OK, capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"reproduced: {headline(replay)}" in out, out
