@@ -5,13 +5,11 @@ counted again in every conversation of every task, epoch and attempt)."""
 
 from __future__ import annotations
 
-from flowllm.config.schema import IntervalMethod
 from flowllm.export.contamination import audit_run
 from flowllm.run.report import context_acted
-from flowllm.scoring.stats import StatsSettings
 from flowllm.verify.evidence import RunEvidence
 from flowllm.verify.findings import Audit, same
-from flowllm.verify.totals import SUMMARY, check_leaves, saved_choice
+from flowllm.verify.totals import SUMMARY, check_leaves, stats_settings
 
 __all__ = ["check_acted", "check_contamination"]
 
@@ -22,14 +20,7 @@ def check_contamination(ev: RunEvidence, audit: Audit) -> None:
     saved = ev.summary.contamination
     if saved is None:
         return  # written before the audit existed: `python -m flowllm.inspect audit RUN` audits it
-    cfg = ev.cfg
-    settings = StatsSettings(
-        interval=saved_choice(IntervalMethod, cfg.stats.interval),
-        cluster_by=cfg.stats.cluster_by or None,
-        resamples=int(cfg.stats.resamples),
-        seed=int(cfg.stats.seed),
-    )
-    recomputed = audit_run(ev.run_dir, saved.patterns).block(settings).to_dict()
+    recomputed = audit_run(ev.run_dir, saved.patterns).block(stats_settings(ev)).to_dict()
     if same(saved.to_dict(), recomputed):
         audit.compared += 1
     else:

@@ -85,14 +85,20 @@ def saved_choice(kind: type[E], value: Any) -> E:
     raise ValueError(f"{value!r} is not one of {', '.join(str(m.value) for m in kind)}")
 
 
-def _stats(ev: RunEvidence, outcomes: Sequence[TaskOutcome]) -> dict[str, Any]:
+def stats_settings(ev: RunEvidence) -> StatsSettings:
+    """The statistics' settings the run ran with (its saved config's ``stats``)."""
     cfg = ev.cfg
-    settings = StatsSettings(
+    return StatsSettings(
         interval=saved_choice(IntervalMethod, cfg.stats.interval),
         cluster_by=cfg.stats.cluster_by or None,
         resamples=int(cfg.stats.resamples),
         seed=int(cfg.stats.seed),
     )
+
+
+def _stats(ev: RunEvidence, outcomes: Sequence[TaskOutcome]) -> dict[str, Any]:
+    cfg = ev.cfg
+    settings = stats_settings(ev)
     # The verdicts were recomputed with the replay rule already (a replay that parted from the saved run has
     # none): the statistics take them as they are, so a rule of their own cannot drop a scored task.
     scored = [dataclasses.replace(o, replay=None) for o in counted(outcomes)]
